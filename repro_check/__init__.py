@@ -1,0 +1,52 @@
+"""repro-check: is my PyTorch training run reproducible, and if not, why not?
+
+``import repro_check`` is cheap (no torch, no rich): a training script may import it just for
+:func:`log_metric`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .capture import log_metric
+from .errors import (
+    ExitCode,
+    Interrupted,
+    ReproCheckError,
+    TargetFailed,
+    TargetNotFound,
+    TraceFileError,
+    UsageError,
+)
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .api import check
+    from .report import Report
+
+__all__ = [
+    "ExitCode",
+    "Interrupted",
+    "Report",
+    "ReproCheckError",
+    "TargetFailed",
+    "TargetNotFound",
+    "TraceFileError",
+    "UsageError",
+    "check",
+    "log_metric",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "check":
+        from .api import check
+
+        return check
+    if name == "Report":
+        from .report import Report
+
+        return Report
+    raise AttributeError(f"module 'repro_check' has no attribute {name!r}")

@@ -1,0 +1,10 @@
+"""``python -m repro_check``."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import console_main
+
+if __name__ == "__main__":
+    sys.exit(console_main())

@@ -1,0 +1,66 @@
+"""Atomic file output: write to a temporary file beside the target, then rename over it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import IO
+
+from .errors import UsageError
+
+
+def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
+    """Fail early (before any run starts) when ``path`` cannot be written."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"{what} path {str(p)!r} is a directory")
+    if not parent.is_dir():
+        raise UsageError(f"{what} folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} folder {str(parent)!r} is not writable")
+    return p
+
+
+class AtomicWriter:
+    """A text file that appears under its final name only when :meth:`commit` is called."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent or "."
+        )
+        self._tmp = Path(tmp)
+        self.file: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
+
+    def write(self, text: str) -> None:
+        self.file.write(text)
+
+    def commit(self) -> Path:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> AtomicWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Replace ``path`` with ``text`` atomically; an interrupted write leaves the old file."""
+    with AtomicWriter(path) as w:
+        w.write(text)
+    return Path(path)

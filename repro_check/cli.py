@@ -1,0 +1,139 @@
+"""The command line: argparse, a few lines a command; the library does the work.
+
+``console_main`` turns every :class:`ReproCheckError` into its exit code and one line on stderr,
+so no traceback of repro-check's own ever reaches the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import ExitCode, ReproCheckError, TargetNotFound, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def split_target_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Everything after the first ``--`` goes to the target as its ``sys.argv[1:]``."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _components(text: str) -> list[str]:
+    return [c for c in text.split(",") if c.strip()]
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="TARGET",
+                   help="module:function, path/to/file.py:function or path/to/file.py")
+    p.add_argument("--seed", type=int, default=0, help="seed for every component (default 0)")
+    p.add_argument("--no-seed", action="store_true", help="no seeding at all (the unseeded protocol)")
+    p.add_argument("--without", type=_components, default=[], metavar="A,B",
+                   help="seeding components to turn off (e.g. numpy,cudnn)")
+    p.add_argument("--max-steps", type=int, default=None, metavar="N",
+                   help="stop each run after N optimizer steps")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds allowed per run")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="torch intra-op threads in every run (default 1: thread count changes bits)")
+    p.add_argument("--json", dest="json_path", default=None, metavar="PATH",
+                   help="write the machine-readable report to PATH")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="repro-check",
+        description="Run a PyTorch training entry point several times under full seeding and "
+                    "report the first step where the runs diverge.",
+        epilog="Arguments after -- are passed to the target as sys.argv[1:]. "
+               "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed.",
+    )
+    p.add_argument("--version", action="version", version=f"repro-check {__version__}")
+    add_run_options(p)
+    p.add_argument("--runs", type=int, default=2, metavar="N", help="number of runs (default 2)")
+    p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default: exact bits)")
+    p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default: exact bits)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="runs at the same time (default: as many as the CPUs hold)")
+    p.add_argument("--fail-fast", action="store_true",
+                   help="stop every run as soon as the first divergent step is known")
+    p.add_argument("--trace-dir", default=None, metavar="DIR",
+                   help="where run traces are kept (default .repro-check/runs)")
+    return p
+
+
+def _write_json(path: str | None, text: str) -> None:
+    if path:
+        from .atomic import write_text_atomic
+
+        write_text_atomic(path, text)
+
+
+def cmd_check(argv: Sequence[str]) -> ExitCode:
+    own, target_args = split_target_args(argv)
+    ns = build_parser().parse_args(own)
+    if ns.json_path:
+        from .atomic import check_writable
+
+        check_writable(ns.json_path, "--json")
+    from .api import check
+    from .render import Progress, make_console, print_summary
+
+    report = check(
+        ns.target, args=target_args, seed=ns.seed, runs=ns.runs, without=ns.without,
+        no_seed=ns.no_seed, max_steps=ns.max_steps, timeout=ns.timeout, atol=ns.atol,
+        rtol=ns.rtol, threads=ns.threads, jobs=ns.jobs, fail_fast=ns.fail_fast,
+        trace_dir=ns.trace_dir, listener=Progress(ns.runs, quiet=ns.quiet),
+    )
+    print_summary(report, make_console(file=sys.stdout))
+    _write_json(ns.json_path, report.to_json())
+    return report.exit_code
+
+
+COMMANDS = {"check": cmd_check}
+
+
+def main(argv: Sequence[str] | None = None) -> ExitCode:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    return cmd_check(argv)
+
+
+def console_main(argv: Sequence[str] | None = None) -> int:
+    """The console script: exit codes at the edge, one line for every error of ours."""
+    try:
+        return int(main(argv))
+    except SystemExit as e:  # --help, --version
+        return int(e.code or 0) if isinstance(e.code, int) else 0
+    except TargetNotFound as e:
+        if e.detail:
+            sys.stderr.write(e.detail.rstrip() + "\n")
+        sys.stderr.write(f"repro-check: error: {e}\n")
+        return int(e.exit_code)
+    except ReproCheckError as e:
+        sys.stderr.write(f"repro-check: error: {e}\n")
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("repro-check: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        return int(ExitCode.USAGE_ERROR)
+    except Exception as e:  # noqa: BLE001 - the edge: a bug of ours is one line, not a traceback
+        if os.environ.get("REPRO_CHECK_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"repro-check: internal error: {type(e).__name__}: {e} "
+            "(set REPRO_CHECK_DEBUG=1 to see the traceback)\n"
+        )
+        return int(ExitCode.INTERNAL_ERROR)

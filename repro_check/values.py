@@ -1,0 +1,188 @@
+"""Exact scalar values: stored as dtype and bits, so NaN, inf and -0.0 survive a round trip.
+
+A recorded loss or metric is a small dict ``{"dtype": ..., "bits": ..., "value": ...}``; ``bits``
+is the hex of the value's own bytes (big-endian integer of the same width), ``value`` a readable
+float (or "nan"/"inf"/"-inf") that is never used for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+Encoded = dict[str, Any]
+
+_FLOAT_WIDTH = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def _readable(x: float) -> float | str:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def encode_float64(x: float) -> Encoded:
+    """A Python float, exactly."""
+    bits = struct.unpack(">Q", struct.pack(">d", x))[0]
+    return {"dtype": "float64", "bits": f"{bits:016x}", "value": _readable(x)}
+
+
+def encode_int(x: int) -> Encoded:
+    return {"dtype": "int", "bits": format(x, "x"), "value": x}
+
+
+def encode_tensor(t: Any) -> Encoded:
+    """A one-element tensor, exactly (it is moved to the CPU: call in batches on a device)."""
+    import torch
+
+    t = t.detach().reshape(()).cpu()
+    dtype = str(t.dtype).removeprefix("torch.")
+    if t.is_complex():
+        re, im = encode_tensor(t.real), encode_tensor(t.imag)
+        return {"dtype": dtype, "bits": re["bits"] + im["bits"], "value": str(complex(t.item()))}
+    if t.dtype == torch.bool:
+        return {"dtype": "bool", "bits": "1" if bool(t) else "0", "value": bool(t)}
+    if not t.is_floating_point():
+        return {"dtype": dtype, "bits": format(int(t.item()), "x"), "value": int(t.item())}
+    size = t.element_size()
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+    raw = int(t.view(as_int).item()) & ((1 << (8 * size)) - 1)
+    return {"dtype": dtype, "bits": f"{raw:0{2 * size}x}", "value": _readable(float(t.item()))}
+
+
+def encode(x: Any) -> Encoded | None:
+    """Encode a number, a numpy scalar or a one-element tensor; None for anything else."""
+    if isinstance(x, bool):
+        return {"dtype": "bool", "bits": "1" if x else "0", "value": x}
+    if isinstance(x, int):
+        return encode_int(x)
+    if isinstance(x, float):
+        return encode_float64(x)
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        try:
+            if x.numel() == 1:
+                return encode_tensor(x)
+        except (AttributeError, RuntimeError):
+            return None
+        return None
+    if mod == "numpy":
+        try:
+            import numpy as np
+
+            if isinstance(x, np.ndarray) and x.size != 1:
+                return None
+            arr = np.asarray(x).reshape(())
+        except (ImportError, ValueError):
+            return None
+        if arr.dtype.kind == "f":
+            width = arr.dtype.itemsize
+            raw = int.from_bytes(arr.astype(arr.dtype.newbyteorder(">")).tobytes(), "big")
+            return {"dtype": str(arr.dtype), "bits": f"{raw:0{2 * width}x}",
+                    "value": _readable(float(arr))}
+        if arr.dtype.kind in "iu":
+            return {"dtype": str(arr.dtype), "bits": format(int(arr), "x"), "value": int(arr)}
+        if arr.dtype.kind == "b":
+            return {"dtype": "bool", "bits": "1" if bool(arr) else "0", "value": bool(arr)}
+    return None
+
+
+def to_float(enc: Encoded) -> float:
+    """The exact value of an encoded scalar as a Python float (wider types round to float64)."""
+    dtype, bits = enc.get("dtype"), str(enc.get("bits", ""))
+    width = _FLOAT_WIDTH.get(str(dtype))
+    if width is None:
+        value = enc.get("value")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, bool):
+            return float(value)
+        try:
+            return float(value)  # "nan", "inf", complex strings fail below
+        except (TypeError, ValueError):
+            return math.nan
+    raw = int(bits, 16).to_bytes(width, "big")
+    if dtype == "bfloat16":
+        return struct.unpack(">f", raw + b"\x00\x00")[0]
+    return struct.unpack({2: ">e", 4: ">f", 8: ">d"}[width], raw)[0]
+
+
+def is_valid(enc: Any) -> bool:
+    """Whether ``enc`` has the shape of an encoded scalar (for readers of untrusted files)."""
+    if not isinstance(enc, dict) or not isinstance(enc.get("dtype"), str):
+        return False
+    bits = enc.get("bits")
+    if not isinstance(bits, str) or len(bits) > 64:
+        return False
+    try:
+        int(bits, 16)
+    except ValueError:
+        return False
+    width = _FLOAT_WIDTH.get(enc["dtype"])
+    return width is None or len(bits) == 2 * width
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How two values are judged equal: exact bits unless atol/rtol are given."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.atol == 0.0 and self.rtol == 0.0
+
+    def describe(self) -> str:
+        return "exact bits" if self.exact else f"atol={self.atol:g}, rtol={self.rtol:g}"
+
+
+def equal(a: Encoded | None, b: Encoded | None, tol: Tolerance) -> bool:
+    """Compare two encoded scalars under ``tol``; NaN equals NaN when the bits (or both) are NaN."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a.get("dtype") == b.get("dtype") and a.get("bits") == b.get("bits"):
+        return True
+    if tol.exact:
+        return False
+    x, y = to_float(a), to_float(b)
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    if math.isinf(x) or math.isinf(y):
+        return x == y
+    return abs(x - y) <= tol.atol + tol.rtol * abs(y)
+
+
+def differences(a: Encoded | None, b: Encoded | None) -> tuple[float | None, float | None]:
+    """Absolute and relative difference of two encoded scalars (None where undefined)."""
+    if a is None or b is None:
+        return None, None
+    x, y = to_float(a), to_float(b)
+    if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y):
+        return None, None
+    absdiff = abs(x - y)
+    rel = absdiff / abs(y) if y != 0 else (0.0 if absdiff == 0 else math.inf)
+    return absdiff, rel
+
+
+def readable(enc: Encoded | None) -> str:
+    """A short human form, enough digits to tell two float32 values apart."""
+    if enc is None:
+        return "—"
+    dtype = enc.get("dtype")
+    if dtype in _FLOAT_WIDTH:
+        x = to_float(enc)
+        if math.isnan(x) or math.isinf(x):
+            return str(x)
+        if dtype == "float64":
+            return repr(x)
+        if dtype == "bfloat16":
+            return f"{x:.4g}"
+        import numpy as np  # shortest text that reads back as the same float32/float16
+
+        return str(np.float32(x) if dtype == "float32" else np.float16(x))
+    return str(enc.get("value"))

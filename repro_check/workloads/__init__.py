@@ -1,0 +1,1 @@
+"""Reference workloads that ship with repro-check and run offline."""
