@@ -162,6 +162,7 @@ class _LiveRun:
         env = seeding.child_environment(os.environ, spec.seed, spec.components, spec.threads)
         env.update(spec.extra_env)
         env["REPRO_CHECK_RUN"] = json.dumps(config)
+        env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
         env["PYTHONUNBUFFERED"] = "1"
         pkg_parent = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), pkg_parent) if p)
