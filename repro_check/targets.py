@@ -153,10 +153,12 @@ def find_module(name: str, path: list[str]) -> importlib.machinery.ModuleSpec:
                 spec = None
         if spec is None:
             here = ".".join(parts[:i])
-            options = [m.name for m in pkgutil.iter_modules(locations or [])]
+            # the user's own modules first: a near miss in site-packages is a poor guess
+            local = (locations or [])[:1] if i == 0 else (locations or [])
+            hint = _suggest(part, [m.name for m in pkgutil.iter_modules(local)]) or \
+                _suggest(part, [m.name for m in pkgutil.iter_modules(locations or [])])
             inside = f" in package {here!r}" if here else ""
-            raise TargetNotFound(f"no module named {'.'.join(parts[: i + 1])!r}{inside}"
-                                 f"{_suggest(part, options)}")
+            raise TargetNotFound(f"no module named {'.'.join(parts[: i + 1])!r}{inside}{hint}")
         locations = list(spec.submodule_search_locations or []) or None
         if locations is None and i < len(parts) - 1:
             raise TargetNotFound(f"{'.'.join(parts[: i + 1])!r} is a module, not a package; "

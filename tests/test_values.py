@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from repro_check import values
+from repro_check.values import Tolerance
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("x", [0.1, -0.0, 0.0, float("nan"), float("inf"), float("-inf"), 3e-5])
+def test_tensor_round_trip_keeps_bits(dtype: torch.dtype, x: float) -> None:
+    t = torch.tensor(x, dtype=dtype)
+    enc = values.encode(t)
+    assert enc is not None and enc["dtype"] == str(dtype).removeprefix("torch.")
+    back = torch.tensor(values.to_float(enc), dtype=dtype)
+    assert back.view(torch.int16 if t.element_size() == 2 else
+                     {4: torch.int32, 8: torch.int64}[t.element_size()]).item() == \
+        t.view(torch.int16 if t.element_size() == 2 else
+               {4: torch.int32, 8: torch.int64}[t.element_size()]).item()
+
+
+def test_negative_zero_differs_from_zero_on_bits_only() -> None:
+    a, b = values.encode(0.0), values.encode(-0.0)
+    assert not values.equal(a, b, Tolerance())
+    assert values.equal(a, b, Tolerance(atol=1e-12))
+
+
+def test_nan_equals_nan_of_same_bits_and_under_tolerance() -> None:
+    a = values.encode(torch.tensor(float("nan")))
+    assert values.equal(a, dict(a), Tolerance())
+    other_nan = values.encode(float("nan"))
+    assert values.equal(a, other_nan, Tolerance(rtol=1e-3))
+    assert not values.equal(a, values.encode(1.0), Tolerance(rtol=1.0))
+
+
+def test_one_ulp_differs_exactly_but_passes_a_tolerance() -> None:
+    a = torch.tensor(0.18224825, dtype=torch.float32)
+    b = torch.nextafter(a, torch.tensor(1.0))
+    ea, eb = values.encode(a), values.encode(b)
+    assert not values.equal(ea, eb, Tolerance())
+    assert values.equal(ea, eb, Tolerance(atol=1e-7))
+    absdiff, rel = values.differences(ea, eb)
+    assert absdiff == pytest.approx(float(b - a)) and rel is not None and rel > 0
+
+
+def test_numpy_and_python_scalars() -> None:
+    assert values.encode(np.float32(0.5))["bits"] == "3f000000"
+    assert values.encode(7)["value"] == 7
+    assert values.encode(True)["value"] is True
+    assert values.encode("text") is None
+    assert values.encode(torch.ones(3)) is None
+
+
+def test_readable_shows_enough_digits_to_tell_float32_apart() -> None:
+    a = torch.tensor(0.18224825, dtype=torch.float32)
+    b = torch.nextafter(a, torch.tensor(1.0))
+    assert values.readable(values.encode(a)) != values.readable(values.encode(b))
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_float64_round_trip(x: float) -> None:
+    enc = values.encode(x)
+    y = values.to_float(enc)
+    assert (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
+    assert values.is_valid(enc)
