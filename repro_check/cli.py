@@ -100,7 +100,43 @@ def cmd_check(argv: Sequence[str]) -> ExitCode:
     return report.exit_code
 
 
-COMMANDS = {"check": cmd_check}
+def build_doctor_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="repro-check doctor",
+        description="Report the environment and, with a TARGET, the determinism hazards in its "
+                    "source and the project files it imports (read, never run).",
+        epilog="Silence a finding with '# repro-check: ignore[RC101]' on its line or "
+               "[tool.repro-check.doctor] ignore = [\"RC101\"] in pyproject.toml. "
+               "Exit codes: 0 no hazard left, 1 a hazard found, 2 usage error.",
+    )
+    p.add_argument("target", metavar="TARGET", nargs="?", default=None,
+                   help="module:function, path/to/file.py:function or path/to/file.py")
+    p.add_argument("--json", dest="json_path", default=None, metavar="PATH",
+                   help="write the environment and findings to PATH")
+    p.add_argument("--ignore", type=_components, default=[], metavar="CODES",
+                   help="codes to silence, comma-separated (e.g. RC107,RC113)")
+    p.add_argument("--no-env", action="store_true",
+                   help="skip the environment section (it imports torch)")
+    return p
+
+
+def cmd_doctor(argv: Sequence[str]) -> ExitCode:
+    ns = build_doctor_parser().parse_args(list(argv))
+    if ns.no_env and ns.target is None:
+        raise UsageError("nothing to do: give a TARGET to scan, or leave out --no-env")
+    if ns.json_path:
+        from .atomic import check_writable
+
+        check_writable(ns.json_path, "--json")
+    from .doctor import doctor, print_summary
+
+    report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env)
+    print_summary(report)
+    _write_json(ns.json_path, report.to_json())
+    return report.exit_code
+
+
+COMMANDS = {"check": cmd_check, "doctor": cmd_doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
