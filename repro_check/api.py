@@ -116,8 +116,8 @@ def check(
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or a TARGET that
     cannot be resolved; a target that fails is reported (``report.error``, exit 3), not raised.
     """
-    if runs < 2:
-        raise UsageError(f"--runs must be at least 2 to compare, got {runs}")
+    if runs < 1:
+        raise UsageError(f"--runs must be at least 1, got {runs}")
     if max_steps is not None and max_steps < 1:
         raise UsageError(f"--max-steps must be at least 1, got {max_steps}")
     if timeout is not None and timeout <= 0:

@@ -97,6 +97,8 @@ def summary(report: Report) -> Group:
         parts.append(t)
         if div.step is not None:
             parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+    elif report.runs == 1 and report.error is None and not report.interrupted:
+        parts.append(Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare."))
     elif report.error is None and not report.interrupted and cmp is not None:
         parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
                           "agree."))

@@ -132,7 +132,7 @@ def test_sys_exit_zero_keeps_steps(tmp: Path) -> None:
         (("missing.py",), "no such file: missing.py"),
         (("tiny:main", "--without", "numpi"), "did you mean 'numpy'"),
         (("tiny:main", "--seed", "-1"), "--seed must be between"),
-        (("tiny:main", "--runs", "1"), "--runs must be at least 2"),
+        (("tiny:main", "--runs", "0"), "--runs must be at least 1"),
         (("tiny:main", "--json", "/nonexistent/dir/r.json"), "does not exist"),
         (("tiny:main", "--bogus"), "unrecognized arguments"),
         ((), "the following arguments are required: TARGET"),

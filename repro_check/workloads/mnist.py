@@ -122,6 +122,8 @@ def main() -> dict[str, float]:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.002)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    parser.add_argument("--perturb-at", type=int, default=None, metavar="K",
+                        help="from step K on, scale the loss by OS entropy: a planted divergence")
     opts = parser.parse_args(sys.argv[1:])
 
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
@@ -141,6 +143,8 @@ def main() -> dict[str, float]:
             inputs, labels = inputs.to(device), labels.to(device)
             optimizer.zero_grad()
             loss = loss_function(model(inputs.view(inputs.shape[0], -1)), labels)
+            if opts.perturb_at is not None and step >= opts.perturb_at:
+                loss = loss * (1 + int.from_bytes(os.urandom(2), "little") * 1e-9)
             loss.backward()
             optimizer.step()
             if step % 100 == 0 or step == len(train_loader):
