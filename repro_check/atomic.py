@@ -23,6 +23,12 @@ def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
     return p
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class AtomicWriter:
     """A text file that appears under its final name only when :meth:`commit` is called."""
 
@@ -32,6 +38,7 @@ class AtomicWriter:
             prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent or "."
         )
         self._tmp = Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # as an ordinary new file would be, not mkstemp's 0600
         self.file: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
 
     def write(self, text: str) -> None:

@@ -6,11 +6,16 @@ script is recorded without an import of repro-check in user code. Step N is the 
 step; a run that builds no optimizer counts backward calls instead. The loss of a step is the
 scalar on which backward was last called, kept as a device tensor and turned into exact bits in
 batches, so a GPU run is not synchronised at every step.
+
+For the progress display, when a DataLoader of known length starts an epoch, the steps expected
+by the end of it are emitted as ``{"info": {"expected_steps": N}}``. The loader that counts is the
+one being iterated when steps happen, so an evaluation loader does not move the expectation.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +45,19 @@ def log_metric(name: str, value: Any) -> Any:
     return value
 
 
+def _weak(obj: Any) -> Callable[[], Any]:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: None
+
+
+def _finished(iterator_ref: Callable[[], Any], length: int) -> bool:
+    """Whether a DataLoader iterator is gone or has yielded all its batches."""
+    it = iterator_ref()
+    return it is None or getattr(it, "_num_yielded", 0) >= length
+
+
 class Recorder:
     """Counts steps, keeps each step's loss, and emits one trace record a step."""
 
@@ -57,6 +75,12 @@ class Recorder:
         self._pending: list[tuple[int, Any]] = []
         self._handles: list[Any] = []
         self._undo: list[Callable[[], None]] = []
+        self.expected_steps: int | None = None
+        # the epoch started last and the training loader's: (loader, iterator, first step, len),
+        # loader and iterator as weak references
+        self._epoch: tuple[Any, Any, int, int] | None = None
+        self._train: tuple[Any, Any, int, int] | None = None
+        self._epoch_seen_step = True
 
     # ---- installing ----------------------------------------------------------------------
     def install(self) -> Recorder:
@@ -87,8 +111,26 @@ class Recorder:
 
         Optimizer.__init__ = optimizer_init  # type: ignore[method-assign]
         self._undo.append(lambda: setattr(Optimizer, "__init__", original_init))
+        self._watch_loaders()
         _ACTIVE = self
         return self
+
+    def _watch_loaders(self) -> None:
+        from torch.utils.data import DataLoader
+
+        original_iter = DataLoader.__iter__
+
+        @functools.wraps(original_iter)
+        def loader_iter(loader: Any) -> Any:
+            it = original_iter(loader)
+            try:
+                self._epoch_started(loader, it)
+            except Exception:  # noqa: BLE001 - progress is a nicety; never break the target
+                pass
+            return it
+
+        DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]
+        self._undo.append(lambda: setattr(DataLoader, "__iter__", original_iter))
 
     def uninstall(self) -> None:
         global _ACTIVE
@@ -116,8 +158,47 @@ class Recorder:
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._record_step()
 
+    # ---- expected steps (progress) --------------------------------------------------------
+    def _epoch_started(self, loader: Any, it: Any) -> None:
+        try:
+            n = len(loader)
+        except Exception:  # noqa: BLE001 - an IterableDataset without a length
+            return
+        if not isinstance(n, int) or n <= 0:
+            return
+        epoch = (_weak(loader), _weak(it), self.step, n)
+        self._epoch, self._epoch_seen_step = epoch, False
+        train = self._train[0]() if self._train is not None else None
+        if train is loader:
+            self._train = epoch
+        if train is None or train is loader:
+            self._expect(self.step + n)
+
+    def _first_step_of_epoch(self) -> None:
+        """The first step since a loader started an epoch: if that loader is still being iterated
+        and the training loader known so far is not, it is the one whose length counts."""
+        self._epoch_seen_step = True
+        if self._epoch is None:
+            return
+        ref, it, start, n = self._epoch
+        loader = ref()
+        if loader is None or (self._train is not None and self._train[0]() is loader):
+            return
+        if _finished(it, n) or (self._train is not None and not _finished(self._train[1],
+                                                                          self._train[3])):
+            return  # an evaluation loop that ran to its end, or one inside a training epoch
+        self._train = self._epoch
+        self._expect(start + n)
+
+    def _expect(self, total: int) -> None:
+        if total != self.expected_steps:
+            self.expected_steps = total
+            self.emit({"info": {"expected_steps": total}})
+
     def _record_step(self) -> None:
         self.step += 1
+        if not self._epoch_seen_step:
+            self._first_step_of_epoch()
         loss = self.last_loss
         if loss is not None and loss.device.type != "cpu":
             self._pending.append((self.step, loss))

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop every run as soon as the first divergent step is known")
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="where run traces are kept (default .repro-check/runs)")
+    p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
+                   help="write a self-contained HTML report with loss curves to PATH "
+                        "(needs matplotlib: pip install 'repro-check[report]')")
     return p
 
 
@@ -86,17 +89,30 @@ def cmd_check(argv: Sequence[str]) -> ExitCode:
         from .atomic import check_writable
 
         check_writable(ns.json_path, "--json")
+    if ns.report_path:
+        from .atomic import check_writable
+        from .html_report import require_matplotlib
+
+        check_writable(ns.report_path, "--report")
+        require_matplotlib()
     from .api import check
     from .render import Progress, make_console, print_summary
 
-    report = check(
-        ns.target, args=target_args, seed=ns.seed, runs=ns.runs, without=ns.without,
-        no_seed=ns.no_seed, max_steps=ns.max_steps, timeout=ns.timeout, atol=ns.atol,
-        rtol=ns.rtol, threads=ns.threads, jobs=ns.jobs, fail_fast=ns.fail_fast,
-        trace_dir=ns.trace_dir, listener=Progress(ns.runs, quiet=ns.quiet),
-    )
-    print_summary(report, make_console(file=sys.stdout))
+    with Progress(ns.runs, quiet=ns.quiet, max_steps=ns.max_steps) as progress:
+        report = check(
+            ns.target, args=target_args, seed=ns.seed, runs=ns.runs, without=ns.without,
+            no_seed=ns.no_seed, max_steps=ns.max_steps, timeout=ns.timeout, atol=ns.atol,
+            rtol=ns.rtol, threads=ns.threads, jobs=ns.jobs, fail_fast=ns.fail_fast,
+            trace_dir=ns.trace_dir, listener=progress,
+        )
+    out = make_console(file=sys.stdout)
+    print_summary(report, out)
     _write_json(ns.json_path, report.to_json())
+    if ns.report_path:
+        from .html_report import write_html
+
+        write_html(report, ns.report_path)
+        out.print(f"report: {ns.report_path}", style="dim", crop=False)
     return report.exit_code
 
 

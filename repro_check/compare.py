@@ -5,15 +5,22 @@ differs from run 1 in any signal; within a step, signals are compared in the ord
 recorded them, so the earliest thing that went wrong is named. A run that recorded fewer steps
 diverges at its first missing step. Only steps that one side has and the other has not yet
 reached are held in memory, so the comparison stays flat in memory however long the runs are.
+
+Beside the comparison with run 1 it keeps, for reports: the spread of the loss across all runs at
+every step (bounded series), every run's loss at the steps around the first divergence, and a hash
+of each run's whole step stream and metrics, from which the groups of bit-identical runs follow.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import xxhash
 
 from . import values
 from .values import Tolerance
@@ -148,6 +155,13 @@ class ComparisonResult:
     diff_series: list[tuple[int, float]]
 
     metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: (step, max - min of the focus signal across all runs), bounded like ``diff_series``
+    spread_series: list[tuple[int, float]] = field(default_factory=list)
+    #: rows around the first divergent step with every run's value:
+    #: {"step", "values": [run 1, run 2, ...], "differs", "spread"}
+    context_all: list[dict[str, Any]] = field(default_factory=list)
+    #: runs whose recorded steps and metrics are bit-identical, e.g. [[1, 3], [2]]
+    groups: list[list[int]] = field(default_factory=list)
 
     @property
     def reproducible(self) -> bool:
@@ -155,6 +169,33 @@ class ComparisonResult:
 
     def metrics_of(self, run: int) -> dict[str, Any]:
         return self.metrics.get(run, {})
+
+
+@dataclass
+class _Spread:
+    """Every run's focus value at one step of run 1, until all other runs have been seen there."""
+
+    values: list[Any]
+    visits: int = 0
+    differs: bool = False
+
+
+def spread_of(vals: list[Any]) -> float:
+    """max - min of encoded values: 0 when all bits agree, NaN when a value is missing or not finite."""
+    present = [v for v in vals if isinstance(v, dict)]
+    if len(present) == len(vals) and all(v.get("dtype") == present[0].get("dtype")
+                                         and v.get("bits") == present[0].get("bits") for v in present):
+        return 0.0
+    if len(present) < len(vals):
+        return math.nan
+    xs = [values.to_float(v) for v in present]
+    if any(math.isnan(x) or math.isinf(x) for x in xs):
+        return math.nan
+    return max(xs) - min(xs)
+
+
+def _stream_bytes(step: int, signals: Mapping[str, Any]) -> bytes:
+    return json.dumps([step, signals], sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 class Comparison:
@@ -170,9 +211,18 @@ class Comparison:
         self.ref_complete = True
         self.pairs = {k: _Pair(k) for k in range(2, runs + 1)}
         self.metrics: dict[int, dict[str, Any]] = {}
+        self.hashes = {k: xxhash.xxh3_128() for k in range(1, runs + 1)}
+        self.counts = dict.fromkeys(range(1, runs + 1), 0)
+        self.spreads: dict[int, _Spread] = {}
+        self.spread = Series()
+        self.all_before: deque[dict[str, Any]] = deque(maxlen=CONTEXT_BEFORE)
+        self.all_after: list[dict[str, Any]] = []
 
     # ---- feeding -------------------------------------------------------------------------
     def add_step(self, run: int, step: int, signals: dict[str, Any]) -> None:
+        """Step ``step`` of run ``run`` (each run's steps in order; runs in any interleaving)."""
+        self.hashes[run].update(_stream_bytes(step, signals))
+        self.counts[run] += 1
         if run == 1:
             waiting = 0
             for pair in self.pairs.values():
@@ -232,10 +282,36 @@ class Comparison:
             "differs": differs,
         }
 
+    def _visit(self, step: int, run: int, ref: Mapping[str, Any], value: Any, differs: bool) -> None:
+        """Run ``run`` was compared with run 1 at ``step``; once every run was, the step's spread
+        is known. Steps complete in increasing order (each pair compares in step order)."""
+        acc = self.spreads.get(step)
+        if acc is None:
+            acc = self.spreads[step] = _Spread([ref.get(self.focus)] + [None] * (self.runs - 1))
+        acc.values[run - 1] = value
+        acc.visits += 1
+        acc.differs = acc.differs or differs
+        if acc.visits == self.runs - 1:
+            self._settle(step)
+
+    def _settle(self, step: int) -> None:
+        acc = self.spreads.pop(step)
+        spread = spread_of(acc.values)
+        self.spread.add(step, spread)
+        row = {"step": step, "values": acc.values, "differs": acc.differs, "spread": spread}
+        if not self.all_after:
+            if acc.differs:
+                self.all_after.append(row)
+            else:
+                self.all_before.append(row)
+        elif len(self.all_after) < CONTEXT_AFTER + 1:
+            self.all_after.append(row)
+
     def _compare(self, pair: _Pair, step: int, ref: dict[str, Any], other: dict[str, Any]) -> None:
         pair.compared = max(pair.compared, step)
         name = first_difference(ref, other, self.policy)
         a, b = ref.get(self.focus), other.get(self.focus)
+        self._visit(step, pair.run, ref, b, name is not None)
         if isinstance(a, dict) and isinstance(b, dict):
             absdiff, _ = values.differences(a, b)
             pair.diffs.add(step, absdiff if absdiff is not None else (0.0 if a == b else math.nan))
@@ -258,6 +334,8 @@ class Comparison:
     def _missing(self, pair: _Pair, step: int, ref: dict[str, Any] | None,
                  other: dict[str, Any] | None) -> None:
         """One side has ``step``, the other ended before it."""
+        if ref is not None:
+            self._visit(step, pair.run, ref, None, pair.complete)
         if ref is None and not self.ref_complete or other is None and not pair.complete:
             return  # cut short by us, not by the target
         pair.compared = max(pair.compared, step)
@@ -304,7 +382,23 @@ class Comparison:
                                           detail=detail))
         return out
 
+    def groups(self) -> list[list[int]]:
+        """Runs whose step streams (and step counts and metrics) are bit-identical, together."""
+        by_key: dict[tuple[str, int, str], list[int]] = {}
+        for k in range(1, self.runs + 1):
+            metrics = json.dumps(self.metrics.get(k, {}), sort_keys=True)
+            by_key.setdefault((self.hashes[k].hexdigest(), self.counts[k], metrics), []).append(k)
+        return sorted(by_key.values())
+
+    def _extras(self) -> dict[str, Any]:
+        for step in sorted(self.spreads):  # runs that never ended (interrupted)
+            self._settle(step)
+        return {"spread_series": self.spread.values(),
+                "context_all": list(self.all_before) + self.all_after,
+                "groups": self.groups()}
+
     def result(self) -> ComparisonResult:
+        extras = self._extras()
         per_run = {k: p.first for k, p in self.pairs.items()}
         found = [p for p in self.pairs.values() if p.first is not None]
         metric_divs = self._metric_divergences()
@@ -319,14 +413,15 @@ class Comparison:
                     p.first.later_steps = p.later
             return ComparisonResult(div.step, div.signal, div, per_run, metric_divs, compared,
                                     list(best.before) + best.after, best.diffs.values(),
-                                    self.metrics)
+                                    self.metrics, **extras)
         first_pair = self.pairs.get(2)
         series = first_pair.diffs.values() if first_pair else []
         if metric_divs:
             m = metric_divs[0]
             return ComparisonResult(None, m.signal, m, per_run, metric_divs, compared, [], series,
-                                    self.metrics)
-        return ComparisonResult(None, None, None, per_run, [], compared, [], series, self.metrics)
+                                    self.metrics, **extras)
+        return ComparisonResult(None, None, None, per_run, [], compared, [], series, self.metrics,
+                                **extras)
 
 
 def compare_traces(traces: Iterable[Any], policy: Policy | None = None) -> ComparisonResult:

@@ -49,3 +49,101 @@ def test_log_metric_outside_a_run_does_nothing() -> None:
     import repro_check
 
     assert repro_check.log_metric("x", 1.5) == 1.5
+
+
+class _Stream:
+    """An iterable dataset without a length."""
+
+    def __new__(cls):  # built lazily so the module imports without torch
+        import torch
+        from torch.utils.data import IterableDataset
+
+        class Stream(IterableDataset):
+            def __iter__(self):
+                return iter(torch.zeros(3, 2))
+
+        return Stream()
+
+
+def _expected_steps(make_loop) -> list[int]:
+    """The expected-steps records the recorder emits while the loop trains in this process."""
+    from repro_check.capture import Recorder
+
+    events: list[dict] = []
+    rec = Recorder(events.append).install()
+    try:
+        make_loop()()
+    finally:
+        rec.uninstall()
+    return [e["info"]["expected_steps"] for e in events if "info" in e]
+
+
+def _loaders():
+    """A model with its optimizer (made after the recorder is installed), a training loader of 5
+    batches, an evaluation loader of 3, and a training step."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(10, 2)), batch_size=2)
+    val = DataLoader(TensorDataset(torch.randn(6, 2)), batch_size=2)
+
+    def step(x) -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    return train, val, step
+
+
+def test_expected_steps_follow_the_training_loader_not_evaluation() -> None:
+    def make_loop():
+        train, val, step = _loaders()
+
+        def loop() -> None:
+            for _ in val:  # a sanity evaluation before training
+                pass
+            for _ in range(2):
+                for (x,) in train:
+                    step(x)
+                for _ in val:
+                    pass
+            for _ in _Stream():  # no length: no expectation, no error
+                pass
+
+        return loop
+
+    assert _expected_steps(make_loop) == [3, 5, 10]
+
+
+def test_expected_steps_ignore_an_evaluation_inside_an_epoch() -> None:
+    def make_loop():
+        train, val, step = _loaders()
+
+        def loop() -> None:
+            for i, (x,) in enumerate(train):
+                step(x)
+                if i == 1:
+                    for _ in val:
+                        pass
+
+        return loop
+
+    assert _expected_steps(make_loop) == [5]
+
+
+def test_expected_steps_with_a_new_loader_every_epoch() -> None:
+    def make_loop():
+        from torch.utils.data import DataLoader
+
+        train, _, step = _loaders()
+
+        def loop() -> None:
+            for _ in range(3):
+                for (x,) in DataLoader(train.dataset, batch_size=5):  # 2 batches
+                    step(x)
+
+        return loop
+
+    assert _expected_steps(make_loop) == [2, 4, 6]

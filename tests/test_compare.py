@@ -154,3 +154,61 @@ def test_context_rows_surround_the_divergence() -> None:
     feed(cmp, [losses(20), losses(20, diverge_at=10)], [(r, i) for i in range(20) for r in (1, 2)])
     steps = [row["step"] for row in cmp.result().context]
     assert steps == list(itertools.chain(range(7, 10), range(10, 16)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_groups_of_bit_identical_runs_in_any_arrival_order(seed: int) -> None:
+    # runs 2 and 4 differ from run 1 in the same way (so they agree with each other); run 5 stops
+    runs = [losses(30), losses(30, diverge_at=9), losses(30), losses(30, diverge_at=9),
+            losses(30)[:20]]
+    cmp = Comparison(5)
+    feed(cmp, runs, interleavings(runs, seed))
+    res = cmp.result()
+    assert res.groups == [[1, 3], [2, 4], [5]]
+    assert res.first_divergent_step == 9
+
+
+def test_groups_tell_runs_apart_by_metrics_alone() -> None:
+    cmp = Comparison(3)
+    feed(cmp, [losses(5)] * 3, [(r, i) for i in range(5) for r in (1, 2, 3)])
+    for run, acc in ((1, 0.9), (2, 0.8), (3, 0.9)):
+        cmp.set_metrics(run, {"accuracy": values.encode_float64(acc)})
+    assert cmp.result().groups == [[1, 3], [2]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spread_across_runs_per_step(seed: int) -> None:
+    runs = [losses(40), losses(40), losses(40, diverge_at=12)]
+    cmp = Comparison(3)
+    feed(cmp, runs, interleavings(runs, seed))
+    res = cmp.result()
+    spread = dict(res.spread_series)
+    assert sorted(spread) == list(range(1, 41))
+    assert all(spread[s] == 0.0 for s in range(1, 12))
+    for s in range(12, 41):
+        assert spread[s] == pytest.approx(1e-9 * s, rel=1e-3)
+    assert not cmp.spreads  # nothing held back once every run is in
+
+
+def test_context_rows_hold_every_runs_value() -> None:
+    runs = [losses(20), losses(20), losses(20, diverge_at=10)]
+    cmp = Comparison(3)
+    feed(cmp, runs, interleavings(runs, 1))
+    rows = cmp.result().context_all
+    assert [r["step"] for r in rows] == list(range(7, 16))
+    assert [r["differs"] for r in rows] == [False] * 3 + [True] * 6
+    first = rows[3]
+    assert first["values"] == [runs[0][9]["loss"], runs[1][9]["loss"], runs[2][9]["loss"]]
+    assert first["spread"] == pytest.approx(1e-8, rel=1e-3)
+
+
+def test_spread_of_a_missing_step_is_undefined_and_not_held() -> None:
+    cmp = Comparison(3)
+    runs = [losses(10), losses(10), losses(6)]
+    feed(cmp, runs, [(r, i) for i in range(10) for r in (1, 2, 3) if i < len(runs[r - 1])])
+    res = cmp.result()
+    spread = dict(res.spread_series)
+    assert all(spread[s] == 0.0 for s in range(1, 7))
+    assert all(spread[s] != spread[s] for s in range(7, 11))  # NaN: run 3 has no value there
+    assert res.first_divergent_step == 7 and res.divergent_signal == "steps"
+    assert not cmp.spreads
