@@ -86,6 +86,8 @@ def summary(report: Report) -> Group:
         parts.append(line)
         if div.detail:
             parts.append(Text(f"  {div.detail}"))
+        if div.policy:
+            parts.append(Text(f"  judged by {div.policy}"))
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         t.add_column("")
         t.add_column("run 1", justify="right")
@@ -117,7 +119,8 @@ def summary(report: Report) -> Group:
     for w in report.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     if report.replay:
-        parts.append(Text.assemble(("Replay: ", "bold"), report.replay))
+        parts.append(Text.assemble(("Replay: ", "bold"), report.replay, no_wrap=True,
+                                   overflow="ignore"))
     if report.trace_dir:
         parts.append(Text(f"traces: {report.trace_dir}", style="dim"))
     return Group(*parts)
@@ -130,7 +133,7 @@ def _traceback_or_tail(r: RunResult, lines: int = 30) -> str:
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:
-    (console or make_console()).print(summary(report))
+    (console or make_console()).print(summary(report), crop=False)
 
 
 class Progress:

@@ -131,6 +131,7 @@ class Report:
             "divergences": [d.to_dict() for d in (cmp.per_run.values() if cmp else []) if d],
             "metric_divergences": [d.to_dict() for d in (cmp.metric_divergences if cmp else [])],
             "steps_compared": cmp.steps_compared if cmp else 0,
+            "judged": dict(cmp.judged) if cmp else {},
             "run_results": [
                 {
                     "run": r.index,
