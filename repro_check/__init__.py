@@ -22,7 +22,7 @@ from .errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .api import check
+    from .api import check, diff, record, verify
     from .report import Report
 
 __all__ = [
@@ -35,16 +35,19 @@ __all__ = [
     "TraceFileError",
     "UsageError",
     "check",
+    "diff",
     "log_metric",
+    "record",
+    "verify",
     "__version__",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "check":
-        from .api import check
+    if name in ("check", "verify", "record", "diff"):
+        from . import api
 
-        return check
+        return getattr(api, name)
     if name == "Report":
         from .report import Report
 

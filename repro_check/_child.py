@@ -67,7 +67,8 @@ def main() -> int:
         "components": list(components),
         "seeding": done,
         "max_steps": config.get("max_steps"),
-        "environment": environment.fingerprint(source),
+        "threads": config.get("threads"),
+        "environment": environment.fingerprint(source, seed, components),
         "started": started,
     }
     from .trace import header_line

@@ -194,3 +194,18 @@ def _failure(results: Sequence[RunResult], result: Any) -> str | None:
         return ("the target recorded no optimizer step, no backward call and no metric: nothing to "
                 "compare (return a metric from the function or call repro_check.log_metric)")
     return None
+
+
+
+# record, verify and diff (the golden-trace gate) live in repro_check.golden, which builds on this
+# module; they are exported here beside check so the whole Python API is ``repro_check.api``.
+_GATE = ("diff", "record", "verify")
+__all__ = ["check", *_GATE]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _GATE:
+        from . import golden
+
+        return getattr(golden, name)
+    raise AttributeError(f"module 'repro_check.api' has no attribute {name!r}")

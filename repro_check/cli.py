@@ -34,35 +34,43 @@ def _components(text: str) -> list[str]:
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET",
-                   help="module:function, path/to/file.py:function or path/to/file.py")
-    p.add_argument("--seed", type=int, default=0, help="seed for every component (default 0)")
+    """The options of a run; unset ones (None) fall back to [tool.repro-check], then defaults."""
+    p.add_argument("target", metavar="TARGET", nargs="?", default=None,
+                   help="module:function, path/to/file.py:function or path/to/file.py "
+                        "(default: the targets in [tool.repro-check])")
+    p.add_argument("--seed", type=int, default=None, help="seed for every component (default 0)")
     p.add_argument("--no-seed", action="store_true", help="no seeding at all (the unseeded protocol)")
-    p.add_argument("--without", type=_components, default=[], metavar="A,B",
+    p.add_argument("--without", type=_components, default=None, metavar="A,B",
                    help="seeding components to turn off (e.g. numpy,cudnn)")
     p.add_argument("--max-steps", type=int, default=None, metavar="N",
                    help="stop each run after N optimizer steps")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds allowed per run")
-    p.add_argument("--threads", type=int, default=1, metavar="N",
+    p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch intra-op threads in every run (default 1: thread count changes bits)")
     p.add_argument("--json", dest="json_path", default=None, metavar="PATH",
                    help="write the machine-readable report to PATH")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    p.add_argument("--junit", dest="junit_path", default=None, metavar="PATH",
+                   help="write a JUnit XML report (a testcase per target) to PATH")
+    p.add_argument("--config", default=None, metavar="PATH",
+                   help="read [tool.repro-check] from PATH instead of the nearest pyproject.toml")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .commands import add_tolerance_options
+
     p = _Parser(
         prog="repro-check",
         description="Run a PyTorch training entry point several times under full seeding and "
                     "report the first step where the runs diverge.",
         epilog="Arguments after -- are passed to the target as sys.argv[1:]. "
+               "Other commands: record, verify, diff (repro-check COMMAND --help). "
                "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed.",
     )
     p.add_argument("--version", action="version", version=f"repro-check {__version__}")
     add_run_options(p)
-    p.add_argument("--runs", type=int, default=2, metavar="N", help="number of runs (default 2)")
-    p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default: exact bits)")
-    p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default: exact bits)")
+    p.add_argument("--runs", type=int, default=None, metavar="N", help="number of runs (default 2)")
+    add_tolerance_options(p)
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="runs at the same time (default: as many as the CPUs hold)")
     p.add_argument("--fail-fast", action="store_true",
@@ -75,45 +83,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_json(path: str | None, text: str) -> None:
-    if path:
-        from .atomic import write_text_atomic
-
-        write_text_atomic(path, text)
-
-
 def cmd_check(argv: Sequence[str]) -> ExitCode:
-    own, target_args = split_target_args(argv)
-    ns = build_parser().parse_args(own)
-    if ns.json_path:
-        from .atomic import check_writable
+    from .commands import check_command
 
-        check_writable(ns.json_path, "--json")
-    if ns.report_path:
-        from .atomic import check_writable
-        from .html_report import require_matplotlib
+    return check_command(argv)
 
-        check_writable(ns.report_path, "--report")
-        require_matplotlib()
-    from .api import check
-    from .render import Progress, make_console, print_summary
 
-    with Progress(ns.runs, quiet=ns.quiet, max_steps=ns.max_steps) as progress:
-        report = check(
-            ns.target, args=target_args, seed=ns.seed, runs=ns.runs, without=ns.without,
-            no_seed=ns.no_seed, max_steps=ns.max_steps, timeout=ns.timeout, atol=ns.atol,
-            rtol=ns.rtol, threads=ns.threads, jobs=ns.jobs, fail_fast=ns.fail_fast,
-            trace_dir=ns.trace_dir, listener=progress,
-        )
-    out = make_console(file=sys.stdout)
-    print_summary(report, out)
-    _write_json(ns.json_path, report.to_json())
-    if ns.report_path:
-        from .html_report import write_html
+def cmd_record(argv: Sequence[str]) -> ExitCode:
+    from .commands import record_command
 
-        write_html(report, ns.report_path)
-        out.print(f"report: {ns.report_path}", style="dim", crop=False)
-    return report.exit_code
+    return record_command(argv)
+
+
+def cmd_verify(argv: Sequence[str]) -> ExitCode:
+    from .commands import verify_command
+
+    return verify_command(argv)
+
+
+def cmd_diff(argv: Sequence[str]) -> ExitCode:
+    from .commands import diff_command
+
+    return diff_command(argv)
 
 
 def build_doctor_parser() -> argparse.ArgumentParser:
@@ -152,7 +143,8 @@ def cmd_doctor(argv: Sequence[str]) -> ExitCode:
     return report.exit_code
 
 
-COMMANDS = {"check": cmd_check, "doctor": cmd_doctor}
+COMMANDS = {"check": cmd_check, "record": cmd_record, "verify": cmd_verify, "diff": cmd_diff,
+            "doctor": cmd_doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:

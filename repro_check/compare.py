@@ -32,12 +32,24 @@ CONTEXT_AFTER = 5
 SERIES_POINTS = 1024
 
 
+#: what accepted a value (the keys of ``ComparisonResult.judged``)
+EXACT, TOLERANCE, BAND = "exact", "tolerance", "band"
+
+
 @dataclass
 class Policy:
-    """Which tolerance judges which signal or metric (exact bits unless told otherwise)."""
+    """Which tolerance judges which signal or metric (exact bits unless told otherwise).
+
+    ``per_name`` keys are signal names (``loss``), ``metric:NAME`` or ``metric:*``. A reference
+    value may come with a band (the spread of repeated runs stored in a golden trace); a value
+    inside it, widened about its centre by ``band_widen``, is accepted too (unless ``use_band``
+    is off).
+    """
 
     default: Tolerance = field(default_factory=Tolerance)
     per_name: dict[str, Tolerance] = field(default_factory=dict)
+    band_widen: float = 1.0
+    use_band: bool = True
 
     def for_name(self, name: str) -> Tolerance:
         if name in self.per_name:
@@ -46,27 +58,62 @@ class Policy:
             return self.per_name["metric:*"]
         return self.default
 
+    def judge(self, name: str, a: Any, b: Any, band: Any = None) -> str | None:
+        """What accepts value ``b`` of ``name`` against reference ``a``: ``"exact"``,
+        ``"tolerance"`` or ``"band"``; None when nothing does."""
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.get("dtype") == b.get("dtype") and a.get("bits") == b.get("bits"):
+                return EXACT
+            tol = self.for_name(name)
+            if not tol.exact and values.equal(a, b, tol):
+                return TOLERANCE
+            if band is not None and self.use_band and values.in_band(b, band, self.band_widen):
+                return BAND
+            return None
+        return EXACT if a == b else None
+
+    def rule(self, name: str, band: Any = None) -> str:
+        """In words, what judged ``name`` (for the divergence report)."""
+        tol = self.for_name(name)
+        text = tol.describe()
+        if name in self.per_name or (name.startswith("metric:") and "metric:*" in self.per_name):
+            text += f" ({name})"
+        limits = values.band_limits(band, self.band_widen) if self.use_band else None
+        if limits is not None:
+            widen = f" widened x{self.band_widen:g}" if self.band_widen != 1.0 else ""
+            text += f"; band [{limits[0]:.8g}, {limits[1]:.8g}]{widen}"
+        return text
+
     def describe(self) -> str:
         parts = [self.default.describe()]
         parts += [f"{name}: {tol.describe()}" for name, tol in self.per_name.items()]
+        if self.band_widen != 1.0:
+            parts.append(f"bands widened x{self.band_widen:g}")
+        if not self.use_band:
+            parts.append("bands ignored")
         return "; ".join(parts)
 
 
-def same(name: str, a: Any, b: Any, policy: Policy) -> bool:
+def same(name: str, a: Any, b: Any, policy: Policy, band: Any = None) -> bool:
     """Whether two recorded values of signal ``name`` agree under ``policy``."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return values.equal(a, b, policy.for_name(name))
-    return a == b
+    return policy.judge(name, a, b, band) is not None
 
 
 def first_difference(
-    ref: Mapping[str, Any], other: Mapping[str, Any], policy: Policy
+    ref: Mapping[str, Any], other: Mapping[str, Any], policy: Policy,
+    band: Mapping[str, Any] | None = None, judged: dict[str, int] | None = None,
 ) -> str | None:
-    """The first signal (in recording order) whose values differ, or None."""
+    """The first signal (in recording order) whose values differ, or None.
+
+    ``judged`` (when given) counts what accepted each value that agreed.
+    """
     names = list(ref) + [n for n in other if n not in ref]
     for name in names:
-        if not same(name, ref.get(name), other.get(name), policy):
+        verdict = policy.judge(name, ref.get(name), other.get(name), (band or {}).get(name))
+        if verdict is None:
             return name
+        if judged is not None:
+            judged[verdict] = judged.get(verdict, 0) + 1
     return None
 
 
@@ -83,6 +130,7 @@ class Divergence:
     rel_diff: float | None = None
     later_steps: int = 0
     detail: str = ""
+    policy: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +143,7 @@ class Divergence:
             "rel_diff": _finite(self.rel_diff),
             "later_divergent_steps": self.later_steps,
             "detail": self.detail,
+            "policy": self.policy,
         }
 
 
@@ -162,6 +211,8 @@ class ComparisonResult:
     context_all: list[dict[str, Any]] = field(default_factory=list)
     #: runs whose recorded steps and metrics are bit-identical, e.g. [[1, 3], [2]]
     groups: list[list[int]] = field(default_factory=list)
+    #: how many values were accepted by exact bits, by a tolerance, by a band
+    judged: dict[str, int] = field(default_factory=dict)
 
     @property
     def reproducible(self) -> bool:
@@ -217,10 +268,16 @@ class Comparison:
         self.spread = Series()
         self.all_before: deque[dict[str, Any]] = deque(maxlen=CONTEXT_BEFORE)
         self.all_after: list[dict[str, Any]] = []
+        #: bands that came with run 1's steps and metrics (a golden trace recorded from repeats)
+        self.ref_band: dict[int, dict[str, Any]] = {}
+        self.metric_band: dict[str, Any] = {}
+        self.judged: dict[str, int] = {}
 
     # ---- feeding -------------------------------------------------------------------------
-    def add_step(self, run: int, step: int, signals: dict[str, Any]) -> None:
-        """Step ``step`` of run ``run`` (each run's steps in order; runs in any interleaving)."""
+    def add_step(self, run: int, step: int, signals: dict[str, Any],
+                 band: dict[str, Any] | None = None) -> None:
+        """One step of run ``run`` (each run's steps in order, runs in any interleaving);
+        ``band`` (run 1 only) is the accepted spread per signal."""
         self.hashes[run].update(_stream_bytes(step, signals))
         self.counts[run] += 1
         if run == 1:
@@ -228,7 +285,7 @@ class Comparison:
             for pair in self.pairs.values():
                 other = pair.pending.pop(step, None)
                 if other is not None:
-                    self._compare(pair, step, signals, other)
+                    self._compare(pair, step, signals, other, band)
                 elif pair.ended is None:
                     waiting += 1
                 else:
@@ -236,6 +293,8 @@ class Comparison:
             if waiting:
                 self.ref[step] = signals
                 self.ref_waiting[step] = waiting
+                if band:
+                    self.ref_band[step] = band
             return
         pair = self.pairs[run]
         ref = self.ref.get(step)
@@ -245,7 +304,7 @@ class Comparison:
             else:
                 pair.pending[step] = signals
             return
-        self._compare(pair, step, ref, signals)
+        self._compare(pair, step, ref, signals, self.ref_band.get(step))
         self._release(step)
 
     def _release(self, step: int) -> None:
@@ -253,6 +312,7 @@ class Comparison:
         if self.ref_waiting[step] == 0:
             del self.ref_waiting[step]
             del self.ref[step]
+            self.ref_band.pop(step, None)
 
     def end(self, run: int, steps: int, complete: bool = True) -> None:
         """Run ``run`` recorded ``steps`` steps in all; ``complete=False`` when it was cut short
@@ -269,8 +329,11 @@ class Comparison:
             self._missing(pair, step, self.ref[step], None)
             self._release(step)
 
-    def set_metrics(self, run: int, metrics: dict[str, Any]) -> None:
+    def set_metrics(self, run: int, metrics: dict[str, Any],
+                    band: dict[str, Any] | None = None) -> None:
         self.metrics.setdefault(run, {}).update(metrics)
+        if band and run == 1:
+            self.metric_band.update(band)
 
     # ---- comparing -----------------------------------------------------------------------
     def _row(self, step: int, ref: Mapping[str, Any] | None, other: Mapping[str, Any] | None,
@@ -307,9 +370,10 @@ class Comparison:
         elif len(self.all_after) < CONTEXT_AFTER + 1:
             self.all_after.append(row)
 
-    def _compare(self, pair: _Pair, step: int, ref: dict[str, Any], other: dict[str, Any]) -> None:
+    def _compare(self, pair: _Pair, step: int, ref: dict[str, Any], other: dict[str, Any],
+                 band: dict[str, Any] | None = None) -> None:
         pair.compared = max(pair.compared, step)
-        name = first_difference(ref, other, self.policy)
+        name = first_difference(ref, other, self.policy, band, self.judged)
         a, b = ref.get(self.focus), other.get(self.focus)
         self._visit(step, pair.run, ref, b, name is not None)
         if isinstance(a, dict) and isinstance(b, dict):
@@ -323,7 +387,8 @@ class Comparison:
             ra, rb = ref.get(name), other.get(name)
             absdiff, rel = values.differences(ra, rb) if isinstance(ra, dict) and isinstance(rb, dict) \
                 else (None, None)
-            pair.first = Divergence(pair.run, step, name, ra, rb, absdiff, rel)
+            pair.first = Divergence(pair.run, step, name, ra, rb, absdiff, rel,
+                                    policy=self.policy.rule(name, (band or {}).get(name)))
             pair.after.append(row)
             return
         if name is not None:
@@ -366,7 +431,7 @@ class Comparison:
             for p in self.pairs.values()
         )
 
-    def _metric_divergences(self) -> list[Divergence]:
+    def _metric_divergences(self, judged: dict[str, int] | None = None) -> list[Divergence]:
         out: list[Divergence] = []
         ref = self.metrics.get(1, {})
         for k in self.pairs:
@@ -374,12 +439,18 @@ class Comparison:
             names = list(ref) + [n for n in other if n not in ref]
             for name in names:
                 a, b = ref.get(name), other.get(name)
-                if not same(f"metric:{name}", a, b, self.policy):
-                    absdiff, rel = values.differences(a, b) if a and b else (None, None)
-                    detail = "" if a is not None and b is not None else \
-                        f"metric {name!r} recorded by run {1 if b is None else k} only"
-                    out.append(Divergence(k, None, f"metric:{name}", a, b, absdiff, rel,
-                                          detail=detail))
+                band = self.metric_band.get(name)
+                verdict = self.policy.judge(f"metric:{name}", a, b, band)
+                if verdict is not None:
+                    if judged is not None:
+                        judged[verdict] = judged.get(verdict, 0) + 1
+                    continue
+                absdiff, rel = values.differences(a, b) if a and b else (None, None)
+                detail = "" if a is not None and b is not None else \
+                    f"metric {name!r} recorded by run {1 if b is None else k} only"
+                out.append(Divergence(k, None, f"metric:{name}", a, b, absdiff, rel,
+                                      detail=detail,
+                                      policy=self.policy.rule(f"metric:{name}", band)))
         return out
 
     def groups(self) -> list[list[int]]:
@@ -401,7 +472,8 @@ class Comparison:
         extras = self._extras()
         per_run = {k: p.first for k, p in self.pairs.items()}
         found = [p for p in self.pairs.values() if p.first is not None]
-        metric_divs = self._metric_divergences()
+        judged = dict(self.judged)
+        metric_divs = self._metric_divergences(judged)
         compared = min((p.compared for p in self.pairs.values()), default=0)
         if found:
             best = min(found, key=lambda p: (p.first.step or 0, p.run))  # type: ignore[union-attr]
@@ -413,15 +485,15 @@ class Comparison:
                     p.first.later_steps = p.later
             return ComparisonResult(div.step, div.signal, div, per_run, metric_divs, compared,
                                     list(best.before) + best.after, best.diffs.values(),
-                                    self.metrics, **extras)
+                                    self.metrics, judged=judged, **extras)
         first_pair = self.pairs.get(2)
         series = first_pair.diffs.values() if first_pair else []
         if metric_divs:
             m = metric_divs[0]
             return ComparisonResult(None, m.signal, m, per_run, metric_divs, compared, [], series,
-                                    self.metrics, **extras)
+                                    self.metrics, judged=judged, **extras)
         return ComparisonResult(None, None, None, per_run, [], compared, [], series, self.metrics,
-                                **extras)
+                                judged=judged, **extras)
 
 
 def compare_traces(traces: Iterable[Any], policy: Policy | None = None) -> ComparisonResult:

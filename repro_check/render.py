@@ -233,6 +233,8 @@ def summary(report: Report) -> Group:
         parts.append(line)
         if div.detail:
             parts.append(Text(f"  {div.detail}"))
+        if div.policy:
+            parts.append(Text(f"  judged by {div.policy}"))
         context = _context_table(report)
         if context is None or div.signal != "loss":
             t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)

@@ -132,6 +132,7 @@ class Report:
             "metric_divergences": [d.to_dict() for d in (cmp.metric_divergences if cmp else [])],
             "steps_compared": cmp.steps_compared if cmp else 0,
             "identical_groups": cmp.groups if cmp else [],
+            "judged": dict(cmp.judged) if cmp else {},
             "run_results": [
                 {
                     "run": r.index,

@@ -1,11 +1,13 @@
-"""The trace format: one JSON Lines file a run, never pickle.
+"""The trace format: one JSON Lines file a run, never pickle (documented in docs/trace-format.md).
 
-Line 1 is the header ``{"format": "repro-check-trace", "version": 1, "header": {...}}``; then, in
+Line 1 is the header ``{"format": "repro-check-trace", "version": 2, "header": {...}}``; then, in
 the order they happened, ``{"step": N, "signals": {...}}`` lines, at most one ``{"metrics": {...}}``
 line, optional ``{"warning": ...}`` and ``{"error": {...}}`` lines, and a final ``{"end": {...}}``
 line with the run's exit status and the tail of its output. Signal and metric values are encoded
-scalars (see :mod:`repro_check.values`) or fingerprint strings. The reader validates every line, so
-a corrupt or foreign file is a :class:`TraceFileError`, never an exception from deep inside.
+scalars (see :mod:`repro_check.values`) or fingerprint strings. A golden trace recorded from
+repeated runs adds ``"band": {name: {"min": v, "max": v}}`` to its step and metrics lines. The
+reader validates every line, so a corrupt or foreign file is a :class:`TraceFileError`, never an
+exception from deep inside; files of older versions are read through :data:`UPGRADES`.
 """
 
 from __future__ import annotations
@@ -23,9 +25,7 @@ from .atomic import AtomicWriter
 from .errors import TraceFileError
 
 FORMAT = "repro-check-trace"
-VERSION = 1
-#: versions this reader understands
-READABLE_VERSIONS = (1,)
+VERSION = 2
 #: no valid line is longer than this; a longer one means a corrupt or foreign file
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_STEP = 10**12
@@ -33,6 +33,36 @@ MAX_STEP = 10**12
 
 def header_line(header: dict[str, Any]) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "header": header}
+
+
+def _threads_of(header: dict[str, Any]) -> int | None:
+    seeding = header.get("seeding")
+    threads = seeding.get("threads") if isinstance(seeding, dict) else None
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def _v1_to_v2(header: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added the header keys ``threads`` and ``golden`` and the optional ``band`` of
+    step and metrics lines (a v1 file has none: its values are judged without a band)."""
+    out = dict(header)
+    out.setdefault("threads", _threads_of(header))
+    out.setdefault("golden", None)
+    return out
+
+
+#: ``UPGRADES[v]`` turns the header of a version-v file into the header of version v + 1; a file
+#: of any version in :data:`READABLE_VERSIONS` is read as the current version
+UPGRADES = {1: _v1_to_v2}
+#: versions this reader understands
+READABLE_VERSIONS = tuple(sorted({*UPGRADES, VERSION}))
+
+
+def upgrade_header(version: int, header: dict[str, Any]) -> dict[str, Any]:
+    """The header of a ``version`` file in the shape of the current version."""
+    while version < VERSION:
+        header = UPGRADES[version](header)
+        version += 1
+    return header
 
 
 def dumps(event: dict[str, Any]) -> str:
@@ -44,6 +74,7 @@ def dumps(event: dict[str, Any]) -> str:
 class Step:
     step: int
     signals: dict[str, Any]
+    band: dict[str, Any] | None = None
 
 
 @dataclass
@@ -53,6 +84,7 @@ class Trace:
     header: dict[str, Any]
     steps: list[Step] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    metrics_band: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
@@ -72,6 +104,15 @@ def validate_signal(name: Any, value: Any) -> bool:
     return value is None or values.is_valid(value)
 
 
+def validate_band(band: Any) -> bool:
+    """``{name: {"min": encoded, "max": encoded}}``, as stored by a golden trace of repeats."""
+    return isinstance(band, dict) and all(
+        isinstance(k, str) and isinstance(v, dict) and values.is_valid(v.get("min"))
+        and values.is_valid(v.get("max"))
+        for k, v in band.items()
+    )
+
+
 def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, Any]:
     """Validate one decoded line after the header; return it unchanged."""
     if not isinstance(obj, dict) or len(obj) == 0:
@@ -83,6 +124,8 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
         sig = obj.get("signals")
         if not isinstance(sig, dict) or not all(validate_signal(k, v) for k, v in sig.items()):
             raise _fail(path, lineno, f"step {n} has malformed signals")
+        if "band" in obj and not validate_band(obj["band"]):
+            raise _fail(path, lineno, f"step {n} has a malformed band")
         return obj
     if "metrics" in obj:
         m = obj["metrics"]
@@ -90,6 +133,8 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
             isinstance(k, str) and values.is_valid(v) for k, v in m.items()
         ):
             raise _fail(path, lineno, "malformed metrics")
+        if "band" in obj and not validate_band(obj["band"]):
+            raise _fail(path, lineno, "metrics have a malformed band")
         return obj
     if "warning" in obj:
         if not isinstance(obj["warning"], str):
@@ -129,11 +174,20 @@ def _decode(text: str, path: str, lineno: int) -> Any:
     try:
         return json.loads(text, parse_constant=bad_constant)
     except (ValueError, RecursionError):
+        if lineno > 1 and not text.endswith("\n"):
+            raise _fail(path, lineno, "not JSON: truncated, its last line is incomplete") from None
+        if lineno == 1 and text.strip() in ("{", "["):
+            raise _fail(path, lineno, "not JSON Lines: a JSON document such as a --json report, "
+                                      "not a trace") from None
         raise _fail(path, lineno, "not JSON") from None
 
 
-def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield the header dict, then every later record, validating as it goes (bounded memory)."""
+def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Iterator[dict[str, Any]]:
+    """Yield the header dict, then every later record, validating as it goes (bounded memory).
+
+    The header is upgraded to the current version. With ``require_end``, a file that stops
+    before its ``end`` record (a truncated copy) is a :class:`TraceFileError` once reached.
+    """
     p = str(path)
     try:
         fh = open(p, "rb")
@@ -160,23 +214,29 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             )
         if not isinstance(head.get("header"), dict):
             raise _fail(p, lineno, "header is not an object")
-        yield head["header"]
+        yield upgrade_header(version, head["header"])
+        ended = False
         for lineno, text in lines:
-            yield parse_event(_decode(text, p, lineno), p, lineno)
+            event = parse_event(_decode(text, p, lineno), p, lineno)
+            ended = ended or "end" in event
+            yield event
+        if require_end and not ended:
+            raise TraceFileError(f"{p}: truncated trace (it stops before its end record)")
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
+def load_trace(path: str | os.PathLike[str], require_end: bool = False) -> Trace:
     """Read a whole trace; steps must be numbered 1, 2, 3, ..."""
-    events = iter_trace(path)
+    events = iter_trace(path, require_end)
     trace = Trace(header=next(events), path=str(path))
     for ev in events:
         if "step" in ev:
             expected = len(trace.steps) + 1
             if ev["step"] != expected:
                 raise _fail(str(path), 0, f"step {ev['step']} where step {expected} was expected")
-            trace.steps.append(Step(ev["step"], ev["signals"]))
+            trace.steps.append(Step(ev["step"], ev["signals"], ev.get("band")))
         elif "metrics" in ev:
             trace.metrics.update(ev["metrics"])
+            trace.metrics_band.update(ev.get("band") or {})
         elif "warning" in ev:
             trace.warnings.append(ev["warning"])
         elif "error" in ev:
@@ -184,6 +244,64 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         elif "end" in ev:
             trace.end = ev["end"]
     return trace
+
+
+class TraceStream:
+    """Reads a trace once, front to back, in bounded memory: steps one at a time (checked to be
+    numbered 1, 2, 3, ...), everything else collected as it passes. For ``verify``, ``diff`` and
+    ``record``, which walk two or more traces side by side."""
+
+    def __init__(self, path: str | os.PathLike[str], require_end: bool = True) -> None:
+        self.path = str(path)
+        self._events = iter_trace(path, require_end)
+        self.header: dict[str, Any] = next(self._events)
+        self.steps = 0
+        self.metrics: dict[str, Any] = {}
+        self.metrics_band: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.errors: list[dict[str, Any]] = []
+        self.end: dict[str, Any] | None = None
+        self.done = False
+
+    def _take(self, ev: dict[str, Any]) -> None:
+        if "metrics" in ev:
+            self.metrics.update(ev["metrics"])
+            self.metrics_band.update(ev.get("band") or {})
+        elif "warning" in ev:
+            if len(self.warnings) < 100:
+                self.warnings.append(ev["warning"])
+        elif "error" in ev:
+            self.errors.append(ev["error"])
+        elif "end" in ev:
+            self.end = ev["end"]
+
+    def next_step(self) -> dict[str, Any] | None:
+        """The next step record, or None once the file has no more (then it is read to its end)."""
+        for ev in self._events:
+            if "step" in ev:
+                if ev["step"] != self.steps + 1:
+                    raise _fail(self.path, 0,
+                                f"step {ev['step']} where step {self.steps + 1} was expected")
+                self.steps += 1
+                return ev
+            self._take(ev)
+        self.done = True
+        return None
+
+    def drain(self) -> None:
+        """Read the rest of the file (counting, not keeping, its steps)."""
+        while self.next_step() is not None:
+            pass
+
+    def close(self) -> None:
+        self._events.close()  # type: ignore[attr-defined]
+
+
+def scan(path: str | os.PathLike[str], require_end: bool = True) -> TraceStream:
+    """Validate a whole file (bounded memory) and return what it holds besides its steps."""
+    stream = TraceStream(path, require_end)
+    stream.drain()
+    return stream
 
 
 class TraceWriter:

@@ -128,17 +128,55 @@ def is_valid(enc: Any) -> bool:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How two values are judged equal: exact bits unless atol/rtol are given."""
+    """How two values are judged equal: exact bits unless atol, rtol or ulps are given.
+
+    A value passes when any tolerance that is set accepts it: ``|a - b| <= atol + rtol * |b|``
+    (b the reference), or at most ``ulps`` representable values apart in their own dtype.
+    """
 
     atol: float = 0.0
     rtol: float = 0.0
+    ulps: int = 0
 
     @property
     def exact(self) -> bool:
-        return self.atol == 0.0 and self.rtol == 0.0
+        return self.atol == 0.0 and self.rtol == 0.0 and self.ulps == 0
 
     def describe(self) -> str:
-        return "exact bits" if self.exact else f"atol={self.atol:g}, rtol={self.rtol:g}"
+        if self.exact:
+            return "exact bits"
+        parts = []
+        if self.atol or self.rtol:
+            parts += [f"atol={self.atol:g}", f"rtol={self.rtol:g}"]
+        if self.ulps:
+            parts.append(f"ulps={self.ulps}")
+        return ", ".join(parts)
+
+
+def _ordered(enc: Encoded) -> int | None:
+    """The bits of a float as an integer that counts representable values in order."""
+    width = _FLOAT_WIDTH.get(str(enc.get("dtype")))
+    if width is None:
+        return None
+    raw = int(str(enc.get("bits")), 16)
+    sign = 1 << (8 * width - 1)
+    return -(raw & (sign - 1)) if raw & sign else raw
+
+
+def ulp_distance(a: Encoded, b: Encoded) -> int | None:
+    """How many representable values of their (common) float dtype lie between a and b.
+
+    None when the dtypes differ, are not floats, or either value is NaN or infinite.
+    """
+    if a.get("dtype") != b.get("dtype"):
+        return None
+    oa, ob = _ordered(a), _ordered(b)
+    if oa is None or ob is None:
+        return None
+    x, y = to_float(a), to_float(b)
+    if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y):
+        return None
+    return abs(oa - ob)
 
 
 def equal(a: Encoded | None, b: Encoded | None, tol: Tolerance) -> bool:
@@ -154,7 +192,36 @@ def equal(a: Encoded | None, b: Encoded | None, tol: Tolerance) -> bool:
         return math.isnan(x) and math.isnan(y)
     if math.isinf(x) or math.isinf(y):
         return x == y
-    return abs(x - y) <= tol.atol + tol.rtol * abs(y)
+    if tol.ulps:
+        dist = ulp_distance(a, b)
+        if dist is not None and dist <= tol.ulps:
+            return True
+    if tol.atol or tol.rtol:
+        return abs(x - y) <= tol.atol + tol.rtol * abs(y)
+    return False
+
+
+def band_limits(band: Any, widen: float = 1.0) -> tuple[float, float] | None:
+    """The accepted interval of a stored band ``{"min": enc, "max": enc}``, widened about its
+    centre by ``widen``; None when the band is not two finite numbers."""
+    if not isinstance(band, dict) or not is_valid(band.get("min")) or not is_valid(band.get("max")):
+        return None
+    lo, hi = to_float(band["min"]), to_float(band["max"])
+    if any(math.isnan(v) or math.isinf(v) for v in (lo, hi)) or lo > hi:
+        return None
+    if widen != 1.0:
+        half = (hi - lo) / 2
+        lo, hi = lo - (widen - 1.0) * half, hi + (widen - 1.0) * half
+    return lo, hi
+
+
+def in_band(value: Encoded | None, band: Any, widen: float = 1.0) -> bool:
+    """Whether an encoded value lies inside a stored band (see :func:`band_limits`)."""
+    limits = band_limits(band, widen)
+    if value is None or limits is None or not is_valid(value):
+        return False
+    x = to_float(value)
+    return not math.isnan(x) and limits[0] <= x <= limits[1]
 
 
 def differences(a: Encoded | None, b: Encoded | None) -> tuple[float | None, float | None]:

@@ -28,6 +28,8 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["NO_COLOR"] = "1"
     env["COLUMNS"] = "120"
+    for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"):  # tests that want them say so
+        env.pop(name, None)
     env.update(extra)
     return env
 

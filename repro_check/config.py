@@ -1,0 +1,300 @@
+"""``[tool.repro-check]`` in pyproject.toml: the project's targets, seed, runs, tolerances and
+golden paths, so CI runs ``repro-check verify`` with no arguments.
+
+The file is the first pyproject.toml found from the current folder upward (or ``--config``).
+Paths in it are relative to its folder. Command-line flags override it; every bad value is a
+:class:`UsageError` of one line (exit 2). The keys are documented in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import seeding
+from .errors import UsageError
+from .tolerances import ToleranceOptions, parse_config
+
+SECTION = "repro-check"
+FILENAME = "pyproject.toml"
+
+
+def _int(minimum: int) -> Any:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise ValueError(f"expected a whole number >= {minimum}")
+        return v
+    return check
+
+
+def _positive(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
+        raise ValueError("expected a number > 0")
+    return float(v)
+
+
+def _at_least_one(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1 or math.isinf(v):
+        raise ValueError("expected a number >= 1")
+    return float(v)
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError("expected true or false")
+    return v
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("expected a non-empty string")
+    return v
+
+
+def _str_list(v: Any) -> list[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError("expected a list of strings")
+    return list(v)
+
+
+def _seed(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= seeding.MAX_SEED:
+        raise ValueError(f"expected a whole number from 0 to {seeding.MAX_SEED}")
+    return v
+
+
+def _without(v: Any) -> list[str]:
+    names = [c.strip() for c in v.split(",")] if isinstance(v, str) else _str_list(v)
+    seeding.select_components(names)  # unknown names raise with a suggestion
+    return [n for n in names if n]
+
+
+#: key -> (validator, what it is); run settings may also be set per target
+RUN_KEYS: dict[str, Any] = {
+    "args": _str_list,
+    "seed": _seed,
+    "no-seed": _bool,
+    "without": _without,
+    "runs": _int(2),
+    "record-runs": _int(1),
+    "max-steps": _int(1),
+    "timeout": _positive,
+    "threads": _int(1),
+}
+PATH_KEYS = ("golden", "golden-dir", "trace-dir", "junit", "json")
+KEYS: dict[str, Any] = {
+    **RUN_KEYS,
+    "jobs": _int(1),
+    "fail-fast": _bool,
+    "band-widen": _at_least_one,
+    "band": _bool,
+    "golden": _str,
+    "golden-dir": _str,
+    "trace-dir": _str,
+    "junit": _str,
+    "json": _str,
+    "atol": None,
+    "rtol": None,
+    "ulps": None,
+    "targets": None,
+}
+TARGET_KEYS = ("target", "golden", *RUN_KEYS)
+
+
+@dataclass
+class TargetEntry:
+    """One entry of ``targets``: a TARGET and its own settings (``golden`` made absolute)."""
+
+    target: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    golden: Path | None = None
+
+
+@dataclass
+class Config:
+    """The validated ``[tool.repro-check]`` table (empty when there is none)."""
+
+    path: Path | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    targets: list[TargetEntry] = field(default_factory=list)
+    tolerances: ToleranceOptions = field(default_factory=ToleranceOptions)
+
+    @property
+    def root(self) -> Path | None:
+        return self.path.parent if self.path is not None else None
+
+    def get(self, key: str, entry: TargetEntry | None = None, default: Any = None) -> Any:
+        """A setting: the target entry's own, else the table's, else ``default``."""
+        if entry is not None and key in entry.settings:
+            return entry.settings[key]
+        return self.values.get(key, default)
+
+    def path_of(self, key: str) -> Path | None:
+        value = self.values.get(key)
+        return value if isinstance(value, Path) else None
+
+    def entry(self, target: str) -> TargetEntry | None:
+        return next((e for e in self.targets if e.target == target), None)
+
+    def golden_for(self, target: str, entry: TargetEntry | None = None) -> Path | None:
+        """Where the golden trace of ``target`` lives: its entry's ``golden``, else ``golden``
+        (when there is at most one target), else ``<golden-dir>/<target as a file name>.json``."""
+        entry = entry or self.entry(target)
+        if entry is not None and entry.golden is not None:
+            return entry.golden
+        single = self.path_of("golden")
+        if single is not None and len(self.targets) <= 1:
+            return single
+        folder = self.path_of("golden-dir")
+        if folder is not None:
+            return folder / f"{slug(target)}.json"
+        return None
+
+
+def slug(target: str) -> str:
+    """A file name for a target: ``fixtures/tiny.py:main`` -> ``fixtures-tiny.py-main``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", target).strip("-.") or "target"
+
+
+def find(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml from ``start`` (the current folder) upward."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / FILENAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _toml_loads(text: str, path: Path) -> dict[str, Any]:
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            raise UsageError(f"{path}: reading [tool.{SECTION}] needs Python 3.11 or the tomli "
+                             "package") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: invalid TOML: {' '.join(str(e).split())}") from None
+
+
+def _bad(path: Path, key: str, value: Any, why: str) -> UsageError:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return UsageError(f"{path}: [tool.{SECTION}] {key}: {why}, got {shown}")
+
+
+def _check(path: Path, key: str, value: Any, where: str = "") -> Any:
+    validator = KEYS[key]
+    try:
+        return validator(value)
+    except ValueError as e:
+        raise _bad(path, f"{where}{key}", value, str(e)) from None
+    except UsageError as e:
+        raise UsageError(f"{path}: [tool.{SECTION}] {where}{key}: {e}") from None
+
+
+def _unknown(path: Path, key: str, allowed: Any, where: str = "") -> UsageError:
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return UsageError(f"{path}: [tool.{SECTION}] unknown key {where}{key!r}{hint}")
+
+
+def parse(table: Mapping[str, Any], path: Path) -> Config:
+    """Validate a ``[tool.repro-check]`` table; ``path`` is the file it came from."""
+    root = path.parent
+    cfg = Config(path=path)
+    if not isinstance(table, Mapping):
+        raise UsageError(f"{path}: [tool.{SECTION}] must be a table")
+    for key, value in table.items():
+        if key not in KEYS:
+            raise _unknown(path, key, KEYS)
+        if key in ("atol", "rtol", "ulps"):
+            try:
+                parsed = parse_config(key, value, key)
+            except UsageError as e:
+                raise UsageError(f"{path}: [tool.{SECTION}] {e}") from None
+            setattr(cfg.tolerances, key, parsed)
+        elif key == "targets":
+            cfg.targets = _targets(value, path)
+        elif key == "band-widen":
+            cfg.tolerances.band_widen = _check(path, key, value)
+        elif key == "band":
+            cfg.tolerances.use_band = _check(path, key, value)
+        else:
+            checked = _check(path, key, value)
+            cfg.values[key] = root / checked if key in PATH_KEYS else checked
+    return cfg
+
+
+def _targets(value: Any, path: Path) -> list[TargetEntry]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise _bad(path, "targets", value, "expected a list of targets (strings or tables)")
+    out: list[TargetEntry] = []
+    for i, item in enumerate(value):
+        where = f"targets[{i}]."
+        if isinstance(item, str):
+            if not item.strip():
+                raise _bad(path, f"targets[{i}]", item, "expected a non-empty TARGET")
+            out.append(TargetEntry(item))
+            continue
+        if not isinstance(item, Mapping):
+            raise _bad(path, f"targets[{i}]", item, "expected a TARGET string or a table")
+        if "target" not in item:
+            raise UsageError(f"{path}: [tool.{SECTION}] targets[{i}]: a table needs a 'target'")
+        target = item["target"]
+        if not isinstance(target, str) or not target.strip():
+            raise _bad(path, f"{where}target", target, "expected a non-empty TARGET")
+        entry = TargetEntry(target.strip())
+        for key, val in item.items():
+            if key not in TARGET_KEYS:
+                raise _unknown(path, key, TARGET_KEYS, where)
+            if key == "target":
+                continue
+            checked = _check(path, key, val, where)
+            if key == "golden":
+                entry.golden = path.parent / checked
+            else:
+                entry.settings[key] = checked
+        out.append(entry)
+    texts = [e.target for e in out]
+    dup = next((t for t in texts if texts.count(t) > 1), None)
+    if dup is not None:
+        raise _bad(path, "targets", dup, "each target may be listed once")
+    return out
+
+
+def load(path: str | Path | None = None, start: Path | None = None) -> Config:
+    """The configuration in ``path`` (or the nearest pyproject.toml); empty when there is none."""
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise UsageError(f"--config {str(file)!r}: no such file")
+    else:
+        found = find(start)
+        if found is None:
+            return Config()
+        file = found
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{file}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    if f"[tool.{SECTION}" not in text and f'"{SECTION}"' not in text:
+        return Config(path=file.resolve())
+    data = _toml_loads(text, file)
+    tool = data.get("tool", {})
+    table = tool.get(SECTION) if isinstance(tool, Mapping) else None
+    if table is None:
+        return Config(path=file.resolve())
+    return parse(table, file.resolve())

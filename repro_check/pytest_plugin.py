@@ -1,0 +1,153 @@
+"""pytest plugin: assert that training is reproducible from a test suite.
+
+Registered under the ``pytest11`` entry point, so installing repro-check makes it available;
+importing it costs nothing (torch and the runner load only when a test uses it), and a test
+session that uses neither the fixture nor the marker is unaffected.
+
+* ``assert_reproducible(target, seed=0, runs=2, max_steps=None, args=(), golden=None, ...)``: a
+  fixture; runs the check (or, with ``golden=``, verifies against the golden trace) and fails the
+  test with the divergence report and the replay line. Returns the :class:`Report`.
+* ``@pytest.mark.reproducible(seed=0, runs=2, max_steps=None, ...)`` on a test function that
+  trains: the function itself (which must take no fixtures) is run under repro-check in fresh
+  processes instead of in the test process. ``@pytest.mark.reproducible("train:main", ...)``
+  (or ``target=``) checks that target, then runs the test body as usual.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .report import Report
+
+MARKER = "reproducible"
+#: keyword arguments the marker and the fixture accept besides the target
+OPTIONS = ("seed", "runs", "max_steps", "args", "golden", "without", "no_seed", "timeout",
+           "threads", "atol", "rtol", "ulps", "band_widen", "trace_dir", "fail_fast")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(target=None, *, seed=0, runs=2, max_steps=None, args=(), golden=None): run "
+        "the test function (or TARGET) under repro-check and fail with the divergence report "
+        "when it is not reproducible",
+    )
+
+
+def _tolerances(options: dict[str, Any]) -> Any:
+    from .tolerances import ToleranceOptions, parse_config
+
+    tol = ToleranceOptions()
+    for kind in ("atol", "rtol", "ulps"):
+        if options.get(kind) is not None:
+            setattr(tol, kind, parse_config(kind, options[kind], kind))
+    tol.band_widen = options.get("band_widen")
+    return tol
+
+
+def run_reproducibility(target: str, trace_dir: str | Path | None = None, **options: Any) -> Report:
+    """Check ``target`` (or verify it against ``golden=``) and return the report."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"unexpected option(s) for repro-check: {', '.join(unknown)}")
+    trace_dir = options.pop("trace_dir", None) or trace_dir
+    tol = _tolerances(options)
+    args = list(options.get("args") or ())
+    golden = options.get("golden")
+    if golden is not None:
+        from .golden import verify
+
+        return verify(target, golden, args=args if options.get("args") is not None else None,
+                      seed=options.get("seed"), no_seed=bool(options.get("no_seed")),
+                      without=options.get("without"), max_steps=options.get("max_steps"),
+                      timeout=options.get("timeout"), threads=options.get("threads"),
+                      tolerances=tol, fail_fast=bool(options.get("fail_fast")),
+                      trace_dir=trace_dir)
+    from .api import check
+
+    return check(target, args=args, seed=options.get("seed") or 0, runs=options.get("runs") or 2,
+                 without=options.get("without") or (), no_seed=bool(options.get("no_seed")),
+                 max_steps=options.get("max_steps"), timeout=options.get("timeout"),
+                 policy=tol.policy(), threads=options.get("threads") or 1,
+                 fail_fast=bool(options.get("fail_fast")), trace_dir=trace_dir)
+
+
+def report_text(report: Report, width: int = 100) -> str:
+    """The report as the terminal shows it, in plain text, for a test failure."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, highlight=False)
+    if report.extra.get("mode") in ("verify", "diff", "record"):
+        from .gate_render import summary
+    else:
+        from .render import summary
+    console.print(summary(report), crop=False)
+    return buf.getvalue()
+
+
+def _fail_unless_reproducible(report: Report) -> Report:
+    if report.exit_code != 0:
+        pytest.fail(f"repro-check: {report.target} is not reproducible "
+                    f"(exit {int(report.exit_code)})\n{report_text(report)}", pytrace=False)
+    return report
+
+
+@pytest.fixture
+def assert_reproducible(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Report]:
+    """``assert_reproducible("train:main", seed=1, max_steps=20)``: fails the test with the
+    divergence report unless every run agrees (or the run matches ``golden=``)."""
+    folder = tmp_path_factory.mktemp("repro-check")
+
+    def check(target: str, **options: Any) -> Report:
+        from .errors import ReproCheckError
+
+        try:
+            report = run_reproducibility(target, trace_dir=folder, **options)
+        except ReproCheckError as e:
+            pytest.fail(f"repro-check: {e}", pytrace=False)
+        return _fail_unless_reproducible(report)
+
+    return check
+
+
+def _function_target(item: pytest.Function) -> str:
+    """The test function as a repro-check TARGET (``path/to/test_x.py:test_name``)."""
+    if item.cls is not None:
+        pytest.fail(f"@pytest.mark.{MARKER} without a target needs a module-level test "
+                    f"function; {item.name} is a method (give target=...)", pytrace=False)
+    argnames: Sequence[str] = item._fixtureinfo.argnames  # noqa: SLF001 - pytest's own record
+    if argnames:
+        pytest.fail(f"@pytest.mark.{MARKER} runs {item.originalname} in fresh processes, so it "
+                    f"cannot take fixtures ({', '.join(argnames)}); give target=... instead",
+                    pytrace=False)
+    return f"{item.path}:{item.originalname}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    marker = pyfuncitem.get_closest_marker(MARKER)
+    if marker is None:
+        return None
+    options = dict(marker.kwargs)
+    target = marker.args[0] if marker.args else options.pop("target", None)
+    own_body = target is None
+    if own_body:
+        target = _function_target(pyfuncitem)
+    from .errors import ReproCheckError
+
+    folder = pyfuncitem.config._tmp_path_factory.mktemp("repro-check")  # type: ignore[attr-defined]
+    try:
+        report = run_reproducibility(str(target), trace_dir=folder, **options)
+    except ReproCheckError as e:
+        pytest.fail(f"repro-check: {e}", pytrace=False)
+    except TypeError as e:
+        pytest.fail(f"@pytest.mark.{MARKER}: {e}", pytrace=False)
+    _fail_unless_reproducible(report)
+    return True if own_body else None
