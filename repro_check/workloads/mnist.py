@@ -144,7 +144,8 @@ def main() -> dict[str, float]:
             optimizer.zero_grad()
             loss = loss_function(model(inputs.view(inputs.shape[0], -1)), labels)
             if opts.perturb_at is not None and step >= opts.perturb_at:
-                loss = loss * (1 + int.from_bytes(os.urandom(2), "little") * 1e-9)
+                noise = int.from_bytes(os.urandom(2), "little")  # repro-check: ignore[RC111]
+                loss = loss * (1 + noise * 1e-9)
             loss.backward()
             optimizer.step()
             if step % 100 == 0 or step == len(train_loader):
