@@ -139,7 +139,10 @@ def cmd_doctor(argv: Sequence[str]) -> ExitCode:
 
     report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env)
     print_summary(report)
-    _write_json(ns.json_path, report.to_json())
+    if ns.json_path:
+        from .atomic import write_text_atomic
+
+        write_text_atomic(ns.json_path, report.to_json())
     return report.exit_code
 
 

@@ -233,7 +233,7 @@ def summary(report: Report) -> Group:
         parts.append(line)
         if div.detail:
             parts.append(Text(f"  {div.detail}"))
-        if div.policy:
+        if div.policy and div.policy != "exact bits":  # the panel already says exact bits
             parts.append(Text(f"  judged by {div.policy}"))
         context = _context_table(report)
         if context is None or div.signal != "loss":

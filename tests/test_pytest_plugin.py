@@ -70,7 +70,7 @@ def test_marker_and_fixture_in_a_session(pytester: pytest.Pytester) -> None:
     section = out.split("_ test_trains_with_noise _")[1].split("_ test_takes_a_fixture _")[0]
     assert "is not reproducible (exit 1)" in section
     assert "First divergence: step 1, signal loss, run 2 vs run 1" in section
-    assert "Replay: repro-check " in section and "test_training.py:test_trains_with_noise" in section
+    assert "Replay:\nrepro-check " in section and "test_training.py:test_trains_with_noise" in section
     assert "--max-steps 1" in section
     # the marker cannot run a function that needs fixtures in a fresh process: it says so
     assert "cannot take fixtures (tmp_path)" in out
