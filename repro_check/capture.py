@@ -57,6 +57,8 @@ class Recorder:
         self._pending: list[tuple[int, Any]] = []
         self._handles: list[Any] = []
         self._undo: list[Callable[[], None]] = []
+        #: called after every recorded step (e.g. to notice settings the target changed)
+        self.watchers: list[Callable[[], None]] = []
 
     # ---- installing ----------------------------------------------------------------------
     def install(self) -> Recorder:
@@ -126,6 +128,8 @@ class Recorder:
         else:
             self.flush()
             self._emit_step(self.step, loss)
+        for watch in self.watchers:
+            watch()
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)

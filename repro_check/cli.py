@@ -76,7 +76,10 @@ def _write_json(path: str | None, text: str) -> None:
     if path:
         from .atomic import write_text_atomic
 
-        write_text_atomic(path, text)
+        try:
+            write_text_atomic(path, text)
+        except OSError as e:
+            raise UsageError(f"cannot write --json {path!r}: {e.strerror}") from None
 
 
 def cmd_check(argv: Sequence[str]) -> ExitCode:
