@@ -4,12 +4,17 @@ Started by the runner as ``python -m repro_check._child`` with its configuration
 ``REPRO_CHECK_RUN`` environment variable and a pipe on which every trace line is written as it
 happens (unbuffered, so steps survive ``os._exit`` and crashes). The target's own output goes to
 this process's stdout/stderr, which the runner keeps a tail of.
+
+The runner asks a run to stop with SIGTERM: the steps still held (device losses not yet turned
+into bits) are handed over before the process exits. The run dies with the runner (a parent-death
+signal), so not even a ``kill -9`` of repro-check leaves it running.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -19,6 +24,36 @@ from typing import Any
 EXIT_RESOLVE = 97
 #: exit status of a run whose target raised
 EXIT_RAISED = 98
+#: exit status of a run stopped by SIGTERM from the runner
+EXIT_TERMINATED = 99
+#: exit status of a run whose runner was already gone when it started
+EXIT_ORPHANED = 96
+
+
+class Terminated(BaseException):
+    """Raised in the main thread on SIGTERM, so the run unwinds and hands over its steps.
+
+    A BaseException, so that a training loop's ``except Exception`` does not swallow it.
+    """
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough; SIGKILL follows if need be
+    raise Terminated
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """Have the kernel kill this process when the runner dies (Linux), and exit if it already did."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(EXIT_ORPHANED)
 
 
 class Emitter:
@@ -27,10 +62,13 @@ class Emitter:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.lock = threading.Lock()
+        self.pid = os.getpid()
 
     def __call__(self, event: dict[str, Any]) -> None:
         from .trace import dumps
 
+        if os.getpid() != self.pid:
+            return  # a forked DataLoader worker: only the run's own process records
         data = dumps(event).encode("utf-8")
         with self.lock:
             try:
@@ -41,12 +79,32 @@ class Emitter:
                 os._exit(EXIT_RAISED)  # the runner is gone: nobody reads our results
 
 
+def _flush_before_os_exit(recorder: Any) -> None:
+    """``os._exit`` skips every handler: hand over the pending steps first (this process only)."""
+    real_exit = os._exit
+    owner = os.getpid()
+
+    def _exit(code: int) -> None:
+        if os.getpid() == owner:
+            try:
+                recorder.flush()
+            except BaseException:  # noqa: BLE001 - exiting anyway
+                pass
+        real_exit(code)
+
+    os._exit = _exit  # type: ignore[assignment]
+
+
 def main() -> int:
     config = json.loads(os.environ.pop("REPRO_CHECK_RUN"))
+    _die_with_parent(config.get("parent"))
     emit = Emitter(int(config["event_fd"]))
     started = time.time()
+    import faulthandler
 
-    from . import capture, environment, seeding, targets
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault shows where it happened
+
+    from . import capture, environment, seeding, targets, watch
 
     seed = config.get("seed")
     components = config.get("components", [])
@@ -75,6 +133,9 @@ def main() -> int:
 
     emit(header_line(header))
     recorder = capture.Recorder(emit, config.get("max_steps")).install()
+    _flush_before_os_exit(recorder)
+    overrides = watch.SeedingWatch(emit, done, seed).install()
+    recorder.watchers.append(overrides.check)
     status, code = "completed", 0
     try:
         run = targets.resolve(target, config.get("args", []))
@@ -85,6 +146,16 @@ def main() -> int:
         result = run()
     except capture.StopTraining:
         status = "stopped"
+    except Terminated:
+        raise
+    except (ImportError, SyntaxError) as e:
+        if target.function is not None or recorder.step or recorder.backward_calls:
+            return _raised(e, emit, recorder)
+        # a whole script that cannot import what it needs never started: a TARGET problem
+        tb = targets.target_traceback(e)
+        emit({"error": {"kind": "resolve", "message": f"running {target.text} failed: "
+                        f"{type(e).__name__}: {e}", "traceback": tb[-20000:]}})
+        return EXIT_RESOLVE
     except SystemExit as e:
         if e.code in (None, 0):
             status = "exited"
@@ -96,16 +167,11 @@ def main() -> int:
             recorder.flush()
             return EXIT_RAISED
     except BaseException as e:  # noqa: BLE001 - the target's failure, reported to the user
-        tb = targets.target_traceback(e)
-        sys.stderr.write(tb)
-        sys.stderr.flush()
-        recorder.flush()
-        emit({"error": {"kind": "raised", "type": type(e).__name__, "message": str(e)[:2000],
-                        "traceback": tb[-20000:]}})
-        return EXIT_RAISED
+        return _raised(e, emit, recorder)
     else:
         recorder.metrics_from_return(result)
     recorder.flush()
+    overrides.check()
     if recorder.metrics and status != "stopped":
         emit({"metrics": recorder.metrics})
     emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
@@ -113,8 +179,41 @@ def main() -> int:
     return code
 
 
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
+def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
+    from . import targets
+
+    tb = targets.target_traceback(e)
+    sys.stderr.write(tb)
     sys.stderr.flush()
-    os._exit(code) if code else sys.exit(0)
+    recorder.flush()
+    emit({"error": {"kind": "raised", "type": type(e).__name__, "message": str(e)[:2000],
+                    "traceback": tb[-20000:]}})
+    return EXIT_RAISED
+
+
+def _terminated() -> int:
+    from . import capture
+
+    if capture._ACTIVE is not None:
+        try:
+            capture._ACTIVE.flush()
+        except BaseException:  # noqa: BLE001 - stopping anyway
+            pass
+    return EXIT_TERMINATED
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = main()
+    except Terminated:
+        code = _terminated()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (Terminated, OSError):
+        pass
+    if code:
+        os._exit(code)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # being stopped during interpreter exit
+    sys.exit(0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -10,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import seeding, targets
+from . import seeding, targets, watch
 from .compare import Comparison, Policy
-from .errors import Interrupted, UsageError
+from .errors import Interrupted, TargetNotFound, UsageError
 from .report import Report, replay_command
 from .runner import Listener, RunResult, RunSpec, run_all
 from .values import Tolerance
@@ -49,30 +50,52 @@ class _Feed:
         self.listener.event(index, event)
 
     def run_finished(self, result: RunResult) -> None:
-        self.comparison.end(result.index, result.steps, complete=result.status != "cancelled")
+        # a run that failed or was stopped by us is cut short: its missing steps are no divergence
+        cut_short = result.failed or result.status == "cancelled"
+        self.comparison.end(result.index, result.steps, complete=not cut_short)
         self.listener.run_finished(result)
 
 
 def make_trace_dir(trace_dir: str | os.PathLike[str] | None) -> Path:
-    """A fresh folder for this check's traces, so concurrent checks never share files."""
+    """A fresh folder for this check's traces, so concurrent checks never share files.
+
+    The path is absolute, so the report stays usable from another working directory."""
+    return _make_trace_dir(trace_dir).resolve()
+
+
+def _make_trace_dir(trace_dir: str | os.PathLike[str] | None) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    prefix = f"{stamp}-{os.getpid()}-"
     if trace_dir is None:
-        root = Path(TRACE_ROOT) / "runs"
         try:
+            root = Path(TRACE_ROOT) / "runs"
             root.mkdir(parents=True, exist_ok=True)
-            ignore = Path(TRACE_ROOT) / ".gitignore"
-            if not ignore.exists():
-                ignore.write_text("# created by repro-check\n*\n")
-        except OSError:
+            try:
+                with open(Path(TRACE_ROOT) / ".gitignore", "x") as fh:
+                    fh.write("# created by repro-check\n*\n")
+            except FileExistsError:
+                pass
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        except OSError:  # a read-only checkout: traces go to the temporary folder
             root = Path(tempfile.gettempdir()) / "repro-check" / "runs"
             root.mkdir(parents=True, exist_ok=True)
-    else:
-        root = Path(trace_dir)
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    root = Path(trace_dir)
+    if not root.is_dir():
+        parent = root.parent if str(root.parent) else Path(".")
+        if not parent.is_dir():
+            raise UsageError(f"--trace-dir folder {str(parent)!r} does not exist")
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            root.mkdir()
+        except FileExistsError:
+            if not root.is_dir():
+                raise UsageError(f"--trace-dir {str(root)!r} is not a folder") from None
         except OSError as e:
-            raise UsageError(f"cannot create trace folder {str(root)!r}: {e.strerror}") from None
-    return Path(tempfile.mkdtemp(prefix=f"{stamp}-{os.getpid()}-", dir=root))
+            raise UsageError(f"cannot create --trace-dir {str(root)!r}: {e.strerror}") from None
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    except OSError as e:
+        raise UsageError(f"--trace-dir folder {str(root)!r} is not writable: {e.strerror}") from None
 
 
 def default_jobs(runs: int, threads: int | None) -> int:
@@ -157,6 +180,9 @@ def check(
         results = run_all(specs, feed, jobs or default_jobs(runs, run_threads), should_stop=stop)
     except Interrupted as e:
         interrupted, results = True, list(e.results)
+    except TargetNotFound:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing ran: no traces to keep
+        raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -175,14 +201,31 @@ def check(
         interrupted=interrupted,
         trace_dir=str(folder),
     )
-    report.error = _failure(results, result)
-    for r in results:
-        report.warnings += [f"run {r.index}: {w}" for w in r.warnings]
+    report.error = None if interrupted and not any(r.failed for r in results) \
+        else _failure(results, result)
+    report.warnings += merge_warnings(results)
     if not report.reproducible or report.error:
         upto = result.first_divergent_step or max_steps
         report.replay = replay_command(target, args, run_seed, components, runs, upto,
                                        run_threads, seeding.COMPONENTS)
     return report
+
+
+def merge_warnings(results: Sequence[RunResult]) -> list[str]:
+    """One line per distinct warning: prefixed with its runs unless every run gave it."""
+    by_text: dict[str, list[int]] = {}
+    for r in results:
+        for w in r.warnings:
+            runs = by_text.setdefault(w, [])
+            if r.index not in runs:
+                runs.append(r.index)
+    out = watch.cross_run_notes({r.index: r.overrides for r in results if r.overrides})
+    for text, runs in by_text.items():
+        if len(runs) == len(results) and len(results) > 1:
+            out.append(text)
+        else:
+            out.append(f"run{'s' if len(runs) > 1 else ''} {', '.join(map(str, runs))}: {text}")
+    return out
 
 
 def _failure(results: Sequence[RunResult], result: Any) -> str | None:

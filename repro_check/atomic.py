@@ -18,15 +18,32 @@ def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
         raise UsageError(f"{what} path {str(p)!r} is a directory")
     if not parent.is_dir():
         raise UsageError(f"{what} folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{what} folder {str(parent)!r} is not writable")
+    # try it: permission bits say nothing for root, read-only mounts or full quotas
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=parent)
+    except OSError as e:
+        raise UsageError(f"{what} folder {str(parent)!r} is not writable ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
     return p
 
 
 def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _final_mode(path: Path) -> int:
+    """The mode the file would have had if written in place (temporary files are 0600)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
 
 
 class AtomicWriter:
@@ -45,10 +62,15 @@ class AtomicWriter:
         self.file.write(text)
 
     def commit(self) -> Path:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        os.replace(self._tmp, self.path)
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            os.fchmod(self.file.fileno(), _final_mode(self.path))
+            self.file.close()
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
         return self.path
 
     def abort(self) -> None:

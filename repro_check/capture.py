@@ -81,6 +81,8 @@ class Recorder:
         self._epoch: tuple[Any, Any, int, int] | None = None
         self._train: tuple[Any, Any, int, int] | None = None
         self._epoch_seen_step = True
+        #: called after every recorded step (e.g. to notice settings the target changed)
+        self.watchers: list[Callable[[], None]] = []
 
     # ---- installing ----------------------------------------------------------------------
     def install(self) -> Recorder:
@@ -207,6 +209,8 @@ class Recorder:
         else:
             self.flush()
             self._emit_step(self.step, loss)
+        for watch in self.watchers:
+            watch()
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)

@@ -83,6 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _write_json(path: str | None, text: str) -> None:
+    if path:
+        from .atomic import write_text_atomic
+
+        try:
+            write_text_atomic(path, text)
+        except OSError as e:
+            raise UsageError(f"cannot write --json {path!r}: {e.strerror}") from None
+
+
 def cmd_check(argv: Sequence[str]) -> ExitCode:
     from .commands import check_command
 
@@ -139,10 +149,7 @@ def cmd_doctor(argv: Sequence[str]) -> ExitCode:
 
     report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env)
     print_summary(report)
-    if ns.json_path:
-        from .atomic import write_text_atomic
-
-        write_text_atomic(ns.json_path, report.to_json())
+    _write_json(ns.json_path, report.to_json())
     return report.exit_code
 
 

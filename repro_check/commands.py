@@ -155,7 +155,10 @@ def combined_json(reports: Sequence[Report]) -> str:
 def finish(reports: list[Report], command: str, out: Outputs) -> ExitCode:
     """Write the JSON and CI outputs of every target; the exit code of them all."""
     if out.json_path:
-        write_text_atomic(out.json_path, combined_json(reports))
+        try:
+            write_text_atomic(out.json_path, combined_json(reports))
+        except OSError as e:
+            raise UsageError(f"cannot write --json {out.json_path!r}: {e.strerror}") from None
     ci.emit(reports, command, junit=out.junit_path)
     return aggregate_exit(reports)
 

@@ -257,6 +257,10 @@ def summary(report: Report) -> Group:
     elif report.error is None and not report.interrupted and cmp is not None:
         parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
                           "agree."))
+    elif report.interrupted:
+        compared = cmp.steps_compared if cmp else 0
+        parts.append(Text(f"Interrupted: the runs were stopped; the {compared} step(s) compared "
+                          "so far agree (kept in the traces).", style="yellow"))
     parts += _difference_line(report)
     groups = _groups_line(report)
     if groups is not None:
@@ -285,10 +289,10 @@ def summary(report: Report) -> Group:
     return Group(*parts)
 
 
-def _traceback_or_tail(r: RunResult, lines: int = 30) -> str:
+def _traceback_or_tail(r: RunResult, lines: int = 30, chars: int = 6000) -> str:
     if r.error and r.error.get("traceback"):
-        return str(r.error["traceback"]).rstrip()
-    return "\n".join(r.output_tail.rstrip().splitlines()[-lines:])
+        return str(r.error["traceback"]).rstrip()[-chars:]
+    return "\n".join(r.output_tail.rstrip().splitlines()[-lines:])[-chars:]
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:

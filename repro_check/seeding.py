@@ -134,9 +134,17 @@ def configure_cudnn() -> dict[str, bool]:
 
 def enable_deterministic_algorithms(warn_only: bool = False) -> dict[str, Any]:
     """Make PyTorch raise (or warn) on ops it knows to be nondeterministic."""
+    import sys
+
     import torch
 
-    torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    else:
+        # the same without importing inductor (seconds per run): inductor reads this variable
+        # when it is first imported, and torch.use_deterministic_algorithms sets only that besides
+        os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+        torch._C._set_deterministic_algorithms(True, warn_only=warn_only)
     return {
         "enabled": True,
         "warn_only": warn_only,

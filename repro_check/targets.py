@@ -167,6 +167,26 @@ def find_module(name: str, path: list[str]) -> importlib.machinery.ModuleSpec:
     return spec
 
 
+def _check_syntax(source: str | None, where: str) -> None:
+    """A syntax error is found by parsing (which runs nothing), before any run starts."""
+    if source is None or not source.endswith(".py"):
+        return
+    try:
+        data = Path(source).read_bytes()
+    except OSError as e:
+        raise TargetNotFound(f"cannot read {where}: {e.strerror}") from None
+    try:
+        ast.parse(data, filename=source)
+    except SyntaxError as e:
+        detail = "".join(traceback.format_exception_only(type(e), e))
+        raise TargetNotFound(f"{where} has a syntax error: {e.msg} (line {e.lineno})",
+                             detail=detail) from None
+    except ValueError as e:  # e.g. null bytes
+        raise TargetNotFound(f"{where} is not Python source: {e}") from None
+    except (RecursionError, MemoryError):
+        return  # too deep to check here; the run reports it
+
+
 def check(target: Target) -> None:
     """Everything that can be checked without running the target's code."""
     if target.path is not None:
@@ -177,11 +197,13 @@ def check(target: Target) -> None:
             raise TargetNotFound(f"no such file: {target.path}{_suggest(p.name, options)}")
         if not p.is_file():
             raise TargetNotFound(f"not a file: {target.path}")
+        _check_syntax(str(p), target.path)
         if target.kind == "file_function":
             _check_function(target, str(p), target.path)
         return
     assert target.module is not None
     spec = find_module(target.module, search_path(os.getcwd()))
+    _check_syntax(spec.origin, f"module {target.module!r} ({spec.origin})")
     if target.kind == "module_function":
         _check_function(target, spec.origin, f"module {target.module!r}")
 

@@ -91,6 +91,12 @@ class Trace:
     path: str | None = None
 
 
+def _short(x: Any, limit: int = 40) -> str:
+    """A value from the file, shortened for a one-line message."""
+    text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _fail(path: str, lineno: int, why: str) -> TraceFileError:
     where = f"{path}:{lineno}" if lineno else path
     return TraceFileError(f"{where}: not a valid repro-check trace ({why})")
@@ -120,7 +126,7 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
     if "step" in obj:
         n = obj["step"]
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_STEP:
-            raise _fail(path, lineno, f"step number {n!r} out of range")
+            raise _fail(path, lineno, f"step number {_short(n)} out of range")
         sig = obj.get("signals")
         if not isinstance(sig, dict) or not all(validate_signal(k, v) for k, v in sig.items()):
             raise _fail(path, lineno, f"step {n} has malformed signals")
@@ -147,7 +153,7 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
         return obj
     if "info" in obj:
         return obj
-    raise _fail(path, lineno, f"unknown record {sorted(obj)[:3]}")
+    raise _fail(path, lineno, f"unknown record {_short(sorted(obj)[:3])}")
 
 
 def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
@@ -209,7 +215,7 @@ def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Itera
         version = head.get("version")
         if version not in READABLE_VERSIONS:
             raise TraceFileError(
-                f"{p}: trace format version {version!r} is not supported by this repro-check "
+                f"{p}: trace format version {_short(version)} is not supported by this repro-check "
                 f"(reads {', '.join(map(str, READABLE_VERSIONS))})"
             )
         if not isinstance(head.get("header"), dict):

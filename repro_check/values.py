@@ -8,6 +8,7 @@ float (or "nan"/"inf"/"-inf") that is never used for comparison.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 Encoded = dict[str, Any]
 
 _FLOAT_WIDTH = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_SIGNED_HEX = re.compile(r"-?[0-9a-fA-F]+")
 
 
 def _readable(x: float) -> float | str:
@@ -118,12 +121,10 @@ def is_valid(enc: Any) -> bool:
     bits = enc.get("bits")
     if not isinstance(bits, str) or len(bits) > 64:
         return False
-    try:
-        int(bits, 16)
-    except ValueError:
-        return False
     width = _FLOAT_WIDTH.get(enc["dtype"])
-    return width is None or len(bits) == 2 * width
+    if width is not None:  # exactly the bytes of the value: hex digits only, no sign
+        return len(bits) == 2 * width and _HEX.fullmatch(bits) is not None
+    return _SIGNED_HEX.fullmatch(bits) is not None
 
 
 @dataclass(frozen=True)

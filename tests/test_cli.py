@@ -78,11 +78,13 @@ def test_metrics_only_divergence(tmp: Path) -> None:
     assert res.report["divergent_signal"] == "metric:mse"
 
 
-def test_tolerance_opt_in_accepts_the_planted_noise(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--rtol", "0.01", "--", "--metric-noise", tmp=tmp / "tol")
-    assert res.code == 1  # noise up to 1.0 on an mse near 0.1 is outside 1 %
-    res = run_cli("tiny:main", "--atol", "1.0", "--", "--metric-noise", tmp=tmp / "tol2")
-    assert res.code == 0 and "atol=1" in res.report["tolerance"]
+def test_tolerance_opt_in_accepts_a_known_difference(tmp: Path) -> None:
+    shifted = ("--", "--metric-shift-in-run", "2")
+    res = run_cli("tiny:main", "--rtol", "0.01", *shifted, tmp=tmp / "tol")
+    assert res.code == 1  # 0.05 on an mse below 1 is outside 1 %
+    assert res.report["divergent_signal"] == "metric:mse"
+    res = run_cli("tiny:main", "--atol", "0.06", *shifted, tmp=tmp / "tol2")
+    assert res.code == 0 and "atol=0.06" in res.report["tolerance"]
 
 
 def test_max_steps_stops_cleanly(tmp: Path) -> None:

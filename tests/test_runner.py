@@ -1,14 +1,17 @@
-"""The runner: parallel runs give the same bits as sequential ones, and streams are bounded."""
+"""The runner: parallel runs give the same bits as sequential ones; bounded output tail, line
+splitting, and a run that will not exit."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import repro_check
-from repro_check.runner import _Tail
-from repro_check.trace import load_trace
+from repro_check import runner, targets
+from repro_check.procs import is_alive
+from repro_check.trace import MAX_LINE_BYTES, load_trace
 
 from .conftest import FIXTURES
 
@@ -30,11 +33,57 @@ def test_parallel_runs_give_the_same_bits_as_sequential(tmp_path: Path,
     assert steps[1][0] == steps[2][0] == steps[2][1]
 
 
-def test_output_tail_is_bounded() -> None:
-    tail = _Tail(limit=1000)
+def test_tail_keeps_the_last_bytes_in_bounded_memory() -> None:
+    tail = runner._Tail(limit=1000)
     for i in range(10_000):
         tail.add(f"line {i}\n".encode())
+        assert tail.size <= 1000 + 16 and len(tail.chunks) <= 257
     text = tail.text()
-    assert text.endswith("line 9999\n")
-    assert "earlier bytes not kept" in text
-    assert len(text) < 1100
+    assert text.endswith("line 9999\n") and "earlier bytes not kept" in text.splitlines()[0]
+
+
+def test_lines_are_split_across_chunks_and_oversized_ones_dropped() -> None:
+    got: list[bytes] = []
+    lines = runner._Lines(got.append)
+    lines.add(b'{"a"')
+    lines.add(b': 1}\n{"b": 2}\n{"c"')
+    assert got == [b'{"a": 1}', b'{"b": 2}']
+    lines.add(b"x" * (MAX_LINE_BYTES + 10))  # a runaway line is dropped, not kept in memory
+    assert len(lines.partial) == 0
+    lines.add(b"still the same line\nnext\n")
+    assert got[2:] == [b"next"]
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.finished: list[runner.RunResult] = []
+
+    def run_started(self, index: int) -> None:
+        pass
+
+    def event(self, index: int, event: dict[str, Any]) -> None:
+        pass
+
+    def run_finished(self, result: runner.RunResult) -> None:
+        self.finished.append(result)
+
+
+def test_a_run_that_does_not_exit_after_returning_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-daemon thread keeps the interpreter alive after the target returned: what it
+    recorded is complete, so it is stopped after a grace period and reported as completed."""
+    monkeypatch.setattr(runner, "FINISH_GRACE", 1.0)
+    pid_file = tmp_path / "pids.txt"
+    spec = runner.RunSpec(
+        index=1, target=targets.parse(f"{FIXTURES / 'failures' / 'leaky.py'}:main"),
+        args=["--linger", "--pid-file", str(pid_file)], timeout=120,
+        trace_path=tmp_path / "run-1.jsonl",
+    )
+    events = _Events()
+    [result] = runner.run_all([spec], events)
+    assert result.status == "completed" and result.steps == 3
+    assert any("did not exit within 1 s after the target returned" in w for w in result.warnings)
+    assert events.finished == [result]
+    pids = [int(line.split()[-1]) for line in pid_file.read_text().splitlines()]
+    assert len(pids) == 3 and not any(is_alive(p) for p in pids)
