@@ -226,7 +226,7 @@ def test_usage_errors_exit_2(argv, message, elsewhere, capsys):
 
 def test_unparsable_target_is_a_usage_error(elsewhere):
     (elsewhere / "broken.py").write_text("def main(:\n    pass\n")
-    with pytest.raises(UsageError, match=r"cannot read broken.py \(line 1\)"):
+    with pytest.raises(UsageError, match=r"broken.py has a syntax error: .*\(line 1\)"):
         doctor.doctor("broken.py", env=False)
 
 
