@@ -70,10 +70,16 @@ def main() -> int:
         "environment": environment.fingerprint(source),
         "started": started,
     }
+    recorder_class = capture.Recorder
+    if config.get("distributed"):
+        from . import distributed
+
+        header.update(distributed.rank_header())
+        recorder_class = distributed.RankRecorder
     from .trace import header_line
 
     emit(header_line(header))
-    recorder = capture.Recorder(emit, config.get("max_steps")).install()
+    recorder = recorder_class(emit, config.get("max_steps")).install()
     status, code = "completed", 0
     try:
         run = targets.resolve(target, config.get("args", []))
@@ -91,7 +97,7 @@ def main() -> int:
             tb = targets.target_traceback(e)
             sys.stderr.write(tb)
             emit({"error": {"kind": "exit", "message": f"the target called sys.exit({e.code!r})",
-                            "traceback": tb}})
+                            "traceback": tb, "time": time.time()}})
             recorder.flush()
             return EXIT_RAISED
     except BaseException as e:  # noqa: BLE001 - the target's failure, reported to the user
@@ -100,7 +106,7 @@ def main() -> int:
         sys.stderr.flush()
         recorder.flush()
         emit({"error": {"kind": "raised", "type": type(e).__name__, "message": str(e)[:2000],
-                        "traceback": tb[-20000:]}})
+                        "traceback": tb[-20000:], "time": time.time()}})
         return EXIT_RAISED
     else:
         recorder.metrics_from_return(result)
@@ -109,6 +115,11 @@ def main() -> int:
         emit({"metrics": recorder.metrics})
     emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
                    "seconds": time.time() - started}})
+    if status == "stopped" and config.get("distributed"):
+        # stopped mid-training: the live process group's threads would abort the interpreter's exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return code
 
 
