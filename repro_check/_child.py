@@ -129,10 +129,16 @@ def main() -> int:
         "environment": environment.fingerprint(source, seed, components),
         "started": started,
     }
+    recorder_class = capture.Recorder
+    if config.get("distributed"):
+        from . import distributed
+
+        header.update(distributed.rank_header())
+        recorder_class = distributed.RankRecorder
     from .trace import header_line
 
     emit(header_line(header))
-    recorder = capture.Recorder(emit, config.get("max_steps")).install()
+    recorder = recorder_class(emit, config.get("max_steps")).install()
     _flush_before_os_exit(recorder)
     overrides = watch.SeedingWatch(emit, done, seed).install()
     recorder.watchers.append(overrides.check)
@@ -163,7 +169,7 @@ def main() -> int:
             tb = targets.target_traceback(e)
             sys.stderr.write(tb)
             emit({"error": {"kind": "exit", "message": f"the target called sys.exit({e.code!r})",
-                            "traceback": tb}})
+                            "traceback": tb, "time": time.time()}})
             recorder.flush()
             return EXIT_RAISED
     except BaseException as e:  # noqa: BLE001 - the target's failure, reported to the user
@@ -176,6 +182,12 @@ def main() -> int:
         emit({"metrics": recorder.metrics})
     emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
                    "seconds": time.time() - started}})
+    if config.get("distributed"):
+        # a process group still alive (stopped mid-training, or a script that never destroys it):
+        # its communication threads can abort the interpreter's exit with SIGABRT
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return code
 
 
@@ -187,7 +199,7 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
     sys.stderr.flush()
     recorder.flush()
     emit({"error": {"kind": "raised", "type": type(e).__name__, "message": str(e)[:2000],
-                    "traceback": tb[-20000:]}})
+                    "traceback": tb[-20000:], "time": time.time()}})
     return EXIT_RAISED
 
 

@@ -133,8 +133,12 @@ def check(
     fail_fast: bool = False,
     trace_dir: str | os.PathLike[str] | None = None,
     listener: Listener | None = None,
+    distributed: Any = None,
 ) -> Report:
     """Run ``target`` ``runs`` times under full seeding and compare every step.
+
+    ``distributed`` (a :class:`repro_check.distributed.DistOptions`) launches every run with
+    torchrun and compares each rank across runs and the ranks of each run with each other.
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or a TARGET that
     cannot be resolved; a target that fails is reported (``report.error``, exit 3), not raised.
@@ -154,6 +158,11 @@ def check(
     tgt = targets.parse(target)
     targets.check(tgt)
     policy = policy or Policy(Tolerance(atol, rtol))
+    dist = None
+    if distributed is not None:
+        from .distributed import Distributed
+
+        dist = Distributed(distributed, runs)
     run_seed = seed if components else None
     run_threads = threads if "threads" in components else None
     folder = make_trace_dir(trace_dir)
@@ -168,16 +177,22 @@ def check(
             max_steps=max_steps,
             timeout=timeout,
             trace_path=folder / f"run-{i}.jsonl",
+            launcher=dist,
         )
         for i in range(1, runs + 1)
     ]
-    comparison = Comparison(runs, policy)
-    feed = _Feed(comparison, listener or _NullListener())
+    comparison: Any = Comparison(runs, policy) if dist is None else dist.comparison(policy)
+    feed: Any = _Feed(comparison, listener or _NullListener()) if dist is None \
+        else dist.feed(comparison, listener or _NullListener())
+    if dist is None:
+        n_jobs = jobs or default_jobs(runs, run_threads)
+    else:
+        n_jobs = dist.jobs(jobs, default_jobs(runs, (run_threads or 1) * dist.local_ranks))
     stop = (lambda: comparison.settled_divergence()) if fail_fast else (lambda: False)
     interrupted = False
     previous = _sigterm_as_interrupt()
     try:
-        results = run_all(specs, feed, jobs or default_jobs(runs, run_threads), should_stop=stop)
+        results = run_all(specs, feed, n_jobs, should_stop=stop)
     except Interrupted as e:
         interrupted, results = True, list(e.results)
     except TargetNotFound:
@@ -208,6 +223,8 @@ def check(
         upto = result.first_divergent_step or max_steps
         report.replay = replay_command(target, args, run_seed, components, runs, upto,
                                        run_threads, seeding.COMPONENTS)
+    if dist is not None:
+        dist.finish_report(report, comparison)
     return report
 
 

@@ -56,6 +56,34 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="read [tool.repro-check] from PATH instead of the nearest pyproject.toml")
 
 
+def add_distributed_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "distributed", "launch every run with torchrun (torch.distributed.run); these options are "
+        "passed through to it, and each rank is recorded and compared")
+    g.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                   help="ranks per node (turns distributed checking on)")
+    g.add_argument("--nnodes", default=None, metavar="N|MIN:MAX", help="nodes (default 1)")
+    g.add_argument("--node-rank", type=int, default=None, metavar="R", help="this node's rank")
+    g.add_argument("--rdzv-backend", default=None, metavar="NAME", help="e.g. c10d, static")
+    g.add_argument("--rdzv-endpoint", default=None, metavar="HOST[:PORT]")
+    g.add_argument("--rdzv-id", default=None, metavar="ID",
+                   help="job id, the same on every node (each run adds -run-K)")
+    g.add_argument("--rdzv-conf", default=None, metavar="K=V,...")
+    g.add_argument("--master-addr", default=None, metavar="HOST")
+    g.add_argument("--master-port", type=int, default=None, metavar="PORT")
+
+
+def _distributed_options(ns: argparse.Namespace) -> object | None:
+    names = ("nproc_per_node", "nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id",
+             "rdzv_conf", "master_addr", "master_port")
+    given = {n: getattr(ns, n) for n in names if getattr(ns, n, None) is not None}
+    if not given:
+        return None
+    from .distributed import DistOptions
+
+    return DistOptions(**given)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .commands import add_tolerance_options
 
@@ -80,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
                    help="write a self-contained HTML report with loss curves to PATH "
                         "(needs matplotlib: pip install 'repro-check[report]')")
+    add_distributed_options(p)
     return p
 
 

@@ -234,8 +234,10 @@ def check_command(argv: Sequence[str]) -> ExitCode:
     policy = tol.policy()
     trace_dir = _abs(ns.trace_dir) or _cfg_path(cfg, "trace-dir")
     from .api import check
+    from .cli import _distributed_options
     from .render import Progress
 
+    distributed = _distributed_options(ns)
     show = _printer(gate=False)
     reports: list[Report] = []
     with in_folder(cfg.root if from_config else None) as moved:
@@ -250,7 +252,7 @@ def check_command(argv: Sequence[str]) -> ExitCode:
                     timeout=s["timeout"], policy=policy, threads=first(s["threads"], 1),
                     jobs=first(ns.jobs, cfg.get("jobs")),
                     fail_fast=bool(ns.fail_fast or cfg.get("fail-fast", None, False)),
-                    trace_dir=trace_dir, listener=progress,
+                    trace_dir=trace_dir, listener=progress, distributed=distributed,
                 )
             _replay_from(report, moved)
             show(report)

@@ -214,6 +214,10 @@ def summary(report: Report) -> Group:
         for c in report.components
     ) or "none"
     head.append(f"\nseeding: {comps}")
+    dist = report.extra.get("distributed")
+    if dist is not None:
+        head.append(f"\ntorchrun: {len(dist.get('ranks', []))} ranks a run"
+                    f" ({dist.get('nproc_per_node')} per node, {dist.get('nnodes')} node(s))")
     parts.append(Panel(head, box=box.ROUNDED, expand=False, border_style=verdict(report).style))
 
     if report.error is not None:
@@ -226,10 +230,14 @@ def summary(report: Report) -> Group:
                     parts.append(Text(tail))
 
     div = cmp.divergence if cmp else None
-    if div is not None:
+    if dist is not None:
+        parts += rank_parts(report)
+    if div is not None and div.signal != "rank_desync":  # a desync is shown by rank_parts
         where = f"step {div.step}" if div.step is not None else "final metrics"
         line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
                              f", run {div.run} vs run 1")
+        if getattr(div, "rank", None) is not None:
+            line.append(f", rank {div.rank}")
         parts.append(line)
         if div.detail:
             parts.append(Text(f"  {div.detail}"))
@@ -252,9 +260,11 @@ def summary(report: Report) -> Group:
             parts.append(context)
         if div.step is not None:
             parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+        if dist is not None:
+            parts += rank_value_parts(report)
     elif report.runs == 1 and report.error is None and not report.interrupted:
         parts.append(Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare."))
-    elif report.error is None and not report.interrupted and cmp is not None:
+    elif div is None and report.error is None and not report.interrupted and cmp is not None:
         parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
                           "agree."))
     elif report.interrupted:
@@ -287,6 +297,55 @@ def summary(report: Report) -> Group:
     if report.trace_dir:
         parts.append(Text(f"traces: {report.trace_dir}", style="dim"))
     return Group(*parts)
+
+
+def rank_parts(report: Report) -> list[Any]:
+    """A distributed check: the cross-rank parameter check (or its desync)."""
+    dist = report.extra["distributed"]
+    desync = report.extra.get("rank_desync")
+    if desync is None:
+        steps = dist.get("cross_rank_steps", 0)
+        if not dist.get("ddp_model_seen"):
+            return [Text("Cross-rank check: no DistributedDataParallel model seen, not checked",
+                         style="dim")]
+        if dist.get("nproc_per_node", 1) < 2:
+            return [Text("Cross-rank check: one rank on this node, nothing to compare it with",
+                         style="dim")]
+        return [Text(f"Cross-rank check: the ranks' parameters agree at all {steps} steps.")]
+    runs = ", ".join(map(str, desync.get("runs") or [desync["run"]]))
+    out: list[Any] = [
+        Text.assemble(("Rank desync: ", "bold red"), f"step {desync['step']}, run(s) {runs}: rank(s) ",
+                      (", ".join(map(str, desync["ranks"])), "bold"),
+                      f" hold different parameters than rank {desync['groups'][0][0]} "
+                      "after the optimizer step"),
+    ]
+    if len(desync["fingerprints"]) > 2:
+        groups = " | ".join(", ".join(map(str, g)) for g in desync["groups"])
+        out.append(Text(f"  ranks that agree: {groups}"))
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("rank", justify="right")
+    t.add_column(f"params after step {desync['step']} (run {desync['run']})")
+    for rank, fp in desync["fingerprints"].items():
+        t.add_row(rank, fp)
+    out.append(t)
+    return out
+
+
+def rank_value_parts(report: Report) -> list[Any]:
+    """Every rank's value where the first divergence is."""
+    rows = report.extra.get("rank_values") or []
+    div = report.comparison.divergence if report.comparison else None
+    if not rows or div is None:
+        return []
+    t = Table(title="Per rank", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    t.add_column("rank", justify="right")
+    t.add_column("run 1", justify="right")
+    t.add_column(f"run {div.run}", justify="right")
+    t.add_column("")
+    for row in rows:
+        t.add_row(str(row["rank"]), _value(row.get("reference")), _value(row.get("value")),
+                  "differs" if row.get("differs") else "")
+    return [t]
 
 
 def _traceback_or_tail(r: RunResult, lines: int = 30, chars: int = 6000) -> str:

@@ -78,6 +78,9 @@ class RunSpec:
     warn_only: bool = False
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: starts the run some other way (e.g. under torchrun); ``launcher.start(spec, events)``
+    #: returns an object that behaves like :class:`_LiveRun`
+    launcher: Any = None
 
 
 @dataclass
@@ -175,6 +178,34 @@ class _Lines:
             self.partial, self.skipping = b"", True
 
 
+def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
+    """What the run entry (:mod:`repro_check._child`) reads from ``REPRO_CHECK_RUN``."""
+    return {
+        "event_fd": event_fd,
+        "parent": os.getpid(),
+        "target": spec.target.to_dict(),
+        "args": list(spec.args),
+        "seed": spec.seed,
+        "components": list(spec.components),
+        "threads": spec.threads,
+        "max_steps": spec.max_steps,
+        "run": spec.index,
+        "warn_only": spec.warn_only,
+    }
+
+
+def run_environment(spec: RunSpec, config: dict[str, Any]) -> dict[str, str]:
+    """The environment a run starts with: seeding variables, its configuration, our package."""
+    env = seeding.child_environment(os.environ, spec.seed, spec.components, spec.threads)
+    env.update(spec.extra_env)
+    env["REPRO_CHECK_RUN"] = json.dumps(config)
+    env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
+    env["PYTHONUNBUFFERED"] = "1"
+    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), pkg_parent) if p)
+    return env
+
+
 class _LiveRun:
     def __init__(self, spec: RunSpec, events: queue.Queue[tuple[Any, ...]]) -> None:
         self.spec = spec
@@ -192,25 +223,8 @@ class _LiveRun:
         self.abandon = threading.Event()
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
         read_fd, write_fd = os.pipe()
-        config = {
-            "event_fd": write_fd,
-            "parent": os.getpid(),
-            "target": spec.target.to_dict(),
-            "args": list(spec.args),
-            "seed": spec.seed,
-            "components": list(spec.components),
-            "threads": spec.threads,
-            "max_steps": spec.max_steps,
-            "run": spec.index,
-            "warn_only": spec.warn_only,
-        }
-        env = seeding.child_environment(os.environ, spec.seed, spec.components, spec.threads)
-        env.update(spec.extra_env)
-        env["REPRO_CHECK_RUN"] = json.dumps(config)
-        env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
-        env["PYTHONUNBUFFERED"] = "1"
-        pkg_parent = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), pkg_parent) if p)
+        config = run_config(spec, write_fd)
+        env = run_environment(spec, config)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "repro_check._child"],
@@ -456,7 +470,8 @@ def run_all(
                         run.stop("cancelled", graceful=interrupted == 1)
                 while waiting and len(live) < max(1, jobs) and not stopping:
                     spec = waiting.pop(0)
-                    live[spec.index] = _LiveRun(spec, events)
+                    live[spec.index] = _LiveRun(spec, events) if spec.launcher is None \
+                        else spec.launcher.start(spec, events)
                     listener.run_started(spec.index)
                 if stopping:
                     cancel_waiting()

@@ -164,10 +164,22 @@ def fix_threads(threads: int) -> int:
     return torch.get_num_threads()
 
 
+#: set (to the rank) in every rank of a distributed run; DataLoader workers inherit it
+RANK_ENV = "REPRO_CHECK_RANK"
+
+
 def _seeded_worker_init(worker_id: int, user_fn: Any = None) -> None:
-    """Seed ``random`` and numpy in a DataLoader worker from its torch seed, then call the user's."""
+    """Seed ``random`` and numpy in a DataLoader worker from its torch seed, then call the user's.
+
+    In a distributed run the worker's torch seed is first mixed with the rank: every rank draws
+    the same loader seed (so samplers shuffle alike), but random augmentations in workers must
+    not repeat the same numbers on every rank.
+    """
     import torch
 
+    rank = os.environ.get(RANK_ENV)
+    if rank is not None:
+        torch.manual_seed(derive_seed(torch.initial_seed(), "rank", rank))
     worker_seed = torch.initial_seed() % (MAX_SEED + 1)
     random.seed(worker_seed)
     try:
