@@ -67,13 +67,16 @@ def main() -> int:
         "components": list(components),
         "seeding": done,
         "max_steps": config.get("max_steps"),
+        "probe_step": config.get("probe_step"),
         "environment": environment.fingerprint(source),
         "started": started,
     }
     from .trace import header_line
 
     emit(header_line(header))
-    recorder = capture.Recorder(emit, config.get("max_steps")).install()
+    flag_ops = bool(config.get("warn_only")) and "deterministic_algorithms" in components
+    recorder = capture.Recorder(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
+                                flag_ops=flag_ops).install()
     status, code = "completed", 0
     try:
         run = targets.resolve(target, config.get("args", []))

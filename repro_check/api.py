@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import seeding, targets
+from . import cause, seeding, targets
 from .compare import Comparison, Policy
 from .errors import Interrupted, UsageError
 from .report import Report, replay_command
@@ -37,6 +37,7 @@ class _Feed:
     def __init__(self, comparison: Comparison, listener: Listener) -> None:
         self.comparison = comparison
         self.listener = listener
+        self.uses_dataloader = False
 
     def run_started(self, index: int) -> None:
         self.listener.run_started(index)
@@ -44,6 +45,7 @@ class _Feed:
     def event(self, index: int, event: dict[str, Any]) -> None:
         if "step" in event:
             self.comparison.add_step(index, event["step"], event["signals"])
+            self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
         elif "metrics" in event:
             self.comparison.set_metrics(index, event["metrics"])
         self.listener.event(index, event)
@@ -110,8 +112,14 @@ def check(
     fail_fast: bool = False,
     trace_dir: str | os.PathLike[str] | None = None,
     listener: Listener | None = None,
+    warn_only: bool = False,
+    probe_step: int | None = None,
 ) -> Report:
     """Run ``target`` ``runs`` times under full seeding and compare every step.
+
+    ``warn_only``: deterministic algorithms warn instead of raising, and the runs report the ops
+    PyTorch flags. ``probe_step``: record every op and module output of that step (see
+    :mod:`repro_check.probe`); the records reach ``listener``.
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or a TARGET that
     cannot be resolved; a target that fails is reported (``report.error``, exit 3), not raised.
@@ -145,6 +153,8 @@ def check(
             max_steps=max_steps,
             timeout=timeout,
             trace_path=folder / f"run-{i}.jsonl",
+            warn_only=warn_only,
+            probe_step=probe_step,
         )
         for i in range(1, runs + 1)
     ]
@@ -176,6 +186,14 @@ def check(
         trace_dir=str(folder),
     )
     report.error = _failure(results, result)
+    report.cause, why = cause.classify(
+        reproducible=report.reproducible,
+        failed=report.error is not None or interrupted,
+        divergent_signal=report.divergent_signal,
+        environments=[(r.header or {}).get("environment") for r in results],
+        uses_dataloader=feed.uses_dataloader,
+    )
+    report.extra["cause_detail"] = why or None
     for r in results:
         report.warnings += [f"run {r.index}: {w}" for w in r.warnings]
     if not report.reproducible or report.error:

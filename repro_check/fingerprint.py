@@ -26,6 +26,11 @@ except ImportError:  # pragma: no cover - xxhash is a dependency, this is a safe
     ALGORITHM = "blake2b_128"
 
 
+def hasher() -> Any:
+    """A fresh hash object of the algorithm fingerprints use (``update``, ``hexdigest``)."""
+    return _hasher()
+
+
 def _bytes_view(t: Any) -> memoryview:
     """The tensor's bytes on the CPU, without a copy when it is contiguous."""
     import torch

@@ -100,6 +100,10 @@ def summary(report: Report) -> Group:
     elif report.error is None and not report.interrupted and cmp is not None:
         parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
                           "agree."))
+    if report.cause is not None and report.cause != "none":
+        detail = report.extra.get("cause_detail")
+        parts.append(Text.assemble(("Cause: ", "bold"), (report.cause, "bold red"),
+                                   f" — {detail}" if detail else ""))
 
     metrics = report.metrics_readable()
     names: list[str] = []

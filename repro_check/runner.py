@@ -63,6 +63,7 @@ class RunSpec:
     timeout: float | None = None
     trace_path: Path | None = None
     warn_only: bool = False
+    probe_step: int | None = None
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -158,6 +159,7 @@ class _LiveRun:
             "max_steps": spec.max_steps,
             "run": spec.index,
             "warn_only": spec.warn_only,
+            "probe_step": spec.probe_step,
         }
         env = seeding.child_environment(os.environ, spec.seed, spec.components, spec.threads)
         env.update(spec.extra_env)
