@@ -62,6 +62,9 @@ def log_metric(name: str, value: Any) -> Any:
     return value
 
 
+#: what ``_quiet`` returns when no probe is armed (reusable)
+_NO_PROBE = contextlib.nullcontext()
+
 #: the text PyTorch's warn-only deterministic mode puts after the op's name
 NONDETERMINISTIC_ALERT = " does not have a deterministic implementation"
 
@@ -227,7 +230,7 @@ class Recorder:
     # ---- hooks ---------------------------------------------------------------------------
     def _quiet(self) -> Any:
         """Our own tensor work is kept out of the step probe's op record."""
-        return self.probe.quiet() if self.probe is not None else contextlib.nullcontext()
+        return self.probe.quiet() if self.probe is not None else _NO_PROBE
 
     def _step_starts(self) -> None:
         """Take the RNG states of the step in progress, unless already taken."""
