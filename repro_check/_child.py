@@ -126,6 +126,7 @@ def main() -> int:
         "seeding": done,
         "max_steps": config.get("max_steps"),
         "threads": config.get("threads"),
+        "probe_step": config.get("probe_step"),
         "environment": environment.fingerprint(source, seed, components),
         "started": started,
     }
@@ -138,7 +139,9 @@ def main() -> int:
     from .trace import header_line
 
     emit(header_line(header))
-    recorder = recorder_class(emit, config.get("max_steps")).install()
+    flag_ops = bool(config.get("warn_only")) and "deterministic_algorithms" in components
+    recorder = recorder_class(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
+                              flag_ops=flag_ops).install()
     _flush_before_os_exit(recorder)
     overrides = watch.SeedingWatch(emit, done, seed).install()
     recorder.watchers.append(overrides.check)

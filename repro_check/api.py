@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import seeding, targets, watch
+from . import cause, seeding, targets, watch
 from .compare import Comparison, Policy
 from .errors import Interrupted, TargetNotFound, UsageError
 from .report import Report, replay_command
@@ -38,6 +38,7 @@ class _Feed:
     def __init__(self, comparison: Comparison, listener: Listener) -> None:
         self.comparison = comparison
         self.listener = listener
+        self.uses_dataloader = False
 
     def run_started(self, index: int) -> None:
         self.listener.run_started(index)
@@ -45,6 +46,7 @@ class _Feed:
     def event(self, index: int, event: dict[str, Any]) -> None:
         if "step" in event:
             self.comparison.add_step(index, event["step"], event["signals"])
+            self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
         elif "metrics" in event:
             self.comparison.set_metrics(index, event["metrics"])
         self.listener.event(index, event)
@@ -134,11 +136,16 @@ def check(
     trace_dir: str | os.PathLike[str] | None = None,
     listener: Listener | None = None,
     distributed: Any = None,
+    warn_only: bool = False,
+    probe_step: int | None = None,
 ) -> Report:
     """Run ``target`` ``runs`` times under full seeding and compare every step.
 
     ``distributed`` (a :class:`repro_check.distributed.DistOptions`) launches every run with
     torchrun and compares each rank across runs and the ranks of each run with each other.
+    ``warn_only``: deterministic algorithms warn instead of raising, and the runs report the ops
+    PyTorch flags. ``probe_step``: record every op and module output of that step (see
+    :mod:`repro_check.probe`); the records reach ``listener``.
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or a TARGET that
     cannot be resolved; a target that fails is reported (``report.error``, exit 3), not raised.
@@ -178,6 +185,8 @@ def check(
             timeout=timeout,
             trace_path=folder / f"run-{i}.jsonl",
             launcher=dist,
+            warn_only=warn_only,
+            probe_step=probe_step,
         )
         for i in range(1, runs + 1)
     ]
@@ -219,6 +228,14 @@ def check(
     report.error = None if interrupted and not any(r.failed for r in results) \
         else _failure(results, result)
     report.warnings += merge_warnings(results)
+    report.cause, why = cause.classify(
+        reproducible=report.reproducible,
+        failed=report.error is not None or interrupted,
+        divergent_signal=report.divergent_signal,
+        environments=[(r.header or {}).get("environment") for r in results],
+        uses_dataloader=feed.uses_dataloader,
+    )
+    report.extra["cause_detail"] = why or None
     if not report.reproducible or report.error:
         upto = result.first_divergent_step or max_steps
         report.replay = replay_command(target, args, run_seed, components, runs, upto,

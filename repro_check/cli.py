@@ -182,8 +182,57 @@ def cmd_doctor(argv: Sequence[str]) -> ExitCode:
     return report.exit_code
 
 
+def build_diagnose_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="repro-check diagnose",
+        description="Find why a training run is not reproducible: the check, the first op and "
+                    "module that differ, the ops PyTorch flags, and which seeding components "
+                    "the workload needs.",
+    )
+    add_run_options(p)
+    p.add_argument("--ablate", type=_components, default=None, metavar="A,B",
+                   help="seeding components the ablation tests (default: all)")
+    p.add_argument("--no-ablation", action="store_true", help="skip the seeding ablation")
+    p.add_argument("--no-localize", action="store_true",
+                   help="do not replay a compute divergence to find the op")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="runs at the same time (default: as many as the CPUs hold)")
+    p.add_argument("--trace-dir", default=None, metavar="DIR",
+                   help="where run traces are kept (default .repro-check/runs)")
+    return p
+
+
+def cmd_diagnose(argv: Sequence[str]) -> ExitCode:
+    own, target_args = split_target_args(argv)
+    ns = build_diagnose_parser().parse_args(own)
+    if not ns.target:
+        raise UsageError("the following arguments are required: TARGET")
+    if ns.json_path:
+        from .atomic import check_writable
+
+        check_writable(ns.json_path, "--json")
+    from .diagnose import check_options, diagnose
+    from .render import Progress, make_console
+    from .render_diagnose import print_diagnosis
+
+    check_options(ns.no_seed)
+    errors = make_console(stderr=True)
+    report = diagnose(
+        ns.target, args=target_args, seed=0 if ns.seed is None else ns.seed,
+        without=ns.without or [], max_steps=ns.max_steps, timeout=ns.timeout,
+        threads=1 if ns.threads is None else ns.threads, jobs=ns.jobs,
+        ablate=[] if ns.no_ablation else ns.ablate,
+        localize=not ns.no_localize, trace_dir=ns.trace_dir,
+        listener=Progress(2, quiet=ns.quiet),
+        log=None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False)),
+    )
+    print_diagnosis(report, make_console(file=sys.stdout))
+    _write_json(ns.json_path, report.to_json())
+    return report.exit_code
+
+
 COMMANDS = {"check": cmd_check, "record": cmd_record, "verify": cmd_verify, "diff": cmd_diff,
-            "doctor": cmd_doctor}
+            "doctor": cmd_doctor, "diagnose": cmd_diagnose}
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:

@@ -256,8 +256,8 @@ class RankRecorder(capture.Recorder):
     """The step recorder of one rank: adds the ``params`` fingerprint of every
     DistributedDataParallel model after each optimizer step."""
 
-    def __init__(self, emit: capture.Emit, max_steps: int | None = None) -> None:
-        super().__init__(self._emit_with_params, max_steps)
+    def __init__(self, emit: capture.Emit, max_steps: int | None = None, **options: Any) -> None:
+        super().__init__(self._emit_with_params, max_steps, **options)
         self._out = emit
         self._models: list[weakref.ref[Any]] = []
         self._params: dict[int, str | _PendingDigest] = {}

@@ -26,11 +26,33 @@ except ImportError:  # pragma: no cover - xxhash is a dependency, this is a safe
     ALGORITHM = "blake2b_128"
 
 
-def _bytes_view(t: Any) -> memoryview:
-    """The tensor's bytes on the CPU, without a copy when it is contiguous."""
+def hasher() -> Any:
+    """A fresh hash object of the algorithm fingerprints use (``update``, ``hexdigest``)."""
+    return _hasher()
+
+
+#: (dtypes numpy views as they are, ``torch.strided``), looked up on first use so that importing
+#: this module does not import torch
+_FAST: tuple[frozenset[Any], Any] | None = None
+
+
+def _fast_case() -> tuple[frozenset[Any], Any]:
+    global _FAST
     import torch
 
+    _FAST = (frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
+                        torch.int8, torch.uint8}), torch.strided)
+    return _FAST
+
+
+def _bytes_view(t: Any) -> memoryview:
+    """The tensor's bytes on the CPU, without a copy when it is contiguous."""
     t = t.detach()
+    direct, strided = _FAST or _fast_case()
+    if t.dtype in direct and t.layout is strided and t.is_cpu and t.is_contiguous():
+        return memoryview(t.numpy()).cast("B")  # the common case, in as few calls as possible
+    import torch
+
     if t.device.type != "cpu":
         t = t.cpu()
     if t.is_sparse:

@@ -275,6 +275,10 @@ def summary(report: Report) -> Group:
     groups = _groups_line(report)
     if groups is not None:
         parts.append(groups)
+    if report.cause is not None and report.cause != "none":
+        detail = report.extra.get("cause_detail")
+        parts.append(Text.assemble(("Cause: ", "bold"), (report.cause, "bold red"),
+                                   f" — {detail}" if detail else ""))
 
     metrics = report.metrics_readable()
     names: list[str] = []

@@ -76,6 +76,7 @@ class RunSpec:
     timeout: float | None = None
     trace_path: Path | None = None
     warn_only: bool = False
+    probe_step: int | None = None
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     #: starts the run some other way (e.g. under torchrun); ``launcher.start(spec, events)``
@@ -191,6 +192,7 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
         "max_steps": spec.max_steps,
         "run": spec.index,
         "warn_only": spec.warn_only,
+        "probe_step": spec.probe_step,
     }
 
 

@@ -2,7 +2,9 @@
 
 Line 1 is the header ``{"format": "repro-check-trace", "version": 2, "header": {...}}``; then, in
 the order they happened, ``{"step": N, "signals": {...}}`` lines, at most one ``{"metrics": {...}}``
-line, optional ``{"warning": ...}`` and ``{"error": {...}}`` lines, and a final ``{"end": {...}}``
+line, optional ``{"warning": ...}`` and ``{"error": {...}}`` lines, ``{"flagged": {...}}`` lines (ops
+PyTorch reports as nondeterministic) and ``{"probe": {...}}`` lines (one step's ops, see
+:mod:`repro_check.probe`), and a final ``{"end": {...}}``
 line with the run's exit status and the tail of its output. Signal and metric values are encoded
 scalars (see :mod:`repro_check.values`) or fingerprint strings. A golden trace recorded from
 repeated runs adds ``"band": {name: {"min": v, "max": v}}`` to its step and metrics lines. The
@@ -152,6 +154,10 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
             raise _fail(path, lineno, "malformed error or end record")
         return obj
     if "info" in obj:
+        return obj
+    if "probe" in obj or "flagged" in obj:
+        if not isinstance(obj.get("probe", obj.get("flagged")), dict):
+            raise _fail(path, lineno, "malformed probe or flagged record")
         return obj
     raise _fail(path, lineno, f"unknown record {_short(sorted(obj)[:3])}")
 

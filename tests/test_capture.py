@@ -147,3 +147,114 @@ def test_expected_steps_with_a_new_loader_every_epoch() -> None:
         return loop
 
     assert _expected_steps(make_loop) == [2, 4, 6]
+
+
+# ---- per-step signals, recorded in this process ------------------------------------------
+import random  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from repro_check import capture  # noqa: E402
+
+SIGNAL_ORDER = ["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "batch", "loss", "grads",
+                "params"]
+
+
+@contextmanager
+def recording(**options: Any) -> Iterator[list[dict[str, Any]]]:
+    """A Recorder installed in this process; yields the list its records go to."""
+    events: list[dict[str, Any]] = []
+    rec = capture.Recorder(events.append, **options).install()
+    try:
+        yield events
+    finally:
+        rec.uninstall()
+
+
+def steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["signals"] for e in events if "step" in e]
+
+
+def train(order: list[int] | None = None, fetches_per_step: int = 1, steps_: int = 3,
+          draw: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+    torch.manual_seed(0)
+    x = torch.arange(48, dtype=torch.float32).reshape(12, 4) / 48
+    if order is not None:
+        x = x[order]
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=2)
+    with recording() as events:
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        batches = iter(loader)
+        for _ in range(steps_):
+            opt.zero_grad()
+            for _ in range(fetches_per_step):
+                xb, yb = next(batches)
+                if draw is not None:
+                    draw()
+                torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+    return steps(events)
+
+
+def test_signals_recorded_in_the_order_a_step_happens() -> None:
+    for signals in train():
+        names = list(signals)
+        assert {"batch", "loss", "grads", "params"} <= set(names)
+        assert names == [n for n in SIGNAL_ORDER if n in names]
+
+
+def test_a_permuted_batch_differs_and_accumulated_fetches_combine() -> None:
+    plain = train()
+    swapped = train(order=[1, 0] + list(range(2, 12)))
+    assert plain[0]["batch"] != swapped[0]["batch"]
+    assert plain[1]["batch"] == swapped[1]["batch"]
+    accumulated = train(fetches_per_step=2)
+    assert accumulated[0]["batch"] != plain[0]["batch"]
+    assert len(accumulated) == 3 and accumulated[0]["grads"] != plain[0]["grads"]
+
+
+def test_a_stream_is_recorded_once_the_run_draws_from_it() -> None:
+    unused = train()
+    assert all("rng.python" not in s for s in unused)
+    random.seed(1)
+    used = train(draw=random.random)
+    assert all("rng.python" in s for s in used)
+    assert len({s["rng.python"] for s in used}) == 3  # the state at each step's start
+
+
+def test_without_optimizer_grads_come_from_the_leaves() -> None:
+    w = torch.zeros(3, requires_grad=True)
+    x = torch.ones(5, 3)
+    with recording() as events:
+        for _ in range(2):
+            (x @ w - 1).pow(2).mean().backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+                w.grad.zero_()
+    got = steps(events)
+    assert len(got) == 2 and all("grads" in s and "params" not in s for s in got)
+    assert got[0]["grads"] != got[1]["grads"]
+
+
+def test_flagged_ops_are_reported_once_with_their_step() -> None:
+    before = torch.are_deterministic_algorithms_enabled()
+    x = torch.rand(1, 1, 4, 4)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with pytest.warns(UserWarning, match="max_unpool"), recording(flag_ops=True) as events:
+            w = torch.nn.Parameter(torch.ones(1))
+            opt = torch.optim.SGD([w], lr=0.1)
+            for _ in range(3):
+                out, idx = torch.nn.functional.max_pool2d(x * w, 2, return_indices=True)
+                torch.nn.functional.max_unpool2d(out, idx, 2).sum().backward()
+                opt.step()
+    finally:
+        torch.use_deterministic_algorithms(before)
+    flagged = [e["flagged"] for e in events if "flagged" in e]
+    assert [f["op"] for f in flagged] == ["max_unpooling2d_forward_out"]
+    assert flagged[0]["step"] == 1 and flagged[0]["where"].startswith(__file__)

@@ -1,0 +1,105 @@
+"""Fingerprints of the global RNG streams' states, for the per-step ``rng.*`` signals.
+
+Only collection lives here; setting the streams is :mod:`repro_check.seeding`. Each stream is
+read without being advanced and without side effects: numpy is read only when the process
+already imported it, and a CUDA generator only once the process has started CUDA (reading it
+earlier would start CUDA, which changes what the run does).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import sys
+from typing import Any
+
+from . import fingerprint
+
+#: the streams in the order their signals are recorded
+STREAMS: tuple[str, ...] = ("python", "numpy", "torch", "cuda")
+
+#: the value of ``rng.cuda`` while CUDA is available but not started yet (its state is still the
+#: one the seeding queued)
+CUDA_NOT_STARTED = "not-started"
+
+
+def python_state() -> str:
+    """The ``random`` module's global Mersenne Twister: its 625 words and the cached gauss.
+
+    The words are combined with Python's tuple hash, which for integers does not depend on
+    ``PYTHONHASHSEED`` and is several times faster than copying them into a buffer.
+    """
+    version, words, gauss = random.getstate()
+    return f"{version}:{hash(words) & 0xFFFFFFFFFFFFFFFF:016x}:{gauss!r}"
+
+
+#: bytes of numpy's MT19937 state struct: 624 32-bit words and the position
+_MT19937_BYTES = 624 * 4 + 4
+
+
+def numpy_state() -> str | None:
+    """numpy's legacy global generator (what ``np.random.seed`` sets); None when not imported.
+
+    The Mersenne Twister's words and position are read through the bit generator's documented
+    ctypes interface (a copy of 2.5 kB, where ``np.random.get_state()`` costs about 50 µs);
+    ``get_state`` is the fallback. Generators from ``np.random.default_rng()`` are not global and
+    have no state to read here.
+    """
+    np = sys.modules.get("numpy")
+    if np is None or not hasattr(np, "random"):
+        return None
+    h = fingerprint.hasher()
+    try:
+        bit_generator = np.random.mtrand._rand._bit_generator
+        if type(bit_generator).__name__ != "MT19937":
+            raise TypeError(type(bit_generator).__name__)
+        h.update(ctypes.string_at(bit_generator.ctypes.state_address, _MT19937_BYTES))
+        return h.hexdigest()
+    except Exception:  # noqa: BLE001 - another numpy layout: take the slow, public way
+        pass
+    try:
+        name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    except Exception:  # noqa: BLE001 - a partially imported or replaced numpy
+        return None
+    h.update(f"{name};{pos};{has_gauss};{float(cached).hex()};".encode())
+    h.update(memoryview(np.ascontiguousarray(keys)).cast("B"))
+    return h.hexdigest()
+
+
+def torch_state() -> str | None:
+    """torch's default CPU generator."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return fingerprint.tensor(torch.default_generator.get_state())
+
+
+def cuda_state(available: bool) -> str | None:
+    """Every CUDA device's default generator; None without CUDA."""
+    if not available:
+        return None
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return CUDA_NOT_STARTED
+    return fingerprint.tensors((str(i), s) for i, s in enumerate(torch.cuda.get_rng_state_all()))
+
+
+def cuda_available() -> bool:
+    """Whether this process can use CUDA (asked once a run: the answer does not change)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken driver is "no CUDA" here
+        return False
+
+
+def signals(cuda: bool) -> dict[str, Any]:
+    """``{"rng.python": ..., "rng.numpy": ..., "rng.torch": ..., "rng.cuda": ...}``, in that
+    order, leaving out streams this process does not have."""
+    out: dict[str, Any] = {"rng.python": python_state()}
+    for name, value in (("rng.numpy", numpy_state()), ("rng.torch", torch_state()),
+                        ("rng.cuda", cuda_state(cuda))):
+        if value is not None:
+            out[name] = value
+    return out

@@ -1,0 +1,100 @@
+"""GPU checks of ``diagnose``; prints what it saw and exits 0 when every expectation holds.
+
+1. A 2-D ``scatter_add_`` (float atomics, no deterministic CUDA kernel) under full seeding:
+   PyTorch flags it, the runs diverge (cause compute), localized to module ``pool``.
+2. ``index_add_`` under full seeding reproduces, and the ablation finds
+   ``deterministic_algorithms`` needed.
+3. ``index_add_`` with deterministic algorithms off: localized to ``pool``, op ``aten::index_add``.
+4. The reference MNIST workload on CUDA (embedded subset, one epoch) reproduces under full seeding.
+
+Run from the repository root: ``python scripts/gpu_check.py [--quick]`` (``--quick``: the
+reference workload stops after 50 steps). Without CUDA it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FIXTURE = ROOT / "fixtures" / "zoo" / "cuda_atomics.py"
+failures: list[str] = []
+
+
+def expect(what: str, ok: bool, seen: Any) -> None:
+    print(f"  [{'ok' if ok else 'FAIL'}] {what}: {seen}")
+    if not ok:
+        failures.append(what)
+
+
+def brief(report: Any) -> dict[str, Any]:
+    d = report.to_dict()
+    keys = ("reproducible", "first_divergent_step", "divergent_signal", "cause", "culprit",
+            "culprit_op", "flagged_ops", "necessary_components", "error", "steps")
+    return {k: d.get(k) for k in keys}
+
+
+def main() -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_check: CUDA is not available on this machine; nothing was run.")
+        return 0
+    from repro_check.api import check
+    from repro_check.diagnose import diagnose
+
+    print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    quick = "--quick" in sys.argv[1:]
+    traces = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    target = f"{FIXTURE}:main"
+    t0 = time.time()
+
+    print("1. scatter_add_ (2-D) under full seeding")
+    r = diagnose(target, args=["--op", "scatter_add"], ablate=[], trace_dir=traces / "1")
+    d = brief(r)
+    print("  " + json.dumps(d))
+    expect("flagged by PyTorch", any("scatter_add" in f["op"] for f in d["flagged_ops"] or []),
+           [f["op"] for f in d["flagged_ops"] or []])
+    expect("cause compute", d["cause"] == "compute", d["cause"])
+    expect("culprit module pool", d["culprit"] == "pool", d["culprit"])
+    expect("culprit op scatter_add", "scatter_add" in str(d["culprit_op"]), d["culprit_op"])
+
+    print("2. index_add_ under full seeding, ablation of deterministic_algorithms")
+    r = diagnose(target, args=["--op", "index_add"], ablate=["deterministic_algorithms"],
+                 trace_dir=traces / "2")
+    d = brief(r)
+    print("  " + json.dumps(d))
+    expect("reproducible", d["reproducible"] is True, d["reproducible"])
+    expect("deterministic_algorithms needed", d["necessary_components"] == ["deterministic_algorithms"],
+           d["necessary_components"])
+
+    print("3. index_add_ with deterministic algorithms off")
+    r = diagnose(target, args=["--op", "index_add"], without=["deterministic_algorithms"],
+                 ablate=[], trace_dir=traces / "3")
+    d = brief(r)
+    print("  " + json.dumps(d))
+    expect("cause compute", d["cause"] == "compute", d["cause"])
+    expect("culprit module pool", d["culprit"] == "pool", d["culprit"])
+    expect("culprit op index_add", "index_add" in str(d["culprit_op"]), d["culprit_op"])
+
+    print("4. reference workload on CUDA, full seeding")
+    r = check("repro_check.workloads.mnist:main", seed=123, max_steps=50 if quick else None,
+              trace_dir=traces / "4")
+    d = brief(r)
+    print("  " + json.dumps({k: d[k] for k in ("reproducible", "steps", "error")}))
+    expect("reproducible", d["reproducible"] is True, d["reproducible"])
+    env = (r.results[0].header or {}).get("environment", {})
+    expect("ran on CUDA", env.get("device") == "cuda", env.get("device_name"))
+
+    print(f"gpu_check: {len(failures)} failed in {time.time() - t0:.0f} s; traces in {traces}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Comparing two runs' probe records: which op, in which module, first differs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repro_check.localize import compare
+
+
+def op(name: str, ins: list[str], outs: list[str], module: str | None = "enc.0",
+       phase: str = "forward") -> dict[str, Any]:
+    return {"k": "op", "op": name, "m": module, "ph": phase, "in": ins, "out": outs}
+
+
+def test_same_inputs_different_outputs_is_a_nondeterministic_op() -> None:
+    a = [op("aten::t", ["w"], ["wt"]), op("aten::index_add", ["x", "i", "s"], ["r1"], "enc.2")]
+    b = [op("aten::t", ["w"], ["wt"]), op("aten::index_add", ["x", "i", "s"], ["r2"], "enc.2")]
+    loc = compare(5, a, b)
+    assert loc.found and loc.inputs_agree and loc.op_index == 1
+    assert (loc.module, loc.op, loc.phase) == ("enc.2", "aten::index_add", "forward")
+    assert "not deterministic" in loc.detail
+
+
+def test_a_value_from_outside_shows_as_a_differing_argument() -> None:
+    a = [op("aten::add", ["x", "0.5"], ["y1"], None)]
+    b = [op("aten::add", ["x", "0.7"], ["y2"], None)]
+    loc = compare(1, a, b)
+    assert loc.found and loc.inputs_agree is False and loc.differing_inputs == [1]
+    assert loc.module is None and "outside the recorded ops" in loc.detail
+
+
+def test_different_ops_mean_different_control_flow() -> None:
+    a = [op("aten::mul", ["x"], ["y"]), op("aten::relu", ["y"], ["z"])]
+    b = [op("aten::mul", ["x"], ["y"]), op("aten::tanh", ["y"], ["z"])]
+    loc = compare(2, a, b)
+    assert loc.found and loc.op_index == 1 and "different code" in loc.detail
+
+
+def test_a_shorter_record_and_agreeing_records() -> None:
+    a = [op("aten::mul", ["x"], ["y"]), op("aten::sum", ["y"], ["s"], None, "optimizer")]
+    loc = compare(2, a, a[:1])
+    assert loc.found and loc.op == "aten::sum" and loc.phase == "optimizer"
+    assert not compare(2, a, list(a)).found
+
+
+def test_module_records_name_the_first_module_whose_output_differs() -> None:
+    mods_a = [{"k": "module", "ph": "forward", "m": "enc.0", "in": "x", "out": "h"},
+              {"k": "module", "ph": "forward", "m": "enc.1", "in": "h", "out": "o1"}]
+    mods_b = [{"k": "module", "ph": "forward", "m": "enc.0", "in": "x", "out": "h"},
+              {"k": "module", "ph": "forward", "m": "enc.1", "in": "h", "out": "o2"}]
+    assert compare(1, mods_a, mods_b).first_module_forward == "enc.1"

@@ -1,0 +1,63 @@
+"""The diagnosis as people read it: rendered to a plain console."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from rich.console import Console
+
+from repro_check import values
+from repro_check.compare import ComparisonResult, Divergence
+from repro_check.render import summary
+from repro_check.render_diagnose import diagnosis
+from repro_check.report import Report
+from repro_check.runner import RunResult
+
+
+def render(renderable: object) -> str:
+    out = StringIO()
+    Console(width=110, file=out, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def report() -> Report:
+    div = Divergence(2, 4, "loss", values.encode_float64(1.0), values.encode_float64(1.5))
+    cmp = ComparisonResult(4, "loss", div, {2: div}, [], 4, [], [])
+    rep = Report(target="train:main", args=[], seed=0, components=["torch"], runs=2,
+                 results=[RunResult(1, status="completed", steps=6),
+                          RunResult(2, status="completed", steps=6)], comparison=cmp)
+    rep.cause = "compute"
+    rep.extra.update({
+        "cause_detail": "a nondeterministic computation",
+        "culprit": "encoder.2", "culprit_op": "aten::index_add",
+        "localization": {"found": True, "phase": "forward", "step": 4,
+                         "detail": "aten::index_add returned different results",
+                         "first_module_forward": "encoder.2"},
+        "flagged_ops": [{"op": "index_add_cuda_", "step": 1, "where": "train.py:40", "runs": [1]}],
+        "ablation": [
+            {"component": "numpy", "verdict": "needed", "reproducible": False,
+             "first_divergent_step": 1, "divergent_signal": "rng.numpy", "error": None},
+            {"component": "threads", "verdict": "not needed", "reproducible": True,
+             "first_divergent_step": None, "divergent_signal": None, "error": None},
+            {"component": None, "verdict": None, "reproducible": False,
+             "first_divergent_step": 1, "divergent_signal": "batch", "error": None},
+        ],
+        "necessary_components": ["numpy"],
+    })
+    return rep
+
+
+def test_summary_names_the_cause() -> None:
+    text = render(summary(report()))
+    assert "First divergence: step 4, signal loss" in text
+    assert "Cause: compute — a nondeterministic computation" in text
+
+
+def test_diagnosis_shows_culprit_flagged_ops_and_ablation() -> None:
+    text = render(diagnosis(report()))
+    assert "culprit: encoder.2 · op aten::index_add · forward · step 4" in text
+    assert "index_add_cuda_" in text and "train.py:40" in text
+    lines = [line.split() for line in text.splitlines()]
+    assert ["numpy", "needed", "differ", "at", "step", "1", "(rng.numpy)"] in lines
+    assert ["threads", "not", "needed", "reproducible"] in lines
+    assert "necessary components: numpy" in text
