@@ -54,6 +54,9 @@ def add_tolerance_options(p: argparse.ArgumentParser) -> None:
                    help="relative tolerance, as --atol")
     p.add_argument("--ulps", action="append", default=None, metavar="[NAME=]N",
                    help="accept values at most N representable floats apart, as --atol")
+    p.add_argument("--signals", default=None, metavar="A,B",
+                   help="compare only these per-step signals, e.g. loss (default: all of "
+                        "rng, batch, loss, grads, params); final metrics always count")
 
 
 def add_band_options(p: argparse.ArgumentParser) -> None:
@@ -65,7 +68,7 @@ def add_band_options(p: argparse.ArgumentParser) -> None:
 
 def tolerance_options(ns: argparse.Namespace) -> tolerances.ToleranceOptions:
     return tolerances.from_cli(ns.atol, ns.rtol, ns.ulps, getattr(ns, "band_widen", None),
-                               getattr(ns, "no_band", False))
+                               getattr(ns, "no_band", False), getattr(ns, "signals", None))
 
 
 # ---- shared ------------------------------------------------------------------------------------

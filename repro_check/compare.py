@@ -50,6 +50,11 @@ class Policy:
     per_name: dict[str, Tolerance] = field(default_factory=dict)
     band_widen: float = 1.0
     use_band: bool = True
+    #: compare only these signals (``rng`` stands for every ``rng.*``); None: all of them
+    signals: frozenset[str] | None = None
+
+    def compares(self, name: str) -> bool:
+        return self.signals is None or name in self.signals or name.split(".")[0] in self.signals
 
     def for_name(self, name: str) -> Tolerance:
         if name in self.per_name:
@@ -109,6 +114,8 @@ def first_difference(
     """
     names = list(ref) + [n for n in other if n not in ref]
     for name in names:
+        if not policy.compares(name):
+            continue
         verdict = policy.judge(name, ref.get(name), other.get(name), (band or {}).get(name))
         if verdict is None:
             return name

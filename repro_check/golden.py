@@ -175,8 +175,16 @@ def _attach_environment(report: Report, ref_header: dict[str, Any] | None,
         {**d.to_dict(), "text": d.describe(*labels)} for d in diffs
     ]
     report.extra["environment_note"] = note
-    report.cause = report.cause or (note if diffs and report.comparison is not None
-                                    and not report.comparison.reproducible else None)
+    if report.comparison is not None and report.error is None and not report.interrupted:
+        from . import cause
+
+        if report.comparison.reproducible:
+            report.cause = "none"
+        elif diffs:
+            report.cause, report.extra["cause_detail"] = "environment", note
+        else:
+            report.cause = cause.from_signal(report.divergent_signal, uses_dataloader=False)
+            report.extra["cause_detail"] = cause.EXPLANATION[report.cause]
 
 
 # ---- verify ------------------------------------------------------------------------------------

@@ -237,6 +237,7 @@ class RankFeed:
     def __init__(self, comparison: RankComparison, listener: Any) -> None:
         self.comparison = comparison
         self.listener = listener
+        self.uses_dataloader = False
 
     def run_started(self, index: int) -> None:
         self.listener.run_started(index)
@@ -245,6 +246,7 @@ class RankFeed:
         rank = event.get("rank", 0)
         if "step" in event:
             self.comparison.add_step(index, rank, event["step"], event["signals"])
+            self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
         elif "metrics" in event:
             self.comparison.set_metrics(index, rank, event["metrics"])
         self.listener.event(index, event)

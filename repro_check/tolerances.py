@@ -9,6 +9,8 @@ exact bits unless one of them is set; a value passes when any tolerance set for 
 
 from __future__ import annotations
 
+import difflib
+
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +84,7 @@ class ToleranceOptions:
     ulps: dict[str, float | int] = field(default_factory=dict)
     band_widen: float | None = None
     use_band: bool | None = None
+    signals: tuple[str, ...] | None = None
 
     def merged(self, over: ToleranceOptions) -> ToleranceOptions:
         """These options with ``over``'s taking precedence (the command line over the config)."""
@@ -89,6 +92,7 @@ class ToleranceOptions:
             {**self.atol, **over.atol}, {**self.rtol, **over.rtol}, {**self.ulps, **over.ulps},
             over.band_widen if over.band_widen is not None else self.band_widen,
             over.use_band if over.use_band is not None else self.use_band,
+            over.signals if over.signals is not None else self.signals,
         )
 
     def policy(self) -> Policy:
@@ -103,7 +107,8 @@ class ToleranceOptions:
             for n in dict.fromkeys(names)
         }
         return Policy(default, per_name, band_widen=self.band_widen or 1.0,
-                      use_band=self.use_band is not False)
+                      use_band=self.use_band is not False,
+                      signals=frozenset(self.signals) if self.signals is not None else None)
 
     def to_args(self) -> list[str]:
         """The command-line flags that give these options (for replay lines)."""
@@ -116,11 +121,34 @@ class ToleranceOptions:
             out += ["--band-widen", f"{self.band_widen:g}"]
         if self.use_band is False:
             out.append("--no-band")
+        if self.signals is not None:
+            out += ["--signals", ",".join(self.signals)]
         return out
+
+
+#: what ``--signals`` may name (``rng`` stands for every ``rng.*`` stream)
+SIGNALS = ("rng", "rng.python", "rng.numpy", "rng.torch", "rng.cuda", "batch", "loss", "grads",
+           "params")
+
+
+def parse_signals(text: str | None) -> tuple[str, ...] | None:
+    """``--signals loss,grads``: compare only these per-step signals (metrics always count)."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    for n in names:
+        if n not in SIGNALS:
+            close = difflib.get_close_matches(n, SIGNALS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(f"--signals: unknown signal {n!r}{hint}; signals: {', '.join(SIGNALS)}")
+    if not names:
+        raise UsageError("--signals needs at least one signal name")
+    return names
 
 
 def from_cli(atol: Iterable[str] | None = None, rtol: Iterable[str] | None = None,
              ulps: Iterable[str] | None = None, band_widen: float | None = None,
-             no_band: bool = False) -> ToleranceOptions:
+             no_band: bool = False, signals: str | None = None) -> ToleranceOptions:
     return ToleranceOptions(parse_cli("atol", atol), parse_cli("rtol", rtol),
-                            parse_cli("ulps", ulps), band_widen, False if no_band else None)
+                            parse_cli("ulps", ulps), band_widen, False if no_band else None,
+                            parse_signals(signals))

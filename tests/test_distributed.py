@@ -98,7 +98,7 @@ def test_one_trace_per_rank_with_params_fingerprints(clean: CliResult) -> None:
         assert tr.header["distributed"]["world_size"] == 2
         assert tr.header["run"] == run and tr.end["status"] == "completed"
         assert [s.step for s in tr.steps] == [1, 2, 3, 4, 5, 6]
-        assert all(set(s.signals) == {"loss", "params"} for s in tr.steps)
+        assert all({"loss", "params"} <= set(s.signals) for s in tr.steps)
     r0, r1 = traces[(1, 0)], traces[(1, 1)]
     # each rank trains on its own shard (different losses) but holds the same parameters
     assert r0.steps[0].signals["loss"] != r1.steps[0].signals["loss"]

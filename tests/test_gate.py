@@ -2,8 +2,10 @@
 
 A project configures its target and golden path in pyproject.toml; ``repro-check record`` saves
 the golden, ``repro-check verify`` passes on the unchanged code and fails at step 2 once the
-learning rate is changed in the code (step 1's loss is computed before the first update), with
-JUnit, JSON, GitHub annotation and step summary saying so. Then the band of repeated runs.
+learning rate is changed in the code when only losses are compared (step 1's loss is computed
+before the first update), with JUnit, JSON, GitHub annotation and step summary saying so; with
+every signal compared it fails at step 1, where the parameters after the first update differ.
+Then the band of repeated runs.
 """
 
 from __future__ import annotations
@@ -86,8 +88,11 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                                    'p.add_argument("--lr", type=float, default=0.08)'))
     set_torch_version(project / "golden" / "tiny.json", "2.13.0")
     # from a subfolder: the config is found upward and its target runs from the config's folder
-    out["changed"] = cli("verify", "--junit", "changed.xml", cwd=project / "notebooks", **gh)
+    out["changed"] = cli("verify", "--signals", "loss", "--junit", "changed.xml",
+                         cwd=project / "notebooks", **gh)
     out["changed_json"] = json.loads((project / "reports" / "verify.json").read_text())
+    out["changed_all"] = cli("verify", "--json", "all.json", cwd=project)
+    out["changed_all_json"] = json.loads((project / "all.json").read_text())
     out["changed_junit"] = project / "notebooks" / "changed.xml"
     return out
 
@@ -130,6 +135,14 @@ def test_changed_learning_rate_fails_at_step_2(gate: dict[str, Any]) -> None:
     assert "First divergence: step 2, signal loss, this run vs golden" in res.stdout
 
 
+def test_every_signal_compared_sees_the_first_update_at_step_1(gate: dict[str, Any]) -> None:
+    res, report = gate["changed_all"], gate["changed_all_json"]
+    assert res.code == 1, res.stdout + res.stderr
+    assert report["first_divergent_step"] == 1 and report["divergent_signal"] == "params"
+    # the golden was recorded from other code (and, pretended, another torch): the environment
+    assert report["cause"] == "environment" and "target source" in report["cause_detail"]
+
+
 def test_the_divergence_names_the_environment_differences(gate: dict[str, Any]) -> None:
     import torch
 
@@ -163,6 +176,7 @@ def test_the_replay_line_reproduces_the_failure(gate: dict[str, Any]) -> None:
     cd = f"cd {shlex.quote(str(gate['project']))} && "
     assert replay.startswith(cd + "repro-check verify tiny.py:main --golden golden/tiny.json ")
     assert "--seed 7" in replay and "--max-steps 2" in replay and replay.endswith("-- --steps 5")
+    assert "--signals loss" in replay
     assert replay in gate["changed"].stdout  # printed whole, on one line
     argv = shlex.split(replay[len(cd):])[1:]
     res = cli(*with_options(tuple(argv), ["--json", "replay.json"]), cwd=gate["project"])
