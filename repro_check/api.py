@@ -117,6 +117,19 @@ def _sigterm_as_interrupt() -> Any:
         return None
 
 
+def check_bounds(runs: int, max_steps: int | None, timeout: float | None,
+                 threads: int | None) -> None:
+    """The run options every command shares, as one-line usage errors."""
+    if runs < 1:
+        raise UsageError(f"--runs must be at least 1, got {runs}")
+    if max_steps is not None and max_steps < 1:
+        raise UsageError(f"--max-steps must be at least 1, got {max_steps}")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {timeout}")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}")
+
+
 def check(
     target: str,
     *,
@@ -150,14 +163,7 @@ def check(
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or a TARGET that
     cannot be resolved; a target that fails is reported (``report.error``, exit 3), not raised.
     """
-    if runs < 1:
-        raise UsageError(f"--runs must be at least 1, got {runs}")
-    if max_steps is not None and max_steps < 1:
-        raise UsageError(f"--max-steps must be at least 1, got {max_steps}")
-    if timeout is not None and timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {timeout}")
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {threads}")
+    check_bounds(runs, max_steps, timeout, threads)
     if atol < 0 or rtol < 0:
         raise UsageError("--atol and --rtol must not be negative")
     seeding.check_seed(seed)

@@ -56,6 +56,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="read [tool.repro-check] from PATH instead of the nearest pyproject.toml")
 
 
+def add_parallel_options(p: argparse.ArgumentParser) -> None:
+    """Where runs go and how many at once (every command that starts several runs)."""
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="runs at the same time (default: as many as the CPUs hold)")
+    p.add_argument("--trace-dir", default=None, metavar="DIR",
+                   help="where run traces are kept (default .repro-check/runs)")
+
+
 def add_distributed_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "distributed", "launch every run with torchrun (torch.distributed.run); these options are "
@@ -99,12 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(p)
     p.add_argument("--runs", type=int, default=None, metavar="N", help="number of runs (default 2)")
     add_tolerance_options(p)
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                   help="runs at the same time (default: as many as the CPUs hold)")
+    add_parallel_options(p)
     p.add_argument("--fail-fast", action="store_true",
                    help="stop every run as soon as the first divergent step is known")
-    p.add_argument("--trace-dir", default=None, metavar="DIR",
-                   help="where run traces are kept (default .repro-check/runs)")
     p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
                    help="write a self-contained HTML report with loss curves to PATH "
                         "(needs matplotlib: pip install 'repro-check[report]')")
@@ -195,10 +200,7 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ablation", action="store_true", help="skip the seeding ablation")
     p.add_argument("--no-localize", action="store_true",
                    help="do not replay a compute divergence to find the op")
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                   help="runs at the same time (default: as many as the CPUs hold)")
-    p.add_argument("--trace-dir", default=None, metavar="DIR",
-                   help="where run traces are kept (default .repro-check/runs)")
+    add_parallel_options(p)
     return p
 
 

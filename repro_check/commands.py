@@ -269,7 +269,7 @@ def check_command(argv: Sequence[str]) -> ExitCode:
 
 # ---- record ------------------------------------------------------------------------------------
 def record_parser() -> argparse.ArgumentParser:
-    from .cli import _Parser, add_run_options
+    from .cli import _Parser, add_parallel_options, add_run_options
 
     p = _Parser(prog="repro-check record",
                 description="Run TARGET and save its trace as the golden reference for verify. "
@@ -280,10 +280,7 @@ def record_parser() -> argparse.ArgumentParser:
                    help="the golden file to write (default: golden path in [tool.repro-check])")
     p.add_argument("--runs", type=int, default=None, metavar="N",
                    help="runs to record (default 1); with more, their spread is stored as a band")
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                   help="runs at the same time (default: as many as the CPUs hold)")
-    p.add_argument("--trace-dir", default=None, metavar="DIR",
-                   help="where run traces are kept (default .repro-check/runs)")
+    add_parallel_options(p)
     return p
 
 

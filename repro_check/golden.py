@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, environment, seeding, targets, values
-from .api import _Feed, _failure, _NullListener, _sigterm_as_interrupt, default_jobs, make_trace_dir
+from .api import (
+    _Feed,
+    _failure,
+    _NullListener,
+    _sigterm_as_interrupt,
+    check_bounds,
+    default_jobs,
+    make_trace_dir,
+)
 from .atomic import check_writable
 from .compare import Comparison, ComparisonResult, Policy
 from .errors import ExitCode, Interrupted, TraceFileError, UsageError
@@ -530,14 +538,7 @@ def record(
     ``verify`` accepts. Nothing is written when a run fails (exit 3) or the runs record different
     numbers of steps (exit 1).
     """
-    if runs < 1:
-        raise UsageError(f"--runs must be at least 1, got {runs}")
-    if max_steps is not None and max_steps < 1:
-        raise UsageError(f"--max-steps must be at least 1, got {max_steps}")
-    if timeout is not None and timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {timeout}")
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {threads}")
+    check_bounds(runs, max_steps, timeout, threads)
     seeding.check_seed(seed)
     _make_parent(output)
     check_writable(output, "golden")
