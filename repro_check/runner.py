@@ -47,6 +47,8 @@ LINGER = 0.3
 ABANDON = 3.0
 #: seconds a run may take to exit after the target returned (a non-daemon thread can hold it)
 FINISH_GRACE = 10.0
+#: trace lines read ahead of the comparison, at most
+EVENT_BACKLOG = 1024
 _POLL = 0.05
 
 _LIVE_GROUPS: set[int] = set()
@@ -450,7 +452,9 @@ def run_all(
     are kept, and :class:`Interrupted` is raised with the results so far; a second signal kills
     at once.
     """
-    events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    # bounded: when the runs record faster than we compare, the readers wait, the pipes fill and
+    # the runs wait too, so memory stays flat however many steps stream in
+    events: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=EVENT_BACKLOG)
     waiting = list(specs)
     live: dict[int, _LiveRun] = {}
     results: dict[int, RunResult] = {}
