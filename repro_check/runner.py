@@ -49,6 +49,8 @@ ABANDON = 3.0
 FINISH_GRACE = 10.0
 #: trace lines read ahead of the comparison, at most
 EVENT_BACKLOG = 1024
+#: steps a run may record ahead of the slowest run still going
+READ_AHEAD_STEPS = 256
 _POLL = 0.05
 
 _LIVE_GROUPS: set[int] = set()
@@ -210,10 +212,46 @@ def run_environment(spec: RunSpec, config: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+class _Pacer:
+    """Keeps every run within ``limit`` steps of the slowest run still going.
+
+    The parent holds the steps one run has recorded and another has not reached yet; without a
+    limit that gap, and the parent's memory, would grow with the length of the runs. A run that
+    gets ahead waits in its reader thread, its pipe fills and the run itself waits. Runs not
+    started yet (``--jobs 1``) and runs that ended hold nobody back.
+    """
+
+    def __init__(self, limit: int = READ_AHEAD_STEPS) -> None:
+        self.limit = limit
+        self.cond = threading.Condition()
+        self.steps: dict[int, int] = {}
+
+    def start(self, index: int) -> None:
+        with self.cond:
+            self.steps[index] = 0
+
+    def finish(self, index: int) -> None:
+        with self.cond:
+            self.steps.pop(index, None)
+            self.cond.notify_all()
+
+    def advance(self, index: int, step: int, abandon: threading.Event) -> None:
+        with self.cond:
+            if index not in self.steps:
+                return
+            self.steps[index] = step
+            self.cond.notify_all()
+            while (not abandon.is_set() and index in self.steps
+                   and step - min(self.steps.values()) > self.limit):
+                self.cond.wait(0.2)
+
+
 class _LiveRun:
-    def __init__(self, spec: RunSpec, events: queue.Queue[tuple[Any, ...]]) -> None:
+    def __init__(self, spec: RunSpec, events: queue.Queue[tuple[Any, ...]],
+                 pacer: _Pacer | None = None) -> None:
         self.spec = spec
         self.events = events
+        self.pacer = pacer
         self.result = RunResult(spec.index)
         self.tail = _Tail()
         self.open_streams = 2
@@ -252,6 +290,8 @@ class _LiveRun:
         out_fd = self.proc.stdout.fileno()
         self.pipes = {procs.pipe_inode(read_fd), procs.pipe_inode(out_fd)}
         lines = _Lines(self._line)
+        if pacer is not None:
+            pacer.start(spec.index)
         self.readers = [
             threading.Thread(target=self._pump, args=(read_fd, lines.add, True), daemon=True),
             threading.Thread(target=self._pump, args=(out_fd, self.tail.add, False), daemon=True),
@@ -276,6 +316,8 @@ class _LiveRun:
         finally:
             if own_fd:
                 os.close(fd)
+                if self.pacer is not None:
+                    self.pacer.finish(self.spec.index)
             else:
                 assert self.proc.stdout is not None
                 self.proc.stdout.close()
@@ -287,6 +329,8 @@ class _LiveRun:
             ev = obj if isinstance(obj, dict) and "format" in obj else parse_event(obj)
         except Exception:  # noqa: BLE001 - a garbled line is dropped, not fatal
             return
+        if self.pacer is not None and "step" in ev:
+            self.pacer.advance(self.spec.index, ev["step"], self.abandon)
         self.events.put(("event", self.spec.index, ev, raw))
 
     # ---- stopping ------------------------------------------------------------------------
@@ -455,6 +499,7 @@ def run_all(
     # bounded: when the runs record faster than we compare, the readers wait, the pipes fill and
     # the runs wait too, so memory stays flat however many steps stream in
     events: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=EVENT_BACKLOG)
+    pacer = _Pacer()
     waiting = list(specs)
     live: dict[int, _LiveRun] = {}
     results: dict[int, RunResult] = {}
@@ -476,7 +521,7 @@ def run_all(
                         run.stop("cancelled", graceful=interrupted == 1)
                 while waiting and len(live) < max(1, jobs) and not stopping:
                     spec = waiting.pop(0)
-                    live[spec.index] = _LiveRun(spec, events) if spec.launcher is None \
+                    live[spec.index] = _LiveRun(spec, events, pacer) if spec.launcher is None \
                         else spec.launcher.start(spec, events)
                     listener.run_started(spec.index)
                 if stopping:

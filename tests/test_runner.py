@@ -87,3 +87,31 @@ def test_a_run_that_does_not_exit_after_returning_is_stopped(
     assert events.finished == [result]
     pids = [int(line.split()[-1]) for line in pid_file.read_text().splitlines()]
     assert len(pids) == 3 and not any(is_alive(p) for p in pids)
+
+
+def test_pacer_holds_a_run_that_gets_ahead_until_the_other_catches_up() -> None:
+    import threading
+    import time
+
+    pacer = runner._Pacer(limit=2)
+    pacer.start(1)
+    pacer.start(2)
+    abandon = threading.Event()
+    done = threading.Event()
+
+    def fast() -> None:
+        for step in range(1, 6):
+            pacer.advance(1, step, abandon)
+        done.set()
+
+    t = threading.Thread(target=fast, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while pacer.steps.get(1) != 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pacer.steps[1] == 3 and not done.is_set()  # 3 steps ahead of run 2: it waits
+    pacer.advance(2, 3, abandon)
+    assert done.wait(10) and pacer.steps[1] == 5
+    pacer.finish(2)  # an ended run holds nobody back
+    pacer.advance(1, 100, abandon)
+    assert pacer.steps[1] == 100
