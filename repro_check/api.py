@@ -33,9 +33,13 @@ class _NullListener:
 
 
 class _Feed:
-    """Passes run events to the streaming comparison and to the caller's listener."""
+    """Passes run events to the streaming comparison and to the caller's listener.
 
-    def __init__(self, comparison: Comparison, listener: Listener) -> None:
+    ``add_step``, ``add_metrics`` and ``end`` are what a comparison of another shape (one per
+    rank, say) overrides; the rest is shared.
+    """
+
+    def __init__(self, comparison: Any, listener: Listener) -> None:
         self.comparison = comparison
         self.listener = listener
         self.uses_dataloader = False
@@ -45,17 +49,26 @@ class _Feed:
 
     def event(self, index: int, event: dict[str, Any]) -> None:
         if "step" in event:
-            self.comparison.add_step(index, event["step"], event["signals"])
+            self.add_step(index, event)
             self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
         elif "metrics" in event:
-            self.comparison.set_metrics(index, event["metrics"])
+            self.add_metrics(index, event)
         self.listener.event(index, event)
 
     def run_finished(self, result: RunResult) -> None:
+        self.end(result)
+        self.listener.run_finished(result)
+
+    def add_step(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.add_step(index, event["step"], event["signals"])
+
+    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.set_metrics(index, event["metrics"])
+
+    def end(self, result: RunResult) -> None:
         # a run that failed or was stopped by us is cut short: its missing steps are no divergence
         cut_short = result.failed or result.status == "cancelled"
         self.comparison.end(result.index, result.steps, complete=not cut_short)
-        self.listener.run_finished(result)
 
 
 def make_trace_dir(trace_dir: str | os.PathLike[str] | None) -> Path:

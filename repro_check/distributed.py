@@ -44,6 +44,7 @@ from .errors import TraceFileError, UsageError
 from .runner import (
     _LIVE_GROUPS,
     RunResult,
+    apply_event,
     RunSpec,
     _kill_group,
     _Tail,
@@ -309,6 +310,7 @@ class RankResult:
     error: dict[str, Any] | None = None
     header: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
     trace_path: str | None = None
     pid: int | None = None
     pgid: int | None = None
@@ -530,16 +532,7 @@ class Job:
         if isinstance(line, bytes):
             line = line.decode("utf-8")
         rr = self._rank(event["rank"])
-        if "header" in event and "format" in event:
-            rr.header = event["header"]
-        elif "step" in event:
-            rr.steps = event["step"]
-        elif "error" in event:
-            rr.error = event["error"]
-        elif "warning" in event:
-            rr.warnings.append(event["warning"])
-        elif "info" in event and "status" in event["info"]:
-            rr.status = event["info"]["status"]
+        apply_event(rr, event)
         if self.folder is not None:
             writer = self.writers.get(rr.rank)
             if writer is None:

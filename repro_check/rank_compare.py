@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .api import _Feed
 from .compare import Comparison, ComparisonResult, Divergence, Policy, same
 from .errors import TraceFileError
 from .trace import iter_trace
@@ -231,30 +232,18 @@ class RankComparison:
         return ComparisonResult(None, None, None, per_run, [], compared, [], series, metrics)
 
 
-class RankFeed:
-    """Passes the ranks' events to the comparison and to the caller's listener."""
+class RankFeed(_Feed):
+    """Passes the ranks' events to the per-rank comparison and to the caller's listener."""
 
-    def __init__(self, comparison: RankComparison, listener: Any) -> None:
-        self.comparison = comparison
-        self.listener = listener
-        self.uses_dataloader = False
+    def add_step(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.add_step(index, event.get("rank", 0), event["step"], event["signals"])
 
-    def run_started(self, index: int) -> None:
-        self.listener.run_started(index)
+    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.set_metrics(index, event.get("rank", 0), event["metrics"])
 
-    def event(self, index: int, event: dict[str, Any]) -> None:
-        rank = event.get("rank", 0)
-        if "step" in event:
-            self.comparison.add_step(index, rank, event["step"], event["signals"])
-            self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
-        elif "metrics" in event:
-            self.comparison.set_metrics(index, rank, event["metrics"])
-        self.listener.event(index, event)
-
-    def run_finished(self, result: Any) -> None:
+    def end(self, result: Any) -> None:
         steps = {r.rank: r.steps for r in getattr(result, "ranks", [])}
         self.comparison.end(result.index, steps, complete=result.status != "cancelled")
-        self.listener.run_finished(result)
 
 
 # ---- the report ------------------------------------------------------------------------------

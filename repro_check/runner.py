@@ -212,6 +212,25 @@ def run_environment(spec: RunSpec, config: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def apply_event(res: Any, ev: dict[str, Any]) -> bool:
+    """Fold one trace record of a run (or a rank) into its result; True when it is the record
+    saying the target returned (its final status)."""
+    if "header" in ev and "format" in ev:
+        res.header = ev["header"]
+    elif "step" in ev:
+        res.steps = ev["step"]
+    elif "error" in ev:
+        res.error = ev["error"]
+    elif "warning" in ev:
+        res.warnings.append(ev["warning"])
+        if isinstance(ev.get("component"), str):
+            res.overrides.append({k: ev.get(k) for k in ("component", "key", "value")})
+    elif "info" in ev and isinstance(ev["info"], dict) and "status" in ev["info"]:
+        res.status = str(ev["info"]["status"])
+        return True
+    return False
+
+
 class _Pacer:
     """Keeps every run within ``limit`` steps of the slowest run still going.
 
@@ -388,19 +407,7 @@ class _LiveRun:
 
     # ---- results -------------------------------------------------------------------------
     def handle(self, ev: dict[str, Any], raw: bytes) -> None:
-        res = self.result
-        if "header" in ev and "format" in ev:
-            res.header = ev["header"]
-        elif "step" in ev:
-            res.steps = ev["step"]
-        elif "error" in ev:
-            res.error = ev["error"]
-        elif "warning" in ev:
-            res.warnings.append(ev["warning"])
-            if isinstance(ev.get("component"), str):
-                res.overrides.append({k: ev.get(k) for k in ("component", "key", "value")})
-        elif "info" in ev and isinstance(ev["info"], dict) and "status" in ev["info"]:
-            res.status = str(ev["info"]["status"])
+        if apply_event(self.result, ev):
             self.done_at = time.monotonic()
         if self.writer is not None:
             self.writer.write_raw(raw.decode("utf-8"))
