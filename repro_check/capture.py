@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -95,8 +96,10 @@ class Recorder:
     with the step it first ran at.
     """
 
-    #: device losses are turned into bits this many at a time
+    #: steps held on a device (losses, fingerprints) go to the host this many at a time...
     FLUSH_EVERY = 64
+    #: ...or once the oldest has waited this long (seconds), so slow steps still stream
+    FLUSH_SECONDS = 0.5
 
     def __init__(self, emit: Emit, max_steps: int | None = None, probe_step: int | None = None,
                  flag_ops: bool = False) -> None:
@@ -116,8 +119,9 @@ class Recorder:
         self._rng_at_install: dict[str, Any] = {}
         self._rng_live: set[str] = set()
         self._batch: Any = None
-        self._grads: str | None = None
+        self._grads: fingerprint.Fingerprint | None = None
         self._pending: list[tuple[int, dict[str, Any], Any]] = []
+        self._pending_since = 0.0
         self._handles: list[Any] = []
         self._undo: list[Callable[[], None]] = []
         self.expected_steps: int | None = None
@@ -285,8 +289,8 @@ class Recorder:
     def _add_batch(self, item: Any) -> None:
         with self._quiet():
             if self._batch is None:
-                self._batch = fingerprint.hasher()
-            self._batch.update(fingerprint.nested(item).encode())
+                self._batch = []
+            self._batch.append(fingerprint.nested(item, defer=True))
 
     def _after_backward(self, tensors: Any, leaves: list[Any] | None) -> None:
         self.backward_calls += 1
@@ -300,14 +304,15 @@ class Recorder:
             grads = None
             if leaves:
                 with self._quiet():
-                    grads = fingerprint.tensors((str(i), leaf.grad) for i, leaf in enumerate(leaves))
+                    grads = fingerprint.tensors(((str(i), leaf.grad) for i, leaf in enumerate(leaves)),
+                                                defer=True)
             self._record_step(grads, None)
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._step_starts()
         with self._quiet():
             self._grads = fingerprint.tensors(
-                (name, p.grad) for name, p in _optimizer_params(optimizer))
+                ((name, p.grad) for name, p in _optimizer_params(optimizer)), defer=True)
         if self.probe is not None:
             self.probe.phase = "optimizer"
 
@@ -315,9 +320,13 @@ class Recorder:
         if self.probe is not None:
             self.probe.phase = "forward"
         with self._quiet():
-            params = fingerprint.tensors(_optimizer_params(optimizer))
+            params = self._params_fingerprint(optimizer)
         grads, self._grads = self._grads, None
         self._record_step(grads, params)
+
+    def _params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
+        """The ``params`` signal after an optimizer step: the parameters it updates."""
+        return fingerprint.tensors(_optimizer_params(optimizer), defer=True)
 
     # ---- expected steps (progress) --------------------------------------------------------
     def _epoch_started(self, loader: Any, it: Any) -> None:
@@ -356,7 +365,8 @@ class Recorder:
             self.expected_steps = total
             self.emit({"info": {"expected_steps": total}})
 
-    def _record_step(self, grads: str | None, params: str | None) -> None:
+    def _record_step(self, grads: fingerprint.Fingerprint | None,
+                     params: fingerprint.Fingerprint | None) -> None:
         self.step += 1
         if not self._epoch_seen_step:
             self._first_step_of_epoch()
@@ -366,7 +376,7 @@ class Recorder:
             end = rngstate.signals(self._cuda)  # the start of the next step
         signals: dict[str, Any] = self._live_streams(start, end)
         if self._batch is not None:
-            signals["batch"] = self._batch.hexdigest()
+            signals["batch"] = fingerprint.combine(self._batch, defer=True)
         signals["loss"] = None  # filled in when the loss is turned into bits, keeping its place
         if grads is not None:
             signals["grads"] = grads
@@ -374,9 +384,14 @@ class Recorder:
             signals["params"] = params
         self._rng, self._batch = end, None
         loss = self.last_loss
-        if loss is not None and loss.device.type != "cpu":
+        if (loss is not None and not loss.is_cpu) or any(
+                type(v) is fingerprint.Deferred for v in signals.values()):
+            # still on a device: kept until a batch of steps goes to the host in one copy
+            if not self._pending:
+                self._pending_since = time.monotonic()
             self._pending.append((self.step, signals, loss))
-            if len(self._pending) >= self.FLUSH_EVERY:
+            if (len(self._pending) >= self.FLUSH_EVERY
+                    or time.monotonic() - self._pending_since >= self.FLUSH_SECONDS):
                 self.flush()
         else:
             self.flush()
@@ -409,10 +424,21 @@ class Recorder:
         self.emit({"step": step, "signals": signals})
 
     def flush(self) -> None:
-        """Emit the steps whose device losses are still pending (one sync for the batch)."""
+        """Emit the steps still held on a device: their losses and fingerprints reach the host
+        together, one copy per device for the whole batch."""
         pending, self._pending = self._pending, []
-        for step, signals, loss in pending:
-            self._emit_step(step, signals, loss)
+        if not pending:
+            return
+        with self._quiet():
+            where = [(signals, name) for _, signals, _ in pending
+                     for name, value in signals.items() if type(value) is fingerprint.Deferred]
+            texts = fingerprint.resolve([signals[name] for signals, name in where])
+            for (signals, name), text in zip(where, texts):
+                signals[name] = text
+            losses = values.encode_tensors([loss for _, _, loss in pending])
+        for (step, signals, _), loss in zip(pending, losses):
+            signals["loss"] = loss
+            self.emit({"step": step, "signals": signals})
 
     # ---- metrics -------------------------------------------------------------------------
     def metric(self, name: str, value: Any) -> None:

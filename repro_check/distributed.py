@@ -33,12 +33,11 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import capture
+from . import capture, fingerprint
 from ._child import EXIT_RAISED, EXIT_RESOLVE
 from .errors import TraceFileError, UsageError
 from .runner import (
@@ -173,95 +172,13 @@ def rank_header() -> dict[str, Any]:
     }}
 
 
-#: elements per chunk of the on-device parameter digest (bounds its scratch memory)
-_CHUNK = 1 << 22
-#: an odd 64-bit multiplier (golden ratio): position weights are odd, so every element counts
-_MULT = 0x9E3779B97F4A7C15
-_WEIGHTS: dict[Any, Any] = {}
-
-
-def _int64(x: int) -> int:
-    x &= (1 << 64) - 1
-    return x - (1 << 64) if x >= 1 << 63 else x
-
-
-def _weights(device: Any, n: int) -> Any:
-    import torch
-
-    w = _WEIGHTS.get(device)
-    if w is None or w.numel() < n:
-        size = min(_CHUNK, max(n, 4096))
-        w = torch.arange(size, dtype=torch.int64, device=device) * _int64(2 * _MULT) + 1
-        _WEIGHTS[device] = w
-    return w[:n]
-
-
-def device_digest(t: Any) -> Any:
-    """An exact, order-sensitive digest of a tensor's bits, computed where the tensor lives.
-
-    The sum over elements of (bits as an integer) x (an odd weight for the position), in
-    wrapping 64-bit integer arithmetic: any single changed bit changes it, and integer sums do not
-    depend on the reduction order, so the result is the same on every device and every run.
-    Returns a 0-d int64 tensor on the tensor's device (no synchronisation).
-    """
-    import torch
-
-    t = t.detach()
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    flat = t.reshape(-1)
-    if flat.dtype == torch.bool:
-        flat = flat.view(torch.uint8)
-    if flat.is_floating_point():
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-        flat = flat.view(ints[flat.element_size()])
-    total = torch.zeros((), dtype=torch.int64, device=flat.device)
-    for start in range(0, flat.numel(), _CHUNK):
-        part = flat[start:start + _CHUNK].to(torch.int64)
-        total += (part * _weights(flat.device, part.numel())).sum()
-        if start:
-            total += part.sum() * _int64(2 * _MULT * start)
-    return total
-
-
-@dataclass
-class _PendingDigest:
-    """A parameter fingerprint still on the device; turned into text when its step is emitted."""
-
-    layout: str
-    sums: Any
-
-    def text(self) -> str:
-        from . import fingerprint
-
-        return "dev:" + fingerprint.tensors([(self.layout, self.sums.cpu())])
-
-
-def params_fingerprint(modules: Sequence[Any]) -> str | _PendingDigest:
-    """The fingerprint of every parameter of ``modules``: exact bytes (xxh3) on the CPU, an
-    on-device digest elsewhere, so a GPU job does not copy its weights to the host every step."""
-    named = [(f"{i}.{name}", p) for i, m in enumerate(modules) for name, p in m.named_parameters()]
-    if all(p.device.type == "cpu" for _, p in named):
-        from . import fingerprint
-
-        return fingerprint.tensors(named)
-    import torch
-
-    first = named[0][1].device
-    sums = torch.stack([device_digest(p).to(first) for _, p in named])
-    layout = ";".join(f"{n}:{p.dtype}:{tuple(p.shape)}" for n, p in named)
-    return _PendingDigest(layout, sums)
-
-
 class RankRecorder(capture.Recorder):
     """The step recorder of one rank: adds the ``params`` fingerprint of every
     DistributedDataParallel model after each optimizer step."""
 
     def __init__(self, emit: capture.Emit, max_steps: int | None = None, **options: Any) -> None:
-        super().__init__(self._emit_with_params, max_steps, **options)
-        self._out = emit
+        super().__init__(emit, max_steps, **options)
         self._models: list[weakref.ref[Any]] = []
-        self._params: dict[int, str | _PendingDigest] = {}
 
     def install(self) -> RankRecorder:
         super().install()
@@ -279,19 +196,14 @@ class RankRecorder(capture.Recorder):
         self._undo.append(lambda: setattr(DistributedDataParallel, "__init__", original_init))
         return self
 
-    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
+        """Every parameter of the DDP models (what must agree across ranks), or the optimizer's
+        when there is no DDP model. On a GPU the digest stays on the device until flushed."""
         live = [m for m in (ref() for ref in self._models) if m is not None]
-        if live:
-            self._params[self.step + 1] = params_fingerprint(live)
-        super()._after_optimizer_step(optimizer, args, kwargs)
-
-    def _emit_with_params(self, event: dict[str, Any]) -> None:
-        if "step" in event:
-            fp = self._params.pop(event["step"], None)
-            if fp is not None:
-                text = fp if isinstance(fp, str) else fp.text()
-                event = {**event, "signals": {**event["signals"], "params": text}}
-        self._out(event)
+        if not live:
+            return super()._params_fingerprint(optimizer)
+        return fingerprint.tensors(((f"{i}.{name}", p) for i, m in enumerate(live)
+                                    for name, p in m.named_parameters()), defer=True)
 
 
 # ---- in the parent: one run as a torchrun job ------------------------------------------------

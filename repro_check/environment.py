@@ -113,6 +113,9 @@ def fingerprint(
         env["device_name"] = platform.processor() or platform.machine()
         env["device_count"] = 0
         env["device_capability"] = None
+    from . import fingerprint as fingerprints
+
+    env["fingerprints"] = f"{fingerprints.ALGORITHM}, {fingerprints.DEVICE_ALGORITHM} on devices"
     env["seed"] = seed
     env["seed_components"] = list(components) if components is not None else None
     env["target_sha256"] = source_hash(target_source) if target_source else None

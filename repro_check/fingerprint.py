@@ -1,15 +1,21 @@
 """Fingerprints of tensors: a hash of the exact bytes together with dtype and shape.
 
 Order-sensitive by construction (a permuted batch must differ), unlike a sum or xor reduction such
-as ``torch.hash_tensor``. On the CPU the bytes go through xxh3 (about 10 GB/s) without a copy when
-the tensor is contiguous; without the xxhash package, blake2b is used instead.
+as ``torch.hash_tensor``. On the CPU the bytes go through xxh3 without a copy when the tensor is
+contiguous; without the xxhash package, blake2b is used instead.
+
+A tensor on an accelerator is digested where it lives (:func:`device_digest`): only 16 bytes
+ever reach the host, and only when asked. With ``defer=True`` the result is a :class:`Deferred`
+that still holds those bytes on the device, so a training loop is not synchronised at every
+step; :func:`resolve` turns many of them into text with one copy per device.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from typing import Any
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Union
 
 try:
     import xxhash
@@ -63,49 +69,233 @@ def _bytes_view(t: Any) -> memoryview:
     return memoryview(t.reshape(-1).numpy()).cast("B")
 
 
+# ---- on an accelerator ---------------------------------------------------------------------
+
+#: the on-device digest's name (recorded in a trace's environment)
+DEVICE_ALGORITHM = "mix32x2"
+
+_M32 = 0xFFFFFFFF
+#: per lane: (position multiplier, first and second mixing multiplier); all odd and below 2**31,
+#: so every product of a 32-bit value stays inside int64 and each multiply is a bijection mod 2**32
+_LANES = ((0x61C88647, 0x7FEB352D, 0x2C1B3C6D), (0x3C6EF372, 0x1B873593, 0x5BD1E995))
+#: 32-bit words per chunk: bounds the digest's scratch memory to a few times 32 MiB
+DEVICE_CHUNK = 1 << 22
+
+
+def _words(t: Any) -> Any:
+    """The tensor's bytes as a flat int32 tensor on its device (zero-padded to whole words)."""
+    import torch
+
+    t = t.detach()
+    if t.is_sparse:
+        t = t.to_dense()
+    if t.is_quantized:
+        t = t.int_repr()
+    t = t.contiguous().reshape(-1)
+    if t.is_complex():
+        t = torch.view_as_real(t).reshape(-1)
+    data = t.view(torch.uint8)
+    pad = -data.numel() % 4
+    if pad:
+        data = torch.cat([data, data.new_zeros(pad)])
+    return data.view(torch.int32)
+
+
+def device_digest(t: Any) -> Any:
+    """An exact, order-sensitive digest of a tensor's bytes, computed on the tensor's device.
+
+    Each 32-bit word, xor-ed with a function of its position, goes through a bijective
+    multiply-xorshift mixer; the mixed words are summed in int64. Two lanes with different
+    constants give 64 bits. A single changed word always changes both sums (the mixer is a
+    bijection); any other change slips through with odds near 2**-64. Integer sums do not depend
+    on the reduction order, so the digest is the same on every device and in every run.
+    Returns an int64 tensor of shape (2,) on the tensor's device, without synchronising.
+    """
+    import torch
+
+    words = _words(t)
+    device = words.device
+    sums = [torch.zeros((), dtype=torch.int64, device=device) for _ in _LANES]
+    for start in range(0, words.numel(), DEVICE_CHUNK):
+        x = words[start:start + DEVICE_CHUNK].to(torch.int64)
+        x &= _M32
+        pos = torch.arange(start, start + x.numel(), dtype=torch.int64, device=device)
+        pos &= _M32
+        for lane, (p, a, b) in enumerate(_LANES):
+            y = pos * p
+            y &= _M32
+            y ^= x
+            y ^= y >> 16
+            y *= a
+            y &= _M32
+            y ^= y >> 15
+            y *= b
+            y &= _M32
+            y ^= y >> 16
+            sums[lane] += y.sum()
+    return torch.stack(sums)
+
+
+class Deferred:
+    """A fingerprint whose device digests have not reached the host yet.
+
+    Holds the host-side hash of everything else (names, dtypes, shapes, CPU bytes, and a marker
+    where each device tensor was) and, in order, what is still to be fed into it: device
+    digests, texts, and nested Deferreds. :func:`resolve` finishes it.
+    """
+
+    __slots__ = ("_hasher", "_tail")
+
+    def __init__(self, hasher: Any, tail: list[Any]) -> None:
+        self._hasher = hasher
+        self._tail = tail
+
+    def _digests(self) -> Iterator[Any]:
+        for item in self._tail:
+            if isinstance(item, Deferred):
+                yield from item._digests()
+            elif not isinstance(item, str):
+                yield item
+
+    def _text(self, fetched: dict[int, bytes]) -> str:
+        h = self._hasher.copy()
+        for item in self._tail:
+            if isinstance(item, str):
+                h.update(item.encode())
+            elif isinstance(item, Deferred):
+                h.update(item._text(fetched).encode())
+            else:
+                h.update(fetched[id(item)])
+        return h.hexdigest()
+
+
+Fingerprint = Union[str, Deferred]
+
+
+def resolve(values: Sequence[Any]) -> list[Any]:
+    """``values`` with every :class:`Deferred` turned into its text (other values as they are),
+    copying all their device digests to the host at once: one transfer per device."""
+    deferred = [v for v in values if isinstance(v, Deferred)]
+    if not deferred:
+        return list(values)
+    import torch
+
+    by_device: dict[Any, list[Any]] = defaultdict(list)
+    for d in deferred:
+        for digest in d._digests():
+            by_device[digest.device].append(digest)
+    fetched: dict[int, bytes] = {}
+    for group in by_device.values():
+        rows = torch.stack(group).cpu().numpy()
+        for digest, row in zip(group, rows):
+            fetched[id(digest)] = row.tobytes()
+    return [v._text(fetched) if isinstance(v, Deferred) else v for v in values]
+
+
+_HEADERS: dict[tuple[Any, Any], bytes] = {}
+
+
+def _header(dtype: Any, shape: Any) -> bytes:
+    """``b"torch.float32(3, 4);"``: what precedes a tensor's bytes (memoized: made every step)."""
+    key = (dtype, shape)
+    found = _HEADERS.get(key)
+    if found is None:
+        found = f"{dtype}{tuple(shape)};".encode()
+        if len(_HEADERS) < 4096:
+            _HEADERS[key] = found
+    return found
+
+
+def _on_host(t: Any) -> bool:
+    """Whether a tensor's bytes can be hashed where they are (the CPU)."""
+    return t.is_cpu
+
+
+class _Builder:
+    """A hash in progress: CPU bytes go straight in, device tensors become digests for later."""
+
+    __slots__ = ("h", "tail")
+
+    def __init__(self) -> None:
+        self.h = _hasher()
+        self.tail: list[Any] = []
+
+    def tensor(self, t: Any) -> None:
+        self.h.update(_header(t.dtype, t.shape))
+        if not t.numel():
+            return
+        if _on_host(t):
+            self.h.update(_bytes_view(t))
+        else:
+            self.h.update(b"<device>")
+            self.tail.append(device_digest(t))
+
+    def finish(self, defer: bool) -> Fingerprint:
+        if not self.tail:
+            return self.h.hexdigest()
+        d = Deferred(self.h, self.tail)
+        return d if defer else resolve([d])[0]
+
+
 def update(h: Any, t: Any) -> None:
-    """Feed one tensor (dtype, shape, bytes) into hash ``h``."""
-    h.update(f"{t.dtype}{tuple(t.shape)};".encode())
+    """Feed one CPU tensor (dtype, shape, bytes) into hash ``h``."""
+    h.update(_header(t.dtype, t.shape))
     if t.numel():
         h.update(_bytes_view(t))
 
 
-def tensor(t: Any) -> str:
+def tensor(t: Any, defer: bool = False) -> Fingerprint:
     """The fingerprint of one tensor."""
-    h = _hasher()
-    update(h, t)
-    return h.hexdigest()
+    b = _Builder()
+    b.tensor(t)
+    return b.finish(defer)
 
 
-def tensors(items: Iterable[tuple[str, Any]]) -> str:
+def tensors(items: Iterable[tuple[str, Any]], defer: bool = False) -> Fingerprint:
     """The fingerprint of named tensors in the given order (e.g. ``model.named_parameters()``);
-    ``None`` values (a parameter without a gradient) count by name."""
-    h = _hasher()
+    ``None`` values (a parameter without a gradient) count by name. Device tensors are digested
+    on their device; ``defer=True`` may return a :class:`Deferred` instead of text."""
+    b = _Builder()
+    h = b.h
     for name, t in items:
         h.update(name.encode() + b"\0")
         if t is None:
             h.update(b"<none>;")
         else:
-            update(h, t)
+            b.tensor(t)
+    return b.finish(defer)
+
+
+def combine(parts: Iterable[Fingerprint], defer: bool = False) -> Fingerprint:
+    """One fingerprint of several, in order (e.g. the batches a step drew): the hash of their
+    texts, whether or not some are still deferred."""
+    parts = list(parts)
+    if any(isinstance(p, Deferred) for p in parts):
+        d = Deferred(_hasher(), parts)
+        return d if defer else resolve([d])[0]
+    h = _hasher()
+    for p in parts:
+        h.update(p.encode())
     return h.hexdigest()
 
 
-def nested(obj: Any) -> str:
+def nested(obj: Any, defer: bool = False) -> Fingerprint:
     """The fingerprint of whatever a DataLoader yields: tensors, numbers, strings, and lists,
     tuples and dicts of them (dicts in insertion order)."""
-    h = _hasher()
-    _feed(h, obj, depth=0)
-    return h.hexdigest()
+    b = _Builder()
+    _feed(b, obj, depth=0)
+    return b.finish(defer)
 
 
-def _feed(h: Any, obj: Any, depth: int) -> None:
+def _feed(b: _Builder, obj: Any, depth: int) -> None:
+    h = b.h
     if depth > 20:
         h.update(b"<deep>")
         return
     mod = type(obj).__module__
     if mod.startswith("torch") and hasattr(obj, "dtype") and hasattr(obj, "shape"):
         h.update(b"T")
-        update(h, obj)
+        b.tensor(obj)
     elif mod == "numpy" and hasattr(obj, "tobytes"):
         import numpy as np
 
@@ -115,13 +305,13 @@ def _feed(h: Any, obj: Any, depth: int) -> None:
     elif isinstance(obj, dict):
         h.update(b"{")
         for k, v in obj.items():
-            _feed(h, k, depth + 1)
-            _feed(h, v, depth + 1)
+            _feed(b, k, depth + 1)
+            _feed(b, v, depth + 1)
         h.update(b"}")
     elif isinstance(obj, (list, tuple)):
         h.update(b"[" if isinstance(obj, list) else b"(")
         for v in obj:
-            _feed(h, v, depth + 1)
+            _feed(b, v, depth + 1)
         h.update(b"]")
     elif isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
         h.update(f"{type(obj).__name__}:{obj!r};".encode())

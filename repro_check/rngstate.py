@@ -27,10 +27,56 @@ def python_state() -> str:
     """The ``random`` module's global Mersenne Twister: its 625 words and the cached gauss.
 
     The words are combined with Python's tuple hash, which for integers does not depend on
-    ``PYTHONHASHSEED`` and is several times faster than copying them into a buffer.
+    ``PYTHONHASHSEED``. Building that tuple costs several microseconds, paid at every step, so
+    the generator's raw state (read in place, see :func:`_raw_python_state`) is compared with the
+    last one first: a run that does not draw from ``random`` pays for a copy of 2.5 kB.
     """
+    global _LAST_PYTHON
+    inst = random._inst  # type: ignore[attr-defined]
+    raw = _raw_python_state(inst)
+    if raw is not None:
+        key = (raw, getattr(inst, "gauss_next", None))
+        if _LAST_PYTHON is not None and _LAST_PYTHON[0] == key:
+            return _LAST_PYTHON[1]
     version, words, gauss = random.getstate()
-    return f"{version}:{hash(words) & 0xFFFFFFFFFFFFFFFF:016x}:{gauss!r}"
+    text = f"{version}:{hash(words) & 0xFFFFFFFFFFFFFFFF:016x}:{gauss!r}"
+    if raw is not None:
+        _LAST_PYTHON = (key, text)
+    return text
+
+
+#: (raw state and cached gauss, its text) of the last :func:`python_state`
+_LAST_PYTHON: tuple[tuple[bytes, Any], str] | None = None
+#: where CPython keeps a Random object's index and 624 words, once checked against getstate()
+_RAW_OFFSET: int | None = None
+_RAW_CHECKED = False
+_MT_BYTES = 4 + 624 * 4
+
+
+def _raw_python_state(inst: Any) -> bytes | None:
+    """The bytes of the C struct behind a ``random.Random`` (index, then the 624 words), right
+    after the object header, as CPython lays it out. Used only after it was seen to agree with
+    ``getstate()`` in this process; None where it does not (another interpreter, another layout)."""
+    global _RAW_OFFSET, _RAW_CHECKED
+    if not _RAW_CHECKED:
+        _RAW_CHECKED = True
+        try:
+            import struct
+
+            probe = random.Random(12345)
+            probe.random()
+            _, words, _ = probe.getstate()
+            offset = object.__basicsize__
+            raw = ctypes.string_at(id(probe) + offset, _MT_BYTES)
+            index = struct.unpack_from("i", raw, 0)[0]
+            if type(probe).__basicsize__ >= offset + _MT_BYTES and \
+                    struct.unpack_from("624I", raw, 4) + (index,) == words:
+                _RAW_OFFSET = offset
+        except Exception:  # noqa: BLE001 - no fast path; getstate() every time
+            _RAW_OFFSET = None
+    if _RAW_OFFSET is None or type(inst).__basicsize__ < _RAW_OFFSET + _MT_BYTES:
+        return None
+    return ctypes.string_at(id(inst) + _RAW_OFFSET, _MT_BYTES)
 
 
 #: bytes of numpy's MT19937 state struct: 624 32-bit words and the position
@@ -71,7 +117,11 @@ def torch_state() -> str | None:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    return fingerprint.tensor(torch.default_generator.get_state())
+    state = torch.default_generator.get_state()  # a flat uint8 tensor
+    h = fingerprint.hasher()
+    h.update(f"{state.dtype}{tuple(state.shape)};".encode())  # as fingerprint.tensor does
+    h.update(memoryview(state.numpy()))
+    return h.hexdigest()
 
 
 def cuda_state(available: bool) -> str | None:

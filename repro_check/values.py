@@ -38,8 +38,31 @@ def encode_int(x: int) -> Encoded:
     return {"dtype": "int", "bits": format(x, "x"), "value": x}
 
 
+#: float dtypes read through their bits alone: (dtype name, integer view dtype, struct format)
+_FAST_FLOATS: dict[Any, tuple[str, Any, str]] = {}
+
+
+def _fast_floats() -> dict[Any, tuple[str, Any, str]]:
+    import torch
+
+    _FAST_FLOATS.update({torch.float32: ("float32", torch.int32, ">i>f"),
+                         torch.float64: ("float64", torch.int64, ">q>d"),
+                         torch.float16: ("float16", torch.int16, ">h>e")})
+    return _FAST_FLOATS
+
+
 def encode_tensor(t: Any) -> Encoded:
     """A one-element tensor, exactly (it is moved to the CPU: call in batches on a device)."""
+    fast = (_FAST_FLOATS or _fast_floats()).get(t.dtype)
+    if fast is not None and t.is_cpu:
+        # the common case (a loss): one read of the bits; the readable value is made from them
+        name, as_int, fmt = fast
+        signed = t.detach().reshape(()).view(as_int).item()
+        packed = struct.pack(fmt[:2], signed)
+        size = len(packed)
+        raw = int.from_bytes(packed, "big")
+        return {"dtype": name, "bits": f"{raw:0{2 * size}x}",
+                "value": _readable(struct.unpack(fmt[2:], packed)[0])}
     import torch
 
     t = t.detach().reshape(()).cpu()
@@ -55,6 +78,28 @@ def encode_tensor(t: Any) -> Encoded:
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
     raw = int(t.view(as_int).item()) & ((1 << (8 * size)) - 1)
     return {"dtype": dtype, "bits": f"{raw:0{2 * size}x}", "value": _readable(float(t.item()))}
+
+
+def encode_tensors(items: list[Any]) -> list[Encoded | None]:
+    """Many one-element tensors (None allowed), those on a device copied to the host together:
+    one transfer per device and dtype instead of one synchronisation each."""
+    out: list[Encoded | None] = [None] * len(items)
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for i, t in enumerate(items):
+        if t is None:
+            continue
+        if t.is_cpu:
+            out[i] = encode_tensor(t)
+        else:
+            groups.setdefault((t.device, t.dtype), []).append(i)
+    if groups:
+        import torch
+
+        for index in groups.values():
+            host = torch.stack([items[i].detach().reshape(()) for i in index]).cpu()
+            for i, value in zip(index, host):
+                out[i] = encode_tensor(value)
+    return out
 
 
 def encode(x: Any) -> Encoded | None:

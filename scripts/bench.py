@@ -6,6 +6,11 @@ and prints the medians and their ratio next to the target. Exits 1 when a target
 Workload: the reference MNIST MLP (``repro_check.workloads.mnist:main``) on the full set from
 ``../shared/data/mnist`` or ``$REPRO_CHECK_MNIST`` (the embedded subset when neither exists).
 A "bare" run is the same target under the same seeding, in a fresh interpreter, without capture.
+
+Two rows explain others and have no limit of their own: "in the run" compares
+the time from a run's interpreter start to its target's return (no parent, no interpreter exit),
+so the capture's own cost is seen apart from how the processes start and end; "its floor" is a
+bare run that leaves right after step 37, the earliest anything could report a divergence there.
 """
 
 from __future__ import annotations
@@ -38,14 +43,33 @@ def env() -> dict[str, str]:
     return e
 
 
-def timed(argv: Sequence[str], ok: Sequence[int] = (0,)) -> float:
+def run(argv: Sequence[str], ok: Sequence[int] = (0,)) -> tuple[float, str]:
+    """Wall seconds of a command, and its stdout."""
     start = time.perf_counter()
     proc = subprocess.run(list(argv), env=env(), cwd=tempfile.gettempdir(),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - start
     if proc.returncode not in ok:
         raise SystemExit(f"bench: {' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return took
+    return took, proc.stdout
+
+
+def timed(argv: Sequence[str], ok: Sequence[int] = (0,)) -> float:
+    return run(argv, ok)[0]
+
+
+def in_run_seconds(argv: Sequence[str]) -> float:
+    """Seconds from the run's interpreter start to the target's return, as the run itself saw
+    them: a check's from its trace (``info.seconds``), a bare run's from what it prints."""
+    took, out = run(argv)
+    if "--bare" in argv:
+        return float(json.loads(out.strip().splitlines()[-1])["seconds"])
+    trace_dir = Path(argv[argv.index("--trace-dir") + 1])
+    for line in next(trace_dir.glob("*/run-1.jsonl")).read_text().splitlines():
+        record = json.loads(line)
+        if "seconds" in record.get("info", {}):
+            return float(record["info"]["seconds"])
+    raise SystemExit(f"bench: no run time in the trace of {' '.join(argv)}")
 
 
 def check_cmd(*extra: str, target_args: Sequence[str] = ()) -> list[str]:
@@ -54,24 +78,41 @@ def check_cmd(*extra: str, target_args: Sequence[str] = ()) -> list[str]:
             "--trace-dir", trace_dir, *extra, "--", *data_args(), *target_args]
 
 
-def bare_cmd(threads: int = 1, target_args: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, __file__, "--bare", str(threads), "--", *data_args(), *target_args]
+def bare_cmd(threads: int = 1, target_args: Sequence[str] = (), stop_at: int = 0) -> list[str]:
+    return [sys.executable, __file__, "--bare", str(threads), "--stop-at", str(stop_at), "--",
+            *data_args(), *target_args]
 
 
-def bare(threads: int, args: list[str]) -> None:
-    """One seeded run of the target without capture (re-executes itself with the seeded env)."""
+def bare(threads: int, stop_at: int, args: list[str]) -> None:
+    """One seeded run of the target without capture (re-executes itself with the seeded env).
+    Prints how long the run took, from interpreter start to the target's return. ``stop_at``:
+    leave at once after that optimizer step (the earliest a divergence there can be seen)."""
+    started = time.time()
     from repro_check import seeding, targets
 
     if os.environ.get("_BENCH_BARE") != "1":
         e = seeding.child_environment(env(), 123, seeding.COMPONENTS, threads)
         e["_BENCH_BARE"] = "1"
-        os.execve(sys.executable, [sys.executable, __file__, "--bare", str(threads), "--", *args], e)
+        os.execve(sys.executable, [sys.executable, __file__, "--bare", str(threads), "--stop-at",
+                                   str(stop_at), "--", *args], e)
     seeding.apply(123, seeding.COMPONENTS, threads)
-    run = targets.resolve(targets.parse(TARGET), args)
+    target = targets.resolve(targets.parse(TARGET), args)
+    if stop_at:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        steps = [0]
+
+        def leave(*_: object) -> None:
+            steps[0] += 1
+            if steps[0] == stop_at:
+                os._exit(0)
+
+        register_optimizer_step_post_hook(leave)
     import contextlib
 
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-        run()
+        target()
+    print(json.dumps({"seconds": time.time() - started}), flush=True)
 
 
 def side_by_side(reps: int, a: Callable[[], float], b: Callable[[], float]) -> tuple[float, float]:
@@ -122,20 +163,24 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--bare", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stop-at", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="also write the results here")
     ns, rest = p.parse_known_args()
     if ns.bare is not None:
-        bare(ns.bare, [a for a in rest if a != "--"])
+        bare(ns.bare, ns.stop_at, [a for a in rest if a != "--"])
         return 0
-    rows: list[tuple[str, str, float, float, float, float, bool]] = []
+    rows: list[tuple[str, str, float, float, float, float | None, bool]] = []
 
-    def add(name: str, what: str, a: float, b: float, limit: float) -> None:
-        rows.append((name, what, a, b, a / b, limit, a / b <= limit))
+    def add(name: str, what: str, a: float, b: float, limit: float | None) -> None:
+        rows.append((name, what, a, b, a / b, limit, limit is None or a / b <= limit))
 
     data = " ".join(data_args()) or "embedded subset"
     print(f"bench: {TARGET} ({data}), {ns.reps} repetitions, {os.cpu_count()} CPUs", flush=True)
     a, b = side_by_side(ns.reps, lambda: timed(check_cmd("--runs", "1")), lambda: timed(bare_cmd()))
     add("capture overhead", "check --runs 1 / bare run", a, b, 1.05)
+    a, b = side_by_side(ns.reps, lambda: in_run_seconds(check_cmd("--runs", "1")),
+                        lambda: in_run_seconds(bare_cmd()))
+    add("  in the run", "start to target's return: check / bare", a, b, None)
     a, b = side_by_side(ns.reps, lambda: timed(check_cmd()),
                         lambda: timed(bare_cmd()) + timed(bare_cmd()))
     add("two-run check", "check (2 runs) / 2 bare runs in sequence", a, b, 0.65)
@@ -143,6 +188,9 @@ def main() -> int:
     a, b = side_by_side(ns.reps, lambda: timed(check_cmd("--fail-fast", target_args=planted), ok=(1,)),
                         lambda: timed(check_cmd(target_args=planted), ok=(1,)))
     add("fail-fast", "divergence at step 37: --fail-fast / full check", a, b, 0.15)
+    full = b
+    floor = statistics.median(timed(bare_cmd(stop_at=37)) for _ in range(ns.reps))
+    add("  its floor", "bare run to step 37 / full check", floor, full, None)
     small, large = parent_peak_kib(1_000), parent_peak_kib(20_000)
     rows.append(("parent memory", "peak RSS, 20,000 steps / 1,000 steps", large, small,
                  large / small, 1.10, large / small <= 1.10))
@@ -151,8 +199,9 @@ def main() -> int:
     print(f"\n{'target':<18} {'comparison':<{width}} {'A':>9} {'B':>9} {'A/B':>6} {'limit':>6}  ok")
     for name, what, x, y, ratio, limit, ok in rows:
         unit = "s" if name != "parent memory" else "KiB"
+        shown = f"{limit:>6.2f}  {'yes' if ok else 'NO'}" if limit is not None else f"{'-':>6}  -"
         print(f"{name:<18} {what:<{width}} {x:>8.2f}{unit[0]} {y:>8.2f}{unit[0]} {ratio:>6.3f} "
-              f"{limit:>6.2f}  {'yes' if ok else 'NO'}")
+              f"{shown}")
     fp = fingerprint_rates(ns.reps)
     print(f"\n{'fingerprint':<18} {'parameters':>12} {'seconds':>9} {'GB/s':>7}  ok (>= 4 GB/s)")
     fp_ok = True

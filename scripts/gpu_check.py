@@ -6,6 +6,9 @@
    ``deterministic_algorithms`` needed.
 3. ``index_add_`` with deterministic algorithms off: localized to ``pool``, op ``aten::index_add``.
 4. The reference MNIST workload on CUDA (embedded subset, one epoch) reproduces under full seeding.
+0. First, fingerprints on the device: the same digest as on the CPU, no synchronisation while a
+   step's fingerprints are taken (``torch.cuda.set_sync_debug_mode("error")``), one copy when a
+   batch of them is resolved, and the rate for 1M, 10M and 100M float32 parameters.
 
 Run from the repository root: ``python scripts/gpu_check.py [--quick]`` (``--quick``: the
 reference workload stops after 50 steps). Without CUDA it says so and exits 0.
@@ -40,6 +43,45 @@ def brief(report: Any) -> dict[str, Any]:
     return {k: d.get(k) for k in keys}
 
 
+def device_fingerprints(torch: Any) -> None:
+    from repro_check import fingerprint, rngstate
+
+    print("0. fingerprints on the device")
+    g = torch.Generator().manual_seed(0)
+    host = torch.randn(1_000_003, generator=g)
+    on_gpu = host.cuda()
+    expect("digest equals the CPU's", torch.equal(fingerprint.device_digest(on_gpu).cpu(),
+                                                  fingerprint.device_digest(host)), "compared")
+    params = [(f"p{i}", torch.randn(256, 256, device="cuda")) for i in range(8)]
+    batch = [torch.randn(64, 784, device="cuda"), torch.arange(64, device="cuda")]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        taken = [fingerprint.tensors(params, defer=True), fingerprint.nested(batch, defer=True),
+                 rngstate.signals(True)]
+        synced = None
+    except RuntimeError as e:
+        taken, synced = [], str(e).splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    expect("no synchronisation while fingerprinting a step", synced is None, synced or "none")
+    if taken:
+        texts = fingerprint.resolve(taken[:2])
+        expect("resolved to the immediate fingerprints",
+               texts == [fingerprint.tensors(params), fingerprint.nested(batch)], texts)
+    for n in (1_000_000, 10_000_000, 100_000_000):
+        t = torch.randn(n, device="cuda")
+        fingerprint.tensors([("w", t)])
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(5):
+            fingerprint.tensors([("w", t)])
+        torch.cuda.synchronize()
+        took = (time.perf_counter() - start) / 5
+        print(f"  {n:>12,} float32 parameters: {took * 1e3:8.2f} ms, {n * 4 / took / 1e9:7.1f} GB/s")
+        del t
+
+
 def main() -> int:
     import torch
 
@@ -54,6 +96,8 @@ def main() -> int:
     traces = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     target = f"{FIXTURE}:main"
     t0 = time.time()
+
+    device_fingerprints(torch)
 
     print("1. scatter_add_ (2-D) under full seeding")
     r = diagnose(target, args=["--op", "scatter_add"], ablate=[], trace_dir=traces / "1")

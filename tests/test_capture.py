@@ -258,3 +258,63 @@ def test_flagged_ops_are_reported_once_with_their_step() -> None:
     flagged = [e["flagged"] for e in events if "flagged" in e]
     assert [f["op"] for f in flagged] == ["max_unpooling2d_forward_out"]
     assert flagged[0]["step"] == 1 and flagged[0]["where"].startswith(__file__)
+
+
+def test_steps_held_on_a_device_are_emitted_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every tensor treated as a device tensor: fingerprints stay deferred until a batch of
+    steps is flushed, then arrive as text, in step order, with their losses."""
+    from repro_check import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(capture.Recorder, "FLUSH_EVERY", 2)
+    monkeypatch.setattr(capture.Recorder, "FLUSH_SECONDS", 3600.0)
+    emitted_at: list[tuple[int, int]] = []
+    events: list[dict[str, Any]] = []
+
+    def emit(event: dict[str, Any]) -> None:
+        if "step" in event:
+            emitted_at.append((event["step"], rec.step))
+        events.append(event)
+
+    rec = capture.Recorder(emit).install()
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(10, 4)
+        for xb in DataLoader(TensorDataset(x), batch_size=2):
+            opt.zero_grad()
+            model(xb[0]).sum().backward()
+            opt.step()
+        assert emitted_at == [(1, 2), (2, 2), (3, 4), (4, 4)]  # step 5 still held
+        rec.flush()
+    finally:
+        rec.uninstall()
+    assert [s for s, _ in emitted_at] == [1, 2, 3, 4, 5]
+    got = steps(events)
+    for signals in got:
+        assert all(isinstance(signals[k], str) for k in ("batch", "grads", "params"))
+        assert signals["loss"]["dtype"] == "float32"
+    assert len({s["params"] for s in got}) == 5 and len({s["batch"] for s in got}) == 5
+
+
+def test_a_slow_step_is_not_held_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro_check import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(capture.Recorder, "FLUSH_SECONDS", 0.0)
+    assert len(train()) == 3  # each step flushed as it ends, nothing left for a final flush
+
+
+def test_a_run_still_does_what_the_script_left_for_exit(tmp: Path) -> None:
+    """Runs skip the collector's passes at exit, not the exit: atexit handlers run and files the
+    script never closed are flushed."""
+    out = tmp / "exit-work"
+    out.mkdir()
+    res = run_cli("exit_work.py", "--", str(out), tmp=tmp / "exit")
+    assert res.code == 0, res.stdout + res.stderr
+    logs, handlers = sorted(out.glob("*.log")), sorted(out.glob("*.atexit"))
+    assert len(logs) == 2 and len(handlers) == 2
+    for log in logs:
+        assert log.read_text().splitlines()[-1].startswith("step 3 loss ")
+    assert all(h.read_text() == "atexit ran\n" for h in handlers)

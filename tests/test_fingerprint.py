@@ -39,3 +39,80 @@ def test_named_tensors_and_nested_batches() -> None:
     other = (torch.arange(6).reshape(2, 3), {"id": [2, 1], "x": np.arange(3)})
     assert fingerprint.nested(batch) == fingerprint.nested(same)
     assert fingerprint.nested(batch) != fingerprint.nested(other)
+
+
+# ---- the on-device digest, exercised on the CPU ---------------------------------------------
+
+
+def test_device_digest_is_exact_order_sensitive_and_chunk_independent(monkeypatch) -> None:
+    g = torch.Generator().manual_seed(3)
+    t = torch.randn(1000, generator=g)
+    d = fingerprint.device_digest(t)
+    assert d.dtype == torch.int64 and d.shape == (2,)
+    assert torch.equal(d, fingerprint.device_digest(t.clone()))
+    for word in (0, 517, 999):
+        for bit in (0, 22, 31):
+            flipped = t.clone()
+            flipped.view(torch.int32)[word] ^= 1 << bit if bit < 31 else -(1 << 31)
+            differs = fingerprint.device_digest(flipped) != d
+            assert bool(differs.all()), (word, bit)  # one changed word changes both lanes
+    assert not torch.equal(fingerprint.device_digest(t.flip(0)), d)
+    swapped = t.clone()
+    swapped[[3, 4]] = swapped[[4, 3]]
+    assert not torch.equal(fingerprint.device_digest(swapped), d)
+    monkeypatch.setattr(fingerprint, "DEVICE_CHUNK", 64)
+    assert torch.equal(fingerprint.device_digest(t), d)  # chunking does not change it
+
+
+def test_device_digest_cancelling_differences_do_not_collide() -> None:
+    """Differences that cancel in any weighted sum (+1/-1 ulp at i, i+1 and -1/+1 at j, j+1)."""
+    t = torch.randn(4096, generator=torch.Generator().manual_seed(5))
+    base = fingerprint.device_digest(t)
+    for i, j in ((10, 2000), (0, 4094), (100, 101 + 64)):
+        u = t.clone()
+        w = u.view(torch.int32)
+        w[i] += 1
+        w[i + 1] -= 1
+        w[j] -= 1
+        w[j + 1] += 1
+        assert not torch.equal(fingerprint.device_digest(u), base)
+
+
+def test_device_digest_of_every_layout() -> None:
+    odd = torch.tensor([1, 2, 3], dtype=torch.uint8)  # 3 bytes: padded to a whole word
+    assert not torch.equal(fingerprint.device_digest(odd),
+                           fingerprint.device_digest(torch.tensor([1, 2, 4], dtype=torch.uint8)))
+    t = torch.randn(7, 5)
+    for x in (t.to(torch.bfloat16), t.to(torch.float16), t.double(), t > 0, t.to(torch.int64),
+              torch.complex(t, t), t.t(), t.to_sparse()):
+        d = fingerprint.device_digest(x)
+        assert d.shape == (2,) and torch.equal(d, fingerprint.device_digest(x.clone()))
+    assert torch.equal(fingerprint.device_digest(t.t()), fingerprint.device_digest(t.t().contiguous()))
+
+
+def test_deferred_fingerprints_match_immediate_ones(monkeypatch) -> None:
+    """With every tensor treated as a device tensor, deferring changes when, never what."""
+    monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    a = [("w", torch.randn(3, 3)), ("g", None), ("b", torch.arange(5))]
+    now = fingerprint.tensors(a)
+    later = fingerprint.tensors(a, defer=True)
+    assert isinstance(now, str) and isinstance(later, fingerprint.Deferred)
+    batch = [torch.ones(2, 2), {"ids": [1, 2]}]
+    parts = [fingerprint.nested(batch, defer=True), "plain-text-part"]
+    combined = fingerprint.combine(parts, defer=True)
+    resolved = fingerprint.resolve([later, "as-is", combined, later])
+    assert resolved == [now, "as-is", fingerprint.combine([fingerprint.nested(batch), "plain-text-part"]),
+                        now]
+    assert fingerprint.tensors(list(reversed(a))) != now
+
+
+def test_device_and_host_fingerprints_never_mix_up() -> None:
+    """The same tensor named the same way hashes differently on a device (its own algorithm), so
+    a CPU trace and a GPU trace can not agree by accident."""
+    t = [("w", torch.randn(4))]
+    host = fingerprint.tensors(t)
+    import pytest
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fingerprint, "_on_host", lambda x: False)
+        assert fingerprint.tensors(t) != host

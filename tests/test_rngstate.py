@@ -39,3 +39,26 @@ def test_the_same_seed_gives_the_same_state() -> None:
 
 def test_cuda_without_a_device_is_left_out() -> None:
     assert rngstate.cuda_state(available=False) is None
+
+
+def test_python_state_read_in_place_agrees_with_getstate(monkeypatch) -> None:
+    import random
+
+    from repro_check import rngstate
+
+    def slow() -> str:
+        with monkeypatch.context() as m:
+            m.setattr(rngstate, "_raw_python_state", lambda inst: None)
+            return rngstate.python_state()
+
+    random.seed(7)
+    seen = set()
+    for draw in (lambda: None, random.random, lambda: random.gauss(0, 1),
+                 lambda: random.gauss(0, 1), lambda: random.seed(7), random.random):
+        draw()
+        fast = rngstate.python_state()
+        assert fast == slow()
+        assert rngstate.python_state() == fast  # the cached answer
+        seen.add(fast)
+    assert len(seen) == 4  # seed, draw, gauss, and a gauss served from its cache (same words)
+    assert rngstate._raw_python_state(random._inst) is not None  # the fast path is in use here

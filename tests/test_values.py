@@ -69,3 +69,14 @@ def test_float64_round_trip(x: float) -> None:
     y = values.to_float(enc)
     assert (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
     assert values.is_valid(enc)
+
+
+def test_encode_tensors_in_a_batch_like_one_at_a_time() -> None:
+    import torch
+
+    from repro_check import values
+
+    items = [torch.tensor(0.1), None, torch.tensor([2.5], dtype=torch.float64), torch.tensor(3)]
+    assert values.encode_tensors(items) == [
+        values.encode_tensor(items[0]), None, values.encode_tensor(items[2]),
+        values.encode_tensor(items[3])]
