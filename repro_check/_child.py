@@ -152,7 +152,7 @@ def main() -> int:
     overrides = watch.SeedingWatch(emit, done, seed).install()
     recorder.watchers.append(overrides.check)
     # What is loaded by now (torch and this package) lives as long as the process: the collector
-    # need not walk it again. Its passes at interpreter exit otherwise take 0.3-0.6 s, longer
+    # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target creates is collected as usual, at exit too.
     gc.freeze()
     status, code = "completed", 0
