@@ -101,25 +101,32 @@ def _words(t: Any) -> Any:
     return data.view(torch.int32)
 
 
-def device_digest(t: Any) -> Any:
-    """An exact, order-sensitive digest of a tensor's bytes, computed on the tensor's device.
+def device_digest(*tensors: Any) -> Any:
+    """An exact, order-sensitive digest of the bytes of tensors on one device, computed there.
 
-    Each 32-bit word, xor-ed with a function of its position, goes through a bijective
-    multiply-xorshift mixer; the mixed words are summed in int64. Two lanes with different
-    constants give 64 bits. A single changed word always changes both sums (the mixer is a
-    bijection); any other change slips through with odds near 2**-64. Integer sums do not depend
-    on the reduction order, so the digest is the same on every device and in every run.
-    Returns an int64 tensor of shape (2,) on the tensor's device, without synchronising.
+    The tensors' 32-bit words, one after the other, each xor-ed with a function of its position,
+    go through a bijective multiply-xorshift mixer; the mixed words are summed in int64. Two lanes
+    with different constants give 64 bits. A single changed word always changes both sums (the
+    mixer is a bijection); any other change slips through with odds near 2**-64. Integer sums do
+    not depend on the reduction order, so the digest is the same on every device and in every run.
+    Small tensors are concatenated into chunks of up to :data:`DEVICE_CHUNK` words, so a model of
+    many small parameters costs a few dozen kernels, not a few dozen per parameter.
+    Returns an int64 tensor of shape (2,) on the tensors' device, without synchronising.
     """
     import torch
 
-    words = _words(t)
-    device = words.device
+    device = tensors[0].device
     sums = [torch.zeros((), dtype=torch.int64, device=device) for _ in _LANES]
-    for start in range(0, words.numel(), DEVICE_CHUNK):
-        x = words[start:start + DEVICE_CHUNK].to(torch.int64)
+    offset = 0
+    batch: list[Any] = []
+    held = 0
+
+    def mix() -> None:
+        nonlocal offset, batch, held
+        words = batch[0] if len(batch) == 1 else torch.cat(batch)
+        x = words.to(torch.int64)
         x &= _M32
-        pos = torch.arange(start, start + x.numel(), dtype=torch.int64, device=device)
+        pos = torch.arange(offset, offset + x.numel(), dtype=torch.int64, device=device)
         pos &= _M32
         for lane, (p, a, b) in enumerate(_LANES):
             y = pos * p
@@ -133,6 +140,21 @@ def device_digest(t: Any) -> Any:
             y &= _M32
             y ^= y >> 16
             sums[lane] += y.sum()
+        offset += x.numel()
+        batch, held = [], 0
+
+    for t in tensors:
+        words = _words(t)
+        start, n = 0, words.numel()
+        while start < n:
+            take = min(n - start, DEVICE_CHUNK - held)
+            batch.append(words[start:start + take])
+            held += take
+            start += take
+            if held == DEVICE_CHUNK:
+                mix()
+    if batch:
+        mix()
     return torch.stack(sums)
 
 
@@ -141,7 +163,7 @@ class Deferred:
 
     Holds the host-side hash of everything else (names, dtypes, shapes, CPU bytes, and a marker
     where each device tensor was) and, in order, what is still to be fed into it: device
-    digests, texts, and nested Deferreds. :func:`resolve` finishes it.
+    digests (one per device), texts, bytes, and nested Deferreds. :func:`resolve` finishes it.
     """
 
     __slots__ = ("_hasher", "_tail")
@@ -154,13 +176,15 @@ class Deferred:
         for item in self._tail:
             if isinstance(item, Deferred):
                 yield from item._digests()
-            elif not isinstance(item, str):
+            elif not isinstance(item, (str, bytes)):
                 yield item
 
     def _text(self, fetched: dict[int, bytes]) -> str:
         h = self._hasher.copy()
         for item in self._tail:
-            if isinstance(item, str):
+            if isinstance(item, bytes):
+                h.update(item)
+            elif isinstance(item, str):
                 h.update(item.encode())
             elif isinstance(item, Deferred):
                 h.update(item._text(fetched).encode())
@@ -214,11 +238,11 @@ def _on_host(t: Any) -> bool:
 class _Builder:
     """A hash in progress: CPU bytes go straight in, device tensors become digests for later."""
 
-    __slots__ = ("h", "tail")
+    __slots__ = ("h", "on_device")
 
     def __init__(self) -> None:
         self.h = _hasher()
-        self.tail: list[Any] = []
+        self.on_device: dict[Any, list[Any]] = {}
 
     def tensor(self, t: Any) -> None:
         self.h.update(_header(t.dtype, t.shape))
@@ -228,12 +252,18 @@ class _Builder:
             self.h.update(_bytes_view(t))
         else:
             self.h.update(b"<device>")
-            self.tail.append(device_digest(t))
+            self.on_device.setdefault(t.device, []).append(t.detach())
 
     def finish(self, defer: bool) -> Fingerprint:
-        if not self.tail:
+        if not self.on_device:
             return self.h.hexdigest()
-        d = Deferred(self.h, self.tail)
+        tail: list[Any] = []
+        for group in self.on_device.values():  # one digest per device, in order of appearance
+            try:
+                tail.append(device_digest(*group))
+            except Exception:  # noqa: BLE001 - a device without these integer ops: copy instead
+                tail.append(b"<copied>" + b"".join(bytes(_bytes_view(t)) for t in group))
+        d = Deferred(self.h, tail)
         return d if defer else resolve([d])[0]
 
 

@@ -69,17 +69,18 @@ def device_fingerprints(torch: Any) -> None:
         texts = fingerprint.resolve(taken[:2])
         expect("resolved to the immediate fingerprints",
                texts == [fingerprint.tensors(params), fingerprint.nested(batch)], texts)
-    for n in (1_000_000, 10_000_000, 100_000_000):
-        t = torch.randn(n, device="cuda")
-        fingerprint.tensors([("w", t)])
+    for n, pieces in ((1_000_000, 1), (10_000_000, 1), (100_000_000, 1), (10_000_000, 200)):
+        named = [(f"p{i}", torch.randn(n // pieces, device="cuda")) for i in range(pieces)]
+        fingerprint.tensors(named)
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(5):
-            fingerprint.tensors([("w", t)])
+            fingerprint.tensors(named)
         torch.cuda.synchronize()
         took = (time.perf_counter() - start) / 5
-        print(f"  {n:>12,} float32 parameters: {took * 1e3:8.2f} ms, {n * 4 / took / 1e9:7.1f} GB/s")
-        del t
+        print(f"  {n:>12,} float32 parameters in {pieces:>3} tensors: {took * 1e3:8.2f} ms, "
+              f"{n * 4 / took / 1e9:7.1f} GB/s")
+        del named
 
 
 def main() -> int:

@@ -116,3 +116,28 @@ def test_device_and_host_fingerprints_never_mix_up() -> None:
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fingerprint, "_on_host", lambda x: False)
         assert fingerprint.tensors(t) != host
+
+
+def test_device_digest_of_many_tensors_is_one_chunked_stream(monkeypatch) -> None:
+    g = torch.Generator().manual_seed(11)
+    parts = [torch.randn(n, generator=g) for n in (5, 300, 1, 77)]
+    whole = fingerprint.device_digest(*parts)
+    assert torch.equal(whole, fingerprint.device_digest(torch.cat(parts)))
+    monkeypatch.setattr(fingerprint, "DEVICE_CHUNK", 16)
+    assert torch.equal(fingerprint.device_digest(*parts), whole)  # chunks cut across tensors
+    assert not torch.equal(fingerprint.device_digest(*reversed(parts)), whole)
+
+
+def test_a_device_without_the_integer_ops_falls_back_to_a_copy(monkeypatch) -> None:
+    monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    items = [("w", torch.randn(6)), ("b", torch.randn(2))]
+    digested = fingerprint.tensors(items)
+
+    def unsupported(*tensors):
+        raise NotImplementedError("no int64 bitwise ops here")
+
+    monkeypatch.setattr(fingerprint, "device_digest", unsupported)
+    copied = fingerprint.tensors(items)
+    assert copied != digested and copied == fingerprint.tensors(items)
+    changed = [("w", items[0][1] + 1), items[1]]
+    assert fingerprint.tensors(changed) != copied
