@@ -396,6 +396,9 @@ class Recorder:
         else:
             self.flush()
             self._emit_step(self.step, signals, loss)
+        for what in fingerprint.take_unreadable():
+            self.emit({"warning": f"fingerprints count a tensor they could not read by its type "
+                                  f"only: {what}"})
         for watch in self.watchers:
             watch()
         probe = self.probe

@@ -63,10 +63,12 @@ def _bytes_view(t: Any) -> memoryview:
         t = t.cpu()
     if t.is_sparse:
         t = t.to_dense()
-    t = t.contiguous()
-    if t.dtype in (torch.bfloat16, torch.float16, torch.bool) or t.is_complex() or t.is_quantized:
-        t = t.view(torch.uint8) if not t.is_quantized else t.int_repr()
-    return memoryview(t.reshape(-1).numpy()).cast("B")
+    if t.is_quantized:
+        t = t.int_repr()
+    t = t.contiguous().reshape(-1)
+    if t.dtype not in direct:  # bfloat16, float16, bool, complex, float8...: the same bytes
+        t = t.view(torch.uint8)
+    return memoryview(t.numpy()).cast("B")
 
 
 # ---- on an accelerator ---------------------------------------------------------------------
@@ -216,6 +218,31 @@ def resolve(values: Sequence[Any]) -> list[Any]:
     return [v._text(fetched) if isinstance(v, Deferred) else v for v in values]
 
 
+#: tensor types a fingerprint could not read, with the first error (see :func:`take_unreadable`)
+_UNREADABLE: dict[str, str] = {}
+_REPORTED: set[str] = set()
+
+
+def take_unreadable() -> list[str]:
+    """What could not be fingerprinted since the last call, one line per tensor type. Such a
+    tensor counts by its type only, the same in every run, so it can not cause a divergence."""
+    new = [f"{name} ({error})" for name, error in _UNREADABLE.items() if name not in _REPORTED]
+    _REPORTED.update(_UNREADABLE)
+    return new
+
+
+_STRIDED: Any = None
+
+
+def _strided() -> Any:
+    global _STRIDED
+    if _STRIDED is None:
+        import torch
+
+        _STRIDED = torch.strided
+    return _STRIDED
+
+
 _HEADERS: dict[tuple[Any, Any], bytes] = {}
 
 
@@ -245,14 +272,53 @@ class _Builder:
         self.on_device: dict[Any, list[Any]] = {}
 
     def tensor(self, t: Any) -> None:
-        self.h.update(_header(t.dtype, t.shape))
-        if not t.numel():
+        try:
+            if t.layout is (_STRIDED or _strided()) and not t.is_nested and not t.is_quantized:
+                self.h.update(_header(t.dtype, t.shape))  # the common case first
+                self._data(t)
+            else:
+                self._unusual(t)
+        except Exception as e:  # noqa: BLE001 - never break a training over a fingerprint
+            self.h.update(f"<unreadable {type(t).__qualname__}>;".encode())
+            _UNREADABLE.setdefault(type(t).__qualname__, f"{type(e).__name__}: {e}"[:300])
+
+    def _data(self, t: Any) -> None:
+        if not t.numel() or t.device.type == "meta":
             return
         if _on_host(t):
             self.h.update(_bytes_view(t))
         else:
             self.h.update(b"<device>")
             self.on_device.setdefault(t.device, []).append(t.detach())
+
+    def _unusual(self, t: Any) -> None:
+        """Nested, sparse and quantized tensors: by their parts, each exactly."""
+        import torch
+
+        t = t.detach()
+        if t.is_nested:
+            parts = t.unbind()
+            self.h.update(f"nested{t.dtype}[{len(parts)}];".encode())
+            for part in parts:
+                self.tensor(part)
+            return
+        self.h.update(_header(t.dtype, t.shape))
+        if t.is_quantized:
+            scheme = t.qscheme()
+            self.h.update(f"{scheme};".encode())
+            if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+                self.h.update(f"{t.q_scale()!r},{t.q_zero_point()};".encode())
+            else:
+                self.tensor(t.q_per_channel_scales())
+                self.tensor(t.q_per_channel_zero_points())
+            self._data(t.int_repr())
+            return
+        if t.layout is not torch.sparse_coo:
+            t = t.to_sparse()  # CSR, CSC, BSR, BSC: the same entries as coordinates
+        t = t.coalesce()
+        self.h.update(b"sparse;")
+        self.tensor(t.indices())
+        self.tensor(t.values())
 
     def finish(self, defer: bool) -> Fingerprint:
         if not self.on_device:
@@ -313,37 +379,79 @@ def nested(obj: Any, defer: bool = False) -> Fingerprint:
     """The fingerprint of whatever a DataLoader yields: tensors, numbers, strings, and lists,
     tuples and dicts of them (dicts in insertion order)."""
     b = _Builder()
-    _feed(b, obj, depth=0)
+    try:
+        _feed(b, obj, depth=0)
+    except Exception as e:  # noqa: BLE001 - never break a training over a fingerprint
+        b.h.update(f"<unreadable {type(obj).__qualname__}>".encode())  # the same in every run
+        _UNREADABLE.setdefault(type(obj).__qualname__, f"{type(e).__name__}: {e}"[:300])
     return b.finish(defer)
 
 
-def _feed(b: _Builder, obj: Any, depth: int) -> None:
+def _feed(b: _Builder, obj: Any, depth: int, in_object: bool = False) -> None:
+    """Feed one item of a batch. Content is hashed, never an address: an object of another class
+    counts by its attributes (one level deep: an object inside one counts by its class), anything
+    else by its class only."""
     h = b.h
     if depth > 20:
         h.update(b"<deep>")
         return
-    mod = type(obj).__module__
+    cls = type(obj)
+    mod = cls.__module__
     if mod.startswith("torch") and hasattr(obj, "dtype") and hasattr(obj, "shape"):
         h.update(b"T")
         b.tensor(obj)
-    elif mod == "numpy" and hasattr(obj, "tobytes"):
-        import numpy as np
-
-        arr = np.ascontiguousarray(obj)
-        h.update(f"N{arr.dtype}{arr.shape};".encode())
-        h.update(memoryview(arr).cast("B") if arr.size else b"")
-    elif isinstance(obj, dict):
-        h.update(b"{")
-        for k, v in obj.items():
-            _feed(b, k, depth + 1)
-            _feed(b, v, depth + 1)
-        h.update(b"}")
+    elif mod == "numpy" and hasattr(obj, "dtype"):
+        _feed_array(b, obj, depth)
+    elif isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
+        h.update(f"{cls.__name__}:{obj!r};".encode())
     elif isinstance(obj, (list, tuple)):
         h.update(b"[" if isinstance(obj, list) else b"(")
         for v in obj:
-            _feed(b, v, depth + 1)
+            _feed(b, v, depth + 1, in_object)
         h.update(b"]")
-    elif isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
-        h.update(f"{type(obj).__name__}:{obj!r};".encode())
+    elif isinstance(obj, dict) or _is_mapping(obj):
+        h.update(b"{")
+        for k, v in obj.items():
+            _feed(b, k, depth + 1, in_object)
+            _feed(b, v, depth + 1, in_object)
+        h.update(b"}")
+    elif isinstance(obj, (set, frozenset)):
+        h.update(b"<set>")
+        for v in sorted(obj, key=repr):
+            _feed(b, v, depth + 1, in_object)
+        h.update(b"</set>")
+    elif hasattr(cls, "__array_interface__") and not in_object:  # e.g. a PIL image
+        import numpy as np
+
+        h.update(f"<{cls.__qualname__}>".encode())
+        _feed_array(b, np.asarray(obj), depth)
+    elif not in_object and not isinstance(obj, type) and hasattr(obj, "__dict__"):
+        h.update(f"<{cls.__qualname__}:".encode())  # a dataclass or any other object
+        for k, v in vars(obj).items():
+            _feed(b, k, depth + 1, True)
+            _feed(b, v, depth + 1, True)
+        h.update(b">")
     else:
-        h.update(f"<{type(obj).__qualname__}>".encode())
+        h.update(f"<{cls.__qualname__}>".encode())
+
+
+def _is_mapping(obj: Any) -> bool:
+    from collections.abc import Mapping
+
+    return isinstance(obj, Mapping)  # e.g. UserDict subclasses such as tokenizer outputs
+
+
+def _feed_array(b: _Builder, obj: Any, depth: int) -> None:
+    """A numpy array or scalar: its bytes, or for an object array its items one by one."""
+    import numpy as np
+
+    arr = np.asarray(obj)
+    b.h.update(f"N{arr.dtype}{arr.shape};".encode())
+    if not arr.size:
+        return
+    if arr.dtype.hasobject:
+        for item in arr.reshape(-1).tolist():
+            _feed(b, item, depth + 1)
+        return
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    b.h.update(memoryview(flat.view(np.uint8)))

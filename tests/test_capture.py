@@ -318,3 +318,35 @@ def test_a_run_still_does_what_the_script_left_for_exit(tmp: Path) -> None:
     for log in logs:
         assert log.read_text().splitlines()[-1].startswith("step 3 loss ")
     assert all(h.read_text() == "atexit ran\n" for h in handlers)
+
+
+def test_a_tensor_capture_can_not_read_does_not_stop_the_training(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro_check import fingerprint
+
+    real = fingerprint._bytes_view
+
+    def picky(t: Any) -> Any:
+        if t.dim() == 2 and t.shape[1] == 4:  # the Linear's weight and its gradient
+            raise TypeError("unsupported tensor")
+        return real(t)
+
+    monkeypatch.setattr(fingerprint, "_UNREADABLE", {})
+    monkeypatch.setattr(fingerprint, "_REPORTED", set())
+    monkeypatch.setattr(fingerprint, "_bytes_view", picky)
+    events: list[dict[str, Any]] = []
+    rec = capture.Recorder(events.append).install()
+    try:
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+    finally:
+        rec.uninstall()
+    assert len(steps(events)) == 3
+    warnings = [e["warning"] for e in events if "warning" in e]
+    # said once per type (the weight is a Parameter, its gradient a Tensor), not once per step
+    assert len(warnings) == 2 and all("unsupported tensor" in w for w in warnings)
+    assert {w.split(": ")[1].split(" ")[0] for w in warnings} == {"Parameter", "Tensor"}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from repro_check import fingerprint
@@ -111,8 +112,6 @@ def test_device_and_host_fingerprints_never_mix_up() -> None:
     a CPU trace and a GPU trace can not agree by accident."""
     t = [("w", torch.randn(4))]
     host = fingerprint.tensors(t)
-    import pytest
-
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fingerprint, "_on_host", lambda x: False)
         assert fingerprint.tensors(t) != host
@@ -141,3 +140,69 @@ def test_a_device_without_the_integer_ops_falls_back_to_a_copy(monkeypatch) -> N
     assert copied != digested and copied == fingerprint.tensors(items)
     changed = [("w", items[0][1] + 1), items[1]]
     assert fingerprint.tensors(changed) != copied
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # prototype, beta and deprecated APIs, on purpose
+def test_nested_sparse_quantized_and_meta_tensors_are_read_by_their_parts() -> None:
+    a, b = torch.randn(2), torch.randn(3)
+    nested = torch.nested.nested_tensor([a, b])
+    assert fingerprint.tensor(nested) == fingerprint.tensor(torch.nested.nested_tensor([a, b]))
+    assert fingerprint.tensor(nested) != fingerprint.tensor(torch.nested.nested_tensor([a, b + 1]))
+    dense = torch.tensor([[0.0, 1.5], [2.5, 0.0]])
+    coo = dense.to_sparse()
+    assert fingerprint.tensor(coo) == fingerprint.tensor(dense.to_sparse_csr())
+    duplicated = torch.sparse_coo_tensor([[0, 1, 1], [1, 0, 0]], [1.5, 2.0, 0.5], (2, 2))
+    assert fingerprint.tensor(duplicated) == fingerprint.tensor(coo)  # coalesced first
+    assert fingerprint.tensor(coo * 2) != fingerprint.tensor(coo)
+    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
+    assert fingerprint.tensor(q) != fingerprint.tensor(
+        torch.quantize_per_tensor(q.dequantize(), 0.2, 0, torch.qint8))  # the scale counts
+    f8 = torch.randn(5).to(torch.float8_e4m3fn)
+    assert fingerprint.tensor(f8) != fingerprint.tensor(f8.view(torch.uint8))  # dtype counts
+    assert fingerprint.tensor(torch.empty(3, device="meta")) == \
+        fingerprint.tensor(torch.empty(3, device="meta"))
+
+
+def test_a_tensor_that_can_not_be_read_counts_by_its_type(monkeypatch) -> None:
+    def broken(t):
+        raise RuntimeError("no bytes for you")
+
+    monkeypatch.setattr(fingerprint, "_UNREADABLE", {})
+    monkeypatch.setattr(fingerprint, "_REPORTED", set())
+    monkeypatch.setattr(fingerprint, "_bytes_view", broken)
+    first = fingerprint.tensors([("w", torch.randn(3))])
+    assert first == fingerprint.tensors([("w", torch.randn(3))])  # the same in every run
+    assert fingerprint.take_unreadable() == ["Tensor (RuntimeError: no bytes for you)"]
+    fingerprint.tensors([("w", torch.randn(3))])
+    assert fingerprint.take_unreadable() == []  # said once
+
+
+def test_batches_of_other_kinds_count_by_content_never_by_address() -> None:
+    import dataclasses
+    from collections import UserDict
+
+    def obj_array(*items):
+        arr = np.empty(len(items), dtype=object)
+        arr[:] = items
+        return arr
+
+    # equal content held by different objects: object arrays hash items, not pointers
+    assert fingerprint.nested(obj_array("".join(["a", "b"]), [1])) == \
+        fingerprint.nested(obj_array("ab", [1]))
+    assert fingerprint.nested(obj_array("ab", [1])) != fingerprint.nested(obj_array("ab", [2]))
+    days = np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[D]")
+    assert fingerprint.nested(days) != fingerprint.nested(days[::-1])
+
+    @dataclasses.dataclass
+    class Batch:
+        x: torch.Tensor
+        ids: list
+
+    class Encoding(UserDict):
+        pass
+
+    assert fingerprint.nested(Batch(torch.ones(2), [1])) == fingerprint.nested(Batch(torch.ones(2), [1]))
+    assert fingerprint.nested(Batch(torch.ones(2), [1])) != fingerprint.nested(Batch(torch.zeros(2), [1]))
+    assert fingerprint.nested(Encoding(input_ids=torch.ones(3))) != \
+        fingerprint.nested(Encoding(input_ids=torch.zeros(3)))
+    assert fingerprint.nested({3, 1, 2}) == fingerprint.nested({2, 3, 1})
