@@ -69,6 +69,40 @@ def device_fingerprints(torch: Any) -> None:
         texts = fingerprint.resolve(taken[:2])
         expect("resolved to the immediate fingerprints",
                texts == [fingerprint.tensors(params), fingerprint.nested(batch)], texts)
+    # a whole training loop under capture: nothing synchronises until the held steps are flushed
+    from repro_check import capture
+
+    events: list[dict[str, Any]] = []
+    recorder = capture.Recorder(events.append)
+    recorder.FLUSH_EVERY = 1000
+    recorder.FLUSH_SECONDS = 3600.0
+    recorder.install()
+    model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(),
+                                torch.nn.Linear(128, 10)).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.002)
+    loader = torch.utils.data.DataLoader(  # batches built on the GPU: no host copies in the loop
+        torch.utils.data.TensorDataset(torch.randn(640, 784, device="cuda"),
+                                       torch.randint(0, 10, (640,), device="cuda")),
+        batch_size=64)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        synced = None
+    except RuntimeError as e:
+        synced = str(e).splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    held = len(recorder._pending)
+    recorder.flush()
+    recorder.uninstall()
+    expect("a training loop under capture never synchronises", synced is None, synced or "none")
+    expect("its 10 steps were held, then emitted with text fingerprints",
+           held == 10 and all(isinstance(e["signals"]["params"], str) for e in events if "step" in e)
+           and sum("step" in e for e in events) == 10, f"held {held}")
     for n, pieces in ((1_000_000, 1), (10_000_000, 1), (100_000_000, 1), (10_000_000, 200)):
         named = [(f"p{i}", torch.randn(n // pieces, device="cuda")) for i in range(pieces)]
         fingerprint.tensors(named)
