@@ -59,16 +59,20 @@ def _bytes_view(t: Any) -> memoryview:
         return memoryview(t.numpy()).cast("B")  # the common case, in as few calls as possible
     import torch
 
-    if t.device.type != "cpu":
-        t = t.cpu()
+    t = _flat(t.cpu())
+    if t.dtype not in direct:  # bfloat16, float16, bool, complex, float8...: the same bytes
+        t = t.view(torch.uint8)
+    return memoryview(t.numpy()).cast("B")
+
+
+def _flat(t: Any) -> Any:
+    """The tensor dense, contiguous and one-dimensional, where it is (its bytes in order)."""
+    t = t.detach()
     if t.is_sparse:
         t = t.to_dense()
     if t.is_quantized:
         t = t.int_repr()
-    t = t.contiguous().reshape(-1)
-    if t.dtype not in direct:  # bfloat16, float16, bool, complex, float8...: the same bytes
-        t = t.view(torch.uint8)
-    return memoryview(t.numpy()).cast("B")
+    return t.contiguous().reshape(-1)
 
 
 # ---- on an accelerator ---------------------------------------------------------------------
@@ -79,7 +83,7 @@ DEVICE_ALGORITHM = "mix32x2"
 _M32 = 0xFFFFFFFF
 #: per lane: (position multiplier, first and second mixing multiplier); all odd and below 2**31,
 #: so every product of a 32-bit value stays inside int64 and each multiply is a bijection mod 2**32
-_LANES = ((0x61C88647, 0x7FEB352D, 0x2C1B3C6D), (0x3C6EF372, 0x1B873593, 0x5BD1E995))
+_LANES = ((0x61C88647, 0x7FEB352D, 0x2C1B3C6D), (0x3C6EF375, 0x1B873593, 0x5BD1E995))
 #: 32-bit words per chunk: bounds the digest's scratch memory to a few times 32 MiB
 DEVICE_CHUNK = 1 << 22
 
@@ -88,15 +92,7 @@ def _words(t: Any) -> Any:
     """The tensor's bytes as a flat int32 tensor on its device (zero-padded to whole words)."""
     import torch
 
-    t = t.detach()
-    if t.is_sparse:
-        t = t.to_dense()
-    if t.is_quantized:
-        t = t.int_repr()
-    t = t.contiguous().reshape(-1)
-    if t.is_complex():
-        t = torch.view_as_real(t).reshape(-1)
-    data = t.view(torch.uint8)
+    data = _flat(t).view(torch.uint8)
     pad = -data.numel() % 4
     if pad:
         data = torch.cat([data, data.new_zeros(pad)])
