@@ -20,15 +20,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def split_target_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Everything after the first ``--`` goes to the target as its ``sys.argv[1:]``."""
-    argv = list(argv)
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1 :]
-    return argv, []
-
-
 def _components(text: str) -> list[str]:
     return [c for c in text.split(",") if c.strip()]
 
@@ -205,7 +196,9 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
 
 
 def cmd_diagnose(argv: Sequence[str]) -> ExitCode:
-    own, target_args = split_target_args(argv)
+    from .commands import split_argv
+
+    own, target_args = split_argv(argv)
     ns = build_diagnose_parser().parse_args(own)
     if not ns.target:
         raise UsageError("the following arguments are required: TARGET")
@@ -220,7 +213,7 @@ def cmd_diagnose(argv: Sequence[str]) -> ExitCode:
     check_options(ns.no_seed)
     errors = make_console(stderr=True)
     report = diagnose(
-        ns.target, args=target_args, seed=0 if ns.seed is None else ns.seed,
+        ns.target, args=target_args or [], seed=0 if ns.seed is None else ns.seed,
         without=ns.without or [], max_steps=ns.max_steps, timeout=ns.timeout,
         threads=1 if ns.threads is None else ns.threads, jobs=ns.jobs,
         ablate=[] if ns.no_ablation else ns.ablate,

@@ -227,18 +227,6 @@ def take_unreadable() -> list[str]:
     return new
 
 
-_STRIDED: Any = None
-
-
-def _strided() -> Any:
-    global _STRIDED
-    if _STRIDED is None:
-        import torch
-
-        _STRIDED = torch.strided
-    return _STRIDED
-
-
 _HEADERS: dict[tuple[Any, Any], bytes] = {}
 
 
@@ -269,7 +257,7 @@ class _Builder:
 
     def tensor(self, t: Any) -> None:
         try:
-            if t.layout is (_STRIDED or _strided()) and not t.is_nested and not t.is_quantized:
+            if t.layout is (_FAST or _fast_case())[1] and not t.is_nested and not t.is_quantized:
                 self.h.update(_header(t.dtype, t.shape))  # the common case first
                 self._data(t)
             else:
@@ -279,11 +267,11 @@ class _Builder:
             _UNREADABLE.setdefault(type(t).__qualname__, f"{type(e).__name__}: {e}"[:300])
 
     def _data(self, t: Any) -> None:
-        if not t.numel() or t.device.type == "meta":
+        if not t.numel():
             return
         if _on_host(t):
             self.h.update(_bytes_view(t))
-        else:
+        elif t.device.type != "meta":  # a meta tensor has no bytes: dtype and shape are all
             self.h.update(b"<device>")
             self.on_device.setdefault(t.device, []).append(t.detach())
 

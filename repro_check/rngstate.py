@@ -117,10 +117,8 @@ def torch_state() -> str | None:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    state = torch.default_generator.get_state()  # a flat uint8 tensor
-    h = fingerprint.hasher()
-    h.update(f"{state.dtype}{tuple(state.shape)};".encode())  # as fingerprint.tensor does
-    h.update(memoryview(state.numpy()))
+    h = fingerprint.hasher()  # what fingerprint.tensor gives, without its checks for odd tensors
+    fingerprint.update(h, torch.default_generator.get_state())
     return h.hexdigest()
 
 

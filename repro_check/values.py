@@ -38,16 +38,17 @@ def encode_int(x: int) -> Encoded:
     return {"dtype": "int", "bits": format(x, "x"), "value": x}
 
 
-#: float dtypes read through their bits alone: (dtype name, integer view dtype, struct format)
-_FAST_FLOATS: dict[Any, tuple[str, Any, str]] = {}
+#: float dtypes read through their bits alone:
+#: (dtype name, integer view dtype, struct format of those bits, struct format of the float)
+_FAST_FLOATS: dict[Any, tuple[str, Any, str, str]] = {}
 
 
-def _fast_floats() -> dict[Any, tuple[str, Any, str]]:
+def _fast_floats() -> dict[Any, tuple[str, Any, str, str]]:
     import torch
 
-    _FAST_FLOATS.update({torch.float32: ("float32", torch.int32, ">i>f"),
-                         torch.float64: ("float64", torch.int64, ">q>d"),
-                         torch.float16: ("float16", torch.int16, ">h>e")})
+    _FAST_FLOATS.update({torch.float32: ("float32", torch.int32, ">i", ">f"),
+                         torch.float64: ("float64", torch.int64, ">q", ">d"),
+                         torch.float16: ("float16", torch.int16, ">h", ">e")})
     return _FAST_FLOATS
 
 
@@ -56,13 +57,10 @@ def encode_tensor(t: Any) -> Encoded:
     fast = (_FAST_FLOATS or _fast_floats()).get(t.dtype)
     if fast is not None and t.is_cpu:
         # the common case (a loss): one read of the bits; the readable value is made from them
-        name, as_int, fmt = fast
-        signed = t.detach().reshape(()).view(as_int).item()
-        packed = struct.pack(fmt[:2], signed)
-        size = len(packed)
-        raw = int.from_bytes(packed, "big")
-        return {"dtype": name, "bits": f"{raw:0{2 * size}x}",
-                "value": _readable(struct.unpack(fmt[2:], packed)[0])}
+        name, as_int, bits_format, float_format = fast
+        packed = struct.pack(bits_format, t.detach().reshape(()).view(as_int).item())
+        return {"dtype": name, "bits": packed.hex(),
+                "value": _readable(struct.unpack(float_format, packed)[0])}
     import torch
 
     t = t.detach().reshape(()).cpu()
