@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .capture import log_metric
-from .errors import (
+from repro_check.child.capture import log_metric
+from repro_check.errors import (
     ExitCode,
     Interrupted,
     ReproCheckError,
@@ -22,8 +22,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .api import check, diff, record, verify
-    from .report import Report
+    from repro_check.api import check, diff, record, verify
+    from repro_check.report.model import Report
 
 __all__ = [
     "ExitCode",
@@ -45,11 +45,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("check", "verify", "record", "diff"):
-        from . import api
+        from repro_check import api
 
         return getattr(api, name)
     if name == "Report":
-        from .report import Report
+        from repro_check.report.model import Report
 
         return Report
     raise AttributeError(f"module 'repro_check' has no attribute {name!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli import console_main
+from repro_check.cli.main import console_main
 
 if __name__ == "__main__":
     sys.exit(console_main())

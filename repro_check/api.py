@@ -11,12 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cause, seeding, targets, watch
-from .compare import Comparison, Policy
-from .errors import Interrupted, TargetNotFound, UsageError
-from .report import Report, replay_command
-from .runner import Listener, RunResult, RunSpec, run_all
-from .values import Tolerance
+from repro_check.compare import cause
+from repro_check.child import seeding
+from repro_check import targets
+from repro_check.child import watch
+from repro_check.compare.steps import Comparison, Policy
+from repro_check.errors import Interrupted, TargetNotFound, UsageError
+from repro_check.report.model import Report, replay_command
+from repro_check.run.runner import Listener, RunResult, RunSpec, run_all
+from repro_check.trace.values import Tolerance
 
 TRACE_ROOT = ".repro-check"
 
@@ -167,11 +170,11 @@ def check(
 ) -> Report:
     """Run ``target`` ``runs`` times under full seeding and compare every step.
 
-    ``distributed`` (a :class:`repro_check.distributed.DistOptions`) launches every run with
+    ``distributed`` (a :class:`repro_check.distributed.launch.DistOptions`) launches every run with
     torchrun and compares each rank across runs and the ranks of each run with each other.
     ``warn_only``: deterministic algorithms warn instead of raising, and the runs report the ops
     PyTorch flags. ``probe_step``: record every op and module output of that step (see
-    :mod:`repro_check.probe`); the records reach ``listener``.
+    :mod:`repro_check.child.probe`); the records reach ``listener``.
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or a TARGET that
     cannot be resolved; a target that fails is reported (``report.error``, exit 3), not raised.
@@ -186,7 +189,7 @@ def check(
     policy = policy or Policy(Tolerance(atol, rtol))
     dist = None
     if distributed is not None:
-        from .distributed import Distributed
+        from repro_check.distributed.launch import Distributed
 
         dist = Distributed(distributed, runs)
     run_seed = seed if components else None
@@ -293,7 +296,7 @@ def _failure(results: Sequence[RunResult], result: Any) -> str | None:
 
 
 
-# record, verify and diff (the golden-trace gate) live in repro_check.golden, which builds on this
+# record, verify and diff (the golden-trace gate) live in repro_check.gate.golden, which builds on this
 # module; they are exported here beside check so the whole Python API is ``repro_check.api``.
 _GATE = ("diff", "record", "verify")
 __all__ = ["check", *_GATE]
@@ -301,7 +304,7 @@ __all__ = ["check", *_GATE]
 
 def __getattr__(name: str) -> Any:
     if name in _GATE:
-        from . import golden
+        from repro_check.gate import golden
 
         return getattr(golden, name)
     raise AttributeError(f"module 'repro_check.api' has no attribute {name!r}")

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import seeding
-from .errors import UsageError
-from .tolerances import ToleranceOptions, parse_config
+from repro_check.child import seeding
+from repro_check.errors import UsageError
+from repro_check.compare.tolerances import ToleranceOptions, parse_config
 
 SECTION = "repro-check"
 FILENAME = "pyproject.toml"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .report import Report
+    from repro_check.report.model import Report
 
 MARKER = "reproducible"
 #: keyword arguments the marker and the fixture accept besides the target
@@ -41,7 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _tolerances(options: dict[str, Any]) -> Any:
-    from .tolerances import ToleranceOptions, parse_config
+    from repro_check.compare.tolerances import ToleranceOptions, parse_config
 
     tol = ToleranceOptions()
     for kind in ("atol", "rtol", "ulps"):
@@ -61,7 +61,7 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
     args = list(options.get("args") or ())
     golden = options.get("golden")
     if golden is not None:
-        from .golden import verify
+        from repro_check.gate.golden import verify
 
         return verify(target, golden, args=args if options.get("args") is not None else None,
                       seed=options.get("seed"), no_seed=bool(options.get("no_seed")),
@@ -69,7 +69,7 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
                       timeout=options.get("timeout"), threads=options.get("threads"),
                       tolerances=tol, fail_fast=bool(options.get("fail_fast")),
                       trace_dir=trace_dir)
-    from .api import check
+    from repro_check.api import check
 
     return check(target, args=args, seed=options.get("seed") or 0, runs=options.get("runs") or 2,
                  without=options.get("without") or (), no_seed=bool(options.get("no_seed")),
@@ -85,9 +85,9 @@ def report_text(report: Report, width: int = 100) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, highlight=False)
     if report.extra.get("mode") in ("verify", "diff", "record"):
-        from .gate_render import summary
+        from repro_check.report.gate import summary
     else:
-        from .render import summary
+        from repro_check.report.terminal import summary
     console.print(summary(report), crop=False)
     return buf.getvalue()
 
@@ -106,7 +106,7 @@ def assert_reproducible(tmp_path_factory: pytest.TempPathFactory) -> Callable[..
     folder = tmp_path_factory.mktemp("repro-check")
 
     def check(target: str, **options: Any) -> Report:
-        from .errors import ReproCheckError
+        from repro_check.errors import ReproCheckError
 
         try:
             report = run_reproducibility(target, trace_dir=folder, **options)
@@ -140,7 +140,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     own_body = target is None
     if own_body:
         target = _function_target(pyfuncitem)
-    from .errors import ReproCheckError
+    from repro_check.errors import ReproCheckError
 
     folder = pyfuncitem.config._tmp_path_factory.mktemp("repro-check")  # type: ignore[attr-defined]
     try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import TargetNotFound, UsageError
+from repro_check.errors import TargetNotFound, UsageError
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,8 @@ def bare(threads: int, stop_at: int, args: list[str]) -> None:
     Prints how long the run took, from interpreter start to the target's return. ``stop_at``:
     leave at once after that optimizer step (the earliest a divergence there can be seen)."""
     started = time.time()
-    from repro_check import seeding, targets
+    from repro_check.child import seeding
+    from repro_check import targets
 
     if os.environ.get("_BENCH_BARE") != "1":
         e = seeding.child_environment(env(), 123, seeding.COMPONENTS, threads)
@@ -126,7 +127,7 @@ def side_by_side(reps: int, a: Callable[[], float], b: Callable[[], float]) -> t
 def fingerprint_rates(reps: int) -> list[tuple[int, float, float]]:
     import torch
 
-    from repro_check import fingerprint
+    from repro_check.trace import fingerprint
 
     rows = []
     fingerprint.tensors([("warm-up", torch.randn(1000))])

@@ -44,7 +44,8 @@ def brief(report: Any) -> dict[str, Any]:
 
 
 def device_fingerprints(torch: Any) -> None:
-    from repro_check import fingerprint, rngstate
+    from repro_check.trace import fingerprint
+    from repro_check.child import rngstate
 
     print("0. fingerprints on the device")
     g = torch.Generator().manual_seed(0)
@@ -70,7 +71,7 @@ def device_fingerprints(torch: Any) -> None:
         expect("resolved to the immediate fingerprints",
                texts == [fingerprint.tensors(params), fingerprint.nested(batch)], texts)
     # a whole training loop under capture: nothing synchronises until the held steps are flushed
-    from repro_check import capture
+    from repro_check.child import capture
 
     events: list[dict[str, Any]] = []
     recorder = capture.Recorder(events.append)
@@ -124,7 +125,7 @@ def main() -> int:
         print("gpu_check: CUDA is not available on this machine; nothing was run.")
         return 0
     from repro_check.api import check
-    from repro_check.diagnose import diagnose
+    from repro_check.diagnose.diagnosis import diagnose
 
     print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     quick = "--quick" in sys.argv[1:]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from repro_check.cli import console_main  # noqa: E402
+from repro_check.cli.main import console_main  # noqa: E402
 
 code = console_main(sys.argv[1:])
 out = os.environ.get("REPRO_CHECK_TEST_MAXRSS")

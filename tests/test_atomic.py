@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from repro_check.atomic import AtomicWriter, check_writable, write_text_atomic
+from repro_check.trace.atomic import AtomicWriter, check_writable, write_text_atomic
 from repro_check.errors import UsageError
 
 from .conftest import cli_env
 
 WRITER = r"""
 import sys
-from repro_check.atomic import AtomicWriter
+from repro_check.trace.atomic import AtomicWriter
 w = AtomicWriter(sys.argv[1])
 w.write("new half " * 100000)
 w.file.flush()

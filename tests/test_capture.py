@@ -22,7 +22,7 @@ def test_no_optimizer_counts_backward_calls(tmp: Path) -> None:
 
 
 def test_whole_script_runs_as_main_with_arguments(tmp: Path) -> None:
-    from repro_check.trace import load_trace
+    from repro_check.trace.format import load_trace
 
     res = run_cli("script_main.py", "--", "7", tmp=tmp / "script")
     assert res.code == 0, res.stdout
@@ -67,7 +67,7 @@ class _Stream:
 
 def _expected_steps(make_loop) -> list[int]:
     """The expected-steps records the recorder emits while the loop trains in this process."""
-    from repro_check.capture import Recorder
+    from repro_check.child.capture import Recorder
 
     events: list[dict] = []
     rec = Recorder(events.append).install()
@@ -158,7 +158,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from repro_check import capture  # noqa: E402
+from repro_check.child import capture
 
 SIGNAL_ORDER = ["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "batch", "loss", "grads",
                 "params"]
@@ -263,7 +263,7 @@ def test_flagged_ops_are_reported_once_with_their_step() -> None:
 def test_steps_held_on_a_device_are_emitted_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every tensor treated as a device tensor: fingerprints stay deferred until a batch of
     steps is flushed, then arrive as text, in step order, with their losses."""
-    from repro_check import fingerprint
+    from repro_check.trace import fingerprint
 
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
     monkeypatch.setattr(capture.Recorder, "FLUSH_EVERY", 2)
@@ -299,7 +299,7 @@ def test_steps_held_on_a_device_are_emitted_in_batches(monkeypatch: pytest.Monke
 
 
 def test_a_slow_step_is_not_held_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from repro_check import fingerprint
+    from repro_check.trace import fingerprint
 
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
     monkeypatch.setattr(capture.Recorder, "FLUSH_SECONDS", 0.0)
@@ -322,7 +322,7 @@ def test_a_run_still_does_what_the_script_left_for_exit(tmp: Path) -> None:
 
 def test_a_tensor_capture_can_not_read_does_not_stop_the_training(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from repro_check import fingerprint
+    from repro_check.trace import fingerprint
 
     real = fingerprint._bytes_view
 

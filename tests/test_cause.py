@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from repro_check import cause
+from repro_check.compare import cause
 
 
 def classify(signal: str | None, reproducible: bool = False, envs: Any = None,

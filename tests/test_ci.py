@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from repro_check import ci
-from repro_check.golden import diff
-from repro_check.report import Report
-from repro_check.trace import TraceWriter, header_line
+from repro_check.report import ci
+from repro_check.gate.golden import diff
+from repro_check.report.model import Report
+from repro_check.trace.format import TraceWriter, header_line
 
 from .test_golden import LOSSES, f32, write
 

@@ -39,7 +39,7 @@ def test_reproducible_exit_0_and_json_keys(clean: CliResult) -> None:
 
 
 def test_traces_written_per_run(clean: CliResult) -> None:
-    from repro_check.trace import load_trace
+    from repro_check.trace.format import load_trace
 
     paths = [r["trace"] for r in clean.report["run_results"]]
     traces = [load_trace(p) for p in paths]
@@ -65,7 +65,7 @@ def test_planted_divergence_reported_at_its_step(planted: CliResult) -> None:
 def test_nan_in_both_runs_is_equal(tmp: Path) -> None:
     res = run_cli("tiny:main", "--", "--nan-at", "5", tmp=tmp / "nan")
     assert res.code == 0, res.stdout
-    from repro_check.trace import load_trace
+    from repro_check.trace.format import load_trace
 
     tr = load_trace(res.report["run_results"][0]["trace"])
     assert tr.steps[10].signals["loss"]["value"] == "nan"

@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from repro_check import values
-from repro_check.compare import Comparison, Policy
-from repro_check.values import Tolerance
+from repro_check.trace import values
+from repro_check.compare.steps import Comparison, Policy
+from repro_check.trace.values import Tolerance
 
 
 def sig(x: float) -> dict:

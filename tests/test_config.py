@@ -140,7 +140,7 @@ def test_configured_goldens_are_checked_before_anything_runs(
 def test_flags_override_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from repro_check.commands import run_settings
+    from repro_check.cli.commands import run_settings
 
     cfg = load(start=project(tmp_path, FULL))
     entry = cfg.entry("tiny.py:main")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from repro_check.api import check
-from repro_check.diagnose import PairResult, diagnose, verdicts
-from repro_check.report import Report
+from repro_check.diagnose.diagnosis import PairResult, diagnose, verdicts
+from repro_check.report.model import Report
 
 from .conftest import FIXTURES, CliResult, run_cli, run_plain
 

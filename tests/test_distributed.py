@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from repro_check.compare import Policy
-from repro_check.distributed import DistOptions, RankResult
-from repro_check.rank_compare import RANK_DESYNC, RankComparison
+from repro_check.compare.steps import Policy
+from repro_check.distributed.launch import DistOptions, RankResult
+from repro_check.distributed.compare import RANK_DESYNC, RankComparison
 
 from .conftest import FIXTURES, CliResult, cli_env, run_cli, run_plain
 
@@ -86,7 +86,7 @@ def test_ddp_job_reproduces_under_full_seeding(clean: CliResult) -> None:
 
 
 def test_one_trace_per_rank_with_params_fingerprints(clean: CliResult) -> None:
-    from repro_check.trace import load_trace
+    from repro_check.trace.format import load_trace
 
     runs = clean.report["rank_results"]
     assert [[rr["rank"] for rr in run["ranks"]] for run in runs] == [[0, 1], [0, 1]]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from repro_check import doctor
-from repro_check.cli import console_main
+from repro_check.doctor import checkup as doctor
+from repro_check.cli.main import console_main
 from repro_check.errors import TargetNotFound, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent

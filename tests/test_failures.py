@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from repro_check.procs import is_alive
-from repro_check.trace import load_trace
+from repro_check.run.procs import is_alive
+from repro_check.trace.format import load_trace
 
 from .conftest import FIXTURES, cli_env, run_cli, run_plain
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro_check import fingerprint
+from repro_check.trace import fingerprint
 
 
 def test_permutation_changes_the_fingerprint() -> None:

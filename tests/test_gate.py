@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from repro_check.trace import dumps, header_line, iter_trace, load_trace
+from repro_check.trace.format import dumps, header_line, iter_trace, load_trace
 
 from .conftest import FIXTURES, cli_env, with_options
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from repro_check import cli, values
+from repro_check import cli
+from repro_check.trace import values
 from repro_check.errors import TraceFileError
-from repro_check.golden import diff, write_golden
-from repro_check.tolerances import ToleranceOptions, from_cli
-from repro_check.trace import TraceWriter, dumps, header_line, iter_trace, load_trace
+from repro_check.gate.golden import diff, write_golden
+from repro_check.compare.tolerances import ToleranceOptions, from_cli
+from repro_check.trace.format import TraceWriter, dumps, header_line, iter_trace, load_trace
 
 ENV = {"python": "3.11.7", "torch": "2.14.1", "threads": 1, "device": "cpu",
        "target_sha256": "ab" * 32}
@@ -201,7 +202,7 @@ def test_diff_cli_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_diff_streams_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison never holds more than a step or two of either file."""
-    from repro_check import compare
+    from repro_check.compare import steps as compare
 
     a = write(tmp_path / "a.jsonl", [1.0 + s for s in range(3000)])
     b = write(tmp_path / "b.jsonl", [1.0 + s for s in range(3000)])

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro_check import values
-from repro_check.compare import compare_traces
-from repro_check.html_report import MARKER_COLOR, RUN_COLORS, Thinned, read_curve, write_html
-from repro_check.report import Report, replay_command
-from repro_check.runner import RunResult
-from repro_check.seeding import COMPONENTS
-from repro_check.trace import TraceWriter, header_line, load_trace
+from repro_check.trace import values
+from repro_check.compare.steps import compare_traces
+from repro_check.report.html import MARKER_COLOR, RUN_COLORS, Thinned, read_curve, write_html
+from repro_check.report.model import Report, replay_command
+from repro_check.run.runner import RunResult
+from repro_check.child.seeding import COMPONENTS
+from repro_check.trace.format import TraceWriter, header_line, load_trace
 
 from .conftest import FIXTURES, cli_env, run_cli
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro_check.localize import compare
+from repro_check.diagnose.localize import compare
 
 
 def op(name: str, ins: list[str], outs: list[str], module: str | None = "enc.0",

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from repro_check import procs
+from repro_check.run import procs
 
 # a session leader that starts a grandchild in a process group of its own, then waits
 TREE = "import os, subprocess, sys, time; " \

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from repro_check import values
-from repro_check.compare import Comparison
-from repro_check.render import Progress, Sparkline, make_console, print_summary
-from repro_check.report import Report, replay_command
-from repro_check.runner import RunResult
-from repro_check.seeding import COMPONENTS
+from repro_check.trace import values
+from repro_check.compare.steps import Comparison
+from repro_check.report.terminal import Progress, Sparkline, make_console, print_summary
+from repro_check.report.model import Report, replay_command
+from repro_check.run.runner import RunResult
+from repro_check.child.seeding import COMPONENTS
 
 GOLDEN = Path(__file__).parent / "golden"
 

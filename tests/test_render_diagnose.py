@@ -6,12 +6,12 @@ from io import StringIO
 
 from rich.console import Console
 
-from repro_check import values
-from repro_check.compare import ComparisonResult, Divergence
-from repro_check.render import summary
-from repro_check.render_diagnose import diagnosis
-from repro_check.report import Report
-from repro_check.runner import RunResult
+from repro_check.trace import values
+from repro_check.compare.steps import ComparisonResult, Divergence
+from repro_check.report.terminal import summary
+from repro_check.report.diagnosis import diagnosis
+from repro_check.report.model import Report
+from repro_check.run.runner import RunResult
 
 
 def render(renderable: object) -> str:

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import repro_check
-from repro_check import runner, targets
-from repro_check.procs import is_alive
-from repro_check.trace import MAX_LINE_BYTES, load_trace
+from repro_check.run import runner
+from repro_check import targets
+from repro_check.run.procs import is_alive
+from repro_check.trace.format import MAX_LINE_BYTES, load_trace
 
 from .conftest import FIXTURES
 

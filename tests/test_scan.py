@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from repro_check.doctor import scan_source
+from repro_check.doctor.checkup import scan_source
 
 
 def codes(source: str) -> list[tuple[int, str]]:

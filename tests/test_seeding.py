@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro_check import seeding
+from repro_check.child import seeding
 from repro_check.errors import UsageError
 
 from .conftest import CliResult, run_cli

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro_check import values
-from repro_check.compare import Policy
+from repro_check.trace import values
+from repro_check.compare.steps import Policy
 from repro_check.errors import UsageError
-from repro_check.tolerances import ToleranceOptions, from_cli, parse_config
-from repro_check.values import Tolerance
+from repro_check.compare.tolerances import ToleranceOptions, from_cli, parse_config
+from repro_check.trace.values import Tolerance
 
 
 def f32(x: float) -> dict:

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from repro_check import values
+from repro_check.trace import values
 from repro_check.errors import TraceFileError
-from repro_check.trace import TraceWriter, dumps, header_line, load_trace
+from repro_check.trace.format import TraceWriter, dumps, header_line, load_trace
 
 
 def write_trace(path: Path, steps: int = 3) -> Path:

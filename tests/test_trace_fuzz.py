@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from repro_check import values
-from repro_check.compare import compare_traces
+from repro_check.trace import values
+from repro_check.compare.steps import compare_traces
 from repro_check.errors import TraceFileError
-from repro_check.trace import MAX_LINE_BYTES, Trace, iter_trace, load_trace
+from repro_check.trace.format import MAX_LINE_BYTES, Trace, iter_trace, load_trace
 
 from .conftest import cli_env
 
@@ -211,7 +211,7 @@ HOOK = r"""
 import json, sys
 from pathlib import Path
 from repro_check.errors import TraceFileError
-from repro_check.trace import load_trace
+from repro_check.trace.format import load_trace
 
 folder = Path(sys.argv[1])
 load_trace(folder / "valid.jsonl")  # everything the reader needs is imported now

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repro_check import values
-from repro_check.values import Tolerance
+from repro_check.trace import values
+from repro_check.trace.values import Tolerance
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
@@ -74,7 +74,7 @@ def test_float64_round_trip(x: float) -> None:
 def test_encode_tensors_in_a_batch_like_one_at_a_time() -> None:
     import torch
 
-    from repro_check import values
+    from repro_check.trace import values
 
     items = [torch.tensor(0.1), None, torch.tensor([2.5], dtype=torch.float64), torch.tensor(3)]
     assert values.encode_tensors(items) == [

@@ -1,0 +1,15 @@
+"""How a run ends: the exit statuses the child uses to tell the parent what happened.
+
+They are part of the protocol between the two sides; the parent reads them, the child sets them.
+"""
+
+from __future__ import annotations
+
+#: exit status of a run whose target could not be resolved
+EXIT_RESOLVE = 97
+#: exit status of a run whose target raised
+EXIT_RAISED = 98
+#: exit status of a run stopped by SIGTERM from the runner
+EXIT_TERMINATED = 99
+#: exit status of a run whose runner was already gone when it started
+EXIT_ORPHANED = 96

@@ -1,0 +1,242 @@
+"""The entry point of one run: seed, install capture, run the target, stream the trace.
+
+Started by the runner as ``python -m repro_check.child`` with its configuration in the
+``REPRO_CHECK_RUN`` environment variable and a pipe on which every trace line is written as it
+happens (unbuffered, so steps survive ``os._exit`` and crashes). The target's own output goes to
+this process's stdout/stderr, which the runner keeps a tail of.
+
+Before the target starts, everything loaded so far (torch, this package) is frozen out of the
+garbage collector's reach (``gc.freeze``): it lives as long as the process anyway, and the
+collector's passes over it at interpreter exit would cost more than the whole capture.
+
+The runner asks a run to stop with SIGTERM: the steps still held (device losses not yet turned
+into bits) are handed over before the process exits. The run dies with the runner (a parent-death
+signal), so not even a ``kill -9`` of repro-check leaves it running.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from repro_check.child.exits import EXIT_ORPHANED, EXIT_RAISED, EXIT_RESOLVE, EXIT_TERMINATED
+
+
+class Terminated(BaseException):
+    """Raised in the main thread on SIGTERM, so the run unwinds and hands over its steps.
+
+    A BaseException, so that a training loop's ``except Exception`` does not swallow it.
+    """
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough; SIGKILL follows if need be
+    raise Terminated
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """Have the kernel kill this process when the runner dies (Linux), and exit if it already did."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(EXIT_ORPHANED)
+
+
+class Emitter:
+    """Writes one trace line at a time to the runner's pipe."""
+
+    def __init__(self, fd: int) -> None:
+        from repro_check.trace.format import dumps
+
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self._dumps = dumps
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if os.getpid() != self.pid:
+            return  # a forked DataLoader worker: only the run's own process records
+        data = self._dumps(event).encode("utf-8")
+        with self.lock:
+            try:
+                while data:
+                    n = os.write(self.fd, data)
+                    data = data[n:]
+            except (BrokenPipeError, OSError):
+                os._exit(EXIT_RAISED)  # the runner is gone: nobody reads our results
+
+
+def _flush_before_os_exit(recorder: Any) -> None:
+    """``os._exit`` skips every handler: hand over the pending steps first (this process only)."""
+    real_exit = os._exit
+    owner = os.getpid()
+
+    def _exit(code: int) -> None:
+        if os.getpid() == owner:
+            try:
+                recorder.flush()
+            except BaseException:  # noqa: BLE001 - exiting anyway
+                pass
+        real_exit(code)
+
+    os._exit = _exit  # type: ignore[assignment]
+
+
+def main() -> int:
+    config = json.loads(os.environ.pop("REPRO_CHECK_RUN"))
+    _die_with_parent(config.get("parent"))
+    emit = Emitter(int(config["event_fd"]))
+    started = time.time()
+    import faulthandler
+
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault shows where it happened
+
+    from repro_check.child import capture
+    from repro_check.child import environment
+    from repro_check.child import seeding
+    from repro_check import targets
+    from repro_check.child import watch
+
+    seed = config.get("seed")
+    components = config.get("components", [])
+    done = seeding.apply(seed, components, config.get("threads"), config.get("warn_only", False)) \
+        if seed is not None else {}
+    target = targets.Target(**config["target"])
+    source = target.path
+    if source is None and target.module:
+        try:
+            source = targets.find_module(target.module, targets.search_path(os.getcwd())).origin
+        except targets.TargetNotFound:
+            source = None
+    header = {
+        "target": target.text,
+        "args": config.get("args", []),
+        "run": config.get("run", 1),
+        "seed": seed,
+        "components": list(components),
+        "seeding": done,
+        "max_steps": config.get("max_steps"),
+        "threads": config.get("threads"),
+        "probe_step": config.get("probe_step"),
+        "environment": environment.fingerprint(source, seed, components),
+        "started": started,
+    }
+    recorder_class = capture.Recorder
+    if config.get("distributed"):
+        from repro_check.child import rank
+
+        header.update(rank.rank_header())
+        recorder_class = rank.RankRecorder
+    from repro_check.trace.format import header_line
+
+    emit(header_line(header))
+    flag_ops = bool(config.get("warn_only")) and "deterministic_algorithms" in components
+    recorder = recorder_class(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
+                              flag_ops=flag_ops).install()
+    _flush_before_os_exit(recorder)
+    overrides = watch.SeedingWatch(emit, done, seed).install()
+    recorder.watchers.append(overrides.check)
+    # What is loaded by now (torch and this package) lives as long as the process: the collector
+    # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
+    # than the capture. What the target creates is collected as usual, at exit too.
+    gc.freeze()
+    status, code = "completed", 0
+    try:
+        run = targets.resolve(target, config.get("args", []))
+    except targets.TargetNotFound as e:
+        emit({"error": {"kind": "resolve", "message": str(e), "traceback": e.detail}})
+        return EXIT_RESOLVE
+    try:
+        result = run()
+    except capture.StopTraining:
+        status = "stopped"
+    except Terminated:
+        raise
+    except (ImportError, SyntaxError) as e:
+        if target.function is not None or recorder.step or recorder.backward_calls:
+            return _raised(e, emit, recorder)
+        # a whole script that cannot import what it needs never started: a TARGET problem
+        tb = targets.target_traceback(e)
+        emit({"error": {"kind": "resolve", "message": f"running {target.text} failed: "
+                        f"{type(e).__name__}: {e}", "traceback": tb[-20000:]}})
+        return EXIT_RESOLVE
+    except SystemExit as e:
+        if e.code in (None, 0):
+            status = "exited"
+        else:
+            tb = targets.target_traceback(e)
+            sys.stderr.write(tb)
+            emit({"error": {"kind": "exit", "message": f"the target called sys.exit({e.code!r})",
+                            "traceback": tb, "time": time.time()}})
+            recorder.flush()
+            return EXIT_RAISED
+    except BaseException as e:  # noqa: BLE001 - the target's failure, reported to the user
+        return _raised(e, emit, recorder)
+    else:
+        recorder.metrics_from_return(result)
+    recorder.flush()
+    overrides.check()
+    if recorder.metrics and status != "stopped":
+        emit({"metrics": recorder.metrics})
+    emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
+                   "seconds": time.time() - started}})
+    if config.get("distributed"):
+        # a process group still alive (stopped mid-training, or a script that never destroys it):
+        # its communication threads can abort the interpreter's exit with SIGABRT
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return code
+
+
+def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
+    from repro_check import targets
+
+    tb = targets.target_traceback(e)
+    sys.stderr.write(tb)
+    sys.stderr.flush()
+    recorder.flush()
+    emit({"error": {"kind": "raised", "type": type(e).__name__, "message": str(e)[:2000],
+                    "traceback": tb[-20000:], "time": time.time()}})
+    return EXIT_RAISED
+
+
+def _terminated() -> int:
+    from repro_check.child import capture
+
+    if capture._ACTIVE is not None:
+        try:
+            capture._ACTIVE.flush()
+        except BaseException:  # noqa: BLE001 - stopping anyway
+            pass
+    return EXIT_TERMINATED
+
+
+def launch() -> None:
+    """The process entry: run, then leave the way the run asks (``python -m repro_check.child``)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = main()
+    except Terminated:
+        code = _terminated()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (Terminated, OSError):
+        pass
+    if code:
+        os._exit(code)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # being stopped during interpreter exit
+    sys.exit(0)

@@ -1,0 +1,241 @@
+"""The step probe: during one chosen step, record every tensor op and every module's output.
+
+Armed by the recorder when the step to localize starts and disarmed when it ends, so a long run
+pays nothing for the other steps. While armed it records, in execution order:
+
+* every ATen op that reaches the dispatcher (a ``TorchDispatchMode``): its name, the fingerprint
+  of each argument before it runs and of each result after, the phase (``data`` while a DataLoader
+  yields, ``forward``, ``backward``, ``optimizer``) and the module it belongs to;
+* every module's forward inputs and output (global forward pre/post hooks), and the gradient that
+  flows back into its output (a tensor hook on the output, which, unlike full module backward
+  hooks, also works for modules that modify tensors in place).
+
+An op in forward belongs to the innermost module whose forward is running. An op in backward
+belongs to the module that created the autograd node being executed: each module, when its
+forward returns, claims the not yet claimed nodes between its outputs and its inputs (inner
+modules return first, so they claim first). Module names are qualified names inside the root
+module (a module called while no other module's forward runs), from ``named_modules()``; the
+root itself is named by its class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from repro_check.trace import fingerprint
+
+Emit = Callable[[dict[str, Any]], None]
+
+#: non-tensor arguments with a longer ``repr`` are hashed
+_SHORT_REPR = 48
+#: op namespaces that compute nothing (profiler ranges): not recorded
+_UNRECORDED = ("profiler::",)
+
+
+def _tensors_in(obj: Any, depth: int = 0) -> Iterator[Any]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)) and depth < 4:
+        for x in obj:
+            yield from _tensors_in(x, depth + 1)
+    elif isinstance(obj, dict) and depth < 4:
+        for x in obj.values():
+            yield from _tensors_in(x, depth + 1)
+
+
+def _plain(a: Any, depth: int = 0) -> bool:
+    """Whether ``repr(a)`` is a faithful, address-free text of the value."""
+    import torch
+
+    if a is None or isinstance(a, (bool, int, float, complex, str, torch.dtype, torch.device,
+                                   torch.layout, torch.memory_format)):
+        return True
+    if isinstance(a, (list, tuple)) and depth < 3:
+        return all(_plain(x, depth + 1) for x in a)
+    return False
+
+
+def arg_fingerprint(a: Any) -> str:
+    """One argument or result of an op: tensors by their bytes, numbers and other plain values
+    by ``repr``, anything else (handles, opaque objects) by its type only."""
+    import torch
+
+    try:
+        if isinstance(a, torch.Tensor) or (
+            isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a)
+        ):
+            return fingerprint.nested(a)
+    except Exception as e:  # noqa: BLE001 - a tensor without bytes (meta, subclass): say so
+        return f"<{type(a).__name__}: {type(e).__name__}>"
+    if not _plain(a):
+        return f"<{type(a).__name__}>"
+    text = repr(a)
+    if len(text) <= _SHORT_REPR:
+        return text
+    h = fingerprint.hasher()
+    h.update(text.encode())
+    return h.hexdigest()
+
+
+class StepProbe:
+    """Records one step's ops and module outputs as ``{"probe": {...}}`` trace records."""
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.step: int | None = None
+        self.phase = "forward"
+        self.seq = 0
+        self._quiet = 0
+        self._mode: Any = None
+        self._handles: list[Any] = []
+        #: (name, the grad_fn nodes of its inputs, fingerprint of its inputs) per running forward
+        self._stack: list[tuple[str, set[Any], str]] = []
+        self._names: dict[int, str] = {}
+        self._roots: list[Any] = []
+        self._node_module: dict[Any, str] = {}
+        self._hooked: dict[int, Any] = {}
+
+    # ---- arming --------------------------------------------------------------------------
+    @property
+    def armed(self) -> bool:
+        return self.step is not None
+
+    def arm(self, step: int) -> None:
+        import torch.nn.modules.module as mod
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        probe = self
+
+        class _Ops(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                                   kwargs: Any = None) -> Any:
+                return probe._op(func, args, kwargs or {})
+
+        self.step = step
+        self.phase = "forward"
+        self.emit({"probe": {"k": "armed", "step": step}})
+        self._handles.append(mod.register_module_forward_pre_hook(self._forward_pre))
+        self._handles.append(mod.register_module_forward_hook(self._forward_post))
+        self._mode = _Ops()
+        self._mode.__enter__()
+
+    def disarm(self) -> None:
+        if self.step is None:
+            return
+        if self._mode is not None:
+            try:
+                self._mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the target left its own mode on top; ours goes with it
+                pass
+            self._mode = None
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self.emit({"probe": {"k": "disarmed", "step": self.step, "records": self.seq}})
+        self.step = None
+        self._stack.clear()
+        self._node_module.clear()
+        self._hooked.clear()
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Ops run inside this block (repro-check's own fingerprinting) are not recorded."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    def _record(self, rec: dict[str, Any]) -> None:
+        self.seq += 1
+        rec["i"] = self.seq
+        self.emit({"probe": rec})
+
+    # ---- modules -------------------------------------------------------------------------
+    def _name(self, module: Any) -> str:
+        key = id(module)
+        name = self._names.get(key)
+        if name is not None:
+            return name
+        if not self._stack:  # a root: name it and everything inside it
+            self._roots.append(module)
+            root_label = type(module).__name__
+            for qual, sub in module.named_modules(remove_duplicate=False):
+                self._names.setdefault(id(sub), qual or root_label)
+            return self._names[key]
+        name = f"{self._stack[-1][0]}/{type(module).__name__}"  # not registered under the root
+        self._names[key] = name
+        self._roots.append(module)  # keep it alive, so its id is not reused
+        return name
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        if self._quiet:
+            return
+        with self.quiet():
+            name = self._name(module)
+            inputs = list(_tensors_in(args))
+            boundary = {t.grad_fn for t in inputs if t.grad_fn is not None}
+            self._stack.append((name, boundary, fingerprint.nested(args)))
+
+    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+        if self._quiet or not self._stack:
+            return
+        name, boundary, in_fp = self._stack.pop()
+        with self.quiet():
+            outputs = list(_tensors_in(output))
+            self._record({"k": "module", "ph": "forward", "m": name, "in": in_fp,
+                          "out": fingerprint.nested(output)})
+            self._claim_nodes(name, outputs, boundary)
+            for n, t in enumerate(outputs):
+                if t.requires_grad and id(t) not in self._hooked:
+                    try:
+                        t.register_hook(functools.partial(self._output_grad, name, n))
+                    except RuntimeError:
+                        continue
+                    self._hooked[id(t)] = t  # kept alive for the step: ids stay unique
+
+    def _claim_nodes(self, name: str, outputs: list[Any], boundary: set[Any]) -> None:
+        todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
+        seen: set[Any] = set()
+        while todo:
+            node = todo.pop()
+            if node in seen or node in boundary:
+                continue
+            seen.add(node)
+            self._node_module.setdefault(node, name)
+            for nxt, _ in node.next_functions:
+                if nxt is not None:
+                    todo.append(nxt)
+
+    def _output_grad(self, name: str, index: int, grad: Any) -> None:
+        if self.step is None:
+            return
+        with self.quiet():
+            self._record({"k": "module", "ph": "backward", "m": name, "n": index,
+                          "out": arg_fingerprint(grad)})
+
+    # ---- ops -----------------------------------------------------------------------------
+    def _op(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        schema = getattr(func, "_schema", None)
+        name = schema.name if schema is not None else str(func)
+        if self._quiet or name.startswith(_UNRECORDED):
+            return func(*args, **kwargs)
+        import torch
+
+        ins = [arg_fingerprint(a) for a in args] + [arg_fingerprint(v) for v in kwargs.values()]
+        out = func(*args, **kwargs)
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            phase, module = "backward", self._node_module.get(node)
+        else:
+            phase = self.phase
+            module = self._stack[-1][0] if self._stack and phase in ("forward", "data") else None
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        self._record({"k": "op", "ph": phase, "m": module, "op": name,
+                      "in": ins, "out": [arg_fingerprint(o) for o in outs]})
+        return out

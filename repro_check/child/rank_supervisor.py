@@ -1,0 +1,79 @@
+"""One rank of a distributed run, as torchrun starts it (``python -m repro_check.child.rank_supervisor``).
+
+torchrun starts each rank in a session of its own and does not pass on the runner's pipe, so each
+rank writes its trace lines to a file of its own in the run's events folder, which the runner
+tails. This small supervisor (no torch import) opens that file, starts the usual run entry
+(:mod:`repro_check.child.main`) with the file as its event stream, and appends how and when the rank
+ended: an exit status and a signal survive even a rank killed with SIGKILL, and the times name the
+rank that failed first. If torchrun itself dies, the supervisor stops its whole process group, so
+no rank is left behind in a collective.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+#: name of the events file of rank R in the events folder
+EVENTS_NAME = "rank-{rank}.events"
+#: seconds between checks that torchrun is still there
+_WATCH = 0.5
+
+
+def _write(fd: int, record: dict[str, Any]) -> None:
+    data = (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _watch_parent(parent: int) -> None:
+    """Stop this rank's whole process group once torchrun is gone (reparented)."""
+    while True:
+        time.sleep(_WATCH)
+        if os.getppid() != parent:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def main() -> int:
+    config = json.loads(os.environ["REPRO_CHECK_RUN"])
+    rank = int(os.environ.get("RANK", "0"))
+    folder = config["distributed"]["events_dir"]
+    path = os.path.join(folder, EVENTS_NAME.format(rank=rank))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    parent = os.getppid()
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+    stopped: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stopped.append(signum)  # torchrun stops the group; the run entry gets the signal too
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    env = dict(os.environ)
+    env["REPRO_CHECK_RUN"] = json.dumps(dict(config, event_fd=fd, parent=os.getpid()))
+    env["REPRO_CHECK_RANK"] = str(rank)
+    _write(fd, {"info": {"rank_process": {
+        "rank": rank, "pid": os.getpid(), "pgid": os.getpgrp(),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+    }}})
+    proc = subprocess.Popen([sys.executable, "-m", "repro_check.child"], env=env, pass_fds=(fd,))
+    returncode = proc.wait()
+    _write(fd, {"info": {"rank_exit": {
+        "returncode": returncode, "time": time.time(),
+        "stopped_by": signal.Signals(stopped[0]).name if stopped else None,
+    }}})
+    os.close(fd)
+    return 128 - returncode if returncode < 0 else returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

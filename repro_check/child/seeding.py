@@ -1,0 +1,255 @@
+"""Full seeding, one small function a component.
+
+Each function sets one source of randomness or nondeterminism and returns what it did, so the
+trace can say exactly which components were on. Collecting RNG state lives in ``rngstate`` and is
+kept apart from setting it. Environment variables that are read only at interpreter or CUDA start
+(``PYTHONHASHSEED``, ``CUBLAS_WORKSPACE_CONFIG``, the OpenMP/MKL thread counts) are set by the
+parent in the child's environment, see :func:`child_environment`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import os
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: every component, in the order it is applied
+COMPONENTS: tuple[str, ...] = (
+    "hashseed",
+    "python",
+    "numpy",
+    "torch",
+    "cuda",
+    "cudnn",
+    "deterministic_algorithms",
+    "dataloader",
+    "threads",
+)
+
+#: largest seed every component accepts (numpy's legacy seed and PYTHONHASHSEED are 32-bit)
+MAX_SEED = 2**32 - 1
+
+CUBLAS_WORKSPACE = ":4096:8"
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def select_components(without: Iterable[str] = (), no_seed: bool = False) -> tuple[str, ...]:
+    """Return the components that are on, in :data:`COMPONENTS` order; unknown names raise."""
+    from repro_check.errors import UsageError
+
+    off = {name.strip() for name in without if name.strip()}
+    unknown = sorted(off - set(COMPONENTS))
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, COMPONENTS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(
+            f"unknown seeding component {name!r}{hint}; components: {', '.join(COMPONENTS)}"
+        )
+    if no_seed:
+        return ()
+    return tuple(c for c in COMPONENTS if c not in off)
+
+
+def check_seed(seed: int) -> int:
+    """Validate a seed against the narrowest range any component accepts."""
+    from repro_check.errors import UsageError
+
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed must be between 0 and {MAX_SEED}, got {seed}")
+    return seed
+
+
+def derive_seed(seed: int, *purpose: object) -> int:
+    """A stable 63-bit seed for one purpose (e.g. the k-th DataLoader), independent of hashing."""
+    text = ":".join(str(p) for p in (seed, *purpose)).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") >> 1
+
+
+def child_environment(
+    base: Mapping[str, str], seed: int | None, components: Iterable[str], threads: int | None
+) -> dict[str, str]:
+    """The environment a run starts with: what must be set before the interpreter or CUDA starts."""
+    on = set(components)
+    env = dict(base)
+    if "hashseed" in on and seed is not None:
+        env["PYTHONHASHSEED"] = str(seed)
+    else:
+        # an inherited PYTHONHASHSEED would hide that hashing is not seeded
+        env["PYTHONHASHSEED"] = "random"
+    if "deterministic_algorithms" in on:
+        env.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    if "threads" in on and threads is not None:
+        for name in THREAD_ENV_VARS:
+            env[name] = str(threads)
+        env["MKL_DYNAMIC"] = "FALSE"
+        env["OMP_DYNAMIC"] = "FALSE"
+    return env
+
+
+def seed_python(seed: int) -> int:
+    """Seed the ``random`` module's global generator."""
+    random.seed(seed)
+    return seed
+
+
+def seed_numpy(seed: int) -> int | None:
+    """Seed numpy's legacy global generator; None when numpy is not installed."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    np.random.seed(seed)
+    return seed
+
+
+def seed_torch(seed: int) -> int:
+    """Seed torch's default CPU generator only (CUDA is its own component)."""
+    import torch
+
+    torch.default_generator.manual_seed(seed)
+    return seed
+
+
+def seed_cuda(seed: int) -> int:
+    """Seed every CUDA device's generator; lazy, so it does not start CUDA."""
+    import torch
+
+    torch.cuda.manual_seed_all(seed)
+    return seed
+
+
+def configure_cudnn() -> dict[str, bool]:
+    """Turn cuDNN autotuning off and ask for deterministic cuDNN kernels."""
+    import torch
+
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    return {"benchmark": False, "deterministic": True}
+
+
+def enable_deterministic_algorithms(warn_only: bool = False) -> dict[str, Any]:
+    """Make PyTorch raise (or warn) on ops it knows to be nondeterministic."""
+    import sys
+
+    import torch
+
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    else:
+        # the same without importing inductor (seconds per run): inductor reads this variable
+        # when it is first imported, and torch.use_deterministic_algorithms sets only that besides
+        os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+        torch._C._set_deterministic_algorithms(True, warn_only=warn_only)
+    return {
+        "enabled": True,
+        "warn_only": warn_only,
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
+
+
+def fix_threads(threads: int) -> int:
+    """Use the same intra-op thread count in every run: thread count changes result bits."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:
+        pass  # inter-op pool already started; it does not change result bits
+    return torch.get_num_threads()
+
+
+#: set (to the rank) in every rank of a distributed run; DataLoader workers inherit it
+RANK_ENV = "REPRO_CHECK_RANK"
+
+
+def _seeded_worker_init(worker_id: int, user_fn: Any = None) -> None:
+    """Seed ``random`` and numpy in a DataLoader worker from its torch seed, then call the user's.
+
+    In a distributed run the worker's torch seed is first mixed with the rank: every rank draws
+    the same loader seed (so samplers shuffle alike), but random augmentations in workers must
+    not repeat the same numbers on every rank.
+    """
+    import torch
+
+    rank = os.environ.get(RANK_ENV)
+    if rank is not None:
+        torch.manual_seed(derive_seed(torch.initial_seed(), "rank", rank))
+    worker_seed = torch.initial_seed() % (MAX_SEED + 1)
+    random.seed(worker_seed)
+    try:
+        import numpy as np
+
+        np.random.seed(worker_seed)
+    except ImportError:
+        pass
+    if user_fn is not None:
+        user_fn(worker_id)
+
+
+def seed_dataloaders(seed: int) -> int:
+    """Give every DataLoader made without a generator one derived from the seed.
+
+    The k-th DataLoader constructed gets ``derive_seed(seed, "dataloader", k)``, so shuffling and
+    the workers' base seeds do not depend on how much of torch's global stream ran before.
+    Returns the number of loaders patched so far (0 at install time).
+    """
+    import torch.utils.data as tud
+
+    loader_cls = tud.DataLoader
+    if getattr(loader_cls.__init__, "_repro_check_seeded", False):
+        return 0
+    original_init = loader_cls.__init__
+    counter = {"made": 0}
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # DataLoader(dataset, ..., worker_init_fn=args[10], ..., generator=args[12])
+        if len(args) <= 12 and kwargs.get("generator") is None:
+            counter["made"] += 1
+            import torch
+
+            gen = torch.Generator()
+            gen.manual_seed(derive_seed(seed, "dataloader", counter["made"]))
+            kwargs["generator"] = gen
+        user_init = kwargs.get("worker_init_fn")
+        if len(args) <= 10:
+            kwargs["worker_init_fn"] = functools.partial(_seeded_worker_init, user_fn=user_init)
+        original_init(self, *args, **kwargs)
+
+    __init__._repro_check_seeded = True  # type: ignore[attr-defined]
+    loader_cls.__init__ = __init__  # type: ignore[method-assign]
+    return 0
+
+
+def apply(
+    seed: int, components: Iterable[str], threads: int | None, warn_only: bool = False
+) -> dict[str, Any]:
+    """Apply every component that is on, in order; return what each one did."""
+    on = set(components)
+    done: dict[str, Any] = {}
+    if "hashseed" in on:
+        done["hashseed"] = os.environ.get("PYTHONHASHSEED")
+    if "python" in on:
+        done["python"] = seed_python(seed)
+    if "numpy" in on:
+        done["numpy"] = seed_numpy(seed)
+    if "torch" in on:
+        done["torch"] = seed_torch(seed)
+    if "cuda" in on:
+        done["cuda"] = seed_cuda(seed)
+    if "cudnn" in on:
+        done["cudnn"] = configure_cudnn()
+    if "deterministic_algorithms" in on:
+        done["deterministic_algorithms"] = enable_deterministic_algorithms(warn_only)
+    if "dataloader" in on:
+        seed_dataloaders(seed)
+        done["dataloader"] = True
+    if "threads" in on and threads is not None:
+        done["threads"] = fix_threads(threads)
+    return done

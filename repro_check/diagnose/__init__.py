@@ -1,0 +1,1 @@
+"""Why runs diverge: the diagnosis, op-level localization and the seeding ablation."""

@@ -1,0 +1,276 @@
+"""``repro_check.diagnose.diagnosis``: why a training run is not reproducible, and what its seeding needs.
+
+Three stages, each a set of paired runs like the check's:
+
+1. **The check** under full seeding (less ``without``), with deterministic algorithms in warn-only mode so that ops
+   PyTorch knows to be nondeterministic are listed (with the step they first ran at) instead of
+   stopping the run. Its first divergence gives the root cause (:mod:`repro_check.compare.cause`).
+2. **Localization** of a ``compute`` divergence: two fresh runs with the same seeding replay up to
+   the first divergent step and record, at that step only, every op and every module's output
+   and output gradient (:mod:`repro_check.child.probe`); :mod:`repro_check.diagnose.localize` names the first
+   op whose result differs and the module that ran it.
+3. **A seeding ablation**, when the check is reproducible: for each component a pair with only
+   that component off, then a pair with no seeding at all. A component is *needed* for this
+   workload when the pair without it is not reproducible. Runs of the ablation stop as soon as
+   their first divergence is known (fail-fast): only the verdict is used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro_check.child import seeding
+from repro_check.api import _NullListener, check, make_trace_dir
+from repro_check.errors import UsageError
+from repro_check.diagnose.localize import Localization, compare
+from repro_check.report.model import Report
+from repro_check.run.runner import Listener, RunResult
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class PairResult:
+    """The verdict of one pair of runs of the ablation."""
+
+    label: str
+    off: list[str]
+    reproducible: bool
+    error: str | None = None
+    first_divergent_step: int | None = None
+    divergent_signal: str | None = None
+    cause: str | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def of(cls, label: str, off: Sequence[str], report: Report) -> PairResult:
+        return cls(
+            label=label,
+            off=list(off),
+            reproducible=report.reproducible,
+            error=report.error,
+            first_divergent_step=report.first_divergent_step,
+            divergent_signal=report.divergent_signal,
+            cause=report.cause,
+            seconds=max((r.seconds for r in report.results), default=0.0),
+        )
+
+    def outcome(self) -> str:
+        """One short phrase: what the pair showed."""
+        if self.error is not None:
+            return "failed"
+        if self.reproducible:
+            return "reproducible"
+        where = f"step {self.first_divergent_step}" if self.first_divergent_step else "metrics"
+        return f"diverged at {where} ({self.divergent_signal})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "off": self.off,
+            "reproducible": self.reproducible,
+            "error": self.error,
+            "first_divergent_step": self.first_divergent_step,
+            "divergent_signal": self.divergent_signal,
+            "cause": self.cause,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, str]:
+    """``needed`` / ``not needed`` / ``unknown`` per component.
+
+    Only a reproducible full-seeding pair is a baseline: a component is needed when the pair
+    without it is not reproducible, not needed when it is, unknown when that pair failed.
+    """
+    out: dict[str, str] = {}
+    for name, pair in without.items():
+        if not full.reproducible or pair.error is not None:
+            out[name] = "unknown"
+        else:
+            out[name] = "not needed" if pair.reproducible else "needed"
+    return out
+
+
+class _Collector:
+    """Keeps each run's probe and flagged records and passes every event on."""
+
+    def __init__(self, inner: Listener | None = None) -> None:
+        self.inner = inner or _NullListener()
+        self.probes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        self.flagged: dict[int, list[dict[str, Any]]] = defaultdict(list)
+
+    def run_started(self, index: int) -> None:
+        self.inner.run_started(index)
+
+    def event(self, index: int, event: dict[str, Any]) -> None:
+        if "probe" in event:
+            self.probes[index].append(event["probe"])
+            return
+        if "flagged" in event:
+            self.flagged[index].append(event["flagged"])
+        self.inner.event(index, event)
+
+    def run_finished(self, result: RunResult) -> None:
+        self.inner.run_finished(result)
+
+
+def flagged_ops(collected: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every op any run flagged, once, with the earliest step and the runs that flagged it."""
+    ops: dict[str, dict[str, Any]] = {}
+    for run, records in sorted(collected.items()):
+        for rec in records:
+            op = str(rec.get("op"))
+            entry = ops.setdefault(op, {"op": op, "step": rec.get("step"),
+                                        "where": rec.get("where"), "runs": []})
+            step = rec.get("step")
+            if isinstance(step, int) and (entry["step"] is None or step < entry["step"]):
+                entry["step"], entry["where"] = step, rec.get("where")
+            if run not in entry["runs"]:
+                entry["runs"].append(run)
+    return sorted(ops.values(), key=lambda e: (e["step"] or 0, e["op"]))
+
+
+def diagnose(
+    target: str,
+    *,
+    args: Sequence[str] = (),
+    seed: int = 0,
+    without: Sequence[str] = (),
+    max_steps: int | None = None,
+    timeout: float | None = None,
+    threads: int | None = 1,
+    jobs: int | None = None,
+    ablate: Sequence[str] | None = None,
+    localize: bool = True,
+    trace_dir: str | os.PathLike[str] | None = None,
+    listener: Listener | None = None,
+    log: Log | None = None,
+) -> Report:
+    """The check, the localization of a compute divergence, and the seeding ablation.
+
+    ``without``: components off in every pair (the baseline is full seeding less these).
+    ``ablate``: the components to test one by one (default: every component that is on; an empty
+    list skips the ablation). Returns the check's :class:`Report`, with the diagnosis added to its JSON
+    (``cause``, ``culprit``, ``culprit_op``, ``localization``, ``flagged_ops``, ``ablation``,
+    ``necessary_components``). Raises :class:`UsageError` for bad arguments.
+    """
+    say = log or (lambda text: None)
+    base_off = list(without)
+    on = seeding.select_components(base_off)  # unknown names: one clear line
+    seeding.select_components(ablate or ())
+    components = [c for c in (on if ablate is None else ablate) if c not in base_off]
+    if not on and components:
+        raise UsageError("every seeding component is off: there is nothing to ablate")
+    folder = make_trace_dir(trace_dir)
+    common: dict[str, Any] = dict(args=list(args), seed=seed, timeout=timeout, threads=threads,
+                                  jobs=jobs, warn_only=True, without=base_off)
+
+    collector = _Collector(listener)
+    baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
+    say(f"check: two runs under {baseline} (deterministic algorithms in warn-only mode)")
+    report = check(target, max_steps=max_steps, trace_dir=folder / "check", listener=collector,
+                   **common)
+    flagged = flagged_ops(collector.flagged)
+    diagnosis: dict[str, Any] = {
+        "culprit": None,
+        "culprit_op": None,
+        "localization": None,
+        "flagged_ops": flagged,
+        "ablation": None,
+        "necessary_components": None,
+        "ablation_note": None,
+    }
+    report.extra.update(diagnosis)
+    if report.error is not None or report.interrupted:
+        return report
+
+    if localize and report.cause == "compute" and report.first_divergent_step is not None:
+        loc, note = _localize(target, report.first_divergent_step, folder, common, say)
+        if loc is not None:
+            report.extra["localization"] = loc.to_dict()
+            if loc.found:
+                report.extra["culprit"] = loc.module
+                report.extra["culprit_op"] = loc.op
+        if note:
+            report.warnings.append(note)
+
+    if not components:
+        return report
+    full = PairResult.of(baseline, base_off, report)
+    if not report.reproducible:
+        report.extra["ablation_note"] = (
+            f"seeding ablation skipped: the runs are not reproducible even under {baseline}, so "
+            "no component can be judged (fix the cause above first)")
+        return report
+    pairs: dict[str, PairResult] = {}
+    total = len(components) + 1
+    for k, name in enumerate(components, 1):
+        say(f"ablation {k}/{total}: without {name}")
+        off = [*base_off, name]
+        common_off = {**common, "without": off}
+        rep = check(target, max_steps=max_steps, fail_fast=True,
+                    trace_dir=folder / f"without-{name}", **common_off)
+        pairs[name] = PairResult.of(f"without {name}", off, rep)
+        say(f"  {pairs[name].outcome()}")
+    say(f"ablation {total}/{total}: no seeding")
+    rep = check(target, max_steps=max_steps, no_seed=True, fail_fast=True,
+                trace_dir=folder / "no-seeding", **{**common, "without": ()})
+    none_pair = PairResult.of("no seeding", list(seeding.COMPONENTS), rep)
+    say(f"  {none_pair.outcome()}")
+    needed = verdicts(full, pairs)
+    rows = [{"component": name, "verdict": needed[name], **pairs[name].to_dict()}
+            for name in components]
+    rows.append({"component": None, "verdict": None, **none_pair.to_dict()})
+    report.extra["ablation"] = rows
+    report.extra["necessary_components"] = [n for n in components if needed[n] == "needed"]
+    report.extra["ablation_note"] = _ablation_note(needed, none_pair, max_steps)
+    return report
+
+
+def _ablation_note(needed: dict[str, str], none_pair: PairResult, max_steps: int | None) -> str:
+    scope = f" within {max_steps} steps" if max_steps else ""
+    if none_pair.error is not None:
+        return f"the pair without seeding failed: {none_pair.error}"
+    if none_pair.reproducible:
+        return f"the runs reproduce{scope} even without any seeding on this machine"
+    if not any(v == "needed" for v in needed.values()):
+        return ("no single component is needed, yet the runs without any seeding differ"
+                f"{scope}: components stand in for each other")
+    return (f"a component is needed when the runs without it differ{scope}; 'not needed' holds "
+            "for this workload on this machine, not in general")
+
+
+def _localize(target: str, step: int, folder: Path, common: dict[str, Any],
+              say: Log) -> tuple[Localization | None, str | None]:
+    """Replay two runs up to ``step`` recording that step; if they part earlier, record that step."""
+    for attempt in range(2):
+        say(f"localization: replaying two runs to step {step}, recording every op of that step")
+        collector = _Collector()
+        rep = check(target, max_steps=step, probe_step=step, listener=collector,
+                    trace_dir=folder / f"localize-step-{step}", **common)
+        if rep.error is not None:
+            return None, f"localization replay failed: {rep.error}"
+        first = rep.first_divergent_step
+        if first is not None and first < step and attempt == 0:
+            step = first
+            continue
+        loc = compare(step, collector.probes.get(1, []), collector.probes.get(2, []))
+        if first is None or first > step:
+            note = (f"the replay agreed through step {step}: the divergence did not recur, so the "
+                    "localization may be incomplete")
+            return loc, note
+        return loc, None
+    return None, None
+
+
+def check_options(no_seed: bool) -> None:
+    """``diagnose`` starts from seeding (less ``--without``); the ablation turns components off."""
+    if no_seed:
+        raise UsageError("diagnose starts from full seeding (--without A,B turns components off "
+                         "in every run; --ablate A,B chooses the components the ablation tests)")

@@ -1,0 +1,342 @@
+"""Comparison of distributed runs: each rank across runs, and the ranks of each run with each other.
+
+Across runs, rank R of run K is compared with rank R of run 1 by the usual streaming
+:class:`~repro_check.compare.steps.Comparison` (one per rank). The first divergence is the earliest
+step; at the same step, a loss differs before the parameters do (the loss is computed first, and
+under DDP a change on one rank reaches every rank's parameters through the gradient all-reduce),
+so the rank named is the one where the difference entered.
+
+Across ranks, within each run, every rank must record the same ``params`` fingerprint at every
+step (DDP keeps replicas identical); the first step where they do not is a *rank desync*, a
+failure even when the runs agree with each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from repro_check.api import _Feed
+from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy, same
+from repro_check.errors import TraceFileError
+from repro_check.trace.format import iter_trace
+
+#: signal name of a desync between the ranks of one run
+RANK_DESYNC = "rank_desync"
+#: steps held per run waiting for the other ranks' fingerprints before they are compared anyway
+MAX_PENDING = 4096
+
+
+@dataclass
+class RankDivergence(Divergence):
+    """A divergence on one rank."""
+
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "rank": self.rank}
+
+
+def _on_rank(d: Divergence, rank: int) -> RankDivergence:
+    values = {f.name: getattr(d, f.name) for f in dataclasses.fields(Divergence)}
+    return RankDivergence(**values, rank=rank)
+
+
+def _signal_order(name: str) -> int:
+    """Within one step: the loss first, the parameters (after the update) last."""
+    if name == "loss":
+        return 0
+    if name == "params":
+        return 2
+    if name == "steps":
+        return 3
+    return 1
+
+
+@dataclass
+class Desync:
+    """The first step of run ``run`` where the ranks' parameters differ."""
+
+    run: int
+    step: int
+    fingerprints: dict[int, str]
+
+    @property
+    def groups(self) -> list[list[int]]:
+        """Ranks that agree with each other, the group of the lowest rank first."""
+        by_fp: dict[str, list[int]] = {}
+        for rank in sorted(self.fingerprints):
+            by_fp.setdefault(self.fingerprints[rank], []).append(rank)
+        return list(by_fp.values())
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks that disagree with the lowest rank (whose parameters DDP started from)."""
+        return [r for g in self.groups[1:] for r in g]
+
+    def divergence(self) -> RankDivergence:
+        base = min(self.fingerprints)
+        odd = self.ranks[0]
+        return RankDivergence(
+            self.run, self.step, RANK_DESYNC, self.fingerprints[base], self.fingerprints[odd],
+            detail=f"run {self.run}: after step {self.step}, rank(s) "
+                   f"{', '.join(map(str, self.ranks))} hold different parameters than rank {base}",
+            rank=odd,
+        )
+
+
+class _CrossRank:
+    """The ``params`` fingerprints of the ranks of one run, compared step by step."""
+
+    def __init__(self, run: int, expected: int) -> None:
+        self.run = run
+        self.expected = expected
+        self.pending: dict[int, dict[int, str]] = {}
+        self.steps = 0
+        self.first: Desync | None = None
+
+    def add(self, rank: int, step: int, fp: str) -> None:
+        seen = self.pending.setdefault(step, {})
+        seen[rank] = fp
+        if len(seen) >= self.expected:
+            self._check(step)
+        while len(self.pending) > MAX_PENDING:
+            self._check(min(self.pending))
+
+    def close(self) -> None:
+        for step in sorted(self.pending):
+            self._check(step)
+
+    def _check(self, step: int) -> None:
+        seen = self.pending.pop(step)
+        if len(seen) < 2:
+            return
+        self.steps += 1
+        if self.first is None and len(set(seen.values())) > 1:
+            self.first = Desync(self.run, step, dict(seen))
+
+
+class RankComparison:
+    """Feed it each rank's steps, metrics and ends in any interleaving; ask for the result."""
+
+    def __init__(self, runs: int, policy: Policy | None = None, local_ranks: int = 1) -> None:
+        self.runs = runs
+        self.policy = policy or Policy()
+        self.local_ranks = local_ranks
+        self.by_rank: dict[int, Comparison] = {}
+        self.ended: dict[int, tuple[dict[int, int], bool]] = {}
+        self.cross: dict[int, _CrossRank] = {}
+        #: whether any rank recorded a ``params`` fingerprint (a DDP model was seen)
+        self.params_seen = False
+
+    def rank(self, rank: int) -> Comparison:
+        comp = self.by_rank.get(rank)
+        if comp is None:
+            comp = self.by_rank[rank] = Comparison(self.runs, self.policy)
+            for run, (steps, complete) in sorted(self.ended.items()):
+                comp.end(run, steps.get(rank, 0), complete)  # a rank this run never had
+        return comp
+
+    def cross_rank(self, run: int) -> _CrossRank:
+        if run not in self.cross:
+            self.cross[run] = _CrossRank(run, self.local_ranks)
+        return self.cross[run]
+
+    # ---- feeding -----------------------------------------------------------------------------
+    def add_step(self, run: int, rank: int, step: int, signals: dict[str, Any]) -> None:
+        self.rank(rank).add_step(run, step, signals)
+        fp = signals.get("params")
+        if isinstance(fp, str):
+            self.params_seen = True
+            self.cross_rank(run).add(rank, step, fp)
+
+    def set_metrics(self, run: int, rank: int, metrics: dict[str, Any]) -> None:
+        self.rank(rank).set_metrics(run, metrics)
+
+    def end(self, run: int, steps: Mapping[int, int], complete: bool = True) -> None:
+        self.ended[run] = (dict(steps), complete)
+        for rank in steps:
+            self.rank(rank)
+        for rank, comp in self.by_rank.items():
+            comp.end(run, steps.get(rank, 0), complete)
+        self.cross_rank(run).close()
+
+    # ---- results -----------------------------------------------------------------------------
+    @property
+    def desync(self) -> Desync | None:
+        found = [c.first for c in self.cross.values() if c.first is not None]
+        return min(found, key=lambda d: (d.step, d.run)) if found else None
+
+    @property
+    def cross_rank_steps(self) -> int:
+        """Steps at which the ranks of a run were compared (the fewest of any run)."""
+        return min((c.steps for c in self.cross.values()), default=0)
+
+    def settled_divergence(self) -> bool:
+        """For fail-fast: a desync, or a divergence that no other rank can precede any more."""
+        if self.desync is not None:
+            return True
+        firsts: list[int] = []
+        for comp in self.by_rank.values():
+            firsts += [p.first.step for p in comp.pairs.values() if p.first and p.first.step]
+        if not firsts:
+            return False
+        s = min(firsts)
+        return all(
+            (p.first is not None and p.first.step is not None and p.first.step <= s)
+            or p.compared >= s
+            for comp in self.by_rank.values() for p in comp.pairs.values()
+        )
+
+    def result(self) -> ComparisonResult:
+        per_rank = {r: self.by_rank[r].result() for r in sorted(self.by_rank)}
+        lowest = min(per_rank, default=None)
+        metrics = per_rank[lowest].metrics if lowest is not None else {}
+        compared = min((res.steps_compared for res in per_rank.values()), default=0)
+
+        per_run: dict[int, Divergence | None] = {k: None for k in range(2, self.runs + 1)}
+        best: tuple[Any, ...] | None = None
+        for rank, res in per_rank.items():
+            for k, d in res.per_run.items():
+                if d is None or d.step is None:
+                    continue
+                key = (d.step, _signal_order(d.signal), rank)
+                current = per_run.get(k)
+                if current is None or key < (current.step, _signal_order(current.signal),
+                                             getattr(current, "rank", 0)):
+                    per_run[k] = _on_rank(d, rank)
+                if best is None or key + (k,) < best[0]:
+                    best = (key + (k,), _on_rank(d, rank), res)
+        metric_divs: list[Divergence] = [_on_rank(d, rank) for rank, res in per_rank.items()
+                                         for d in res.metric_divergences]
+        desync = self.desync
+        if desync is not None and (best is None or desync.step < best[1].step):
+            div = desync.divergence()
+            context, series = [], []
+            if best is not None:
+                context, series = best[2].context, best[2].diff_series
+            return ComparisonResult(div.step, div.signal, div, per_run, metric_divs, compared,
+                                    context, series, metrics)
+        if best is not None:
+            div, res = best[1], best[2]
+            return ComparisonResult(div.step, div.signal, div, per_run, metric_divs, compared,
+                                    res.context, res.diff_series, metrics)
+        series = per_rank[lowest].diff_series if lowest is not None else []
+        if metric_divs:
+            m = metric_divs[0]
+            return ComparisonResult(None, m.signal, m, per_run, metric_divs, compared, [], series,
+                                    metrics)
+        return ComparisonResult(None, None, None, per_run, [], compared, [], series, metrics)
+
+
+class RankFeed(_Feed):
+    """Passes the ranks' events to the per-rank comparison and to the caller's listener."""
+
+    def add_step(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.add_step(index, event.get("rank", 0), event["step"], event["signals"])
+
+    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.set_metrics(index, event.get("rank", 0), event["metrics"])
+
+    def end(self, result: Any) -> None:
+        steps = {r.rank: r.steps for r in getattr(result, "ranks", [])}
+        self.comparison.end(result.index, steps, complete=result.status != "cancelled")
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+def signal_at(path: str | None, step: int, name: str) -> Any:
+    """The value of signal ``name`` at ``step`` in a trace file (None when it has no such step)."""
+    if not path:
+        return None
+    try:
+        for ev in iter_trace(path):
+            if "step" in ev and ev["step"] >= step:
+                return ev["signals"].get(name) if ev["step"] == step else None
+    except TraceFileError:
+        return None
+    return None
+
+
+def rank_values(report: Any, comparison: RankComparison) -> list[dict[str, Any]]:
+    """Each rank's values where the report's first divergence is."""
+    cmp = report.comparison
+    div = cmp.divergence if cmp else None
+    if div is None:
+        return []
+    if div.signal == RANK_DESYNC:
+        desync = comparison.desync
+        assert desync is not None
+        odd = set(desync.ranks)
+        return [{"rank": r, "run": desync.run, "params": fp, "differs": r in odd}
+                for r, fp in sorted(desync.fingerprints.items())]
+    if div.step is None:  # a final metric
+        name = div.signal.removeprefix("metric:")
+        out = []
+        for rank, comp in sorted(comparison.by_rank.items()):
+            a = comp.metrics.get(1, {}).get(name)
+            b = comp.metrics.get(div.run, {}).get(name)
+            out.append({"rank": rank, "reference": a, "value": b,
+                        "differs": not same(div.signal, a, b, comparison.policy)})
+        return out
+    name = "loss" if div.signal == "steps" else div.signal
+    traces = {res.index: {r.rank: r.trace_path for r in getattr(res, "ranks", [])}
+              for res in report.results}
+    out = []
+    for rank in sorted(comparison.by_rank):
+        a = signal_at(traces.get(1, {}).get(rank), div.step, name)
+        b = signal_at(traces.get(div.run, {}).get(rank), div.step, name)
+        out.append({"rank": rank, "signal": name, "reference": a, "value": b,
+                    "differs": not same(name, a, b, comparison.policy)})
+    return out
+
+
+def finish_report(report: Any, comparison: RankComparison, dist: Any) -> None:
+    """Add the distributed keys to a report: the rank of the first divergence with every rank's
+    values there, the cross-rank check, each rank's end, the launch options."""
+    cmp = report.comparison
+    div = cmp.divergence if cmp else None
+    desync = comparison.desync
+    failed = [{"run": r.index, "rank": r.failed_rank} for r in report.results
+              if getattr(r, "failed_rank", None) is not None]
+    report.extra.update({
+        "first_divergent_rank": getattr(div, "rank", None),
+        "rank_values": rank_values(report, comparison),
+        "rank_desync": None if desync is None else {
+            "run": desync.run,
+            "runs": sorted(c.run for c in comparison.cross.values()
+                           if c.first is not None and c.first.step == desync.step),
+            "step": desync.step, "ranks": desync.ranks, "groups": desync.groups,
+            "fingerprints": {str(r): fp for r, fp in sorted(desync.fingerprints.items())},
+        },
+        "failed_rank": failed[0] if failed else None,
+        "distributed": {
+            "launcher": "torch.distributed.run",
+            **dist.options.to_dict(),
+            "ranks": sorted(comparison.by_rank),
+            "ddp_model_seen": comparison.params_seen,
+            "torchrun_args": dist.options.torchrun_args(1),
+            "cross_rank_steps": comparison.cross_rank_steps,
+        },
+        "rank_results": [
+            {"run": r.index, "ranks": [rr.to_dict() for rr in getattr(r, "ranks", [])]}
+            for r in report.results
+        ],
+    })
+    report.warnings += dist.warnings
+    by_run = {r.index: tuple(rr.rank for rr in r.ranks) for r in report.results
+              if getattr(r, "ranks", None)}
+    if len(set(by_run.values())) > 1:
+        seen = "; ".join(f"run {k}: {', '.join(map(str, v))}" for k, v in sorted(by_run.items()))
+        report.warnings.append(
+            f"the runs did not get the same ranks on this node ({seen}), so their ranks are not "
+            "the same work; with several nodes, a static rendezvous (--master-addr, "
+            "--master-port, --node-rank) gives every run the same ranks")
+    if report.replay:
+        parts = shlex.split(report.replay)
+        at = parts.index("--") if "--" in parts else len(parts)
+        parts[at:at] = dist.options.cli_args()
+        report.replay = " ".join(shlex.quote(p) for p in parts)

@@ -1,0 +1,514 @@
+"""Distributed runs: every run is a torchrun job, and every rank of it is recorded.
+
+Each run is launched with PyTorch's own launcher (``python -m torch.distributed.run``); every rank
+runs :mod:`repro_check.child.rank_supervisor`, which starts the usual run entry and appends its trace lines to a
+file of its own in the run's events folder. The runner tails these files (torchrun starts ranks in
+sessions of their own and passes no pipe on), so the steps of every rank survive crashes and
+``os._exit``, and each rank's exit status and time are known: the rank that failed first is named.
+The ``--timeout`` covers the whole job; stopping a job kills torchrun's process group and the
+group of every rank.
+
+Seeding: every rank gets the same base seed, so model initialisation, dropout and the DataLoader
+shuffling generator are what a seeded job has on each rank (DDP also broadcasts rank 0's weights;
+a DistributedSampler seeds itself). DataLoader *workers* are the exception: their seeds are mixed
+with the rank (see :func:`repro_check.child.seeding._seeded_worker_init`), so random augmentations are
+not the same numbers on every rank.
+
+Cross-rank check: with a DistributedDataParallel model, every step also records a fingerprint of
+the model's parameters after the optimizer step (signal ``params``); within one run, all ranks must
+record the same fingerprint at every step (see :mod:`repro_check.distributed.compare`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
+from repro_check.errors import TraceFileError, UsageError
+from repro_check.run.runner import (
+    _LIVE_GROUPS,
+    RunResult,
+    apply_event,
+    RunSpec,
+    _kill_group,
+    _Tail,
+    run_config,
+    run_environment,
+)
+from repro_check.trace.format import TraceWriter, dumps, parse_event
+
+#: seconds between looks at the ranks' events files when nothing new arrived
+_TAIL_POLL = 0.02
+_EVENTS_FILE = re.compile(r"rank-(\d+)\.events")
+#: what a rank's error says when its collective failed because another rank went away
+_PEER_FAILURE = re.compile(
+    r"closed by peer|reset by peer|remote worker|remote process|Broken pipe|"
+    r"communicator was aborted|NCCL communicator|DistNetworkError|DistBackendError",
+    re.IGNORECASE,
+)
+
+
+# ---- options ---------------------------------------------------------------------------------
+
+@dataclass
+class DistOptions:
+    """torchrun's node and rendezvous options, passed through to every run's launch."""
+
+    nproc_per_node: int = 1
+    nnodes: str = "1"
+    node_rank: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: str | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    @property
+    def node_range(self) -> tuple[int, int]:
+        lo, _, hi = self.nnodes.partition(":")
+        return int(lo), int(hi or lo)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.node_range != (1, 1)
+
+    @property
+    def shared_rendezvous(self) -> bool:
+        """True when the user chose the rendezvous: runs then go one at a time (they would meet
+        at the same endpoint), and in step with the other nodes."""
+        return self.multi_node or any(
+            v is not None for v in (self.rdzv_backend, self.rdzv_endpoint, self.master_addr,
+                                    self.master_port)
+        )
+
+    def validate(self) -> None:
+        if self.nproc_per_node < 1:
+            raise UsageError(f"--nproc-per-node must be at least 1, got {self.nproc_per_node}")
+        if not re.fullmatch(r"\d+(:\d+)?", self.nnodes):
+            raise UsageError(f"--nnodes must be N or MIN:MAX, got {self.nnodes!r}")
+        lo, hi = self.node_range
+        if lo < 1 or hi < lo:
+            raise UsageError(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {self.nnodes!r}")
+        if self.node_rank is not None and not 0 <= self.node_rank < hi:
+            raise UsageError(f"--node-rank must be between 0 and {hi - 1}, got {self.node_rank}")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
+        for flag, value in (("--rdzv-backend", self.rdzv_backend),
+                            ("--rdzv-endpoint", self.rdzv_endpoint), ("--rdzv-id", self.rdzv_id),
+                            ("--rdzv-conf", self.rdzv_conf), ("--master-addr", self.master_addr)):
+            if value is not None and (not value or any(c.isspace() for c in value)):
+                raise UsageError(f"{flag} must be a non-empty word, got {value!r}")
+
+    def torchrun_args(self, run: int) -> list[str]:
+        """torchrun's options for run ``run``.
+
+        Without a rendezvous of the user's, a standalone rendezvous binds a free port for each
+        run, so runs may go in parallel. With one, each run gets its own rendezvous id
+        (``ID-run-K``, the same on every node), so run K of one node meets run K of the others.
+        """
+        args = ["--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0",
+                "--monitor-interval", "0.1"]
+        if not self.shared_rendezvous:
+            return ["--standalone", "--nnodes", "1", *args]
+        args += ["--nnodes", self.nnodes, "--rdzv-id", f"{self.rdzv_id or 'repro-check'}-run-{run}"]
+        for flag, value in self._given():
+            if flag != "--rdzv-id":
+                args += [flag, value]
+        return args
+
+    def _given(self) -> list[tuple[str, str]]:
+        return [(flag, str(value)) for flag, value in (
+            ("--node-rank", self.node_rank), ("--rdzv-backend", self.rdzv_backend),
+            ("--rdzv-endpoint", self.rdzv_endpoint), ("--rdzv-id", self.rdzv_id),
+            ("--rdzv-conf", self.rdzv_conf), ("--master-addr", self.master_addr),
+            ("--master-port", self.master_port),
+        ) if value is not None]
+
+    def cli_args(self) -> list[str]:
+        """The repro-check options that ask for this launch (for the replay command)."""
+        out = ["--nproc-per-node", str(self.nproc_per_node)]
+        if self.nnodes != "1":
+            out += ["--nnodes", self.nnodes]
+        for flag, value in self._given():
+            out += [flag, value]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+# ---- in the parent: one run as a torchrun job ------------------------------------------------
+
+@dataclass
+class RankResult:
+    """How one rank of a run ended. ``status`` as for a run, plus ``terminated`` (stopped by
+    torchrun after another rank failed)."""
+
+    rank: int
+    status: str = "pending"
+    returncode: int | None = None
+    signal: str | None = None
+    stopped_by: str | None = None
+    steps: int = 0
+    error: dict[str, Any] | None = None
+    header: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
+    trace_path: str | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    exit_time: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("failed", "crashed", "unresolved")
+
+    @property
+    def peer_failure(self) -> bool:
+        """Whether its error is a collective that failed because another rank went away."""
+        if not self.error:
+            return False
+        text = f"{self.error.get('type', '')}: {self.error.get('message', '')}"
+        return _PEER_FAILURE.search(text) is not None
+
+    @property
+    def failure_order(self) -> tuple[int, float, int]:
+        """Sorts the rank that failed first to the front: a rank whose collective failed because
+        a peer went away comes after the ranks that failed on their own; then by time (an error
+        record is written before the rank exits, so before its peers can notice)."""
+        t = (self.error or {}).get("time")
+        if not isinstance(t, (int, float)):
+            t = self.exit_time if self.exit_time is not None else float("inf")
+        return (1 if self.peer_failure else 0, float(t), self.rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "status": self.status, "returncode": self.returncode,
+            "signal": self.signal, "steps": self.steps, "error": self.error,
+            "trace": self.trace_path, "pid": self.pid, "pgid": self.pgid,
+        }
+
+
+@dataclass
+class JobResult(RunResult):
+    """A run's result, with each rank's; ``failed_rank`` is the rank that failed first."""
+
+    ranks: list[RankResult] = field(default_factory=list)
+    failed_rank: int | None = None
+
+    def describe_failure(self) -> str:
+        if self.status == "timeout":
+            at = ", ".join(f"rank {r.rank} at step {r.steps}" for r in self.ranks)
+            return (f"run {self.index} timed out after {self.seconds:.1f} s; the whole torchrun job "
+                    f"was stopped" + (f" ({at})" if at else ""))
+        root = next((r for r in self.ranks if r.rank == self.failed_rank), None)
+        if root is None:
+            return super().describe_failure()
+        if root.status == "crashed":
+            what = f"was killed by {root.signal}"
+        elif root.error and root.error.get("kind") == "raised":
+            what = f"raised {root.error.get('type')}: {root.error.get('message')}"
+        elif root.error:
+            what = str(root.error.get("message"))
+        else:
+            what = f"exited with status {root.returncode}"
+        others = [f"rank {r.rank} {r.status}" for r in self.ranks if r is not root]
+        tail = f"; the other ranks were stopped ({', '.join(others)})" if others else ""
+        return f"run {self.index}, rank {root.rank} {what}{tail}"
+
+
+class Job:
+    """One run as a torchrun job; to :func:`repro_check.run.runner.run_all` it looks like a single run.
+
+    Events reach the runner's queue as ``("event", run, event, line)`` with ``event["rank"]`` set;
+    the per-rank trace files are ``<trace stem>.rank-<R>.jsonl`` beside the run's trace path.
+    """
+
+    def __init__(self, spec: RunSpec, events: Any, options: DistOptions) -> None:
+        self.spec = spec
+        self.options = options
+        self.result = JobResult(spec.index)
+        self.tail = _Tail()
+        self.open_streams = 2
+        self.started = time.monotonic()
+        self.killed_for: str | None = None
+        self._abandon = threading.Event()
+        self.lock = threading.Lock()
+        self.ranks: dict[int, RankResult] = {}
+        self.writers: dict[int, TraceWriter] = {}
+        if spec.trace_path is not None:
+            self.folder: Path | None = Path(spec.trace_path).parent
+            self.stem = Path(spec.trace_path).stem
+        else:
+            self.folder, self.stem = None, f"run-{spec.index}"
+        self.events_dir = Path(tempfile.mkdtemp(prefix=f".{self.stem}-ranks-", dir=self.folder))
+        config = run_config(spec, None)
+        config["distributed"] = {"events_dir": str(self.events_dir)}
+        env = run_environment(spec, config)
+        command = [sys.executable, "-m", "torch.distributed.run",
+                   *options.torchrun_args(spec.index), "-m", "repro_check.child.rank_supervisor"]
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, cwd=spec.cwd, start_new_session=True,
+        )
+        _LIVE_GROUPS.add(self.proc.pid)
+        self.event_reader = threading.Thread(target=self._tail_ranks, args=(events,), daemon=True)
+        self.output_reader = threading.Thread(target=self._read_output, args=(events,), daemon=True)
+        self.event_reader.start()
+        self.output_reader.start()
+
+    # ---- reading (threads) -------------------------------------------------------------------
+    def _rank(self, rank: int) -> RankResult:
+        with self.lock:
+            if rank not in self.ranks:
+                self.ranks[rank] = RankResult(rank)
+            return self.ranks[rank]
+
+    def _tail_ranks(self, events: Any) -> None:
+        files: dict[int, tuple[Any, bytearray]] = {}
+        last_pass = False
+        try:
+            while True:
+                over = self.proc.poll() is not None
+                for path in self.events_dir.glob("rank-*.events"):
+                    m = _EVENTS_FILE.fullmatch(path.name)
+                    if m and int(m.group(1)) not in files:
+                        files[int(m.group(1))] = (open(path, "rb"), bytearray())
+                got = False
+                for rank, (fh, buf) in files.items():
+                    data = fh.read()
+                    if not data:
+                        continue
+                    got = True
+                    buf += data
+                    *lines, rest = bytes(buf).split(b"\n")
+                    buf[:] = rest
+                    for line in lines:
+                        self._dispatch(rank, line, events)
+                if last_pass:
+                    break
+                if over:
+                    last_pass = True  # torchrun waited for its ranks: read what they left
+                elif not got:
+                    time.sleep(_TAIL_POLL)
+        finally:
+            for fh, _ in files.values():
+                fh.close()
+            self._kill_ranks()  # anything of a rank still there once torchrun is gone
+            events.put(("eof", self.spec.index))
+
+    def _dispatch(self, rank: int, line: bytes, events: Any) -> None:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(obj, dict):
+            return
+        info = obj.get("info")
+        if isinstance(info, dict) and "rank_process" in info:
+            proc = info["rank_process"]
+            rr = self._rank(rank)
+            rr.pid, rr.pgid = proc.get("pid"), proc.get("pgid")
+            if isinstance(rr.pgid, int):
+                _LIVE_GROUPS.add(rr.pgid)
+                if self.killed_for is not None:
+                    _kill_group(rr.pgid)
+            return
+        if isinstance(info, dict) and "rank_exit" in info:
+            end = info["rank_exit"]
+            rr = self._rank(rank)
+            rr.returncode, rr.exit_time = end.get("returncode"), end.get("time")
+            rr.stopped_by = end.get("stopped_by")
+            return
+        try:
+            event = obj if "format" in obj else parse_event(obj)
+        except TraceFileError:
+            return
+        events.put(("event", self.spec.index, {**event, "rank": rank}, line))
+
+    def _read_output(self, events: Any) -> None:
+        assert self.proc.stdout is not None
+        while True:
+            chunk = self.proc.stdout.read1(65536)  # type: ignore[attr-defined]
+            if not chunk:
+                break
+            self.tail.add(chunk)
+        self.proc.stdout.close()
+        events.put(("eof", self.spec.index))
+
+    # ---- the runner's side -------------------------------------------------------------------
+    def _kill_ranks(self) -> None:
+        for rr in list(self.ranks.values()):
+            if isinstance(rr.pgid, int):
+                _kill_group(rr.pgid)
+
+    # the interface of repro_check.run.runner's runs: stop / kill / tick / ready / handle / finish
+    pipes: frozenset[int] = frozenset()
+
+    def stop(self, reason: str, graceful: bool = True) -> None:
+        """Stop the whole job at once: a rank waiting in a collective would not stop politely."""
+        if self.killed_for is None and self.proc.poll() is None:
+            self.killed_for = reason
+        self.kill()
+
+    def kill(self) -> None:
+        _kill_group(self.proc.pid)
+        self._kill_ranks()
+
+    def tick(self, now: float) -> None:
+        """The timeout covers the whole job; once torchrun is gone, so is anything it left."""
+        limit = self.spec.timeout
+        if limit is not None and self.killed_for is None and now - self.started > limit:
+            self.stop("timeout")
+        elif self.proc.poll() is not None:
+            self.kill()
+
+    @property
+    def ready(self) -> bool:
+        return self.open_streams == 0 and self.proc.poll() is not None
+
+    @property
+    def abandon(self) -> threading.Event:
+        return self._abandon
+
+    def handle(self, event: dict[str, Any], line: str | bytes) -> None:
+        if isinstance(line, bytes):
+            line = line.decode("utf-8")
+        rr = self._rank(event["rank"])
+        apply_event(rr, event)
+        if self.folder is not None:
+            writer = self.writers.get(rr.rank)
+            if writer is None:
+                path = self.folder / f"{self.stem}.rank-{rr.rank}.jsonl"
+                writer = self.writers[rr.rank] = TraceWriter(path)
+            writer.write_raw(line)
+
+    def _classify(self, rr: RankResult) -> None:
+        code = rr.returncode
+        if code is None:  # no exit record: stopped with the job, or torchrun never started it
+            if rr.status == "pending":
+                rr.status = self.killed_for or "terminated"
+        elif code == EXIT_RESOLVE:
+            rr.status = "unresolved"
+        elif code < 0:
+            try:
+                rr.signal = signal.Signals(-code).name
+            except ValueError:
+                rr.signal = f"signal {-code}"
+            rr.status = "terminated" if rr.stopped_by else "crashed"
+        elif code == EXIT_RAISED or (code != 0 and rr.status == "pending"):
+            rr.status = "terminated" if rr.stopped_by and rr.error is None else "failed"
+            if rr.error is None and rr.status == "failed":
+                rr.error = {"kind": "exit", "message": f"exited with status {code}"}
+        elif rr.status == "pending":
+            rr.status = "exited"
+
+    def finish(self) -> JobResult:
+        """Called once torchrun's output and the ranks' files are done: reap, classify each rank,
+        name the one that failed first, close the per-rank traces."""
+        returncode = self.proc.poll()
+        if returncode is None:  # only after an emergency stop that could not end it
+            self.kill()
+            returncode = self.proc.wait()
+        self.kill()
+        _LIVE_GROUPS.discard(self.proc.pid)
+        res = self.result
+        res.returncode = returncode
+        res.seconds = time.monotonic() - self.started
+        res.output_tail = self.tail.text()
+        ranks = [self.ranks[r] for r in sorted(self.ranks)]
+        for rr in ranks:
+            self._classify(rr)
+            if isinstance(rr.pgid, int):
+                _LIVE_GROUPS.discard(rr.pgid)
+        res.ranks = ranks
+        res.steps = min((rr.steps for rr in ranks), default=0)
+        res.header = next((rr.header for rr in ranks if rr.header is not None), None)
+        res.warnings = [f"rank {rr.rank}: {w}" for rr in ranks for w in rr.warnings]
+        failed = [rr for rr in ranks if rr.failed]
+        root = min(failed, key=lambda rr: rr.failure_order) if failed else None
+        if self.killed_for is not None:
+            res.status = self.killed_for
+        elif root is not None:
+            res.status, res.failed_rank, res.signal = root.status, root.rank, root.signal
+            res.error = dict(root.error, rank=root.rank) if root.error else None
+        elif returncode != 0 or not ranks:
+            res.status = "failed"
+            why = f"exited with status {returncode}" if returncode != 0 else "started no rank"
+            res.error = {"kind": "launcher",
+                         "message": f"torchrun {why} (see its output below)"}
+        else:
+            statuses = {rr.status for rr in ranks}
+            res.status = next((s for s in ("stopped", "exited", "terminated") if s in statuses),
+                              "completed")
+        for rr in ranks:
+            writer = self.writers.pop(rr.rank, None)
+            if writer is None:
+                continue
+            writer.write_raw(dumps({"end": {
+                "status": rr.status, "returncode": rr.returncode, "signal": rr.signal,
+                "seconds": round(res.seconds, 3), "steps": rr.steps, "rank": rr.rank,
+                "job_status": res.status, "output_tail": res.output_tail[-8192:],
+            }}))
+            if rr.header is not None:
+                rr.trace_path = str(writer.close())
+            else:
+                writer.abort()
+        res.trace_path = next((rr.trace_path for rr in ranks if rr.trace_path), None)
+        shutil.rmtree(self.events_dir, ignore_errors=True)
+        return res
+
+
+class Distributed:
+    """What a check needs to run distributed: the launcher of its runs (``RunSpec.launcher``),
+    the comparison across runs and ranks, and the report's extra keys."""
+
+    def __init__(self, options: DistOptions, runs: int) -> None:
+        options.validate()
+        self.options = options
+        self.runs = runs
+        self.warnings: list[str] = []
+
+    @property
+    def local_ranks(self) -> int:
+        return self.options.nproc_per_node
+
+    def start(self, spec: RunSpec, events: Any) -> Job:
+        return Job(spec, events, self.options)
+
+    def jobs(self, requested: int | None, default: int) -> int:
+        """Runs at a time: one when they share the user's rendezvous (and must meet the other
+        nodes' runs in order), else as asked or as the CPUs hold all ranks."""
+        if self.options.shared_rendezvous:
+            if requested is not None and requested > 1:
+                self.warnings.append("runs go one at a time: they share the rendezvous given")
+            return 1
+        return requested or default
+
+    def comparison(self, policy: Any) -> Any:
+        from repro_check.distributed.compare import RankComparison
+
+        return RankComparison(self.runs, policy, self.local_ranks)
+
+    def feed(self, comparison: Any, listener: Any) -> Any:
+        from repro_check.distributed.compare import RankFeed
+
+        return RankFeed(comparison, listener)
+
+    def finish_report(self, report: Any, comparison: Any) -> None:
+        from repro_check.distributed.compare import finish_report
+
+        finish_report(report, comparison, self)

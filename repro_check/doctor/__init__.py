@@ -1,0 +1,1 @@
+"""Hazards found without running: the source scanner, its codes and the environment table."""

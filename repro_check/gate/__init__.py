@@ -1,0 +1,1 @@
+"""The pre-merge gate: golden traces, ``record``, ``verify`` and ``diff``."""

@@ -1,0 +1,1 @@
+"""The typed report and what shows it: terminal, HTML, JSON and CI outputs."""

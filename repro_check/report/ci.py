@@ -1,0 +1,241 @@
+"""CI outputs: JUnit XML (a testcase a target), and under GitHub Actions an ``::error``
+annotation a failing target plus a Markdown step summary (kept under GitHub's 1 MiB limit).
+
+JUnit is written with the standard library's ElementTree, atomically like every file we write.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+from repro_check.trace.atomic import write_text_atomic
+from repro_check.errors import ExitCode
+from repro_check.report.model import Report
+
+#: GitHub refuses a step summary file larger than this
+STEP_SUMMARY_LIMIT = 1024 * 1024
+_TRUNCATED = ("\n\n_(repro-check summary truncated to stay under the 1 MiB step summary "
+              "limit; see the JSON or JUnit report for the rest)_\n")
+#: characters XML 1.0 cannot hold (the tail of a target's output may contain them)
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _labels(report: Report) -> list[str]:
+    return list(report.extra.get("labels") or ["run 1", "run 2"])
+
+
+def verdict(report: Report) -> str:
+    if report.interrupted:
+        return "interrupted"
+    if report.error is not None:
+        return "target failed"
+    if report.extra.get("mode") == "record":
+        return "recorded" if report.extra.get("golden") else "not recorded"
+    return "reproducible" if report.reproducible else "not reproducible"
+
+
+def failure_message(report: Report) -> str | None:
+    """One line naming the first divergent step (None when the report passes)."""
+    if report.exit_code == ExitCode.REPRODUCIBLE:
+        return None
+    if report.interrupted:
+        return f"{report.target}: interrupted"
+    if report.error is not None:
+        return f"{report.target}: target failed: {report.error}"
+    cmp = report.comparison
+    div = cmp.divergence if cmp else None
+    if div is None:
+        warn = "; ".join(report.warnings[-1:])
+        return f"{report.target}: {verdict(report)}{': ' + warn if warn else ''}"
+    labels = _labels(report)
+    from repro_check.report.terminal import _value
+
+    where = f"first divergent step {div.step}" if div.step is not None else "final metrics differ"
+    text = (f"{report.target}: not reproducible: {where} (signal {div.signal}): "
+            f"{labels[0]} {_value(div.reference)}, {labels[1]} {_value(div.value)}")
+    if div.policy:
+        text += f" [judged by {div.policy}]"
+    if div.detail:
+        text += f"; {div.detail}"
+    note = report.extra.get("environment_note")
+    if note:
+        text += f"; {note}"
+    return text
+
+
+def plain_summary(report: Report, width: int = 100) -> str:
+    """The terminal summary as plain text (for the body of a JUnit failure)."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, highlight=False, soft_wrap=False)
+    if report.extra.get("mode") in ("verify", "diff", "record"):
+        from repro_check.report.gate import summary
+    else:
+        from repro_check.report.terminal import summary
+    console.print(summary(report), crop=False)
+    return buf.getvalue()
+
+
+def _xml_text(text: str) -> str:
+    return _XML_BAD.sub("\ufffd", _ANSI.sub("", text))
+
+
+def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
+    """A JUnit XML document with one testcase a target."""
+    suites = ET.Element("testsuites", name="repro-check")
+    suite = ET.SubElement(suites, "testsuite", name=f"repro-check {command}",
+                          timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    failures = errors = 0
+    total_time = 0.0
+    for report in reports:
+        mode = report.extra.get("mode")
+        runs = report.results[1:] if mode == "verify" else [] if mode == "diff" else report.results
+        seconds = sum(r.seconds for r in runs)
+        total_time += seconds
+        case = ET.SubElement(suite, "testcase", classname=f"repro-check.{command}",
+                             name=report.target, time=f"{seconds:.3f}")
+        message = failure_message(report)
+        if message is not None:
+            body = plain_summary(report)
+            kind = "failure" if report.exit_code == ExitCode.NOT_REPRODUCIBLE else "error"
+            failures += kind == "failure"
+            errors += kind == "error"
+            el = ET.SubElement(case, kind, message=_xml_text(message),
+                               type="NotReproducible" if kind == "failure" else
+                               ExitCode(report.exit_code).name.title().replace("_", ""))
+            el.text = _xml_text(body)
+        if report.replay:
+            ET.SubElement(case, "system-out").text = _xml_text(f"replay: {report.replay}\n")
+    for el in (suites, suite):
+        el.set("tests", str(len(reports)))
+        el.set("failures", str(failures))
+        el.set("errors", str(errors))
+        el.set("time", f"{total_time:.3f}")
+    suite.set("skipped", "0")
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_junit(path: str | os.PathLike[str], reports: Sequence[Report], command: str) -> None:
+    write_text_atomic(path, junit_xml(reports, command))
+
+
+# ---- GitHub Actions ----------------------------------------------------------------------------
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(report: Report, command: str) -> str | None:
+    """The ``::error`` workflow command for a failing report (None when it passes)."""
+    message = failure_message(report)
+    if message is None:
+        return None
+    if report.replay:
+        message += f"\nReplay: {report.replay}"
+    props = [f"title={_escape_property(f'repro-check {command}')}"]
+    path = report.target.rpartition(":")[0] if ".py:" in report.target else report.target
+    if path.endswith(".py") and os.path.isfile(path) and not os.path.isabs(path):
+        props.insert(0, f"file={_escape_property(path)}")
+    return f"::error {','.join(props)}::{_escape_data(message)}"
+
+
+def _md(text: Any) -> str:
+    """Text for a Markdown table cell or inline code."""
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def markdown(reports: Sequence[Report], command: str) -> str:
+    """The step summary: a table of targets, then the details of each failure."""
+    lines = [f"## repro-check {command}", "",
+             "| target | result | first divergent step | signal | steps |",
+             "|---|---|---|---|---|"]
+    for r in reports:
+        mark = "✅" if r.exit_code == ExitCode.REPRODUCIBLE else "❌"
+        step = r.first_divergent_step if r.first_divergent_step is not None else "—"
+        steps = ", ".join(str(x.steps) for x in r.results)
+        lines.append(f"| `{_md(r.target)}` | {mark} {verdict(r)} | {step} | "
+                     f"{_md(r.divergent_signal or '—')} | {steps} |")
+    for r in reports:
+        message = failure_message(r)
+        if message is None:
+            continue
+        lines += ["", f"### ❌ `{_md(r.target)}`", "", _md(message)]
+        diffs = r.extra.get("environment_differences") or []
+        if diffs:
+            lines += ["", "Environment differences:", ""]
+            lines += [f"- {_md(d.get('text'))}" for d in diffs]
+        if r.replay:
+            lines += ["", "Replay:", "", "```sh", r.replay.replace("```", "'''"), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(path: str | os.PathLike[str], text: str,
+                        limit: int = STEP_SUMMARY_LIMIT) -> bool:
+    """Append ``text`` to the step summary file, cut so the file stays under ``limit`` bytes.
+
+    Returns False when there was no room at all.
+    """
+    try:
+        used = os.path.getsize(path)
+    except OSError:
+        used = 0
+    room = limit - used - 1
+    data = text.encode("utf-8")
+    if len(data) > room:
+        note = _TRUNCATED.encode("utf-8")
+        if room <= len(note) + 64:
+            return False
+        cut = data[: room - len(note)]
+        cut = cut[: cut.rfind(b"\n") + 1] or cut
+        data = cut.decode("utf-8", errors="ignore").encode("utf-8") + note
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    return True
+
+
+def on_github(environ: Mapping[str, str] | None = None) -> bool:
+    return (environ if environ is not None else os.environ).get("GITHUB_ACTIONS") == "true"
+
+
+def emit(
+    reports: Sequence[Report],
+    command: str,
+    *,
+    junit: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    stdout: IO[str] | None = None,
+) -> None:
+    """Every CI output that applies: JUnit when asked, GitHub's when running there."""
+    env = environ if environ is not None else os.environ
+    if junit:
+        write_junit(junit, reports, command)
+    if not on_github(env):
+        return
+    out = stdout or sys.stdout
+    for r in reports:
+        line = annotation(r, command)
+        if line:
+            out.write(line + "\n")
+    out.flush()
+    summary_path = env.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        try:
+            append_step_summary(summary_path, markdown(reports, command))
+        except OSError as e:
+            sys.stderr.write(f"repro-check: warning: cannot write the step summary: {e}\n")

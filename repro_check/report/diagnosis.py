@@ -1,0 +1,93 @@
+"""Terminal output of ``repro-check diagnose``: the check's summary, then the diagnosis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from repro_check.report.terminal import make_console, summary
+from repro_check.report.model import Report
+
+
+def ablation_table(rows: list[dict[str, Any]], max_steps: int | None) -> Table:
+    """component: needed / not needed for this workload, with what the pair without it showed."""
+    scope = f", at most {max_steps} steps a run" if max_steps else ""
+    t = Table(title=f"Seeding ablation (a pair of runs with the component off{scope})",
+              box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    t.add_column("component")
+    t.add_column("for this workload")
+    t.add_column("runs without it")
+    for row in rows:
+        name = row["component"]
+        outcome = _outcome(row)
+        if name is None:
+            t.add_row(Text("(no seeding at all)", style="dim"), "", outcome)
+            continue
+        verdict = row["verdict"]
+        style = {"needed": "bold", "unknown": "yellow"}.get(verdict, "dim")
+        t.add_row(name, Text(verdict, style=style), outcome)
+    return t
+
+
+def _outcome(row: dict[str, Any]) -> str:
+    if row.get("error"):
+        return f"failed: {str(row['error'])[:60]}"
+    if row.get("reproducible"):
+        return "reproducible"
+    step = row.get("first_divergent_step")
+    where = f"step {step}" if step else "final metrics"
+    return f"differ at {where} ({row.get('divergent_signal')})"
+
+
+def diagnosis(report: Report) -> Group:
+    """The diagnosis part: cause, culprit, flagged ops, ablation."""
+    x = report.extra
+    parts: list[Any] = [Text("Diagnosis", style="bold underline")]
+    if report.cause is not None:
+        parts.append(Text.assemble(("cause: ", "bold"), (report.cause, "bold"),
+                                   f" — {x.get('cause_detail')}" if x.get("cause_detail") else ""))
+    loc = x.get("localization")
+    if loc:
+        if loc.get("found"):
+            module = x.get("culprit") or "(outside any module)"
+            parts.append(Text.assemble(
+                ("culprit: ", "bold"), (module, "bold red"), " · op ", (str(x.get("culprit_op")), "bold"),
+                f" · {loc.get('phase')} · step {loc.get('step')}"))
+        parts.append(Text(f"  {loc.get('detail')}"))
+        firsts = [f"{label} {loc[key]!r}" for key, label in (
+            ("first_module_forward", "first module whose output differs:"),
+            ("first_module_backward", "first module whose output gradient differs:"),
+        ) if loc.get(key)]
+        for line in firsts:
+            parts.append(Text(f"  {line}", style="dim"))
+    flagged = x.get("flagged_ops") or []
+    if flagged:
+        t = Table(title="Ops PyTorch reports as nondeterministic", box=box.SIMPLE_HEAD,
+                  title_justify="left", show_edge=False)
+        t.add_column("op")
+        t.add_column("first at step", justify="right")
+        t.add_column("called from")
+        for f in flagged:
+            t.add_row(str(f["op"]), str(f["step"]), str(f.get("where") or ""))
+        parts.append(t)
+    else:
+        parts.append(Text("No op was reported as nondeterministic by PyTorch.", style="dim"))
+    rows = x.get("ablation")
+    if rows:
+        parts.append(ablation_table(rows, report.max_steps))
+        needed = x.get("necessary_components") or []
+        parts.append(Text.assemble(("necessary components: ", "bold"),
+                                   ", ".join(needed) if needed else "none"))
+    if x.get("ablation_note"):
+        parts.append(Text(x["ablation_note"], style="dim"))
+    return Group(*parts)
+
+
+def print_diagnosis(report: Report, console: Console | None = None) -> None:
+    console = console or make_console()
+    console.print(summary(report))
+    console.print(diagnosis(report))

@@ -1,0 +1,174 @@
+"""Terminal output of ``record``, ``verify`` and ``diff`` (rich; the check has render.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from repro_check.report.terminal import _diff, _traceback_or_tail, _value, make_console
+from repro_check.report.model import Report
+
+
+def labels_of(report: Report) -> list[str]:
+    return list(report.extra.get("labels") or ["run 1", "run 2"])
+
+
+def _verdict(report: Report) -> Text:
+    mode = report.extra.get("mode")
+    if report.interrupted:
+        return Text("INTERRUPTED", style="bold yellow")
+    if report.error is not None:
+        return Text("TARGET FAILED", style="bold red")
+    if mode == "record":
+        if report.extra.get("golden"):
+            return Text("RECORDED", style="bold green")
+        return Text("NOT RECORDED", style="bold red")
+    if report.reproducible:
+        return Text("MATCHES GOLDEN" if mode == "verify" else "SAME", style="bold green")
+    return Text("NOT REPRODUCIBLE", style="bold red")
+
+
+def judged_text(judged: dict[str, int]) -> str:
+    """``38 exact, 2 band``: what accepted the values that agreed."""
+    order = ["exact", "tolerance", "band"]
+    keys = [k for k in order if k in judged] + sorted(k for k in judged if k not in order)
+    return ", ".join(f"{judged[k]} by {'exact bits' if k == 'exact' else k}" for k in keys)
+
+
+def _seed_text(report: Report) -> str:
+    return "no seeding" if report.seed is None else f"seed {report.seed}"
+
+
+def _head(report: Report) -> Text:
+    mode = report.extra.get("mode")
+    head = Text.assemble(_verdict(report), "  ", (report.target, "bold"))
+    steps = [r.steps for r in report.results]
+    if mode == "verify":
+        head.append(f"\ngolden {report.extra.get('golden')} ({steps[0]} steps) · this run "
+                    f"{steps[1] if len(steps) > 1 else 0} steps · {_seed_text(report)}")
+    elif mode == "diff":
+        head.append(f"\n{report.extra.get('a')} ({steps[0]} steps) vs {report.extra.get('b')} "
+                    f"({steps[1]} steps)")
+    elif mode == "record":
+        head.append(f"\n{_seed_text(report)} · {report.runs} run(s) · steps recorded "
+                    f"{', '.join(map(str, steps))}")
+        if report.extra.get("golden"):
+            head.append(f"\ngolden: {report.extra['golden']}")
+    if mode != "record":
+        head.append(f"\njudged by: {report.policy.describe()}"
+                    f"{'; bands stored in the golden' if _has_band(report) else ''}")
+    return head
+
+
+def _has_band(report: Report) -> bool:
+    header = report.results[0].header if report.results else None
+    golden = (header or {}).get("golden")
+    return isinstance(golden, dict) and bool(golden.get("band"))
+
+
+def summary(report: Report) -> Group:
+    """The whole result of record, verify or diff as rich renderables."""
+    parts: list[Any] = [Panel(_head(report), box=box.ROUNDED, expand=False)]
+    labels = labels_of(report)
+    mode = report.extra.get("mode")
+    cmp = report.comparison
+
+    if report.error is not None:
+        parts.append(Text(f"error: {report.error}", style="red"))
+        for r in report.results:
+            if r.failed and mode != "diff":
+                tail = _traceback_or_tail(r)
+                if tail:
+                    parts.append(Text("--- output of the run (last lines) ---", style="dim"))
+                    parts.append(Text(tail))
+
+    if mode == "record":
+        parts += _record_lines(report)
+    else:
+        div = cmp.divergence if cmp else None
+        if div is not None:
+            where = f"step {div.step}" if div.step is not None else "final metrics"
+            parts.append(Text.assemble(("First divergence: ", "bold"), f"{where}, signal ",
+                                       (div.signal, "bold"), f", {labels[1]} vs {labels[0]}"))
+            if div.detail:
+                parts.append(Text(f"  {div.detail}"))
+            if div.policy:
+                parts.append(Text(f"  judged by {div.policy}"))
+            t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            for col, justify in (("", "left"), (labels[0], "right"), (labels[1], "right"),
+                                 ("|diff|", "right"), ("rel", "right")):
+                t.add_column(col, justify=justify)  # type: ignore[arg-type]
+            t.add_row(div.signal, _value(div.reference), _value(div.value), _diff(div.abs_diff),
+                      _diff(div.rel_diff))
+            parts.append(t)
+            if div.step is not None:
+                parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+        elif report.error is None and not report.interrupted and cmp is not None:
+            parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} "
+                              "metric(s) agree."))
+        if cmp is not None and cmp.judged:
+            parts.append(Text(f"values accepted: {judged_text(cmp.judged)}", style="dim"))
+        diffs = report.extra.get("environment_differences") or []
+        diverged = cmp is not None and not cmp.reproducible
+        if diffs:
+            head = (f"The divergence comes with {len(diffs)} environment difference(s):"
+                    if diverged else f"Environment differences ({len(diffs)}), values agree:")
+            parts.append(Text(head, style="bold yellow" if diverged else "bold"))
+            for d in diffs:
+                parts.append(Text(f"  {d['text']}"))
+        elif diverged and report.extra.get("environment_note"):
+            parts.append(Text(f"Note: {report.extra['environment_note']}", style="yellow"))
+        parts += _metrics_table(report, labels)
+
+    for w in report.warnings:
+        parts.append(Text(f"warning: {w}", style="yellow"))
+    if report.replay:  # never wrapped: it must paste back as one command
+        parts.append(Text.assemble(("Replay: ", "bold"), report.replay, no_wrap=True,
+                                   overflow="ignore"))
+    if report.trace_dir:
+        parts.append(Text(f"traces: {report.trace_dir}", style="dim"))
+    return Group(*parts)
+
+
+def _record_lines(report: Report) -> list[Any]:
+    out: list[Any] = []
+    if not report.extra.get("golden"):
+        return out
+    if report.runs > 1:
+        spread = report.extra.get("spread_steps", 0)
+        if spread:
+            out.append(Text(f"The runs spread at {spread} step(s) (widest {report.extra.get('widest_spread', 0):.3g}); "
+                            "verify accepts values inside that band."))
+        else:
+            out.append(Text(f"All {report.runs} runs agree exactly; the band stored is exact."))
+    metrics = report.metrics_readable()[0] if report.results else {}
+    if metrics:
+        out.append(Text("metrics: " + ", ".join(f"{k}={v}" for k, v in metrics.items())))
+    return out
+
+
+def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
+    cmp = report.comparison
+    if cmp is None:
+        return []
+    names: list[str] = []
+    for k in (1, 2):
+        names += [n for n in cmp.metrics_of(k) if n not in names]
+    if not names:
+        return []
+    t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    t.add_column("metric")
+    t.add_column(labels[0], justify="right")
+    t.add_column(labels[1], justify="right")
+    for n in names:
+        t.add_row(n, _value(cmp.metrics_of(1).get(n)), _value(cmp.metrics_of(2).get(n)))
+    return [t]
+
+
+def print_summary(report: Report, console: Console | None = None) -> None:
+    (console or make_console()).print(summary(report), crop=False)

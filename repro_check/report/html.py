@@ -1,0 +1,408 @@
+"""The HTML report: one self-contained file (plots embedded as PNG data) that needs no network.
+
+It shows the verdict, every run's loss curve overlaid with the first divergence marked, the
+difference per step on a log scale, the steps around the divergence side by side, the groups of
+bit-identical runs, the metrics, the diagnosis when there is one, each run's environment and the
+replay command. Loss curves are read back from the run traces, streaming and thinned to a bounded
+number of points, so a long run makes a report of the same size. Plots need matplotlib (the
+``report`` extra); :func:`require_matplotlib` says so in one line before any run starts.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from repro_check.trace import values
+from repro_check import __version__
+from repro_check.trace.atomic import write_text_atomic
+from repro_check.compare.steps import spread_of
+from repro_check.errors import TraceFileError, UsageError
+from repro_check.report.model import Report
+from repro_check.trace.format import iter_trace
+
+#: points kept of each run's loss curve
+MAX_POINTS = 2000
+#: the first divergence, in every plot (a colour no run's curve uses)
+MARKER_COLOR = "#ff00ff"
+RUN_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#17becf",
+              "#7f7f7f", "#bcbd22", "#e377c2"]
+#: figure size in pixels (shown unscaled on a wide page, so lines stay sharp)
+FIG_W, FIG_H, DPI = 960, 380, 100
+
+
+def require_matplotlib() -> None:
+    """Exit 2 with one line when the plotting library is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--report needs matplotlib, which is not installed "
+            "(pip install 'repro-check[report]')"
+        ) from None
+
+
+class Thinned:
+    """At most ``cap`` (step, value) points of a stream of unknown length: every ``stride``-th
+    point is kept, and the stride doubles (dropping every other point) when the cap is hit."""
+
+    def __init__(self, cap: int = MAX_POINTS) -> None:
+        self.cap = max(2, cap)
+        self.stride = 1
+        self.seen = 0
+        self.points: list[tuple[int, float]] = []
+        self.last: tuple[int, float] | None = None
+
+    def add(self, step: int, value: float) -> None:
+        self.last = (step, value)
+        if self.seen % self.stride == 0:
+            self.points.append((step, value))
+            if len(self.points) >= self.cap:
+                self.points = self.points[::2]
+                self.stride *= 2
+        self.seen += 1
+
+    def values(self) -> list[tuple[int, float]]:
+        """The kept points, always ending with the last one seen."""
+        if self.last is not None and (not self.points or self.points[-1] != self.last):
+            return self.points + [self.last]
+        return list(self.points)
+
+
+def read_curve(path: str | os.PathLike[str], signal: str = "loss",
+               cap: int = MAX_POINTS) -> list[tuple[int, float]]:
+    """``signal`` at every step of a trace, thinned to ``cap`` points; non-finite values left out."""
+    thin = Thinned(cap)
+    events = iter_trace(path)
+    next(events)
+    for ev in events:
+        if "step" in ev:
+            enc = ev["signals"].get(signal)
+            if isinstance(enc, dict):
+                x = values.to_float(enc)
+                if not (math.isnan(x) or math.isinf(x)):
+                    thin.add(ev["step"], x)
+    return thin.values()
+
+
+# ---- plots ---------------------------------------------------------------------------------------
+def _figure() -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(FIG_W / DPI, FIG_H / DPI), dpi=DPI)
+    ax = fig.subplots()
+    ax.grid(True, color="#e5e5e5", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig, ax
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _mark(ax: Any, step: int | None) -> None:
+    if step is not None:
+        ax.axvline(step, color=MARKER_COLOR, linewidth=2.5, zorder=5,
+                   label=f"first divergence (step {step})")
+
+
+def loss_plot(curves: dict[int, list[tuple[int, float]]], divergence: Any) -> str | None:
+    """Every run's loss curve overlaid, the first divergence marked; base64 PNG."""
+    curves = {k: c for k, c in curves.items() if c}
+    if not curves:
+        return None
+    fig, ax = _figure()
+    for k, pts in sorted(curves.items()):
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, color=RUN_COLORS[(k - 1) % len(RUN_COLORS)], label=f"run {k}",
+                linewidth=2.4 if k == 1 else 1.3, linestyle="-" if k == 1 else (0, (4, 2)))
+    step = divergence.step if divergence is not None else None
+    _mark(ax, step)
+    if step is not None:
+        for enc in (divergence.reference, divergence.value):
+            if isinstance(enc, dict):
+                y = values.to_float(enc)
+                if not (math.isnan(y) or math.isinf(y)):
+                    ax.plot([step], [y], marker="o", markersize=9, markerfacecolor="none",
+                            markeredgecolor=MARKER_COLOR, markeredgewidth=2, zorder=6)
+    ys_all = [y for pts in curves.values() for _, y in pts]
+    if min(ys_all) > 0 and max(ys_all) / min(ys_all) > 50:
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(loc="upper right", fontsize=9, framealpha=0.9)
+    return _png(fig)
+
+
+def difference_plot(series: dict[str, Sequence[tuple[int, float]]], step: int | None) -> str | None:
+    """Differences per step on a log scale (steps where the values agree are left out)."""
+    shown = {label: [(s, v) for s, v in pts if v > 0 and not math.isinf(v)]
+             for label, pts in series.items()}
+    shown = {label: pts for label, pts in shown.items() if pts}
+    if not shown:
+        return None
+    fig, ax = _figure()
+    steps = [s for pts in series.values() for s, _ in pts]
+    ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)  # the whole run, equal steps included
+    for i, (label, pts) in enumerate(shown.items()):
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, color=["#444444", "#d62728"][i % 2], linewidth=1.4, marker=".",
+                markersize=3 if len(xs) > 200 else 6, label=label)
+    _mark(ax, step)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("difference")
+    ax.legend(loc="lower right", fontsize=9, framealpha=0.9)
+    return _png(fig)
+
+
+# ---- page ----------------------------------------------------------------------------------------
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _val(enc: Any) -> str:
+    if isinstance(enc, dict):
+        return values.readable(enc)
+    return "—" if enc is None else str(enc)
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def _table(head: Sequence[str], rows: Iterable[tuple[Sequence[Any], str]], cls: str = "") -> str:
+    out = [f'<table class="{cls}"><thead><tr>' if cls else "<table><thead><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr></thead><tbody>"]
+    for cells, cls in rows:
+        out.append(f'<tr class="{cls}">' if cls else "<tr>")
+        out += [f"<td>{_e(c)}</td>" for c in cells]
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _verdict(report: Report) -> tuple[str, str]:
+    if report.interrupted:
+        return "INTERRUPTED", "warn"
+    if report.error is not None:
+        return "TARGET FAILED", "bad"
+    if report.reproducible:
+        return "REPRODUCIBLE", "good"
+    return "NOT REPRODUCIBLE", "bad"
+
+
+def _context_rows(report: Report) -> tuple[list[str], list[tuple[list[Any], str]]]:
+    cmp = report.comparison
+    if cmp is None or cmp.divergence is None or cmp.divergence.step is None:
+        return [], []
+    first = True
+    rows: list[tuple[list[Any], str]] = []
+
+    def cls(differs: bool) -> str:
+        nonlocal first
+        if differs and first:
+            first = False
+            return "first"
+        return "differs" if differs else ""
+
+    if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
+        head = ["step", *[f"run {k}" for k in range(1, report.runs + 1)], "spread"]
+        for r in cmp.context_all:
+            rows.append(([r["step"], *map(_val, r["values"]), _num(r["spread"])], cls(r["differs"])))
+        return head, rows
+    head = ["step", "run 1", f"run {cmp.divergence.run}", "|diff|"]
+    for r in cmp.context:
+        a, b = r["reference"], r["value"]
+        d = spread_of([a, b]) if isinstance(a, dict) and isinstance(b, dict) else None
+        rows.append(([r["step"], _val(a), _val(b), "—" if d is None or math.isnan(d) else _num(d)],
+                     cls(r["differs"])))
+    return head, rows
+
+
+def _diagnosis(data: dict[str, Any]) -> str:
+    """``cause`` and any ``culprit*`` / ``diagnosis`` keys of the JSON report, when present."""
+    keys = [k for k in data if k == "cause" or k == "diagnosis" or k.startswith("culprit")]
+    parts = []
+    for k in keys:
+        v = data[k]
+        if v in (None, "", [], {}):
+            continue
+        if isinstance(v, (dict, list)):
+            body = f"<pre>{_e(json.dumps(v, indent=2, default=str))}</pre>"
+        else:
+            body = f"<p>{_e(v)}</p>"
+        parts.append(f"<h3>{_e(k.replace('_', ' '))}</h3>{body}")
+    return "".join(parts)
+
+
+def _environment(report: Report) -> str:
+    envs = [((r.header or {}).get("environment") or {}) for r in report.results]
+    keys: list[str] = []
+    for env in envs:
+        keys += [k for k in env if k not in keys]
+    if not keys:
+        return "<p>No environment was recorded.</p>"
+    rows = []
+    for k in keys:
+        cells = [env.get(k, "—") for env in envs]
+        rows.append(([k, *["—" if c is None else c for c in cells]],
+                     "differs" if len({json.dumps(c, default=str) for c in cells}) > 1 else ""))
+    return _table(["", *[f"run {r.index}" for r in report.results]], rows, "env")
+
+
+CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;background:#fafafa;
+color:#222}
+main{max-width:1000px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:12px 0 4px}
+.verdict{display:inline-block;padding:6px 14px;border-radius:6px;font-weight:700;font-size:20px;
+color:#fff}
+.verdict.good{background:#2e7d32}.verdict.bad{background:#c62828}.verdict.warn{background:#ef6c00}
+.sub{color:#555} figure{margin:8px 0} figure img{max-width:100%;height:auto;display:block}
+figcaption{color:#555;font-size:13px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{padding:3px 10px;border-bottom:1px solid #e5e5e5;text-align:right;
+font-variant-numeric:tabular-nums}
+th:first-child,td:first-child{text-align:left}
+tr.first td{background:#ffd6ff;font-weight:700} tr.differs td{color:#b71c1c}
+table.env td,table.env th{text-align:left;overflow-wrap:anywhere;max-width:320px}
+pre{background:#f0f0f0;padding:8px 10px;overflow-x:auto;white-space:pre}
+.diagnosis{border-left:4px solid #c62828;padding:2px 12px;background:#fff}
+"""
+
+
+def render_html(report: Report) -> str:
+    """The whole report page as one string."""
+    data = report.to_dict()
+    cmp = report.comparison
+    div = cmp.divergence if cmp else None
+    word, cls = _verdict(report)
+    seed = "no seeding" if report.seed is None else f"seed {report.seed}"
+    steps = ", ".join(str(r.steps) for r in report.results)
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>repro-check: {_e(word)} {_e(report.target)}</title>",
+        f"<style>{CSS}</style></head><body><main>",
+        f'<h1>repro-check report: <code>{_e(report.target)}</code></h1>',
+        f'<p><span class="verdict {cls}" id="verdict">{_e(word)}</span></p>',
+        f'<p class="sub">{_e(seed)} · {report.runs} runs · steps recorded {_e(steps)} · '
+        f'{_e(report.policy.describe())} · seeding: {_e(", ".join(report.components) or "none")}</p>',
+    ]
+    if report.error:
+        out.append(f"<p><b>Error:</b> {_e(report.error)}</p>")
+    if div is not None:
+        where = f"step {div.step}" if div.step is not None else "the final metrics"
+        out.append(f'<p id="first-divergence"><b>First divergence:</b> {_e(where)}, signal '
+                   f"<code>{_e(div.signal)}</code>, run {div.run} vs run 1: "
+                   f"{_e(_val(div.reference))} vs {_e(_val(div.value))} "
+                   f"(|diff| {_num(div.abs_diff)}, relative {_num(div.rel_diff)})"
+                   + (f"; {div.later_steps} later step(s) differ too" if div.step else "")
+                   + "</p>")
+        if div.detail:
+            out.append(f"<p>{_e(div.detail)}</p>")
+    elif cmp is not None and report.error is None and not report.interrupted:
+        out.append(f"<p>All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
+                   "agree.</p>")
+    diagnosis = _diagnosis(data)
+    if diagnosis:
+        out.append(f'<h2>Diagnosis</h2><div class="diagnosis" id="diagnosis">{diagnosis}</div>')
+
+    curves: dict[int, list[tuple[int, float]]] = {}
+    unread: list[str] = []
+    for r in report.results:
+        if r.trace_path:
+            try:
+                curves[r.index] = read_curve(r.trace_path)
+            except TraceFileError as e:
+                unread.append(str(e))
+    out.append("<h2>Loss per step</h2>")
+    img = loss_plot(curves, div)
+    if img:
+        out.append(f'<figure id="loss-plot"><img alt="loss of every run per step" '
+                   f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
+                   "<figcaption>Every run's loss; the magenta line marks the first divergent step."
+                   " Run 1 is drawn solid, the others dashed, so curves that coincide stay visible."
+                   "</figcaption></figure>")
+    else:
+        out.append("<p>No loss was recorded.</p>")
+    for msg in unread:
+        out.append(f"<p>trace not read: {_e(msg)}</p>")
+
+    if cmp is not None:
+        series: dict[str, Sequence[tuple[int, float]]] = {}
+        other = div.run if div is not None and div.step is not None else 2
+        series[f"|run {other} − run 1|"] = cmp.diff_series
+        if report.runs >= 3:
+            series[f"spread (max − min of {report.runs} runs)"] = cmp.spread_series
+        out.append("<h2>Difference per step</h2>")
+        img = difference_plot(series, div.step if div is not None else None)
+        if img:
+            out.append(f'<figure id="difference-plot"><img alt="difference per step, log scale" '
+                       f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
+                       "<figcaption>Log scale; steps where the values are equal (difference 0) "
+                       "are left out.</figcaption></figure>")
+        else:
+            out.append("<p>The loss is the same at every compared step.</p>")
+
+    head, rows = _context_rows(report)
+    if rows:
+        out.append("<h2>Steps around the first divergence (loss)</h2>")
+        out.append(_table(head, rows))
+    if cmp is not None and report.runs >= 3 and cmp.groups:
+        out.append("<h2>Runs that agree</h2>")
+        if len(cmp.groups) == 1:
+            out.append(f"<p>All {report.runs} runs are bit-identical.</p>")
+        else:
+            items = "".join(f"<li>{'runs' if len(g) > 1 else 'run'} {_e(', '.join(map(str, g)))}"
+                            "</li>" for g in cmp.groups)
+            out.append(f'<p>Groups of bit-identical runs:</p><ul id="groups">{items}</ul>')
+
+    metrics = report.metrics_readable()
+    names: list[str] = []
+    for m in metrics:
+        names += [n for n in m if n not in names]
+    if names and cmp is not None:
+        out.append("<h2>Metrics</h2>")
+        rows = []
+        for n in names:
+            raw = [cmp.metrics_of(k).get(n) for k in range(1, report.runs + 1)]
+            same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
+            rows.append(([n, *map(_val, raw)], "" if same else "differs"))
+        out.append(_table(["metric", *[f"run {k}" for k in range(1, report.runs + 1)]], rows))
+    if report.replay:
+        out.append(f'<h2>Replay</h2><pre id="replay">{_e(report.replay)}</pre>')
+    out.append("<h2>Runs</h2>")
+    out.append(_table(["run", "status", "steps", "seconds", "trace"],
+                      [([r.index, r.status, r.steps, f"{r.seconds:.1f}", r.trace_path or "—"], "")
+                       for r in report.results]))
+    out.append("<h2>Environment</h2>")
+    out.append(_environment(report))
+    if report.warnings:
+        out.append("<h2>Warnings</h2><ul>"
+                   + "".join(f"<li>{_e(w)}</li>" for w in report.warnings) + "</ul>")
+    out.append(f'<p class="sub">repro-check {_e(__version__)} · '
+               f'{_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>')
+    out.append("</main></body></html>\n")
+    return "\n".join(out)
+
+
+def write_html(report: Report, path: str | os.PathLike[str]) -> Path:
+    """Write the report page atomically (an interrupted write leaves no half file)."""
+    require_matplotlib()
+    return write_text_atomic(path, render_html(report))

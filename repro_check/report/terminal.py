@@ -1,0 +1,494 @@
+"""Terminal output: the summary on stdout, live progress on stderr (rich; NO_COLOR honoured)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from rich import box
+from rich import progress as rp
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.panel import Panel
+from rich.segment import Segment
+from rich.table import Table
+from rich.text import Text
+
+from repro_check.trace import values
+from repro_check.report.model import Report
+from repro_check.run.runner import RunResult
+
+
+def make_console(file: IO[str] | None = None, stderr: bool = False, width: int | None = None,
+                 force_terminal: bool | None = None) -> Console:
+    """A console that honours NO_COLOR and falls back to plain text when not a terminal."""
+    no_color = "NO_COLOR" in os.environ
+    return Console(
+        file=file,
+        stderr=stderr,
+        width=width,
+        force_terminal=force_terminal,
+        no_color=no_color,
+        color_system=None if no_color else "auto",
+        highlight=False,
+        soft_wrap=False,
+    )
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, dict):
+        return values.readable(v)
+    if v is None:
+        return "—"
+    return str(v)[:24]
+
+
+def _diff(d: float | None) -> str:
+    return "—" if d is None else f"{d:.3g}"
+
+
+def verdict(report: Report) -> Text:
+    if report.interrupted:
+        return Text("INTERRUPTED", style="bold yellow")
+    if report.error is not None:
+        return Text("TARGET FAILED", style="bold red")
+    if report.reproducible:
+        return Text("REPRODUCIBLE", style="bold green")
+    return Text("NOT REPRODUCIBLE", style="bold red")
+
+
+#: run columns shown side by side at most (the spread column covers the rest)
+MAX_RUN_COLUMNS = 6
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+SPARK_EQUAL = "·"
+SPARK_UNDEFINED = "!"
+
+
+class Sparkline:
+    """One line of block characters: a value series on a log scale, as wide as the console allows.
+
+    Points merge (by max) into the cells available; a cell whose values are all 0 is drawn as
+    ``·`` and one with NaN as ``!``, so "equal" and "tiny difference" look different.
+    """
+
+    def __init__(self, points: Sequence[tuple[int, float]], max_cells: int = 80) -> None:
+        self.points = list(points)
+        self.max_cells = max_cells
+
+    def scale(self) -> tuple[float, float] | None:
+        pos = [v for _, v in self.points if v > 0 and not math.isinf(v)]
+        return (min(pos), max(pos)) if pos else None
+
+    def cells(self, width: int) -> str:
+        n = max(1, min(width, self.max_cells, len(self.points)))
+        merged: list[float | None] = [None] * n
+        for i, (_, v) in enumerate(self.points):
+            c = i * n // len(self.points)
+            cur = merged[c]
+            if cur is None or math.isnan(v) or (not math.isnan(cur) and v > cur):
+                merged[c] = v
+        rng = self.scale()
+        out = []
+        for v in merged:
+            if v is None or math.isnan(v):
+                out.append(SPARK_UNDEFINED)
+            elif v <= 0:
+                out.append(SPARK_EQUAL)
+            elif rng is None or math.isinf(v) or rng[0] == rng[1]:
+                out.append(SPARK_LEVELS[-1])
+            else:
+                lo, hi = math.log10(rng[0]), math.log10(rng[1])
+                k = round((math.log10(v) - lo) / (hi - lo) * (len(SPARK_LEVELS) - 1))
+                out.append(SPARK_LEVELS[k])
+        return "".join(out)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if not self.points:
+            return
+        first, last = f"step {self.points[0][0]} ", f" step {self.points[-1][0]}"
+        width = options.max_width - len(first) - len(last) - 2
+        line = Text("  " + first, style="dim")
+        line.append(self.cells(width), style="magenta")
+        line.append(last, style="dim")
+        yield line
+
+
+def _context_table(report: Report) -> Table | None:
+    """The steps around the first divergence, each run's value side by side."""
+    cmp = report.comparison
+    if cmp is None or cmp.divergence is None or cmp.divergence.step is None:
+        return None
+    focus = "loss"
+    t = Table(title=f"Steps around the first divergence ({focus})", title_justify="left",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("", width=1)
+    t.add_column("step", justify="right")
+    rows: list[tuple[int, list[Any], bool, str]] = []
+    if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
+        shown = min(report.runs, MAX_RUN_COLUMNS)
+        for k in range(1, shown + 1):
+            t.add_column(f"run {k}", justify="right")
+        t.add_column("spread" if shown == report.runs else f"spread ({report.runs} runs)",
+                     justify="right")
+        for r in cmp.context_all:
+            rows.append((r["step"], r["values"][:shown], r["differs"], _diff(r["spread"])))
+    elif cmp.context:
+        other = cmp.divergence.run
+        for name in ("run 1", f"run {other}", "|diff|"):
+            t.add_column(name, justify="right")
+        for r in cmp.context:
+            a, b = r["reference"], r["value"]
+            if isinstance(a, dict) and isinstance(b, dict):
+                d = "0" if a == b else _diff(values.differences(a, b)[0])
+            else:
+                d = "—"
+            rows.append((r["step"], [a, b], r["differs"], d))
+    else:
+        return None
+    first = True
+    for step, vals, differs, d in rows:
+        mark, style = "", None
+        if differs and first:
+            mark, style, first = "▶", "bold red", False
+        elif differs:
+            mark, style = "≠", "red"
+        t.add_row(mark, str(step), *[_value(v) for v in vals], d, style=style)
+    return t
+
+
+def _difference_line(report: Report) -> list[Any]:
+    """A caption and a sparkline of the difference (two runs) or spread (more) over all steps."""
+    cmp = report.comparison
+    if cmp is None:
+        return []
+    if report.runs >= 3:
+        series, what = cmp.spread_series, f"Spread of loss across {report.runs} runs per step"
+    else:
+        series, what = cmp.diff_series, "|diff| of loss per step"
+    spark = Sparkline(series)
+    rng = spark.scale()
+    if rng is None:
+        return []
+    caption = Text(what, style="bold")
+    caption.append(f" (log scale {SPARK_LEVELS[0]} {rng[0]:.2g} … {SPARK_LEVELS[-1]} {rng[1]:.2g},"
+                   f" {SPARK_EQUAL} equal)", style="dim")
+    return [caption, spark]
+
+
+def _groups_line(report: Report) -> Text | None:
+    cmp = report.comparison
+    if cmp is None or report.runs < 3 or not cmp.groups:
+        return None
+    if len(cmp.groups) == 1:
+        return Text(f"All {report.runs} runs are bit-identical.")
+    line = Text("Bit-identical groups: ", style="bold")
+    line.append("  ".join("{" + ", ".join(map(str, g)) + "}" for g in cmp.groups))
+    return line
+
+
+class Unwrapped:
+    """A line printed whole, never wrapped or cropped (a command the user copies)."""
+
+    def __init__(self, text: str, style: str = "none") -> None:
+        self.text = text.replace("\n", " ")
+        self.style = style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Segment(self.text, console.get_style(self.style))
+        yield Segment.line()
+
+
+def summary(report: Report) -> Group:
+    """The whole result as rich renderables (print with ``crop=False``: see :func:`print_summary`)."""
+    parts: list[Any] = []
+    head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
+    seed = "no seeding" if report.seed is None else f"seed {report.seed}"
+    steps = ", ".join(str(r.steps) for r in report.results)
+    cmp = report.comparison
+    head.append(f"\n{seed} · {report.runs} runs · steps recorded {steps}"
+                f" · {report.policy.describe()}")
+    comps = ", ".join(
+        f"threads={report.threads}" if c == "threads" and report.threads else c
+        for c in report.components
+    ) or "none"
+    head.append(f"\nseeding: {comps}")
+    dist = report.extra.get("distributed")
+    if dist is not None:
+        head.append(f"\ntorchrun: {len(dist.get('ranks', []))} ranks a run"
+                    f" ({dist.get('nproc_per_node')} per node, {dist.get('nnodes')} node(s))")
+    parts.append(Panel(head, box=box.ROUNDED, expand=False, border_style=verdict(report).style))
+
+    if report.error is not None:
+        parts.append(Text(f"error: {report.error}", style="red"))
+        for r in report.results:
+            if r.failed:
+                tail = _traceback_or_tail(r)
+                if tail:
+                    parts.append(Text(f"--- output of run {r.index} (last lines) ---", style="dim"))
+                    parts.append(Text(tail))
+
+    div = cmp.divergence if cmp else None
+    if dist is not None:
+        parts += rank_parts(report)
+    if div is not None and div.signal != "rank_desync":  # a desync is shown by rank_parts
+        where = f"step {div.step}" if div.step is not None else "final metrics"
+        line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
+                             f", run {div.run} vs run 1")
+        if getattr(div, "rank", None) is not None:
+            line.append(f", rank {div.rank}")
+        parts.append(line)
+        if div.detail:
+            parts.append(Text(f"  {div.detail}"))
+        if div.policy and div.policy != "exact bits":  # the panel already says exact bits
+            parts.append(Text(f"  judged by {div.policy}"))
+        context = _context_table(report)
+        if context is None or div.signal != "loss":
+            t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            t.add_column("")
+            t.add_column("run 1", justify="right")
+            t.add_column(f"run {div.run}", justify="right")
+            t.add_column("|diff|", justify="right")
+            t.add_column("rel", justify="right")
+            t.add_row(div.signal, _value(div.reference), _value(div.value), _diff(div.abs_diff),
+                      _diff(div.rel_diff))
+            parts.append(t)
+        elif div.abs_diff is not None:
+            parts.append(Text(f"  |diff| {_diff(div.abs_diff)}, relative {_diff(div.rel_diff)}"))
+        if context is not None:
+            parts.append(context)
+        if div.step is not None:
+            parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+        if dist is not None:
+            parts += rank_value_parts(report)
+    elif report.runs == 1 and report.error is None and not report.interrupted:
+        parts.append(Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare."))
+    elif div is None and report.error is None and not report.interrupted and cmp is not None:
+        parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
+                          "agree."))
+    elif report.interrupted:
+        compared = cmp.steps_compared if cmp else 0
+        parts.append(Text(f"Interrupted: the runs were stopped; the {compared} step(s) compared "
+                          "so far agree (kept in the traces).", style="yellow"))
+    parts += _difference_line(report)
+    groups = _groups_line(report)
+    if groups is not None:
+        parts.append(groups)
+    if report.cause is not None and report.cause != "none":
+        detail = report.extra.get("cause_detail")
+        parts.append(Text.assemble(("Cause: ", "bold"), (report.cause, "bold red"),
+                                   f" — {detail}" if detail else ""))
+
+    metrics = report.metrics_readable()
+    names: list[str] = []
+    for m in metrics:
+        names += [n for n in m if n not in names]
+    if names:
+        t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+        t.add_column("metric")
+        for k in range(1, report.runs + 1):
+            t.add_column(f"run {k}", justify="right")
+        for n in names:
+            raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
+            t.add_row(n, *[_value(v) for v in raw])
+        parts.append(t)
+    for w in report.warnings:
+        parts.append(Text(f"warning: {w}", style="yellow"))
+    if report.replay:
+        parts.append(Text("Replay:", style="bold"))
+        parts.append(Unwrapped(report.replay))
+    if report.trace_dir:
+        parts.append(Text(f"traces: {report.trace_dir}", style="dim"))
+    return Group(*parts)
+
+
+def rank_parts(report: Report) -> list[Any]:
+    """A distributed check: the cross-rank parameter check (or its desync)."""
+    dist = report.extra["distributed"]
+    desync = report.extra.get("rank_desync")
+    if desync is None:
+        steps = dist.get("cross_rank_steps", 0)
+        if not dist.get("ddp_model_seen"):
+            return [Text("Cross-rank check: no DistributedDataParallel model seen, not checked",
+                         style="dim")]
+        if dist.get("nproc_per_node", 1) < 2:
+            return [Text("Cross-rank check: one rank on this node, nothing to compare it with",
+                         style="dim")]
+        return [Text(f"Cross-rank check: the ranks' parameters agree at all {steps} steps.")]
+    runs = ", ".join(map(str, desync.get("runs") or [desync["run"]]))
+    out: list[Any] = [
+        Text.assemble(("Rank desync: ", "bold red"), f"step {desync['step']}, run(s) {runs}: rank(s) ",
+                      (", ".join(map(str, desync["ranks"])), "bold"),
+                      f" hold different parameters than rank {desync['groups'][0][0]} "
+                      "after the optimizer step"),
+    ]
+    if len(desync["fingerprints"]) > 2:
+        groups = " | ".join(", ".join(map(str, g)) for g in desync["groups"])
+        out.append(Text(f"  ranks that agree: {groups}"))
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("rank", justify="right")
+    t.add_column(f"params after step {desync['step']} (run {desync['run']})")
+    for rank, fp in desync["fingerprints"].items():
+        t.add_row(rank, fp)
+    out.append(t)
+    return out
+
+
+def rank_value_parts(report: Report) -> list[Any]:
+    """Every rank's value where the first divergence is."""
+    rows = report.extra.get("rank_values") or []
+    div = report.comparison.divergence if report.comparison else None
+    if not rows or div is None:
+        return []
+    t = Table(title="Per rank", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    t.add_column("rank", justify="right")
+    t.add_column("run 1", justify="right")
+    t.add_column(f"run {div.run}", justify="right")
+    t.add_column("")
+    for row in rows:
+        t.add_row(str(row["rank"]), _value(row.get("reference")), _value(row.get("value")),
+                  "differs" if row.get("differs") else "")
+    return [t]
+
+
+def _traceback_or_tail(r: RunResult, lines: int = 30, chars: int = 6000) -> str:
+    if r.error and r.error.get("traceback"):
+        return str(r.error["traceback"]).rstrip()[-chars:]
+    return "\n".join(r.output_tail.rstrip().splitlines()[-lines:])[-chars:]
+
+
+def print_summary(report: Report, console: Console | None = None) -> None:
+    """Print the summary; not cropped, so the replay command stays one line however long."""
+    (console or make_console()).print(summary(report), crop=False)
+
+
+class _StepsColumn(rp.ProgressColumn):
+    """"12/157" when the total is known, "12 steps" when not."""
+
+    def render(self, task: rp.Task) -> Text:
+        done = int(task.completed)
+        if task.total is None:
+            return Text(f"{done} steps", style="progress.download")
+        return Text(f"{done}/{int(task.total)}", style="progress.download")
+
+
+class _RateColumn(rp.ProgressColumn):
+    def render(self, task: rp.Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:.1f} steps/s", style="progress.data.speed")
+
+
+class _LeftColumn(rp.ProgressColumn):
+    """Time left when the total is known and the run is going; its status otherwise."""
+
+    max_refresh = 0.5
+
+    def render(self, task: rp.Task) -> Text:
+        status = task.fields.get("status", "")
+        if status != "running":
+            return Text(status, style="progress.remaining" if status == "waiting" else
+                        ("green" if status in _GOOD_END else "red"))
+        left = task.time_remaining
+        if task.total is None or left is None:
+            return Text("running", style="progress.remaining")
+        return Text(f"{int(left) // 60}:{int(left) % 60:02d} left", style="progress.remaining")
+
+
+_GOOD_END = ("completed", "stopped", "exited")
+
+
+class Progress:
+    """Progress of the runs on stderr.
+
+    At a terminal: a live bar per run with steps done of the expected total (from the target's
+    DataLoader length or ``--max-steps``), rate and time left. Elsewhere (a CI log, a pipe): a
+    line when a run starts and when it ends. Nothing with ``quiet``. Use as a context manager, or
+    call :meth:`close`, so the live display is gone before the summary is printed.
+    """
+
+    def __init__(self, runs: int, console: Console | None = None, quiet: bool = False,
+                 max_steps: int | None = None) -> None:
+        self.runs = runs
+        self.console = console or make_console(stderr=True)
+        self.quiet = quiet
+        self.max_steps = max_steps
+        self.live = not quiet and self.console.is_terminal
+        self._bars: rp.Progress | None = None
+        self._tasks: dict[int, rp.TaskID] = {}
+        self._total: dict[int, int | None] = dict.fromkeys(range(1, runs + 1), max_steps)
+        self._done: dict[int, int] = {}
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ensure(self) -> rp.Progress:
+        if self._bars is None:
+            self._bars = rp.Progress(
+                rp.TextColumn("{task.description}"),
+                rp.BarColumn(bar_width=30),
+                _StepsColumn(),
+                _RateColumn(),
+                _LeftColumn(),
+                console=self.console,
+                redirect_stdout=False,
+                redirect_stderr=False,
+                refresh_per_second=8,
+            )
+            for k in range(1, self.runs + 1):
+                self._tasks[k] = self._bars.add_task(f"run {k}/{self.runs}", total=self.max_steps,
+                                                     start=False, status="waiting")
+            self._bars.start()
+        return self._bars
+
+    def run_started(self, index: int) -> None:
+        if self.live:
+            bars = self._ensure()
+            bars.start_task(self._tasks[index])
+            bars.update(self._tasks[index], status="running")
+        elif not self.quiet:
+            self.console.print(f"run {index}/{self.runs} started", style="dim")
+
+    def event(self, index: int, event: dict[str, Any]) -> None:
+        if not self.live or self._bars is None:
+            return
+        if "step" in event:
+            step = event["step"]
+            self._done[index] = step
+            total = self._total.get(index)
+            if total is not None and total < step:  # the expectation was short (e.g. one epoch)
+                self._total[index] = total = step
+            self._bars.update(self._tasks[index], completed=step, total=total)
+        elif "info" in event and isinstance(event["info"].get("expected_steps"), int):
+            total = event["info"]["expected_steps"]
+            if self.max_steps is not None:
+                total = min(total, self.max_steps)
+            self._total[index] = total = max(total, self._done.get(index, 0))
+            self._bars.update(self._tasks[index], total=total)
+
+    def run_finished(self, result: RunResult) -> None:
+        if self.live:
+            bars = self._ensure()
+            task_id = self._tasks[result.index]
+            bars.start_task(task_id)  # no-op when it has started
+            bars.update(task_id, completed=result.steps, total=result.steps or None,
+                        status=result.status)
+            bars.stop_task(task_id)
+        elif not self.quiet:
+            self.console.print(
+                f"run {result.index}/{self.runs} {result.status}: {result.steps} steps in "
+                f"{result.seconds:.1f} s", style="dim"
+            )
+
+    def close(self) -> None:
+        """Stop the live display (its last state stays on the terminal)."""
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars = None
+
+
+def stdout_console() -> Console:
+    return make_console(file=sys.stdout)

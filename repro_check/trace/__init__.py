@@ -1,0 +1,1 @@
+"""What both sides share: the trace format, exact value encodings, fingerprints, atomic files."""
