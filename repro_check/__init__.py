@@ -18,18 +18,20 @@ from repro_check.errors import (
     TraceFileError,
     UsageError,
 )
+from repro_check.version import __version__
 
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from repro_check.api import check, diff, record, verify
     from repro_check.report.model import Report
+    from repro_check.run.options import RunOptions
 
 __all__ = [
     "ExitCode",
     "Interrupted",
     "Report",
     "ReproCheckError",
+    "RunOptions",
     "TargetFailed",
     "TargetNotFound",
     "TraceFileError",
@@ -52,4 +54,8 @@ def __getattr__(name: str) -> Any:
         from repro_check.report.model import Report
 
         return Report
+    if name == "RunOptions":
+        from repro_check.run.options import RunOptions
+
+        return RunOptions
     raise AttributeError(f"module 'repro_check' has no attribute {name!r}")

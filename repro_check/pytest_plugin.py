@@ -56,38 +56,36 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"unexpected option(s) for repro-check: {', '.join(unknown)}")
+    from repro_check.run.options import RunOptions
+
     trace_dir = options.pop("trace_dir", None) or trace_dir
+    golden = options.pop("golden", None)
     tol = _tolerances(options)
-    args = list(options.get("args") or ())
-    golden = options.get("golden")
+    for kind in ("atol", "rtol", "ulps", "band_widen"):
+        options.pop(kind, None)
+    for name in ("args", "without"):
+        if options.get(name) is not None:
+            options[name] = tuple(options[name])
+    run_options = RunOptions(target=target, tolerances=tol,
+                             trace_dir=None if trace_dir is None else str(trace_dir),
+                             **{k: v for k, v in options.items() if v is not None})
     if golden is not None:
-        from repro_check.gate.golden import verify
+        from repro_check.gate.verify import verify_golden
 
-        return verify(target, golden, args=args if options.get("args") is not None else None,
-                      seed=options.get("seed"), no_seed=bool(options.get("no_seed")),
-                      without=options.get("without"), max_steps=options.get("max_steps"),
-                      timeout=options.get("timeout"), threads=options.get("threads"),
-                      tolerances=tol, fail_fast=bool(options.get("fail_fast")),
-                      trace_dir=trace_dir)
-    from repro_check.api import check
+        return verify_golden(run_options, golden)
+    from repro_check.run.check import run_check
 
-    return check(target, args=args, seed=options.get("seed") or 0, runs=options.get("runs") or 2,
-                 without=options.get("without") or (), no_seed=bool(options.get("no_seed")),
-                 max_steps=options.get("max_steps"), timeout=options.get("timeout"),
-                 policy=tol.policy(), threads=options.get("threads") or 1,
-                 fail_fast=bool(options.get("fail_fast")), trace_dir=trace_dir)
+    return run_check(run_options)
 
 
 def report_text(report: Report, width: int = 100) -> str:
     """The report as the terminal shows it, in plain text, for a test failure."""
     from rich.console import Console
 
+    from repro_check.report.render import summary
+
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, highlight=False)
-    if report.extra.get("mode") in ("verify", "diff", "record"):
-        from repro_check.report.gate import summary
-    else:
-        from repro_check.report.terminal import summary
     console.print(summary(report), crop=False)
     return buf.getvalue()
 

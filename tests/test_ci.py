@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from repro_check.report import ci
-from repro_check.gate.golden import diff
+from repro_check.api import diff
 from repro_check.report.model import Report
 from repro_check.trace.format import TraceWriter, header_line
 

@@ -140,13 +140,13 @@ def test_configured_goldens_are_checked_before_anything_runs(
 def test_flags_override_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from repro_check.cli.commands import run_settings
+    from repro_check.cli.plan import options_for
 
     cfg = load(start=project(tmp_path, FULL))
     entry = cfg.entry("tiny.py:main")
     ns = argparse.Namespace(seed=9, no_seed=False, without=None, max_steps=None, timeout=None,
                             threads=None)
-    s = run_settings(ns, cfg, entry, None)
-    assert s["seed"] == 9 and s["max_steps"] == 5 and s["threads"] == 2
-    assert s["args"] == ["--steps", "5"] and s["without"] == ["cudnn"]
-    assert run_settings(ns, cfg, entry, ["--lr", "1"])["args"] == ["--lr", "1"]
+    o = options_for(ns, cfg, "tiny.py:main", entry, None)
+    assert o.seed == 9 and o.max_steps == 5 and o.threads == 2
+    assert o.args == ("--steps", "5") and o.without == ("cudnn",)
+    assert options_for(ns, cfg, "tiny.py:main", entry, ["--lr", "1"]).args == ("--lr", "1")

@@ -11,7 +11,8 @@ import pytest
 from repro_check import cli
 from repro_check.trace import values
 from repro_check.errors import TraceFileError
-from repro_check.gate.golden import diff, write_golden
+from repro_check.api import diff
+from repro_check.gate.golden import write_golden
 from repro_check.compare.tolerances import ToleranceOptions, from_cli
 from repro_check.trace.format import TraceWriter, dumps, header_line, iter_trace, load_trace
 
@@ -53,7 +54,7 @@ def test_identical_traces_are_the_same(tmp_path: Path) -> None:
     report = diff(a, b)
     assert report.reproducible and report.exit_code == 0
     assert report.to_dict()["steps"] == [40, 40] and report.comparison.judged == {"exact": 41}
-    assert report.replay is None and report.extra["environment_differences"] == []
+    assert report.replay is None and report.gate.environment_differences == []
 
 
 def test_first_divergent_step_environment_and_replay(tmp_path: Path) -> None:

@@ -17,7 +17,9 @@ import pytest
 from repro_check.trace import values
 from repro_check.compare.steps import compare_traces
 from repro_check.report.html import MARKER_COLOR, RUN_COLORS, Thinned, read_curve, write_html
-from repro_check.report.model import Report, replay_command
+from repro_check.report.model import DiagnosisPart, Report
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import RunResult
 from repro_check.child.seeding import COMPONENTS
 from repro_check.trace.format import TraceWriter, header_line, load_trace
@@ -57,7 +59,7 @@ def losses(steps: int, diverge_at: int | None = None) -> list[float]:
 
 
 def build_report(folder: Path, runs: list[list[float]], accuracies: list[float],
-                 extra: dict | None = None, cause: str | None = None) -> Report:
+                 diagnosis: DiagnosisPart | None = None, cause: str | None = None) -> Report:
     """A Report as ``check`` makes it, over trace files written here (no child runs)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [write_trace(folder / f"run-{k}.jsonl", k, r, a, threads=1 if k < 3 else 2)
@@ -69,10 +71,10 @@ def build_report(folder: Path, runs: list[list[float]], accuracies: list[float],
                for k, r in enumerate(runs, 1)]
     report = Report(target="train:main", args=[], seed=123, components=list(COMPONENTS),
                     runs=len(runs), results=results, comparison=cmp, threads=1, cause=cause,
-                    extra=extra or {}, trace_dir=str(folder))
+                    diagnosis=diagnosis, trace_dir=str(folder))
     if not report.reproducible:
-        report.replay = replay_command("train:main", [], 123, COMPONENTS, len(runs),
-                                       cmp.first_divergent_step, 1, COMPONENTS)
+        report.replay = replay_line(RunOptions("train:main", seed=123), runs=check_runs(len(runs)),
+                                    upto=cmp.first_divergent_step)
     return report
 
 
@@ -82,7 +84,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     divergent = build_report(
         tmp / "divergent", [losses(300), losses(300, diverge_at=120), losses(300)],
         [0.9463, 0.9459, 0.9463], cause="nondeterministic scatter_add_ in the backward pass",
-        extra={"culprit_module": "model.embed", "culprit": {"op": "scatter_add_", "step": 120}},
+        diagnosis=DiagnosisPart(culprit="model.embed", culprit_op="scatter_add_"),
     )
     same = build_report(tmp / "same", [losses(300)] * 2, [0.9463] * 2)
     out = {"divergent": tmp / "divergent.html", "same": tmp / "same.html"}
@@ -132,7 +134,8 @@ def test_diagnosis_shown_when_there_is_one(pages: dict[str, Path]) -> None:
     html = pages["divergent"].read_text(encoding="utf-8")
     diagnosis = html.split('id="diagnosis">')[1].split("</div>")[0]
     assert "nondeterministic scatter_add_ in the backward pass" in diagnosis
-    assert "model.embed" in diagnosis and "&quot;op&quot;: &quot;scatter_add_&quot;" in diagnosis
+    assert "<h3>culprit</h3><p>model.embed</p>" in diagnosis
+    assert "<h3>culprit op</h3><p>scatter_add_</p>" in diagnosis
     assert 'id="diagnosis"' not in pages["same"].read_text(encoding="utf-8")
 
 

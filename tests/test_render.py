@@ -19,7 +19,9 @@ from rich.console import Console
 from repro_check.trace import values
 from repro_check.compare.steps import Comparison
 from repro_check.report.terminal import Progress, Sparkline, make_console, print_summary
-from repro_check.report.model import Report, replay_command
+from repro_check.report.model import Report
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import RunResult
 from repro_check.child.seeding import COMPONENTS
 
@@ -53,8 +55,8 @@ def make_report(runs: list[list[float]], metrics: list[dict[str, float]] | None 
     report = Report(target=target, args=list(args), seed=123, components=list(COMPONENTS),
                     runs=len(runs), results=results, comparison=res, threads=1)
     if not report.reproducible:
-        report.replay = replay_command(target, args, 123, COMPONENTS, len(runs),
-                                       res.first_divergent_step, 1, COMPONENTS)
+        report.replay = replay_line(RunOptions(target, args=tuple(args), seed=123),
+                                    runs=check_runs(len(runs)), upto=res.first_divergent_step)
     return report
 
 

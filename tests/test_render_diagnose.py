@@ -10,7 +10,7 @@ from repro_check.trace import values
 from repro_check.compare.steps import ComparisonResult, Divergence
 from repro_check.report.terminal import summary
 from repro_check.report.diagnosis import diagnosis
-from repro_check.report.model import Report
+from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.runner import RunResult
 
 
@@ -27,14 +27,14 @@ def report() -> Report:
                  results=[RunResult(1, status="completed", steps=6),
                           RunResult(2, status="completed", steps=6)], comparison=cmp)
     rep.cause = "compute"
-    rep.extra.update({
-        "cause_detail": "a nondeterministic computation",
-        "culprit": "encoder.2", "culprit_op": "aten::index_add",
-        "localization": {"found": True, "phase": "forward", "step": 4,
+    rep.cause_detail = "a nondeterministic computation"
+    rep.diagnosis = DiagnosisPart(
+        culprit="encoder.2", culprit_op="aten::index_add",
+        localization={"found": True, "phase": "forward", "step": 4,
                          "detail": "aten::index_add returned different results",
                          "first_module_forward": "encoder.2"},
-        "flagged_ops": [{"op": "index_add_cuda_", "step": 1, "where": "train.py:40", "runs": [1]}],
-        "ablation": [
+        flagged_ops=[{"op": "index_add_cuda_", "step": 1, "where": "train.py:40", "runs": [1]}],
+        ablation=[
             {"component": "numpy", "verdict": "needed", "reproducible": False,
              "first_divergent_step": 1, "divergent_signal": "rng.numpy", "error": None},
             {"component": "threads", "verdict": "not needed", "reproducible": True,
@@ -42,8 +42,8 @@ def report() -> Report:
             {"component": None, "verdict": None, "reproducible": False,
              "first_divergent_step": 1, "divergent_signal": "batch", "error": None},
         ],
-        "necessary_components": ["numpy"],
-    })
+        necessary_components=["numpy"],
+    )
     return rep
 
 

@@ -17,7 +17,6 @@ Three stages, each a set of paired runs like the check's:
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import seeding
-from repro_check.api import _NullListener, check, make_trace_dir
-from repro_check.errors import UsageError
 from repro_check.diagnose.localize import Localization, compare
-from repro_check.report.model import Report
+from repro_check.errors import UsageError
+from repro_check.report.model import DiagnosisPart, Report
+from repro_check.run.check import run_check
+from repro_check.run.options import RunOptions, options_of
 from repro_check.run.runner import Listener, RunResult
+from repro_check.run.session import NullListener, make_trace_dir
 
 Log = Callable[[str], None]
 
@@ -97,11 +98,11 @@ def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, str]
     return out
 
 
-class _Collector:
+class Collector:
     """Keeps each run's probe and flagged records and passes every event on."""
 
     def __init__(self, inner: Listener | None = None) -> None:
-        self.inner = inner or _NullListener()
+        self.inner = inner or NullListener()
         self.probes: dict[int, list[dict[str, Any]]] = defaultdict(list)
         self.flagged: dict[int, list[dict[str, Any]]] = defaultdict(list)
 
@@ -137,66 +138,53 @@ def flagged_ops(collected: dict[int, list[dict[str, Any]]]) -> list[dict[str, An
 
 
 def diagnose(
-    target: str,
+    options: RunOptions | str,
     *,
-    args: Sequence[str] = (),
-    seed: int = 0,
-    without: Sequence[str] = (),
-    max_steps: int | None = None,
-    timeout: float | None = None,
-    threads: int | None = 1,
-    jobs: int | None = None,
     ablate: Sequence[str] | None = None,
     localize: bool = True,
-    trace_dir: str | os.PathLike[str] | None = None,
     listener: Listener | None = None,
     log: Log | None = None,
+    **run_options: Any,
 ) -> Report:
     """The check, the localization of a compute divergence, and the seeding ablation.
 
-    ``without``: components off in every pair (the baseline is full seeding less these).
+    ``options`` is a :class:`RunOptions`, or a TARGET with the run options as keywords.
+    ``options.without``: components off in every pair (the baseline is full seeding less these).
     ``ablate``: the components to test one by one (default: every component that is on; an empty
-    list skips the ablation). Returns the check's :class:`Report`, with the diagnosis added to its JSON
-    (``cause``, ``culprit``, ``culprit_op``, ``localization``, ``flagged_ops``, ``ablation``,
-    ``necessary_components``). Raises :class:`UsageError` for bad arguments.
+    list skips the ablation). Returns the check's :class:`Report` with its ``diagnosis`` part
+    (``culprit``, ``culprit_op``, ``localization``, ``flagged_ops``, ``ablation``,
+    ``necessary_components`` in the JSON). Raises :class:`UsageError` for bad arguments.
     """
+    if isinstance(options, str):
+        options = options_of(options, **run_options)
+    elif run_options:
+        raise TypeError("give the run options in RunOptions or as keywords, not both")
     say = log or (lambda text: None)
-    base_off = list(without)
+    base_off = list(options.without or ())
     on = seeding.select_components(base_off)  # unknown names: one clear line
     seeding.select_components(ablate or ())
     components = [c for c in (on if ablate is None else ablate) if c not in base_off]
     if not on and components:
         raise UsageError("every seeding component is off: there is nothing to ablate")
-    folder = make_trace_dir(trace_dir)
-    common: dict[str, Any] = dict(args=list(args), seed=seed, timeout=timeout, threads=threads,
-                                  jobs=jobs, warn_only=True, without=base_off)
+    folder = make_trace_dir(options.trace_dir)
+    common = options.replace(runs=2, warn_only=True, no_seed=False, fail_fast=False,
+                             without=tuple(base_off))
 
-    collector = _Collector(listener)
+    collector = Collector(listener)
     baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
     say(f"check: two runs under {baseline} (deterministic algorithms in warn-only mode)")
-    report = check(target, max_steps=max_steps, trace_dir=folder / "check", listener=collector,
-                   **common)
-    flagged = flagged_ops(collector.flagged)
-    diagnosis: dict[str, Any] = {
-        "culprit": None,
-        "culprit_op": None,
-        "localization": None,
-        "flagged_ops": flagged,
-        "ablation": None,
-        "necessary_components": None,
-        "ablation_note": None,
-    }
-    report.extra.update(diagnosis)
+    report = run_check(common.replace(trace_dir=str(folder / "check")), collector)
+    part = DiagnosisPart(flagged_ops=flagged_ops(collector.flagged))
+    report.diagnosis = part
     if report.error is not None or report.interrupted:
         return report
 
     if localize and report.cause == "compute" and report.first_divergent_step is not None:
-        loc, note = _localize(target, report.first_divergent_step, folder, common, say)
+        loc, note = _localize(report.first_divergent_step, folder, common, say)
         if loc is not None:
-            report.extra["localization"] = loc.to_dict()
+            part.localization = loc.to_dict()
             if loc.found:
-                report.extra["culprit"] = loc.module
-                report.extra["culprit_op"] = loc.op
+                part.culprit, part.culprit_op = loc.module, loc.op
         if note:
             report.warnings.append(note)
 
@@ -204,7 +192,7 @@ def diagnose(
         return report
     full = PairResult.of(baseline, base_off, report)
     if not report.reproducible:
-        report.extra["ablation_note"] = (
+        part.ablation_note = (
             f"seeding ablation skipped: the runs are not reproducible even under {baseline}, so "
             "no component can be judged (fix the cause above first)")
         return report
@@ -213,23 +201,22 @@ def diagnose(
     for k, name in enumerate(components, 1):
         say(f"ablation {k}/{total}: without {name}")
         off = [*base_off, name]
-        common_off = {**common, "without": off}
-        rep = check(target, max_steps=max_steps, fail_fast=True,
-                    trace_dir=folder / f"without-{name}", **common_off)
+        rep = run_check(common.replace(without=tuple(off), fail_fast=True,
+                                       trace_dir=str(folder / f"without-{name}")))
         pairs[name] = PairResult.of(f"without {name}", off, rep)
         say(f"  {pairs[name].outcome()}")
     say(f"ablation {total}/{total}: no seeding")
-    rep = check(target, max_steps=max_steps, no_seed=True, fail_fast=True,
-                trace_dir=folder / "no-seeding", **{**common, "without": ()})
+    rep = run_check(common.replace(no_seed=True, without=(), fail_fast=True,
+                                   trace_dir=str(folder / "no-seeding")))
     none_pair = PairResult.of("no seeding", list(seeding.COMPONENTS), rep)
     say(f"  {none_pair.outcome()}")
     needed = verdicts(full, pairs)
     rows = [{"component": name, "verdict": needed[name], **pairs[name].to_dict()}
             for name in components]
     rows.append({"component": None, "verdict": None, **none_pair.to_dict()})
-    report.extra["ablation"] = rows
-    report.extra["necessary_components"] = [n for n in components if needed[n] == "needed"]
-    report.extra["ablation_note"] = _ablation_note(needed, none_pair, max_steps)
+    part.ablation = rows
+    part.necessary_components = [n for n in components if needed[n] == "needed"]
+    part.ablation_note = _ablation_note(needed, none_pair, options.max_steps)
     return report
 
 
@@ -246,14 +233,15 @@ def _ablation_note(needed: dict[str, str], none_pair: PairResult, max_steps: int
             "for this workload on this machine, not in general")
 
 
-def _localize(target: str, step: int, folder: Path, common: dict[str, Any],
+def _localize(step: int, folder: Path, common: RunOptions,
               say: Log) -> tuple[Localization | None, str | None]:
     """Replay two runs up to ``step`` recording that step; if they part earlier, record that step."""
     for attempt in range(2):
         say(f"localization: replaying two runs to step {step}, recording every op of that step")
-        collector = _Collector()
-        rep = check(target, max_steps=step, probe_step=step, listener=collector,
-                    trace_dir=folder / f"localize-step-{step}", **common)
+        collector = Collector()
+        rep = run_check(common.replace(max_steps=step, probe_step=step,
+                                       trace_dir=str(folder / f"localize-step-{step}")),
+                        collector)
         if rep.error is not None:
             return None, f"localization replay failed: {rep.error}"
         first = rep.first_divergent_step

@@ -14,14 +14,14 @@ failure even when the runs agree with each other.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from repro_check.api import _Feed
+from repro_check.run.session import Feed
 from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy, same
 from repro_check.errors import TraceFileError
+from repro_check.report.model import DistributedPart, RankDesync, Report
 from repro_check.trace.format import iter_trace
 
 #: signal name of a desync between the ranks of one run
@@ -232,7 +232,7 @@ class RankComparison:
         return ComparisonResult(None, None, None, per_run, [], compared, [], series, metrics)
 
 
-class RankFeed(_Feed):
+class RankFeed(Feed):
     """Passes the ranks' events to the per-rank comparison and to the caller's listener."""
 
     def add_step(self, index: int, event: dict[str, Any]) -> None:
@@ -294,38 +294,35 @@ def rank_values(report: Any, comparison: RankComparison) -> list[dict[str, Any]]
     return out
 
 
-def finish_report(report: Any, comparison: RankComparison, dist: Any) -> None:
-    """Add the distributed keys to a report: the rank of the first divergence with every rank's
+def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None:
+    """Add the distributed part to a report: the rank of the first divergence with every rank's
     values there, the cross-rank check, each rank's end, the launch options."""
     cmp = report.comparison
     div = cmp.divergence if cmp else None
     desync = comparison.desync
     failed = [{"run": r.index, "rank": r.failed_rank} for r in report.results
               if getattr(r, "failed_rank", None) is not None]
-    report.extra.update({
-        "first_divergent_rank": getattr(div, "rank", None),
-        "rank_values": rank_values(report, comparison),
-        "rank_desync": None if desync is None else {
-            "run": desync.run,
-            "runs": sorted(c.run for c in comparison.cross.values()
-                           if c.first is not None and c.first.step == desync.step),
-            "step": desync.step, "ranks": desync.ranks, "groups": desync.groups,
-            "fingerprints": {str(r): fp for r, fp in sorted(desync.fingerprints.items())},
-        },
-        "failed_rank": failed[0] if failed else None,
-        "distributed": {
-            "launcher": "torch.distributed.run",
-            **dist.options.to_dict(),
-            "ranks": sorted(comparison.by_rank),
-            "ddp_model_seen": comparison.params_seen,
-            "torchrun_args": dist.options.torchrun_args(1),
-            "cross_rank_steps": comparison.cross_rank_steps,
-        },
-        "rank_results": [
+    report.distributed = DistributedPart(
+        launch={"launcher": "torch.distributed.run", **dist.options.to_dict(),
+                "torchrun_args": dist.options.torchrun_args(1)},
+        ranks=sorted(comparison.by_rank),
+        ddp_model_seen=comparison.params_seen,
+        cross_rank_steps=comparison.cross_rank_steps,
+        first_divergent_rank=getattr(div, "rank", None),
+        rank_values=rank_values(report, comparison),
+        rank_desync=None if desync is None else RankDesync(
+            run=desync.run,
+            runs=sorted(c.run for c in comparison.cross.values()
+                        if c.first is not None and c.first.step == desync.step),
+            step=desync.step, ranks=desync.ranks, groups=desync.groups,
+            fingerprints={str(r): fp for r, fp in sorted(desync.fingerprints.items())},
+        ),
+        failed_rank=failed[0] if failed else None,
+        rank_results=[
             {"run": r.index, "ranks": [rr.to_dict() for rr in getattr(r, "ranks", [])]}
             for r in report.results
         ],
-    })
+    )
     report.warnings += dist.warnings
     by_run = {r.index: tuple(rr.rank for rr in r.ranks) for r in report.results
               if getattr(r, "ranks", None)}
@@ -335,8 +332,3 @@ def finish_report(report: Any, comparison: RankComparison, dist: Any) -> None:
             f"the runs did not get the same ranks on this node ({seen}), so their ranks are not "
             "the same work; with several nodes, a static rendezvous (--master-addr, "
             "--master-port, --node-rank) gives every run the same ranks")
-    if report.replay:
-        parts = shlex.split(report.replay)
-        at = parts.index("--") if "--" in parts else len(parts)
-        parts[at:at] = dist.options.cli_args()
-        report.replay = " ".join(shlex.quote(p) for p in parts)

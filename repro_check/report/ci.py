@@ -18,6 +18,7 @@ from typing import IO, Any
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
+from repro_check.report.text import value_text
 
 #: GitHub refuses a step summary file larger than this
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -28,18 +29,8 @@ _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def _labels(report: Report) -> list[str]:
-    return list(report.extra.get("labels") or ["run 1", "run 2"])
-
-
 def verdict(report: Report) -> str:
-    if report.interrupted:
-        return "interrupted"
-    if report.error is not None:
-        return "target failed"
-    if report.extra.get("mode") == "record":
-        return "recorded" if report.extra.get("golden") else "not recorded"
-    return "reproducible" if report.reproducible else "not reproducible"
+    return report.verdict.word
 
 
 def failure_message(report: Report) -> str | None:
@@ -55,17 +46,16 @@ def failure_message(report: Report) -> str | None:
     if div is None:
         warn = "; ".join(report.warnings[-1:])
         return f"{report.target}: {verdict(report)}{': ' + warn if warn else ''}"
-    labels = _labels(report)
-    from repro_check.report.terminal import _value
+    labels = report.labels
 
     where = f"first divergent step {div.step}" if div.step is not None else "final metrics differ"
     text = (f"{report.target}: not reproducible: {where} (signal {div.signal}): "
-            f"{labels[0]} {_value(div.reference)}, {labels[1]} {_value(div.value)}")
+            f"{labels[0]} {value_text(div.reference)}, {labels[1]} {value_text(div.value)}")
     if div.policy:
         text += f" [judged by {div.policy}]"
     if div.detail:
         text += f"; {div.detail}"
-    note = report.extra.get("environment_note")
+    note = report.gate.environment_note if report.gate else None
     if note:
         text += f"; {note}"
     return text
@@ -77,10 +67,8 @@ def plain_summary(report: Report, width: int = 100) -> str:
 
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, highlight=False, soft_wrap=False)
-    if report.extra.get("mode") in ("verify", "diff", "record"):
-        from repro_check.report.gate import summary
-    else:
-        from repro_check.report.terminal import summary
+    from repro_check.report.render import summary
+
     console.print(summary(report), crop=False)
     return buf.getvalue()
 
@@ -97,7 +85,7 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
     failures = errors = 0
     total_time = 0.0
     for report in reports:
-        mode = report.extra.get("mode")
+        mode = report.gate.mode if report.gate else None
         runs = report.results[1:] if mode == "verify" else [] if mode == "diff" else report.results
         seconds = sum(r.seconds for r in runs)
         total_time += seconds
@@ -173,7 +161,7 @@ def markdown(reports: Sequence[Report], command: str) -> str:
         if message is None:
             continue
         lines += ["", f"### ❌ `{_md(r.target)}`", "", _md(message)]
-        diffs = r.extra.get("environment_differences") or []
+        diffs = r.gate.environment_differences if r.gate else []
         if diffs:
             lines += ["", "Environment differences:", ""]
             lines += [f"- {_md(d.get('text'))}" for d in diffs]

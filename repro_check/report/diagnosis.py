@@ -45,17 +45,18 @@ def _outcome(row: dict[str, Any]) -> str:
 
 def diagnosis(report: Report) -> Group:
     """The diagnosis part: cause, culprit, flagged ops, ablation."""
-    x = report.extra
+    x = report.diagnosis
+    assert x is not None, "a diagnosis report"
     parts: list[Any] = [Text("Diagnosis", style="bold underline")]
     if report.cause is not None:
         parts.append(Text.assemble(("cause: ", "bold"), (report.cause, "bold"),
-                                   f" — {x.get('cause_detail')}" if x.get("cause_detail") else ""))
-    loc = x.get("localization")
+                                   f" — {report.cause_detail}" if report.cause_detail else ""))
+    loc = x.localization
     if loc:
         if loc.get("found"):
-            module = x.get("culprit") or "(outside any module)"
+            module = x.culprit or "(outside any module)"
             parts.append(Text.assemble(
-                ("culprit: ", "bold"), (module, "bold red"), " · op ", (str(x.get("culprit_op")), "bold"),
+                ("culprit: ", "bold"), (module, "bold red"), " · op ", (str(x.culprit_op), "bold"),
                 f" · {loc.get('phase')} · step {loc.get('step')}"))
         parts.append(Text(f"  {loc.get('detail')}"))
         firsts = [f"{label} {loc[key]!r}" for key, label in (
@@ -64,7 +65,7 @@ def diagnosis(report: Report) -> Group:
         ) if loc.get(key)]
         for line in firsts:
             parts.append(Text(f"  {line}", style="dim"))
-    flagged = x.get("flagged_ops") or []
+    flagged = x.flagged_ops
     if flagged:
         t = Table(title="Ops PyTorch reports as nondeterministic", box=box.SIMPLE_HEAD,
                   title_justify="left", show_edge=False)
@@ -76,14 +77,14 @@ def diagnosis(report: Report) -> Group:
         parts.append(t)
     else:
         parts.append(Text("No op was reported as nondeterministic by PyTorch.", style="dim"))
-    rows = x.get("ablation")
+    rows = x.ablation
     if rows:
         parts.append(ablation_table(rows, report.max_steps))
-        needed = x.get("necessary_components") or []
+        needed = x.necessary_components or []
         parts.append(Text.assemble(("necessary components: ", "bold"),
                                    ", ".join(needed) if needed else "none"))
-    if x.get("ablation_note"):
-        parts.append(Text(x["ablation_note"], style="dim"))
+    if x.ablation_note:
+        parts.append(Text(x.ablation_note, style="dim"))
     return Group(*parts)
 
 

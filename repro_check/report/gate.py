@@ -10,27 +10,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from repro_check.report.terminal import _diff, _traceback_or_tail, _value, make_console
 from repro_check.report.model import Report
-
-
-def labels_of(report: Report) -> list[str]:
-    return list(report.extra.get("labels") or ["run 1", "run 2"])
-
-
-def _verdict(report: Report) -> Text:
-    mode = report.extra.get("mode")
-    if report.interrupted:
-        return Text("INTERRUPTED", style="bold yellow")
-    if report.error is not None:
-        return Text("TARGET FAILED", style="bold red")
-    if mode == "record":
-        if report.extra.get("golden"):
-            return Text("RECORDED", style="bold green")
-        return Text("NOT RECORDED", style="bold red")
-    if report.reproducible:
-        return Text("MATCHES GOLDEN" if mode == "verify" else "SAME", style="bold green")
-    return Text("NOT REPRODUCIBLE", style="bold red")
+from repro_check.report.terminal import failure_parts, make_console, verdict
+from repro_check.report.text import diff_text, value_text
 
 
 def judged_text(judged: dict[str, int]) -> str:
@@ -45,20 +27,22 @@ def _seed_text(report: Report) -> str:
 
 
 def _head(report: Report) -> Text:
-    mode = report.extra.get("mode")
-    head = Text.assemble(_verdict(report), "  ", (report.target, "bold"))
+    gate = report.gate
+    assert gate is not None, "a gate report"
+    mode = gate.mode
+    head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
     steps = [r.steps for r in report.results]
     if mode == "verify":
-        head.append(f"\ngolden {report.extra.get('golden')} ({steps[0]} steps) · this run "
+        head.append(f"\ngolden {gate.golden} ({steps[0]} steps) · this run "
                     f"{steps[1] if len(steps) > 1 else 0} steps · {_seed_text(report)}")
     elif mode == "diff":
-        head.append(f"\n{report.extra.get('a')} ({steps[0]} steps) vs {report.extra.get('b')} "
+        head.append(f"\n{gate.a} ({steps[0]} steps) vs {gate.b} "
                     f"({steps[1]} steps)")
     elif mode == "record":
         head.append(f"\n{_seed_text(report)} · {report.runs} run(s) · steps recorded "
                     f"{', '.join(map(str, steps))}")
-        if report.extra.get("golden"):
-            head.append(f"\ngolden: {report.extra['golden']}")
+        if gate.golden:
+            head.append(f"\ngolden: {gate.golden}")
     if mode != "record":
         head.append(f"\njudged by: {report.policy.describe()}"
                     f"{'; bands stored in the golden' if _has_band(report) else ''}")
@@ -74,18 +58,16 @@ def _has_band(report: Report) -> bool:
 def summary(report: Report) -> Group:
     """The whole result of record, verify or diff as rich renderables."""
     parts: list[Any] = [Panel(_head(report), box=box.ROUNDED, expand=False)]
-    labels = labels_of(report)
-    mode = report.extra.get("mode")
+    labels = report.labels
+    gate = report.gate
+    assert gate is not None, "a gate report"
+    mode = gate.mode
     cmp = report.comparison
 
-    if report.error is not None:
+    if mode != "diff":  # a saved trace has no output to show, only its error
+        parts += failure_parts(report, label=lambda r: "the run")
+    elif report.error is not None:
         parts.append(Text(f"error: {report.error}", style="red"))
-        for r in report.results:
-            if r.failed and mode != "diff":
-                tail = _traceback_or_tail(r)
-                if tail:
-                    parts.append(Text("--- output of the run (last lines) ---", style="dim"))
-                    parts.append(Text(tail))
 
     if mode == "record":
         parts += _record_lines(report)
@@ -103,8 +85,8 @@ def summary(report: Report) -> Group:
             for col, justify in (("", "left"), (labels[0], "right"), (labels[1], "right"),
                                  ("|diff|", "right"), ("rel", "right")):
                 t.add_column(col, justify=justify)  # type: ignore[arg-type]
-            t.add_row(div.signal, _value(div.reference), _value(div.value), _diff(div.abs_diff),
-                      _diff(div.rel_diff))
+            t.add_row(div.signal, value_text(div.reference), value_text(div.value), diff_text(div.abs_diff),
+                      diff_text(div.rel_diff))
             parts.append(t)
             if div.step is not None:
                 parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
@@ -113,7 +95,7 @@ def summary(report: Report) -> Group:
                               "metric(s) agree."))
         if cmp is not None and cmp.judged:
             parts.append(Text(f"values accepted: {judged_text(cmp.judged)}", style="dim"))
-        diffs = report.extra.get("environment_differences") or []
+        diffs = gate.environment_differences
         diverged = cmp is not None and not cmp.reproducible
         if diffs:
             head = (f"The divergence comes with {len(diffs)} environment difference(s):"
@@ -121,8 +103,8 @@ def summary(report: Report) -> Group:
             parts.append(Text(head, style="bold yellow" if diverged else "bold"))
             for d in diffs:
                 parts.append(Text(f"  {d['text']}"))
-        elif diverged and report.extra.get("environment_note"):
-            parts.append(Text(f"Note: {report.extra['environment_note']}", style="yellow"))
+        elif diverged and gate.environment_note:
+            parts.append(Text(f"Note: {gate.environment_note}", style="yellow"))
         parts += _metrics_table(report, labels)
 
     for w in report.warnings:
@@ -137,12 +119,14 @@ def summary(report: Report) -> Group:
 
 def _record_lines(report: Report) -> list[Any]:
     out: list[Any] = []
-    if not report.extra.get("golden"):
+    if not report.recorded:
         return out
+    gate = report.gate
+    assert gate is not None
     if report.runs > 1:
-        spread = report.extra.get("spread_steps", 0)
+        spread = gate.spread_steps
         if spread:
-            out.append(Text(f"The runs spread at {spread} step(s) (widest {report.extra.get('widest_spread', 0):.3g}); "
+            out.append(Text(f"The runs spread at {spread} step(s) (widest {gate.widest_spread:.3g}); "
                             "verify accepts values inside that band."))
         else:
             out.append(Text(f"All {report.runs} runs agree exactly; the band stored is exact."))
@@ -166,7 +150,7 @@ def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
     t.add_column(labels[0], justify="right")
     t.add_column(labels[1], justify="right")
     for n in names:
-        t.add_row(n, _value(cmp.metrics_of(1).get(n)), _value(cmp.metrics_of(2).get(n)))
+        t.add_row(n, value_text(cmp.metrics_of(1).get(n)), value_text(cmp.metrics_of(2).get(n)))
     return [t]
 
 

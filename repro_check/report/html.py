@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.trace import values
-from repro_check import __version__
+from repro_check.version import __version__
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.compare.steps import spread_of
 from repro_check.errors import TraceFileError, UsageError
@@ -195,13 +195,7 @@ def _table(head: Sequence[str], rows: Iterable[tuple[Sequence[Any], str]], cls: 
 
 
 def _verdict(report: Report) -> tuple[str, str]:
-    if report.interrupted:
-        return "INTERRUPTED", "warn"
-    if report.error is not None:
-        return "TARGET FAILED", "bad"
-    if report.reproducible:
-        return "REPRODUCIBLE", "good"
-    return "NOT REPRODUCIBLE", "bad"
+    return report.verdict.label, report.verdict.tone
 
 
 def _context_rows(report: Report) -> tuple[list[str], list[tuple[list[Any], str]]]:

@@ -8,10 +8,8 @@ them, never renamed.
 from __future__ import annotations
 
 import json
-import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from repro_check.trace import values
 from repro_check.compare.steps import ComparisonResult, Policy
@@ -21,35 +19,119 @@ from repro_check.run.runner import RunResult
 REPORT_VERSION = 1
 
 
-def replay_command(
-    target: str,
-    args: Sequence[str],
-    seed: int | None,
-    components: Sequence[str],
-    runs: int,
-    max_steps: int | None,
-    threads: int | None,
-    all_components: Sequence[str],
-    command: str = "repro-check",
-) -> str:
-    """One copy-pasteable command that replays a check (up to ``max_steps``)."""
-    parts = [command, target]
-    if not components:
-        parts.append("--no-seed")
-    else:
-        parts += ["--seed", str(seed)]
-        off = [c for c in all_components if c not in components]
-        if off:
-            parts += ["--without", ",".join(off)]
-        if threads is not None and threads != 1:
-            parts += ["--threads", str(threads)]
-    if runs != 2:
-        parts += ["--runs", str(runs)]
-    if max_steps is not None:
-        parts += ["--max-steps", str(max_steps)]
-    if args:
-        parts += ["--", *args]
-    return " ".join(shlex.quote(p) for p in parts)
+Tone = Literal["good", "bad", "warn"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a report says in one word: ``label`` for the terminal headline, ``word`` for plain
+    text (CI logs, JUnit), ``tone`` for colour."""
+
+    label: str
+    word: str
+    tone: Tone
+
+
+@dataclass
+class GatePart:
+    """What ``verify``, ``diff`` and ``record`` add to a report: which files, how the two sides
+    are called, and the environment differences between them."""
+
+    mode: Literal["verify", "diff", "record"]
+    labels: list[str] = field(default_factory=lambda: ["run 1", "run 2"])
+    golden: str | None = None
+    a: str | None = None
+    b: str | None = None
+    output: str | None = None
+    band: bool | None = None
+    spread_steps: int = 0
+    widest_spread: float = 0.0
+    environment_differences: list[dict[str, Any]] = field(default_factory=list)
+    environment_note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode}
+        if self.mode == "record":
+            out.update(golden=self.golden, output=self.output)
+            if self.golden is not None:
+                out.update(band=self.band, spread_steps=self.spread_steps,
+                           widest_spread=self.widest_spread)
+            return out
+        if self.mode == "verify":
+            out["golden"] = self.golden
+        else:
+            out.update(a=self.a, b=self.b)
+        out.update(labels=self.labels, environment_differences=self.environment_differences,
+                   environment_note=self.environment_note)
+        return out
+
+
+@dataclass
+class DiagnosisPart:
+    """What ``diagnose`` adds: the culprit of a compute divergence, the ops PyTorch flags, and the
+    seeding ablation."""
+
+    culprit: str | None = None
+    culprit_op: str | None = None
+    localization: dict[str, Any] | None = None
+    flagged_ops: list[dict[str, Any]] = field(default_factory=list)
+    ablation: list[dict[str, Any]] | None = None
+    necessary_components: list[str] | None = None
+    ablation_note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"culprit": self.culprit, "culprit_op": self.culprit_op,
+                "localization": self.localization, "flagged_ops": self.flagged_ops,
+                "ablation": self.ablation, "necessary_components": self.necessary_components,
+                "ablation_note": self.ablation_note}
+
+
+@dataclass
+class RankDesync:
+    """Ranks of one run that hold different parameters after an optimizer step."""
+
+    run: int
+    runs: list[int]
+    step: int
+    ranks: list[int]
+    groups: list[list[int]]
+    fingerprints: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "runs": self.runs, "step": self.step, "ranks": self.ranks,
+                "groups": self.groups, "fingerprints": self.fingerprints}
+
+
+@dataclass
+class DistributedPart:
+    """What a torchrun check adds: the rank where the first divergence entered, every rank's
+    value there, the cross-rank check, each rank's end and the launch options."""
+
+    launch: dict[str, Any]
+    ranks: list[int]
+    ddp_model_seen: bool
+    cross_rank_steps: int
+    first_divergent_rank: int | None = None
+    rank_values: list[dict[str, Any]] = field(default_factory=list)
+    rank_desync: RankDesync | None = None
+    failed_rank: dict[str, Any] | None = None
+    rank_results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def nproc_per_node(self) -> int:
+        return int(self.launch.get("nproc_per_node") or 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first_divergent_rank": self.first_divergent_rank,
+            "rank_values": self.rank_values,
+            "rank_desync": self.rank_desync.to_dict() if self.rank_desync else None,
+            "failed_rank": self.failed_rank,
+            "distributed": {**self.launch, "ranks": self.ranks,
+                            "ddp_model_seen": self.ddp_model_seen,
+                            "cross_rank_steps": self.cross_rank_steps},
+            "rank_results": self.rank_results,
+        }
 
 
 @dataclass
@@ -72,7 +154,20 @@ class Report:
     replay: str | None = None
     warnings: list[str] = field(default_factory=list)
     cause: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    cause_detail: str | None = None
+    gate: GatePart | None = None
+    diagnosis: DiagnosisPart | None = None
+    distributed: DistributedPart | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        """What the two sides of a comparison are called: run 1/run 2, golden/this run, files."""
+        return list(self.gate.labels) if self.gate else ["run 1", "run 2"]
+
+    @property
+    def recorded(self) -> bool:
+        """A ``record`` report whose golden was written."""
+        return self.gate is not None and self.gate.mode == "record" and self.gate.golden is not None
 
     @property
     def reproducible(self) -> bool:
@@ -93,11 +188,29 @@ class Report:
 
     @property
     def exit_code(self) -> ExitCode:
+        if self.recorded:  # the runs may differ: their spread is what the golden stores
+            return ExitCode.REPRODUCIBLE
         if self.interrupted:
             return ExitCode.INTERRUPTED
         if self.error is not None:
             return ExitCode.TARGET_FAILED
         return ExitCode.REPRODUCIBLE if self.reproducible else ExitCode.NOT_REPRODUCIBLE
+
+    @property
+    def verdict(self) -> Verdict:
+        """The one verdict every renderer shows."""
+        if self.interrupted:
+            return Verdict("INTERRUPTED", "interrupted", "warn")
+        if self.error is not None:
+            return Verdict("TARGET FAILED", "target failed", "bad")
+        mode = self.gate.mode if self.gate else None
+        if mode == "record":
+            return Verdict("RECORDED", "recorded", "good") if self.recorded \
+                else Verdict("NOT RECORDED", "not recorded", "bad")
+        if self.reproducible:
+            label = {"verify": "MATCHES GOLDEN", "diff": "SAME"}.get(mode or "", "REPRODUCIBLE")
+            return Verdict(label, "reproducible", "good")
+        return Verdict("NOT REPRODUCIBLE", "not reproducible", "bad")
 
     def metrics_readable(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -152,7 +265,10 @@ class Report:
             "trace_dir": self.trace_dir,
             "replay": self.replay,
             "warnings": self.warnings,
-            **self.extra,
+            "cause_detail": self.cause_detail,
+            **(self.gate.to_dict() if self.gate else {}),
+            **(self.diagnosis.to_dict() if self.diagnosis else {}),
+            **(self.distributed.to_dict() if self.distributed else {}),
         }
 
     def to_json(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from rich import box
@@ -18,6 +18,7 @@ from rich.text import Text
 
 from repro_check.trace import values
 from repro_check.report.model import Report
+from repro_check.report.text import diff_text, failure_output, value_text, verdict_style
 from repro_check.run.runner import RunResult
 
 
@@ -37,26 +38,9 @@ def make_console(file: IO[str] | None = None, stderr: bool = False, width: int |
     )
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, dict):
-        return values.readable(v)
-    if v is None:
-        return "—"
-    return str(v)[:24]
-
-
-def _diff(d: float | None) -> str:
-    return "—" if d is None else f"{d:.3g}"
-
-
 def verdict(report: Report) -> Text:
-    if report.interrupted:
-        return Text("INTERRUPTED", style="bold yellow")
-    if report.error is not None:
-        return Text("TARGET FAILED", style="bold red")
-    if report.reproducible:
-        return Text("REPRODUCIBLE", style="bold green")
-    return Text("NOT REPRODUCIBLE", style="bold red")
+    """The report's verdict as the headline shows it."""
+    return Text(report.verdict.label, style=verdict_style(report))
 
 
 #: run columns shown side by side at most (the spread column covers the rest)
@@ -133,7 +117,7 @@ def _context_table(report: Report) -> Table | None:
         t.add_column("spread" if shown == report.runs else f"spread ({report.runs} runs)",
                      justify="right")
         for r in cmp.context_all:
-            rows.append((r["step"], r["values"][:shown], r["differs"], _diff(r["spread"])))
+            rows.append((r["step"], r["values"][:shown], r["differs"], diff_text(r["spread"])))
     elif cmp.context:
         other = cmp.divergence.run
         for name in ("run 1", f"run {other}", "|diff|"):
@@ -141,7 +125,7 @@ def _context_table(report: Report) -> Table | None:
         for r in cmp.context:
             a, b = r["reference"], r["value"]
             if isinstance(a, dict) and isinstance(b, dict):
-                d = "0" if a == b else _diff(values.differences(a, b)[0])
+                d = "0" if a == b else diff_text(values.differences(a, b)[0])
             else:
                 d = "—"
             rows.append((r["step"], [a, b], r["differs"], d))
@@ -154,7 +138,7 @@ def _context_table(report: Report) -> Table | None:
             mark, style, first = "▶", "bold red", False
         elif differs:
             mark, style = "≠", "red"
-        t.add_row(mark, str(step), *[_value(v) for v in vals], d, style=style)
+        t.add_row(mark, str(step), *[value_text(v) for v in vals], d, style=style)
     return t
 
 
@@ -202,11 +186,28 @@ class Unwrapped:
 
 def summary(report: Report) -> Group:
     """The whole result as rich renderables (print with ``crop=False``: see :func:`print_summary`)."""
-    parts: list[Any] = []
+    parts: list[Any] = [_head_panel(report), *failure_parts(report)]
+    if report.distributed is not None:
+        parts += rank_parts(report)
+    parts += _outcome_parts(report)
+    parts += _difference_line(report)
+    groups = _groups_line(report)
+    if groups is not None:
+        parts.append(groups)
+    if report.cause is not None and report.cause != "none":
+        detail = report.cause_detail
+        parts.append(Text.assemble(("Cause: ", "bold"), (report.cause, "bold red"),
+                                   f" — {detail}" if detail else ""))
+    parts += _metrics_table(report)
+    parts += footer_parts(report)
+    return Group(*parts)
+
+
+def _head_panel(report: Report) -> Panel:
+    """The verdict, the target, and how the runs were made."""
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
     steps = ", ".join(str(r.steps) for r in report.results)
-    cmp = report.comparison
     head.append(f"\n{seed} · {report.runs} runs · steps recorded {steps}"
                 f" · {report.policy.describe()}")
     comps = ", ".join(
@@ -214,122 +215,135 @@ def summary(report: Report) -> Group:
         for c in report.components
     ) or "none"
     head.append(f"\nseeding: {comps}")
-    dist = report.extra.get("distributed")
+    dist = report.distributed
     if dist is not None:
-        head.append(f"\ntorchrun: {len(dist.get('ranks', []))} ranks a run"
-                    f" ({dist.get('nproc_per_node')} per node, {dist.get('nnodes')} node(s))")
-    parts.append(Panel(head, box=box.ROUNDED, expand=False, border_style=verdict(report).style))
+        head.append(f"\ntorchrun: {len(dist.ranks)} ranks a run ({dist.launch.get('nproc_per_node')}"
+                    f" per node, {dist.launch.get('nnodes')} node(s))")
+    return Panel(head, box=box.ROUNDED, expand=False, border_style=verdict_style(report))
 
-    if report.error is not None:
-        parts.append(Text(f"error: {report.error}", style="red"))
-        for r in report.results:
-            if r.failed:
-                tail = _traceback_or_tail(r)
-                if tail:
-                    parts.append(Text(f"--- output of run {r.index} (last lines) ---", style="dim"))
-                    parts.append(Text(tail))
 
+def failure_parts(report: Report, label: Callable[[RunResult], str] | None = None) -> list[Any]:
+    """The error and what each failed run left to read (its traceback or last lines)."""
+    if report.error is None:
+        return []
+    parts: list[Any] = [Text(f"error: {report.error}", style="red")]
+    for r in report.results:
+        tail = failure_output(r) if r.failed else ""
+        if tail:
+            name = label(r) if label else f"run {r.index}"
+            parts.append(Text(f"--- output of {name} (last lines) ---", style="dim"))
+            parts.append(Text(tail))
+    return parts
+
+
+def _outcome_parts(report: Report) -> list[Any]:
+    """The first divergence in detail, or what agreed."""
+    cmp = report.comparison
     div = cmp.divergence if cmp else None
-    if dist is not None:
-        parts += rank_parts(report)
     if div is not None and div.signal != "rank_desync":  # a desync is shown by rank_parts
-        where = f"step {div.step}" if div.step is not None else "final metrics"
-        line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
-                             f", run {div.run} vs run 1")
-        if getattr(div, "rank", None) is not None:
-            line.append(f", rank {div.rank}")
-        parts.append(line)
-        if div.detail:
-            parts.append(Text(f"  {div.detail}"))
-        if div.policy and div.policy != "exact bits":  # the panel already says exact bits
-            parts.append(Text(f"  judged by {div.policy}"))
-        context = _context_table(report)
-        if context is None or div.signal != "loss":
-            t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-            t.add_column("")
-            t.add_column("run 1", justify="right")
-            t.add_column(f"run {div.run}", justify="right")
-            t.add_column("|diff|", justify="right")
-            t.add_column("rel", justify="right")
-            t.add_row(div.signal, _value(div.reference), _value(div.value), _diff(div.abs_diff),
-                      _diff(div.rel_diff))
-            parts.append(t)
-        elif div.abs_diff is not None:
-            parts.append(Text(f"  |diff| {_diff(div.abs_diff)}, relative {_diff(div.rel_diff)}"))
-        if context is not None:
-            parts.append(context)
-        if div.step is not None:
-            parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
-        if dist is not None:
-            parts += rank_value_parts(report)
-    elif report.runs == 1 and report.error is None and not report.interrupted:
-        parts.append(Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare."))
-    elif div is None and report.error is None and not report.interrupted and cmp is not None:
-        parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
-                          "agree."))
-    elif report.interrupted:
+        return _divergence_parts(report, div)
+    if report.runs == 1 and report.error is None and not report.interrupted:
+        return [Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare.")]
+    if div is None and report.error is None and not report.interrupted and cmp is not None:
+        return [Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
+                     "agree.")]
+    if report.interrupted:
         compared = cmp.steps_compared if cmp else 0
-        parts.append(Text(f"Interrupted: the runs were stopped; the {compared} step(s) compared "
-                          "so far agree (kept in the traces).", style="yellow"))
-    parts += _difference_line(report)
-    groups = _groups_line(report)
-    if groups is not None:
-        parts.append(groups)
-    if report.cause is not None and report.cause != "none":
-        detail = report.extra.get("cause_detail")
-        parts.append(Text.assemble(("Cause: ", "bold"), (report.cause, "bold red"),
-                                   f" — {detail}" if detail else ""))
+        return [Text(f"Interrupted: the runs were stopped; the {compared} step(s) compared "
+                     "so far agree (kept in the traces).", style="yellow")]
+    return []
 
-    metrics = report.metrics_readable()
-    names: list[str] = []
-    for m in metrics:
-        names += [n for n in m if n not in names]
-    if names:
-        t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
-        t.add_column("metric")
-        for k in range(1, report.runs + 1):
-            t.add_column(f"run {k}", justify="right")
-        for n in names:
-            raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
-            t.add_row(n, *[_value(v) for v in raw])
+
+def _divergence_parts(report: Report, div: Any) -> list[Any]:
+    where = f"step {div.step}" if div.step is not None else "final metrics"
+    line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
+                         f", run {div.run} vs run 1")
+    if getattr(div, "rank", None) is not None:
+        line.append(f", rank {div.rank}")
+    parts: list[Any] = [line]
+    if div.detail:
+        parts.append(Text(f"  {div.detail}"))
+    if div.policy and div.policy != "exact bits":  # the panel already says exact bits
+        parts.append(Text(f"  judged by {div.policy}"))
+    context = _context_table(report)
+    if context is None or div.signal != "loss":
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        t.add_column("")
+        t.add_column("run 1", justify="right")
+        t.add_column(f"run {div.run}", justify="right")
+        t.add_column("|diff|", justify="right")
+        t.add_column("rel", justify="right")
+        t.add_row(div.signal, value_text(div.reference), value_text(div.value),
+                  diff_text(div.abs_diff), diff_text(div.rel_diff))
         parts.append(t)
-    for w in report.warnings:
-        parts.append(Text(f"warning: {w}", style="yellow"))
+    elif div.abs_diff is not None:
+        parts.append(Text(f"  |diff| {diff_text(div.abs_diff)}, relative {diff_text(div.rel_diff)}"))
+    if context is not None:
+        parts.append(context)
+    if div.step is not None:
+        parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+    if report.distributed is not None:
+        parts += rank_value_parts(report)
+    return parts
+
+
+def _metrics_table(report: Report) -> list[Any]:
+    cmp = report.comparison
+    names: list[str] = []
+    for m in report.metrics_readable():
+        names += [n for n in m if n not in names]
+    if not names:
+        return []
+    t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    t.add_column("metric")
+    for k in range(1, report.runs + 1):
+        t.add_column(f"run {k}", justify="right")
+    for n in names:
+        raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
+        t.add_row(n, *[value_text(v) for v in raw])
+    return [t]
+
+
+def footer_parts(report: Report) -> list[Any]:
+    """Warnings, the replay line (never wrapped: it must paste back as one command) and where
+    the traces are."""
+    parts: list[Any] = [Text(f"warning: {w}", style="yellow") for w in report.warnings]
     if report.replay:
         parts.append(Text("Replay:", style="bold"))
         parts.append(Unwrapped(report.replay))
     if report.trace_dir:
         parts.append(Text(f"traces: {report.trace_dir}", style="dim"))
-    return Group(*parts)
+    return parts
 
 
 def rank_parts(report: Report) -> list[Any]:
     """A distributed check: the cross-rank parameter check (or its desync)."""
-    dist = report.extra["distributed"]
-    desync = report.extra.get("rank_desync")
+    dist = report.distributed
+    assert dist is not None, "a distributed report"
+    desync = dist.rank_desync
     if desync is None:
-        steps = dist.get("cross_rank_steps", 0)
-        if not dist.get("ddp_model_seen"):
+        steps = dist.cross_rank_steps
+        if not dist.ddp_model_seen:
             return [Text("Cross-rank check: no DistributedDataParallel model seen, not checked",
                          style="dim")]
-        if dist.get("nproc_per_node", 1) < 2:
+        if dist.nproc_per_node < 2:
             return [Text("Cross-rank check: one rank on this node, nothing to compare it with",
                          style="dim")]
         return [Text(f"Cross-rank check: the ranks' parameters agree at all {steps} steps.")]
-    runs = ", ".join(map(str, desync.get("runs") or [desync["run"]]))
+    runs = ", ".join(map(str, desync.runs or [desync.run]))
     out: list[Any] = [
-        Text.assemble(("Rank desync: ", "bold red"), f"step {desync['step']}, run(s) {runs}: rank(s) ",
-                      (", ".join(map(str, desync["ranks"])), "bold"),
-                      f" hold different parameters than rank {desync['groups'][0][0]} "
+        Text.assemble(("Rank desync: ", "bold red"), f"step {desync.step}, run(s) {runs}: rank(s) ",
+                      (", ".join(map(str, desync.ranks)), "bold"),
+                      f" hold different parameters than rank {desync.groups[0][0]} "
                       "after the optimizer step"),
     ]
-    if len(desync["fingerprints"]) > 2:
-        groups = " | ".join(", ".join(map(str, g)) for g in desync["groups"])
+    if len(desync.fingerprints) > 2:
+        groups = " | ".join(", ".join(map(str, g)) for g in desync.groups)
         out.append(Text(f"  ranks that agree: {groups}"))
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     t.add_column("rank", justify="right")
-    t.add_column(f"params after step {desync['step']} (run {desync['run']})")
-    for rank, fp in desync["fingerprints"].items():
+    t.add_column(f"params after step {desync.step} (run {desync.run})")
+    for rank, fp in desync.fingerprints.items():
         t.add_row(rank, fp)
     out.append(t)
     return out
@@ -337,7 +351,7 @@ def rank_parts(report: Report) -> list[Any]:
 
 def rank_value_parts(report: Report) -> list[Any]:
     """Every rank's value where the first divergence is."""
-    rows = report.extra.get("rank_values") or []
+    rows = report.distributed.rank_values if report.distributed else []
     div = report.comparison.divergence if report.comparison else None
     if not rows or div is None:
         return []
@@ -347,15 +361,10 @@ def rank_value_parts(report: Report) -> list[Any]:
     t.add_column(f"run {div.run}", justify="right")
     t.add_column("")
     for row in rows:
-        t.add_row(str(row["rank"]), _value(row.get("reference")), _value(row.get("value")),
+        t.add_row(str(row["rank"]), value_text(row.get("reference")), value_text(row.get("value")),
                   "differs" if row.get("differs") else "")
     return [t]
 
-
-def _traceback_or_tail(r: RunResult, lines: int = 30, chars: int = 6000) -> str:
-    if r.error and r.error.get("traceback"):
-        return str(r.error["traceback"]).rstrip()[-chars:]
-    return "\n".join(r.output_tail.rstrip().splitlines()[-lines:])[-chars:]
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:

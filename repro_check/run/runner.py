@@ -89,6 +89,10 @@ class RunSpec:
     launcher: Any = None
 
 
+#: statuses of a run that mean the target failed (exit 3)
+FAILED_STATUSES = ("failed", "crashed", "timeout", "unresolved")
+
+
 @dataclass
 class RunResult:
     """How one run ended; ``status`` is one of completed, stopped (max-steps), exited (early, with
@@ -111,7 +115,7 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        return self.status in ("failed", "crashed", "timeout", "unresolved")
+        return self.status in FAILED_STATUSES
 
     def describe_failure(self) -> str:
         if self.status == "timeout":

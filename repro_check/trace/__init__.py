@@ -1,1 +1,19 @@
-"""What both sides share: the trace format, exact value encodings, fingerprints, atomic files."""
+"""What both sides share: the trace format, exact value encodings, fingerprints, atomic files.
+
+Reading traces from other tools: ``from repro_check.trace import load_trace, iter_trace,
+TraceStream`` (see docs/trace-format.md).
+"""
+
+from __future__ import annotations
+
+from repro_check.trace.format import (
+    FORMAT,
+    UPGRADES,
+    VERSION,
+    Trace,
+    TraceStream,
+    iter_trace,
+    load_trace,
+)
+
+__all__ = ["FORMAT", "UPGRADES", "VERSION", "Trace", "TraceStream", "iter_trace", "load_trace"]

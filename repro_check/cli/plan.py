@@ -1,0 +1,175 @@
+"""Multi-target plans: which targets a command runs (TARGET, or every configured one), the run
+options of each (flags over its ``[tool.repro-check]`` entry over the table), where the reports
+go, and the exit code of them all."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro_check.config import Config, TargetEntry
+from repro_check.errors import ExitCode, UsageError
+from repro_check.report import ci
+from repro_check.report.model import Report
+from repro_check.run.options import RunOptions
+from repro_check.trace.atomic import check_writable, write_text_atomic
+
+
+def first(*choices: Any) -> Any:
+    return next((c for c in choices if c is not None), None)
+
+
+def options_for(ns: argparse.Namespace, cfg: Config, target: str | None,
+                entry: TargetEntry | None, target_args: list[str] | None, *,
+                runs: int | None = None, **more: Any) -> RunOptions:
+    """The run options of one target: flags over its config entry over the config table."""
+    given = {
+        "seed": first(ns.seed, cfg.get("seed", entry)),
+        "no_seed": bool(ns.no_seed or cfg.get("no-seed", entry, False)),
+        "without": first(ns.without, cfg.get("without", entry)),
+        "max_steps": first(ns.max_steps, cfg.get("max-steps", entry)),
+        "timeout": first(ns.timeout, cfg.get("timeout", entry)),
+        "threads": first(ns.threads, cfg.get("threads", entry)),
+        "args": target_args if target_args is not None else cfg.get("args", entry),
+        "jobs": first(getattr(ns, "jobs", None), cfg.get("jobs")),
+        "fail_fast": bool(getattr(ns, "fail_fast", False) or cfg.get("fail-fast", None, False)),
+        "trace_dir": absolute(getattr(ns, "trace_dir", None)) or cfg_path(cfg, "trace-dir"),
+        "runs": runs,
+        **more,
+    }
+    for name in ("args", "without"):
+        if given[name] is not None:
+            given[name] = tuple(given[name])
+    return RunOptions(target=target, **{k: v for k, v in given.items() if v is not None})
+
+
+@dataclass
+class Outputs:
+    json_path: str | None
+    junit_path: str | None
+
+
+def outputs(ns: argparse.Namespace, cfg: Config) -> Outputs:
+    """Where the reports go (flag, else config); checked writable before anything runs."""
+    json_path = ns.json_path or cfg_path(cfg, "json")
+    junit_path = ns.junit_path or cfg_path(cfg, "junit")
+    if json_path:
+        check_writable(json_path, "--json")
+    if junit_path:
+        check_writable(junit_path, "--junit")
+    return Outputs(absolute(json_path), absolute(junit_path))
+
+
+def absolute(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else None
+
+
+def cfg_path(cfg: Config, key: str) -> str | None:
+    p = cfg.path_of(key)
+    return str(p) if p is not None else None
+
+
+@contextlib.contextmanager
+def in_folder(folder: Path | None) -> Iterator[Path | None]:
+    """Run configured targets from the config's folder, as its paths are written; yields the
+    folder when it had to move there (replay lines then start with ``cd FOLDER &&``)."""
+    if folder is None or folder.resolve() == Path.cwd().resolve():
+        yield None
+        return
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield folder
+    finally:
+        os.chdir(before)
+
+
+def replay_from(report: Report, moved: Path | None) -> None:
+    if moved is not None and report.replay:
+        report.replay = f"cd {shlex.quote(str(moved))} && {report.replay}"
+
+
+def under(path: Path, root: Path | None) -> str:
+    """``path`` relative to ``root`` when inside it (as written in the config), else absolute."""
+    if root is not None:
+        try:
+            return str(path.resolve().relative_to(root.resolve()))
+        except ValueError:
+            pass
+    return str(path.resolve())
+
+
+def aggregate_exit(reports: Sequence[Report]) -> ExitCode:
+    codes = {r.exit_code for r in reports}
+    for code in (ExitCode.INTERRUPTED, ExitCode.TARGET_FAILED, ExitCode.NOT_REPRODUCIBLE):
+        if code in codes:
+            return code
+    return ExitCode.REPRODUCIBLE
+
+
+def combined_json(reports: Sequence[Report]) -> str:
+    """One report as is; several as the first failing one's keys with ``reproducible`` true
+    only when all are, ``exit_code`` of them all, and ``reports`` listing each."""
+    if len(reports) == 1:
+        return reports[0].to_json()
+    failing = [r for r in reports if r.exit_code != ExitCode.REPRODUCIBLE]
+    lead = (failing or list(reports))[0]
+    data = lead.to_dict()
+    data["reproducible"] = not failing
+    data["exit_code"] = int(aggregate_exit(reports))
+    data["targets"] = [r.target for r in reports]
+    data["reports"] = [r.to_dict() for r in reports]
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def finish(reports: list[Report], command: str, out: Outputs) -> ExitCode:
+    """Write the JSON and CI outputs of every target; the exit code of them all."""
+    if out.json_path:
+        try:
+            write_text_atomic(out.json_path, combined_json(reports))
+        except OSError as e:
+            raise UsageError(f"cannot write --json {out.json_path!r}: {e.strerror}") from None
+    ci.emit(reports, command, junit=out.junit_path)
+    return aggregate_exit(reports)
+
+
+def printer() -> Any:
+    """Prints each report's summary on stdout, with the renderer its kind needs."""
+    from repro_check.report.render import summary
+    from repro_check.report.terminal import make_console
+
+    console = make_console(file=sys.stdout)
+    return lambda report: console.print(summary(report), crop=False)
+
+
+def announce(ns: argparse.Namespace, several: bool, text: str) -> None:
+    if several and not ns.quiet:
+        sys.stderr.write(f"repro-check: {text}\n")
+
+
+def planned(ns: argparse.Namespace, cfg: Config) -> tuple[list[tuple[str, TargetEntry | None]], bool]:
+    """The targets to run: TARGET from the command line, else every configured one (then from
+    the config's folder)."""
+    if ns.target:
+        return [(ns.target, cfg.entry(ns.target))], False
+    return [(e.target, e) for e in cfg.targets], True
+
+
+def html_report(report: Report, path: str, index: int | None) -> None:
+    """The HTML report; with several targets, one file each (``report-2.html``, ...)."""
+    from repro_check.report.html import write_html
+    from repro_check.report.terminal import make_console
+
+    if index is not None:
+        p = Path(path)
+        path = str(p.with_name(f"{p.stem}-{index}{p.suffix}"))
+    write_html(report, path)
+    make_console(file=sys.stdout).print(f"report: {path}", style="dim", crop=False)

@@ -1,0 +1,73 @@
+"""``diff``: two saved traces compared step by step; nothing is run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from repro_check.compare.steps import Comparison, Policy
+from repro_check.compare.tolerances import ToleranceOptions
+from repro_check.gate.golden import attach_environment, header_settings, relabel, result_from_trace
+from repro_check.report.model import GatePart, Report
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import replay_line
+from repro_check.run.runner import FAILED_STATUSES
+from repro_check.trace.format import TraceStream
+
+
+def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
+                tolerances: ToleranceOptions | None = None, policy: Policy | None = None) -> Report:
+    """Compare two saved traces step by step (A is the reference, its band applies).
+
+    Both files are read side by side, so memory stays flat however long they are. A file that is
+    not a complete trace raises :class:`~repro_check.errors.TraceFileError` (exit 2).
+    """
+    tolerances = tolerances or ToleranceOptions()
+    policy = policy or tolerances.policy()
+    pa, pb = str(a), str(b)
+    sa, sb = TraceStream(pa, require_end=True), TraceStream(pb, require_end=True)
+    try:
+        ha, hb = header_settings(sa.header, pa), header_settings(sb.header, pb)
+        comparison = Comparison(2, policy)
+        _compare_side_by_side(comparison, sa, sb)
+    finally:
+        sa.close()
+        sb.close()
+    ra, rb = result_from_trace(1, sa), result_from_trace(2, sb)
+    result = comparison.result()
+    labels = [Path(pa).name, Path(pb).name]
+    if labels[0] == labels[1]:
+        labels = [pa, pb]
+    relabel(result, labels)
+    report = Report(target=hb.target or ha.target or "?", args=hb.args, seed=hb.seed,
+                    components=hb.components, runs=2, results=[ra, rb], comparison=result,
+                    policy=policy, max_steps=hb.max_steps, threads=hb.threads,
+                    gate=GatePart("diff", labels=labels, a=pa, b=pb))
+    failed = [(label, r) for label, r in zip(labels, (ra, rb)) if r.status in FAILED_STATUSES]
+    if failed:
+        report.error = "; ".join(f"{label} records a failed run ({r.describe_failure()})"
+                                 for label, r in failed)
+    attach_environment(report, sa.header, sb.header, labels)
+    if not report.reproducible and hb.target:
+        report.replay = replay_line(RunOptions().inherit(hb), subcommand="verify", golden=pa,
+                                    upto=result.first_divergent_step or hb.max_steps,
+                                    extra=tolerances.to_args())
+    return report
+
+
+def _compare_side_by_side(comparison: Comparison, sa: TraceStream, sb: TraceStream) -> None:
+    """Feed both traces' steps in lockstep, then their metrics (A's band applies)."""
+    ended = {1: False, 2: False}
+    while not (ended[1] and ended[2]):
+        for run, stream in ((1, sa), (2, sb)):
+            if ended[run]:
+                continue
+            ev = stream.next_step()
+            if ev is None:
+                ended[run] = True
+                comparison.end(run, stream.steps)
+            else:
+                comparison.add_step(run, ev["step"], ev["signals"],
+                                    ev.get("band") if run == 1 else None)
+    comparison.set_metrics(1, sa.metrics, sa.metrics_band)
+    comparison.set_metrics(2, sb.metrics)

@@ -1,0 +1,56 @@
+"""``record``: run a target and save its trace as the golden reference for ``verify``."""
+
+from __future__ import annotations
+
+import os
+
+from repro_check.compare.steps import Comparison, Policy
+from repro_check.gate.golden import make_parent, write_golden
+from repro_check.report.model import GatePart, Report
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import replay_line
+from repro_check.run.runner import Listener
+from repro_check.run.session import Feed, Session, failure
+from repro_check.trace.atomic import check_writable
+
+
+def record_golden(options: RunOptions, output: str | os.PathLike[str],
+                  listener: Listener | None = None) -> Report:
+    """Run the target ``options.runs`` times and save the result as the golden ``output``.
+
+    With more than one run, each step keeps the runs' spread (min and max of every scalar), which
+    ``verify`` accepts. Nothing is written when a run fails (exit 3) or the runs record different
+    numbers of steps (exit 1). The report's exit code is 0 once the golden is written.
+    """
+    make_parent(output)
+    check_writable(output, "golden")
+    session = Session(options)
+    comparison = Comparison(options.runs, Policy())
+    outcome = session.run(Feed(comparison, listener))
+    result = comparison.result()
+    gate = GatePart("record", output=str(output))
+    report = Report(target=options.target or "", args=options.target_args,
+                    seed=options.run_seed, components=options.components, runs=options.runs,
+                    results=outcome.results, comparison=result, policy=Policy(),
+                    max_steps=options.max_steps, threads=options.run_threads,
+                    interrupted=outcome.interrupted, trace_dir=str(outcome.folder), gate=gate)
+    report.error = failure(outcome.results, result)
+    for r in outcome.results:
+        report.warnings += [f"run {r.index}: {w}" for w in r.warnings]
+    counts = {r.steps for r in outcome.results}
+    if not outcome.interrupted and report.error is None:
+        if len(counts) > 1:
+            report.warnings.append("the runs recorded different numbers of steps "
+                                   f"({', '.join(str(r.steps) for r in outcome.results)}): no "
+                                   "golden written")
+        else:
+            stored = write_golden(output, [r.trace_path for r in outcome.results if r.trace_path])
+            gate.golden = stored["path"]
+            gate.band = options.runs > 1
+            gate.spread_steps = stored["spread_steps"]
+            gate.widest_spread = stored["widest_spread"]
+    if gate.golden is None:
+        report.replay = replay_line(options, subcommand="record", output=str(output),
+                                    upto=result.first_divergent_step or options.max_steps,
+                                    runs=options.runs if options.runs != 1 else None)
+    return report

@@ -1,0 +1,116 @@
+"""``verify``: one run of a target compared step by step with a golden trace, as it goes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from repro_check.compare.steps import Comparison
+from repro_check.errors import UsageError
+from repro_check.gate.golden import (
+    attach_environment,
+    check_golden,
+    header_settings,
+    relabel,
+    result_from_trace,
+)
+from repro_check.report.model import GatePart, Report
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import replay_line
+from repro_check.run.runner import Listener, RunResult
+from repro_check.run.session import NullListener, Session, failure
+from repro_check.trace.format import TraceStream
+
+LABELS = ["golden", "this run"]
+
+
+class GoldenFeed:
+    """Feeds the golden's steps to the comparison as the run reaches them (run 1 = golden)."""
+
+    def __init__(self, comparison: Comparison, golden: TraceStream, listener: Listener | None) -> None:
+        self.comparison = comparison
+        self.golden = golden
+        self.listener = listener or NullListener()
+        self.fed = 0
+        self.exhausted = False
+
+    def _advance(self, upto: int) -> None:
+        while self.fed < upto and not self.exhausted:
+            ev = self.golden.next_step()
+            if ev is None:
+                self.exhausted = True
+                self.comparison.end(1, self.fed)
+                return
+            self.fed = ev["step"]
+            self.comparison.add_step(1, ev["step"], ev["signals"], ev.get("band"))
+
+    def run_started(self, index: int) -> None:
+        self.listener.run_started(index)
+
+    def event(self, index: int, event: dict[str, Any]) -> None:
+        if "step" in event:
+            self._advance(event["step"])
+            self.comparison.add_step(2, event["step"], event["signals"])
+        elif "metrics" in event:
+            self.comparison.set_metrics(2, event["metrics"])
+        self.listener.event(index, event)
+
+    def run_finished(self, result: RunResult) -> None:
+        cmp = self.comparison
+        if result.status in ("cancelled", "stopped"):
+            # cut short (by us, or at --max-steps): compare what both have up to there
+            cmp.end(2, result.steps, complete=result.status != "cancelled")
+            if not self.exhausted:
+                self.exhausted = True
+                cmp.end(1, self.fed)
+        else:
+            cmp.end(2, result.steps)
+            self._advance(10**18)
+            cmp.set_metrics(1, self.golden.metrics, self.golden.metrics_band)
+        self.golden.drain()
+        self.listener.run_finished(result)
+
+
+def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
+                  listener: Listener | None = None) -> Report:
+    """Run the target once and compare it step by step with the golden trace ``golden``.
+
+    What ``options`` leaves unset (seed, seeding, threads, max steps, the target and its
+    arguments) is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad
+    options and :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a
+    complete trace.
+    """
+    golden_path = str(golden)
+    scanned = check_golden(golden_path)
+    options = options.inherit(header_settings(scanned.header, golden_path))
+    if not options.target:
+        raise UsageError(f"{golden_path} does not name its target; give TARGET")
+    policy = options.policy()
+    session = Session(options, runs=1)
+    comparison = Comparison(2, policy)
+    stream = TraceStream(golden_path, require_end=True)
+    feed = GoldenFeed(comparison, stream, listener)
+    stop = comparison.settled_divergence if options.fail_fast else None
+    try:
+        outcome = session.run(feed, 1, stop)
+    finally:
+        stream.close()
+    run = dataclasses.replace(outcome.results[0], index=2) if outcome.results \
+        else RunResult(2, status="cancelled")
+    result = comparison.result()
+    relabel(result, LABELS)
+    report = Report(target=options.target, args=options.target_args, seed=options.run_seed,
+                    components=options.components, runs=2,
+                    results=[result_from_trace(1, scanned), run], comparison=result,
+                    policy=policy, max_steps=options.max_steps, threads=options.run_threads,
+                    interrupted=outcome.interrupted, trace_dir=str(outcome.folder),
+                    gate=GatePart("verify", labels=list(LABELS), golden=golden_path))
+    report.error = failure([run], result)
+    report.warnings += [f"this run: {w}" for w in run.warnings]
+    attach_environment(report, scanned.header, run.header, LABELS)
+    if not report.reproducible:
+        report.replay = replay_line(options, subcommand="verify", golden=golden_path,
+                                    upto=result.first_divergent_step or options.max_steps,
+                                    extra=options.tolerances.to_args())
+    return report

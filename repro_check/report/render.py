@@ -1,0 +1,25 @@
+"""The summary of any report, by its kind: a gate report (record, verify, diff) has its own
+layout, a diagnosis adds its block to the check's, a check (distributed or not) is the default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repro_check.report.model import Report
+
+
+def summary(report: Report) -> Any:
+    """The report as rich renderables (print with ``crop=False``)."""
+    if report.gate is not None:
+        from repro_check.report import gate
+
+        return gate.summary(report)
+    from repro_check.report import terminal
+
+    if report.diagnosis is not None:
+        from rich.console import Group
+
+        from repro_check.report import diagnosis
+
+        return Group(terminal.summary(report), diagnosis.diagnosis(report))
+    return terminal.summary(report)

@@ -1,0 +1,68 @@
+"""``check``: run a target several times under the same options and compare every step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repro_check.compare import cause
+from repro_check.compare.steps import Comparison
+from repro_check.report.model import Report
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import check_runs, replay_line
+from repro_check.run.runner import Listener
+from repro_check.run.session import Feed, Session, failure, merge_warnings
+
+
+def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
+    """Run ``options.target`` ``options.runs`` times and compare the runs step by step.
+
+    With ``options.distributed`` every run is a torchrun job, each rank compared across runs and
+    the ranks of each run with each other. Raises :class:`~repro_check.errors.UsageError` (exit 2)
+    for bad options or a TARGET that cannot be resolved; a target that fails is reported
+    (``report.error``, exit 3), not raised.
+    """
+    policy = options.policy()
+    dist = None
+    if options.distributed is not None:
+        from repro_check.distributed.launch import Distributed
+
+        dist = Distributed(options.distributed, options.runs)
+    session = Session(options, launcher=dist)
+    comparison: Any
+    if dist is None:
+        comparison = Comparison(options.runs, policy)
+        feed: Any = Feed(comparison, listener)
+        jobs = options.jobs or session.default_jobs()
+    else:
+        comparison = dist.comparison(policy)
+        feed = dist.feed(comparison, listener)
+        jobs = dist.jobs(options.jobs, session.default_jobs(dist.local_ranks))
+    stop = comparison.settled_divergence if options.fail_fast else None
+    outcome = session.run(feed, jobs, stop)
+    result = comparison.result()
+    report = Report(
+        target=options.target or "", args=options.target_args, seed=options.run_seed,
+        components=options.components, runs=options.runs, results=outcome.results,
+        comparison=result, policy=policy, max_steps=options.max_steps,
+        threads=options.run_threads, interrupted=outcome.interrupted,
+        trace_dir=str(outcome.folder),
+    )
+    report.error = None if outcome.interrupted and not any(r.failed for r in outcome.results) \
+        else failure(outcome.results, result)
+    report.warnings += merge_warnings(outcome.results)
+    report.cause, why = cause.classify(
+        reproducible=report.reproducible,
+        failed=report.error is not None or outcome.interrupted,
+        divergent_signal=report.divergent_signal,
+        environments=[(r.header or {}).get("environment") for r in outcome.results],
+        uses_dataloader=feed.uses_dataloader,
+    )
+    report.cause_detail = why or None
+    if not report.reproducible or report.error:
+        report.replay = replay_line(options, upto=result.first_divergent_step or options.max_steps,
+                                    runs=check_runs(options.runs),
+                                    extra=options.distributed.cli_args()
+                                    if options.distributed else ())
+    if dist is not None:
+        dist.finish_report(report, comparison)
+    return report

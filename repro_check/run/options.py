@@ -1,0 +1,186 @@
+"""Every option of a run, in one frozen object: its default, its validation, what it means.
+
+The command line, ``[tool.repro-check]``, the Python API and the pytest plugin all build a
+:class:`RunOptions`; nothing below them takes loose run arguments. Fields a command can inherit
+from a golden trace (``verify``) are ``None`` when not given; :meth:`RunOptions.inherit` fills
+them in, and the properties (``seed_value``, ``components``, ...) give what a run actually uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from repro_check.child import seeding
+from repro_check.compare.tolerances import ToleranceOptions
+from repro_check.errors import UsageError
+
+if TYPE_CHECKING:
+    from repro_check.compare.steps import Policy
+    from repro_check.distributed.launch import DistOptions
+
+#: runs a check makes unless told otherwise; record makes one, verify always one
+CHECK_RUNS = 2
+RECORD_RUNS = 1
+#: seed and thread count when none is given
+DEFAULT_SEED = 0
+DEFAULT_THREADS = 1
+#: more intra-op threads than any machine has cores (torch takes a 32-bit count)
+MAX_THREADS = 4096
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a target: seeding, bounds, parallelism, comparison tolerances.
+
+    ``seed``, ``threads``, ``args``, ``without`` and ``max_steps`` are ``None`` when not given,
+    so that ``verify`` can take them from the golden; :attr:`seed_value` and
+    :attr:`threads_value` apply the defaults.
+    """
+
+    target: str | None = None
+    args: tuple[str, ...] | None = None
+    seed: int | None = None
+    no_seed: bool = False
+    without: tuple[str, ...] | None = None
+    runs: int = CHECK_RUNS
+    max_steps: int | None = None
+    timeout: float | None = None
+    threads: int | None = None
+    jobs: int | None = None
+    fail_fast: bool = False
+    trace_dir: str | None = None
+    tolerances: ToleranceOptions = field(default_factory=ToleranceOptions)
+    policy_override: Policy | None = None
+    distributed: DistOptions | None = None
+    warn_only: bool = False
+    probe_step: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("args", "without"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, tuple):
+                if isinstance(value, str):
+                    raise UsageError(f"{name} must be a list of strings, got {value!r}")
+                object.__setattr__(self, name, tuple(value))
+        self.validate()
+
+    # ---- validation --------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Every bound as a one-line usage error, before anything runs."""
+        _whole("--runs", self.runs, 1)
+        if self.max_steps is not None:
+            _whole("--max-steps", self.max_steps, 1)
+        if self.probe_step is not None:
+            _whole("probe step", self.probe_step, 1)
+        if self.timeout is not None:
+            if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
+                    or math.isnan(self.timeout) or self.timeout <= 0:
+                raise UsageError(f"--timeout must be a positive number of seconds, got "
+                                 f"{self.timeout}")
+        if self.threads is not None:
+            _whole("--threads", self.threads, 1, MAX_THREADS)
+        if self.jobs is not None:
+            _whole("--jobs", self.jobs, 1)
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+                raise UsageError(f"--seed must be a whole number, got {self.seed!r}")
+            seeding.check_seed(self.seed)
+        if self.args is not None and not all(isinstance(a, str) for a in self.args):
+            raise UsageError("the target's arguments must be strings")
+        seeding.select_components(self.without or ())  # unknown names: one clear line
+        self.policy()  # a bad tolerance fails here
+
+    # ---- what a run uses ---------------------------------------------------------------------
+    @property
+    def seed_value(self) -> int:
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+    @property
+    def threads_value(self) -> int:
+        return DEFAULT_THREADS if self.threads is None else self.threads
+
+    @property
+    def components(self) -> list[str]:
+        return list(seeding.select_components(self.without or (), self.no_seed))
+
+    @property
+    def run_seed(self) -> int | None:
+        """The seed the runs get, or None without seeding."""
+        return self.seed_value if self.components else None
+
+    @property
+    def run_threads(self) -> int | None:
+        """The fixed thread count, or None when the ``threads`` component is off."""
+        return self.threads_value if "threads" in self.components else None
+
+    @property
+    def target_args(self) -> list[str]:
+        return list(self.args or ())
+
+    def policy(self) -> Policy:
+        return self.policy_override if self.policy_override is not None \
+            else self.tolerances.policy()
+
+    def replace(self, **changes: Any) -> RunOptions:
+        return dataclasses.replace(self, **changes)
+
+    def inherit(self, recorded: RecordedSettings) -> RunOptions:
+        """These options with what was not given taken from a recorded run (a golden's header).
+
+        Seeding: ``--no-seed`` or ``--without`` choose the components; a seed given for a golden
+        recorded without seeding turns full seeding on; otherwise the golden's components."""
+        if self.no_seed or self.without:
+            no_seed, without = self.no_seed, self.without
+        elif self.seed is not None and not recorded.components:
+            no_seed, without = False, ()
+        else:
+            no_seed = not recorded.components
+            without = tuple(c for c in seeding.COMPONENTS if c not in recorded.components)
+        return self.replace(
+            target=self.target or recorded.target,
+            args=self.args if self.args is not None else tuple(recorded.args),
+            seed=self.seed if self.seed is not None else recorded.seed,
+            no_seed=no_seed,
+            without=without,
+            threads=self.threads if self.threads is not None else recorded.threads,
+            max_steps=self.max_steps if self.max_steps is not None else recorded.max_steps,
+        )
+
+
+@dataclass
+class RecordedSettings:
+    """How a recorded run was made (from a trace header): what ``verify`` repeats."""
+
+    target: str | None
+    args: list[str]
+    seed: int | None
+    components: list[str]
+    threads: int | None
+    max_steps: int | None
+
+
+def _whole(flag: str, value: Any, minimum: int, maximum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{flag} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise UsageError(f"{flag} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{flag} must be at most {maximum}, got {value}")
+
+
+def options_of(target: str | None, args: Sequence[str] | None = None, **given: Any) -> RunOptions:
+    """A :class:`RunOptions` from keyword arguments as the Python API takes them: ``None`` means
+    not given, ``args`` and ``without`` may be any sequence."""
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        raise TypeError(f"unexpected option(s): {', '.join(unknown)}")
+    if args is not None:
+        given["args"] = tuple(args)
+    if given.get("without") is not None:
+        given["without"] = tuple(given["without"])
+    return RunOptions(target=target, **{k: v for k, v in given.items() if v is not None})

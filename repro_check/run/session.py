@@ -1,0 +1,242 @@
+"""The one path that runs a target and compares its runs, for check, record, verify, diagnose
+and the pytest plugin alike.
+
+A :class:`Session` resolves the target (nothing of it runs before it is found), makes a fresh
+trace folder, builds one :class:`RunSpec` per run from the :class:`RunOptions`, and drives the
+runs through a feed that hands every event to a streaming comparison. SIGTERM (a cancelled CI
+job) is treated like Ctrl-C: the runs are stopped and what they recorded is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro_check import targets
+from repro_check.child import watch
+from repro_check.errors import Interrupted, TargetNotFound, UsageError
+from repro_check.run.options import RunOptions
+from repro_check.run.runner import Listener, RunResult, RunSpec, run_all
+
+TRACE_ROOT = ".repro-check"
+
+
+class NullListener:
+    """A listener that ignores everything (no progress display)."""
+
+    def run_started(self, index: int) -> None:
+        pass
+
+    def event(self, index: int, event: dict[str, Any]) -> None:
+        pass
+
+    def run_finished(self, result: RunResult) -> None:
+        pass
+
+
+class Feed:
+    """Passes run events to the streaming comparison and to the caller's listener.
+
+    ``add_step``, ``add_metrics`` and ``end`` are what a comparison of another shape (one per
+    rank, the golden's) overrides; the rest is shared.
+    """
+
+    def __init__(self, comparison: Any, listener: Listener | None = None) -> None:
+        self.comparison = comparison
+        self.listener = listener or NullListener()
+        self.uses_dataloader = False
+
+    def run_started(self, index: int) -> None:
+        self.listener.run_started(index)
+
+    def event(self, index: int, event: dict[str, Any]) -> None:
+        if "step" in event:
+            self.add_step(index, event)
+            self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
+        elif "metrics" in event:
+            self.add_metrics(index, event)
+        self.listener.event(index, event)
+
+    def run_finished(self, result: RunResult) -> None:
+        self.end(result)
+        self.listener.run_finished(result)
+
+    def add_step(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.add_step(index, event["step"], event["signals"])
+
+    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.set_metrics(index, event["metrics"])
+
+    def end(self, result: RunResult) -> None:
+        # a run that failed or was stopped by us is cut short: its missing steps are no divergence
+        cut_short = result.failed or result.status == "cancelled"
+        self.comparison.end(result.index, result.steps, complete=not cut_short)
+
+
+# ---- trace folders and parallelism -------------------------------------------------------------
+def make_trace_dir(trace_dir: str | os.PathLike[str] | None) -> Path:
+    """A fresh folder for this session's traces, so concurrent checks never share files.
+
+    The path is absolute, so the report stays usable from another working directory."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    prefix = f"{stamp}-{os.getpid()}-"
+    if trace_dir is None:
+        return _default_trace_dir(prefix).resolve()
+    root = Path(trace_dir)
+    if not root.is_dir():
+        _create_trace_root(root)
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=root)).resolve()
+    except OSError as e:
+        raise UsageError(f"--trace-dir folder {str(root)!r} is not writable: {e.strerror}") from None
+
+
+def _default_trace_dir(prefix: str) -> Path:
+    """Under ``.repro-check/runs`` (ignored by git), or the temporary folder in a read-only
+    checkout."""
+    try:
+        root = Path(TRACE_ROOT) / "runs"
+        root.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            with open(Path(TRACE_ROOT) / ".gitignore", "x") as fh:
+                fh.write("# created by repro-check\n*\n")
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    except OSError:
+        root = Path(tempfile.gettempdir()) / "repro-check" / "runs"
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+
+
+def _create_trace_root(root: Path) -> None:
+    parent = root.parent if str(root.parent) else Path(".")
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise UsageError(f"--trace-dir folder {str(parent)!r} {what}")
+    try:
+        root.mkdir()
+    except FileExistsError:
+        if not root.is_dir():
+            raise UsageError(f"--trace-dir {str(root)!r} is not a folder") from None
+    except OSError as e:
+        raise UsageError(f"cannot create --trace-dir {str(root)!r}: {e.strerror}") from None
+
+
+def default_jobs(runs: int, threads: int | None) -> int:
+    """As many runs at once as the CPUs hold at the fixed thread count."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(runs, cpus // max(1, threads or cpus)))
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM (a cancelled CI job) like Ctrl-C while runs go, so they are stopped and
+    their results kept."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+# ---- what the runs tell ------------------------------------------------------------------------
+def failure(results: Sequence[RunResult], result: Any) -> str | None:
+    """The error message for exit 3, or None."""
+    failed = [r for r in results if r.failed]
+    if failed:
+        return "; ".join(r.describe_failure() for r in failed)
+    if all(r.steps == 0 for r in results) and not any(result.metrics_of(r.index) for r in results):
+        return ("the target recorded no optimizer step, no backward call and no metric: nothing to "
+                "compare (return a metric from the function or call repro_check.log_metric)")
+    return None
+
+
+def merge_warnings(results: Sequence[RunResult]) -> list[str]:
+    """One line per distinct warning: prefixed with its runs unless every run gave it."""
+    by_text: dict[str, list[int]] = {}
+    for r in results:
+        for w in r.warnings:
+            runs = by_text.setdefault(w, [])
+            if r.index not in runs:
+                runs.append(r.index)
+    out = watch.cross_run_notes({r.index: r.overrides for r in results if r.overrides})
+    for text, runs in by_text.items():
+        if len(runs) == len(results) and len(results) > 1:
+            out.append(text)
+        else:
+            out.append(f"run{'s' if len(runs) > 1 else ''} {', '.join(map(str, runs))}: {text}")
+    return out
+
+
+# ---- the session -------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """What the runs of a session did."""
+
+    results: list[RunResult]
+    interrupted: bool
+    folder: Path
+
+
+class Session:
+    """Runs of one target under one set of options, compared as they go.
+
+    Creating it resolves the target (a :class:`TargetNotFound` is a usage error, exit 2) and
+    makes the trace folder; :meth:`run` starts the runs and feeds their events to ``feed``.
+    """
+
+    def __init__(self, options: RunOptions, *, runs: int | None = None,
+                 launcher: Any = None) -> None:
+        if not options.target:
+            raise UsageError("the following arguments are required: TARGET")
+        self.options = options
+        self.runs = options.runs if runs is None else runs
+        self.target = targets.parse(options.target)
+        targets.check(self.target)
+        self.launcher = launcher
+        self.folder = make_trace_dir(options.trace_dir)
+
+    def specs(self) -> list[RunSpec]:
+        o = self.options
+        return [
+            RunSpec(index=i, target=self.target, args=o.target_args, seed=o.run_seed,
+                    components=o.components, threads=o.run_threads, max_steps=o.max_steps,
+                    timeout=o.timeout, trace_path=self.folder / f"run-{i}.jsonl",
+                    launcher=self.launcher, warn_only=o.warn_only, probe_step=o.probe_step)
+            for i in range(1, self.runs + 1)
+        ]
+
+    def default_jobs(self, ranks_per_run: int = 1) -> int:
+        return default_jobs(self.runs, (self.options.run_threads or 1) * ranks_per_run
+                            if ranks_per_run > 1 else self.options.run_threads)
+
+    def run(self, feed: Any, jobs: int | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Outcome:
+        """Start the runs (``jobs`` at a time) and wait for them; Ctrl-C or SIGTERM stop them
+        and keep what they recorded (``interrupted``)."""
+        n_jobs = jobs or self.options.jobs or self.default_jobs()
+        interrupted = False
+        try:
+            with sigterm_as_interrupt():
+                results = run_all(self.specs(), feed, n_jobs,
+                                  should_stop=should_stop or (lambda: False))
+        except Interrupted as e:
+            interrupted, results = True, list(e.results)
+        except TargetNotFound:
+            shutil.rmtree(self.folder, ignore_errors=True)  # nothing ran: no traces to keep
+            raise
+        return Outcome(results, interrupted, self.folder)
