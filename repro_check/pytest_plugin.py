@@ -31,12 +31,35 @@ OPTIONS = ("seed", "runs", "max_steps", "args", "golden", "without", "no_seed", 
            "threads", "atol", "rtol", "ulps", "band_widen", "trace_dir", "fail_fast")
 
 
+#: seconds a run under the fixture or the marker may take unless told otherwise
+DEFAULT_TIMEOUT = 900.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("repro_check_timeout",
+                  "seconds each repro-check run of assert_reproducible or "
+                  f"@pytest.mark.{MARKER} may take (default {DEFAULT_TIMEOUT:g}; 0: no limit)",
+                  default=str(DEFAULT_TIMEOUT))
+
+
+def default_timeout(config: pytest.Config) -> float | None:
+    """The ``repro_check_timeout`` ini value (None for 0: no limit)."""
+    text = str(config.getini("repro_check_timeout")).strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"repro_check_timeout must be a number of seconds, got {text!r}")
+    if value != value or value < 0:
+        raise pytest.UsageError(f"repro_check_timeout must be >= 0, got {text!r}")
+    return value or None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(target=None, *, seed=0, runs=2, max_steps=None, args=(), golden=None): run "
-        "the test function (or TARGET) under repro-check and fail with the divergence report "
-        "when it is not reproducible",
+        f"{MARKER}(target=None, *, seed=0, runs=2, max_steps=None, args=(), golden=None, "
+        "timeout=repro_check_timeout): run the test function (or TARGET) under repro-check and "
+        "fail with the divergence report when it is not reproducible",
     )
 
 
@@ -91,6 +114,8 @@ def report_text(report: Report, width: int = 100) -> str:
 
 
 def _fail_unless_reproducible(report: Report) -> Report:
+    if report.interrupted:  # Ctrl-C stops the test session, as anywhere else in pytest
+        raise KeyboardInterrupt
     if report.exit_code != 0:
         pytest.fail(f"repro-check: {report.target} is not reproducible "
                     f"(exit {int(report.exit_code)})\n{report_text(report)}", pytrace=False)
@@ -98,14 +123,17 @@ def _fail_unless_reproducible(report: Report) -> Report:
 
 
 @pytest.fixture
-def assert_reproducible(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Report]:
+def assert_reproducible(request: pytest.FixtureRequest,
+                        tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Report]:
     """``assert_reproducible("train:main", seed=1, max_steps=20)``: fails the test with the
     divergence report unless every run agrees (or the run matches ``golden=``)."""
     folder = tmp_path_factory.mktemp("repro-check")
+    timeout = default_timeout(request.config)
 
     def check(target: str, **options: Any) -> Report:
         from repro_check.errors import ReproCheckError
 
+        options.setdefault("timeout", timeout)
         try:
             report = run_reproducibility(target, trace_dir=folder, **options)
         except ReproCheckError as e:
@@ -141,6 +169,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     from repro_check.errors import ReproCheckError
 
     folder = pyfuncitem.config._tmp_path_factory.mktemp("repro-check")  # type: ignore[attr-defined]
+    options.setdefault("timeout", default_timeout(pyfuncitem.config))
     try:
         report = run_reproducibility(str(target), trace_dir=folder, **options)
     except ReproCheckError as e:

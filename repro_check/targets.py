@@ -203,6 +203,14 @@ def check(target: Target) -> None:
         return
     assert target.module is not None
     spec = find_module(target.module, search_path(os.getcwd()))
+    if target.kind == "module" and spec.submodule_search_locations is not None:
+        main = importlib.machinery.PathFinder.find_spec(
+            "__main__", list(spec.submodule_search_locations))
+        if main is None:
+            raise TargetNotFound(f"{target.module!r} is a package without __main__.py, so it "
+                                 "cannot be run as a whole (give MODULE:FUNCTION, or one of "
+                                 "its modules)")
+        spec = main
     _check_syntax(spec.origin, f"module {target.module!r} ({spec.origin})")
     if target.kind == "module_function":
         _check_function(target, spec.origin, f"module {target.module!r}")
@@ -235,7 +243,7 @@ def _import_target_module(target: Target, name: str) -> Any:
         raise TargetNotFound(
             f"importing {name!r} failed: {type(e).__name__}: {e}", detail=target_traceback(e)
         ) from None
-    except (ImportError, SyntaxError) as e:
+    except Exception as e:  # noqa: BLE001 - the function never ran: its module cannot be imported
         raise TargetNotFound(
             f"importing {name!r} failed: {type(e).__name__}: {e}", detail=target_traceback(e)
         ) from None
@@ -252,7 +260,7 @@ def _load_file_module(path: str) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except (ImportError, SyntaxError) as e:
+    except Exception as e:  # noqa: BLE001 - the function never ran: its file cannot be imported
         raise TargetNotFound(
             f"importing {path} failed: {type(e).__name__}: {e}", detail=target_traceback(e)
         ) from None

@@ -31,6 +31,7 @@ from repro_check.cli.plan import (
 from repro_check.config import Config, TargetEntry, load
 from repro_check.errors import ExitCode, UsageError
 from repro_check.report.model import Report
+from repro_check.run import signals
 from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions
 from repro_check.trace.atomic import check_writable, write_text_atomic
 
@@ -48,6 +49,8 @@ def run_plan(ns: argparse.Namespace, cfg: Config, plan: Sequence[Planned], from_
     reports: list[Report] = []
     with in_folder(cfg.root if from_config else None) as moved:
         for i, (target, entry, extra) in enumerate(plan, 1):
+            if signals.stop_requested():
+                break  # a signal between two targets: report what was done
             announce(ns, len(plan) > 1, describe(target, extra))
             report = run_one(target, entry, extra)
             replay_from(report, moved)

@@ -9,15 +9,25 @@ import sys
 from collections.abc import Sequence
 
 from repro_check.errors import ExitCode, ReproCheckError, TargetNotFound
+from repro_check.report.text import visible
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     from repro_check.cli.commands import COMMANDS, check_command
+    from repro_check.run import signals
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in COMMANDS:
-        return COMMANDS[argv[0]](argv[1:])
-    return check_command(argv)
+    command = COMMANDS[argv.pop(0)] if argv and argv[0] in COMMANDS else check_command
+    with signals.DeferredSignals() as guard:
+        signals.ACTIVE.append(guard)
+        try:
+            code = command(argv)
+        finally:
+            signals.ACTIVE.remove(guard)
+    if guard.interrupted:
+        sys.stderr.write("repro-check: interrupted\n")
+        return ExitCode.INTERRUPTED
+    return code
 
 
 def console_main(argv: Sequence[str] | None = None) -> int:
@@ -28,11 +38,11 @@ def console_main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0) if isinstance(e.code, int) else 0
     except TargetNotFound as e:
         if e.detail:
-            sys.stderr.write(e.detail.rstrip() + "\n")
-        sys.stderr.write(f"repro-check: error: {e}\n")
+            sys.stderr.write(visible(e.detail.rstrip()) + "\n")
+        sys.stderr.write(f"repro-check: error: {visible(str(e))}\n")
         return int(e.exit_code)
     except ReproCheckError as e:
-        sys.stderr.write(f"repro-check: error: {e}\n")
+        sys.stderr.write(f"repro-check: error: {visible(str(e))}\n")
         return int(e.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("repro-check: interrupted\n")
@@ -43,7 +53,7 @@ def console_main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("REPRO_CHECK_DEBUG"):
             raise
         sys.stderr.write(
-            f"repro-check: internal error: {type(e).__name__}: {e} "
+            f"repro-check: internal error: {type(e).__name__}: {visible(str(e))} "
             "(set REPRO_CHECK_DEBUG=1 to see the traceback)\n"
         )
         return int(ExitCode.INTERNAL_ERROR)

@@ -31,9 +31,11 @@ def options_for(ns: argparse.Namespace, cfg: Config, target: str | None,
                 entry: TargetEntry | None, target_args: list[str] | None, *,
                 runs: int | None = None, **more: Any) -> RunOptions:
     """The run options of one target: flags over its config entry over the config table."""
+    # a flag beats the config: --seed over no-seed = true, --no-seed over seed = N
+    no_seed = bool(ns.no_seed or (ns.seed is None and cfg.get("no-seed", entry, False)))
     given = {
-        "seed": first(ns.seed, cfg.get("seed", entry)),
-        "no_seed": bool(ns.no_seed or cfg.get("no-seed", entry, False)),
+        "seed": ns.seed if ns.seed is not None or no_seed else cfg.get("seed", entry),
+        "no_seed": no_seed,
         "without": first(ns.without, cfg.get("without", entry)),
         "max_steps": first(ns.max_steps, cfg.get("max-steps", entry)),
         "timeout": first(ns.timeout, cfg.get("timeout", entry)),

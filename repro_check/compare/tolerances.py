@@ -53,6 +53,11 @@ def _name(name: str, where: str) -> str:
     if name == "metric:" or name.startswith(":") or any(c.isspace() for c in name):
         raise UsageError(f"{where}: invalid name {name!r} (a signal like loss, metric:NAME or "
                          "metric:*)")
+    if not name.startswith("metric:") and name not in SIGNALS:
+        close = difflib.get_close_matches(name, SIGNALS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"{where}: unknown signal {name!r}{hint}; a tolerance names one of "
+                         f"{', '.join(SIGNALS)}, metric:NAME or metric:*")
     return name
 
 

@@ -639,4 +639,6 @@ def summary(report: DoctorReport) -> Any:
 def print_summary(report: DoctorReport, console: Any = None) -> None:
     from repro_check.report.terminal import make_console
 
-    (console or make_console(file=sys.stdout)).print(summary(report))
+    from repro_check.report.text import Visible
+
+    (console or make_console(file=sys.stdout)).print(Visible(summary(report)))

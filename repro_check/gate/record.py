@@ -22,9 +22,9 @@ def record_golden(options: RunOptions, output: str | os.PathLike[str],
     ``verify`` accepts. Nothing is written when a run fails (exit 3) or the runs record different
     numbers of steps (exit 1). The report's exit code is 0 once the golden is written.
     """
+    session = Session(options)  # the target is resolved before the golden's folder is made
     make_parent(output)
     check_writable(output, "golden")
-    session = Session(options)
     comparison = Comparison(options.runs, Policy())
     outcome = session.run(Feed(comparison, listener))
     result = comparison.result()

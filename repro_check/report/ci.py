@@ -18,7 +18,7 @@ from typing import IO, Any
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
-from repro_check.report.text import value_text
+from repro_check.report.text import value_text, visible
 
 #: GitHub refuses a step summary file larger than this
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -34,7 +34,13 @@ def verdict(report: Report) -> str:
 
 
 def failure_message(report: Report) -> str | None:
-    """One line naming the first divergent step (None when the report passes)."""
+    """One line naming the first divergent step (None when the report passes), with the control
+    characters of anything that came from the target or a file made visible."""
+    text = _failure_text(report)
+    return None if text is None else visible(text)
+
+
+def _failure_text(report: Report) -> str | None:
     if report.exit_code == ExitCode.REPRODUCIBLE:
         return None
     if report.interrupted:
@@ -132,7 +138,7 @@ def annotation(report: Report, command: str) -> str | None:
     if message is None:
         return None
     if report.replay:
-        message += f"\nReplay: {report.replay}"
+        message += f"\nReplay: {visible(report.replay)}"
     props = [f"title={_escape_property(f'repro-check {command}')}"]
     path = report.target.rpartition(":")[0] if ".py:" in report.target else report.target
     if path.endswith(".py") and os.path.isfile(path) and not os.path.isabs(path):
@@ -142,7 +148,7 @@ def annotation(report: Report, command: str) -> str | None:
 
 def _md(text: Any) -> str:
     """Text for a Markdown table cell or inline code."""
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+    return visible(str(text)).replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
 def markdown(reports: Sequence[Report], command: str) -> str:
@@ -166,7 +172,7 @@ def markdown(reports: Sequence[Report], command: str) -> str:
             lines += ["", "Environment differences:", ""]
             lines += [f"- {_md(d.get('text'))}" for d in diffs]
         if r.replay:
-            lines += ["", "Replay:", "", "```sh", r.replay.replace("```", "'''"), "```"]
+            lines += ["", "Replay:", "", "```sh", visible(r.replay).replace("```", "'''"), "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from repro_check.report.terminal import make_console, summary
 from repro_check.report.model import Report
+from repro_check.report.text import Visible
 
 
 def ablation_table(rows: list[dict[str, Any]], max_steps: int | None) -> Table:
@@ -90,5 +91,5 @@ def diagnosis(report: Report) -> Group:
 
 def print_diagnosis(report: Report, console: Console | None = None) -> None:
     console = console or make_console()
-    console.print(summary(report))
-    console.print(diagnosis(report))
+    console.print(Visible(summary(report)))
+    console.print(Visible(diagnosis(report)))

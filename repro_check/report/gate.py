@@ -12,7 +12,7 @@ from rich.text import Text
 
 from repro_check.report.model import Report
 from repro_check.report.terminal import failure_parts, make_console, verdict
-from repro_check.report.text import diff_text, value_text
+from repro_check.report.text import Visible, diff_text, value_text
 
 
 def judged_text(judged: dict[str, int]) -> str:
@@ -155,4 +155,4 @@ def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:
-    (console or make_console()).print(summary(report), crop=False)
+    (console or make_console()).print(Visible(summary(report)), crop=False)

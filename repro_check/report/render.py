@@ -9,7 +9,14 @@ from repro_check.report.model import Report
 
 
 def summary(report: Report) -> Any:
-    """The report as rich renderables (print with ``crop=False``)."""
+    """The report as rich renderables (print with ``crop=False``), with every control character
+    that came from a target or a file made visible."""
+    from repro_check.report.text import Visible
+
+    return Visible(_layout(report))
+
+
+def _layout(report: Report) -> Any:
     if report.gate is not None:
         from repro_check.report import gate
 

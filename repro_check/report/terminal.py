@@ -18,7 +18,7 @@ from rich.text import Text
 
 from repro_check.trace import values
 from repro_check.report.model import Report
-from repro_check.report.text import diff_text, failure_output, value_text, verdict_style
+from repro_check.report.text import Visible, diff_text, failure_output, value_text, verdict_style
 from repro_check.run.runner import RunResult
 
 
@@ -369,7 +369,7 @@ def rank_value_parts(report: Report) -> list[Any]:
 
 def print_summary(report: Report, console: Console | None = None) -> None:
     """Print the summary; not cropped, so the replay command stays one line however long."""
-    (console or make_console()).print(summary(report), crop=False)
+    (console or make_console()).print(Visible(summary(report)), crop=False)
 
 
 class _StepsColumn(rp.ProgressColumn):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
 from repro_check.report.model import Report
 from repro_check.run.runner import RunResult
 from repro_check.trace import values
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
 
 #: rich style of each verdict tone
 TONE_STYLE = {"good": "bold green", "bad": "bold red", "warn": "bold yellow"}
@@ -34,3 +38,36 @@ def failure_output(r: RunResult, lines: int = 30, chars: int = 6000) -> str:
     if r.error and r.error.get("traceback"):
         return str(r.error["traceback"]).rstrip()[-chars:]
     return "\n".join(r.output_tail.rstrip().splitlines()[-lines:])[-chars:]
+
+
+#: characters a terminal would act on: C0 controls but newline and tab, DEL, C1 controls, and
+#: the bidirectional overrides that reorder what is shown
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character written out (``\\x1b``), so that text that came
+    from a target or a file can move no cursor, set no title and open no hyperlink."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+class Visible:
+    """A renderable that shows ``inner`` with the control characters of its text made visible;
+    rich's own styling (its control segments and styles) passes untouched."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for seg in console.render(self.inner, options):
+            if seg.control or not _CONTROL.search(seg.text):
+                yield seg
+            else:
+                from rich.segment import Segment
+
+                yield Segment(visible(seg.text), seg.style, seg.control)

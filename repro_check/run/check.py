@@ -6,6 +6,7 @@ from typing import Any
 
 from repro_check.compare import cause
 from repro_check.compare.steps import Comparison
+from repro_check.errors import UsageError
 from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
@@ -21,6 +22,9 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
     for bad options or a TARGET that cannot be resolved; a target that fails is reported
     (``report.error``, exit 3), not raised.
     """
+    if options.runs < 2:
+        raise UsageError(f"a check compares runs: --runs must be at least 2, got {options.runs} "
+                         "(record makes one run; verify compares one run with a golden)")
     policy = options.policy()
     dist = None
     if options.distributed is not None:

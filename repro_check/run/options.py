@@ -78,7 +78,7 @@ class RunOptions:
             _whole("probe step", self.probe_step, 1)
         if self.timeout is not None:
             if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
-                    or math.isnan(self.timeout) or self.timeout <= 0:
+                    or not math.isfinite(self.timeout) or self.timeout <= 0:
                 raise UsageError(f"--timeout must be a positive number of seconds, got "
                                  f"{self.timeout}")
         if self.threads is not None:
@@ -89,6 +89,9 @@ class RunOptions:
             if isinstance(self.seed, bool) or not isinstance(self.seed, int):
                 raise UsageError(f"--seed must be a whole number, got {self.seed!r}")
             seeding.check_seed(self.seed)
+            if self.no_seed:
+                raise UsageError(f"--no-seed runs without any seed, but --seed {self.seed} was "
+                                 "given too: keep one of them")
         if self.args is not None and not all(isinstance(a, str) for a in self.args):
             raise UsageError("the target's arguments must be strings")
         seeding.select_components(self.without or ())  # unknown names: one clear line
@@ -140,10 +143,11 @@ class RunOptions:
         else:
             no_seed = not recorded.components
             without = tuple(c for c in seeding.COMPONENTS if c not in recorded.components)
+        seed = self.seed if self.seed is not None else recorded.seed
         return self.replace(
             target=self.target or recorded.target,
             args=self.args if self.args is not None else tuple(recorded.args),
-            seed=self.seed if self.seed is not None else recorded.seed,
+            seed=None if no_seed else seed,
             no_seed=no_seed,
             without=without,
             threads=self.threads if self.threads is not None else recorded.threads,

@@ -212,7 +212,7 @@ def run_environment(spec: RunSpec, config: dict[str, Any]) -> dict[str, str]:
     env["REPRO_CHECK_RUN"] = json.dumps(config)
     env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
     env["PYTHONUNBUFFERED"] = "1"
-    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    pkg_parent = str(Path(__file__).resolve().parents[2])  # the folder that holds repro_check/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), pkg_parent) if p)
     return env
 

@@ -23,6 +23,7 @@ from typing import Any
 from repro_check import targets
 from repro_check.child import watch
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
+from repro_check.run import signals
 from repro_check.run.options import RunOptions
 from repro_check.run.runner import Listener, RunResult, RunSpec, run_all
 
@@ -228,6 +229,8 @@ class Session:
             should_stop: Callable[[], bool] | None = None) -> Outcome:
         """Start the runs (``jobs`` at a time) and wait for them; Ctrl-C or SIGTERM stop them
         and keep what they recorded (``interrupted``)."""
+        if signals.stop_requested():  # a signal came before the runs: start none
+            return Outcome([], True, self.folder)
         n_jobs = jobs or self.options.jobs or self.default_jobs()
         interrupted = False
         try:
