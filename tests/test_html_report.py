@@ -16,7 +16,7 @@ import pytest
 
 from repro_check.trace import values
 from repro_check.compare.steps import compare_traces
-from repro_check.report.html import MARKER_COLOR, RUN_COLORS, Thinned, read_curve, write_html
+from repro_check.report.html import MARKER_COLOR, RUN_COLORS, read_curve, write_html
 from repro_check.report.model import Report, replay_command
 from repro_check.run.runner import RunResult
 from repro_check.child.seeding import COMPONENTS
@@ -153,16 +153,6 @@ def test_written_atomically_and_readable(pages: dict[str, Path], tmp_path: Path)
 
 
 # ---- loss curves from traces -------------------------------------------------------------------
-def test_thinned_keeps_a_bounded_evenly_spaced_sample_with_the_ends() -> None:
-    thin = Thinned(cap=100)
-    for s in range(1, 10_001):
-        thin.add(s, float(s))
-    pts = thin.values()
-    assert len(pts) <= 101 and pts[0] == (1, 1.0) and pts[-1] == (10_000, 10_000.0)
-    gaps = {b[0] - a[0] for a, b in zip(pts[:-2], pts[1:-1])}
-    assert len(gaps) == 1  # one stride
-
-
 def test_curve_read_back_from_a_long_trace_is_thinned(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "long.jsonl", 1, losses(20_000), 0.9)
     pts = read_curve(path, cap=500)

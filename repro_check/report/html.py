@@ -24,6 +24,7 @@ from typing import Any
 from repro_check.trace import values
 from repro_check import __version__
 from repro_check.trace.atomic import write_text_atomic
+from repro_check.compare.series import Thinned
 from repro_check.compare.steps import spread_of
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
@@ -48,33 +49,6 @@ def require_matplotlib() -> None:
             "--report needs matplotlib, which is not installed "
             "(pip install 'repro-check[report]')"
         ) from None
-
-
-class Thinned:
-    """At most ``cap`` (step, value) points of a stream of unknown length: every ``stride``-th
-    point is kept, and the stride doubles (dropping every other point) when the cap is hit."""
-
-    def __init__(self, cap: int = MAX_POINTS) -> None:
-        self.cap = max(2, cap)
-        self.stride = 1
-        self.seen = 0
-        self.points: list[tuple[int, float]] = []
-        self.last: tuple[int, float] | None = None
-
-    def add(self, step: int, value: float) -> None:
-        self.last = (step, value)
-        if self.seen % self.stride == 0:
-            self.points.append((step, value))
-            if len(self.points) >= self.cap:
-                self.points = self.points[::2]
-                self.stride *= 2
-        self.seen += 1
-
-    def values(self) -> list[tuple[int, float]]:
-        """The kept points, always ending with the last one seen."""
-        if self.last is not None and (not self.points or self.points[-1] != self.last):
-            return self.points + [self.last]
-        return list(self.points)
 
 
 def read_curve(path: str | os.PathLike[str], signal: str = "loss",
