@@ -4,7 +4,8 @@ Nothing here imports or runs the code it reads. Names are followed as far as a r
 file could follow them: imports and their aliases, assignments in the enclosing scopes, function
 defaults, ``argparse`` defaults, keys of dict literals. What cannot be known statically (a value
 from a config file, a command-line option without a default) is not reported, so a finding is
-something the file itself says. The codes and their texts live in :mod:`repro_check.doctor.checkup`.
+something the file itself says. The codes and their texts live in
+:mod:`repro_check.doctor.codes`.
 """
 
 from __future__ import annotations
