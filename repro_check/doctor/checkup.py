@@ -18,7 +18,6 @@ import ast
 import io
 import json
 import os
-import platform
 import re
 import sys
 import sysconfig
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check import config, targets
+from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
 from repro_check.doctor.codes import CODES, parse_codes
 from repro_check.doctor.scan import Hit, scan_tree
@@ -38,11 +38,6 @@ from repro_check.doctor.scan import Hit, scan_tree
 IGNORE_COMMENT = re.compile(r"\brepro-check:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?",
                             re.IGNORECASE)
 ALL = "*"
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "OMP_DYNAMIC", "MKL_DYNAMIC")
-DETERMINISM_VARIABLES = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES",
-                         "CUDA_LAUNCH_BLOCKING")
 
 
 @dataclass(frozen=True)
@@ -229,65 +224,34 @@ def target_files(target: targets.Target) -> tuple[list[Path], list[dict[str, str
 
 def environment() -> dict[str, Any]:
     """Versions, devices, threads, the variables that set them and the determinism flags."""
+    facts = collect()
     env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "executable": sys.executable,
-        "platform": platform.platform(),
-        "hash_randomization": bool(sys.flags.hash_randomization),
+        "python": facts.python,
+        "implementation": facts.implementation,
+        "executable": facts.executable,
+        "platform": facts.platform,
+        "hash_randomization": facts.hash_randomization,
+        "numpy": facts.numpy,
+        "cpus": {"count": facts.cpu_count, "usable": facts.usable_cpus},
+        "variables": dict(facts.variables),
     }
-    try:
-        import numpy
-
-        env["numpy"] = numpy.__version__
-    except Exception:  # noqa: BLE001 - a broken install is reported as missing
-        env["numpy"] = None
-    cpus = os.cpu_count()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
-    env["cpus"] = {"count": cpus, "usable": usable}
-    env["variables"] = {name: os.environ.get(name)
-                        for name in (*THREAD_VARIABLES, *DETERMINISM_VARIABLES)}
-    try:
-        import torch
-    except Exception:  # noqa: BLE001 - torch missing or broken: the scan still works
+    if facts.torch is None:  # the scan still works
         env.update(torch=None, cuda=None, cudnn=None, devices=[], threads=None, flags=None)
         return env
-    env["torch"] = torch.__version__
-    env["cuda"] = torch.version.cuda
-    env["cudnn"] = _quiet(lambda: torch.backends.cudnn.version())
-    env["cuda_available"] = bool(_quiet(torch.cuda.is_available))
-    devices: list[dict[str, Any]] = []
-    if env["cuda_available"]:
-        for i in range(_quiet(torch.cuda.device_count) or 0):
-            capability = _quiet(lambda: torch.cuda.get_device_capability(i))
-            devices.append({"index": i, "type": "cuda",
-                            "name": _quiet(lambda: torch.cuda.get_device_name(i)),
-                            "capability": "{}.{}".format(*capability) if capability else None})
-    if bool(_quiet(lambda: torch.backends.mps.is_available())):
+    env["torch"] = facts.torch
+    env["cuda"] = facts.cuda
+    env["cudnn"] = facts.cudnn
+    env["cuda_available"] = facts.cuda_available
+    devices: list[dict[str, Any]] = [
+        {"index": i, "type": "cuda", "name": name, "capability": capability}
+        for i, (name, capability) in enumerate(facts.cuda_devices)]
+    if facts.mps_available:
         devices.append({"index": 0, "type": "mps", "name": "Apple MPS"})
-    devices.append({"type": "cpu", "name": platform.processor() or platform.machine()})
+    devices.append({"type": "cpu", "name": facts.processor})
     env["devices"] = devices
-    env["threads"] = {"intra_op": torch.get_num_threads(),
-                      "inter_op": torch.get_num_interop_threads()}
-    env["flags"] = {
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-        "cudnn_enabled": bool(torch.backends.cudnn.enabled),
-        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-        "cuda_matmul_allow_tf32": _quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
-        "cudnn_allow_tf32": _quiet(lambda: bool(torch.backends.cudnn.allow_tf32)),
-        "float32_matmul_precision": _quiet(torch.get_float32_matmul_precision),
-    }
+    env["threads"] = {"intra_op": facts.threads, "inter_op": facts.interop_threads}
+    env["flags"] = dict(facts.flags)
     return env
-
-
-def _quiet(fn: Any) -> Any:
-    """A value that some builds cannot give (no CUDA libraries): None instead of an error."""
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def notes(env: dict[str, Any]) -> dict[str, str]:
