@@ -128,6 +128,15 @@ def test_page_shows_verdict_divergence_groups_metrics_environment(pages: dict[st
     assert '<tr class="first"><td>120</td>' in html
 
 
+def test_sections_in_page_order(pages: dict[str, Path]) -> None:
+    headings = re.findall(r"<h2>([^<]+)</h2>", pages["divergent"].read_text(encoding="utf-8"))
+    assert headings == ["Diagnosis", "Loss per step", "Difference per step",
+                        "Steps around the first divergence (loss)", "Runs that agree", "Metrics",
+                        "Replay", "Runs", "Environment"]
+    same = re.findall(r"<h2>([^<]+)</h2>", pages["same"].read_text(encoding="utf-8"))
+    assert same == ["Loss per step", "Difference per step", "Metrics", "Runs", "Environment"]
+
+
 def test_diagnosis_shown_when_there_is_one(pages: dict[str, Path]) -> None:
     html = pages["divergent"].read_text(encoding="utf-8")
     diagnosis = html.split('id="diagnosis">')[1].split("</div>")[0]
