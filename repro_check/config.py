@@ -1,9 +1,11 @@
 """``[tool.repro-check]`` in pyproject.toml: the project's targets, seed, runs, tolerances and
 golden paths, so CI runs ``repro-check verify`` with no arguments.
 
-The file is the first pyproject.toml found from the current folder upward (or ``--config``).
-Paths in it are relative to its folder. Command-line flags override it; every bad value is a
-:class:`UsageError` of one line (exit 2). The keys are documented in docs/configuration.md.
+The file is the first pyproject.toml found from the current folder upward (or ``--config``);
+``doctor`` reads the nearest one that has the table, for its ``[tool.repro-check.doctor]``
+sub-table. Paths in it are relative to its folder. Command-line flags override it; every bad value
+is a :class:`UsageError` of one line (exit 2). The keys are documented in docs/configuration.md
+and docs/doctor-codes.md.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 from repro_check.child import seeding
 from repro_check.errors import UsageError
 from repro_check.compare.tolerances import ToleranceOptions, parse_config
+from repro_check.doctor.codes import parse_codes
 
 SECTION = "repro-check"
 FILENAME = "pyproject.toml"
@@ -102,6 +105,7 @@ KEYS: dict[str, Any] = {
     "rtol": None,
     "ulps": None,
     "targets": None,
+    "doctor": None,
 }
 TARGET_KEYS = ("target", "golden", *RUN_KEYS)
 
@@ -123,6 +127,8 @@ class Config:
     values: dict[str, Any] = field(default_factory=dict)
     targets: list[TargetEntry] = field(default_factory=list)
     tolerances: ToleranceOptions = field(default_factory=ToleranceOptions)
+    #: ``[tool.repro-check.doctor] ignore``: the codes ``doctor`` silences for the project
+    doctor_ignore: frozenset[str] = frozenset()
 
     @property
     def root(self) -> Path | None:
@@ -161,14 +167,18 @@ def slug(target: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", target).strip("-.") or "target"
 
 
-def find(start: Path | None = None) -> Path | None:
-    """The nearest pyproject.toml from ``start`` (the current folder) upward."""
+def candidates(start: Path | None = None) -> Iterator[Path]:
+    """Every pyproject.toml from ``start`` (the current folder) upward, nearest first."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / FILENAME
         if candidate.is_file():
-            return candidate
-    return None
+            yield candidate
+
+
+def find(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml from ``start`` (the current folder) upward."""
+    return next(candidates(start), None)
 
 
 def _toml_loads(text: str, path: Path) -> dict[str, Any]:
@@ -226,6 +236,8 @@ def parse(table: Mapping[str, Any], path: Path) -> Config:
             setattr(cfg.tolerances, key, parsed)
         elif key == "targets":
             cfg.targets = _targets(value, path)
+        elif key == "doctor":
+            cfg.doctor_ignore = _doctor(value, path)
         elif key == "band-widen":
             cfg.tolerances.band_widen = _check(path, key, value)
         elif key == "band":
@@ -275,26 +287,52 @@ def _targets(value: Any, path: Path) -> list[TargetEntry]:
     return out
 
 
-def load(path: str | Path | None = None, start: Path | None = None) -> Config:
-    """The configuration in ``path`` (or the nearest pyproject.toml); empty when there is none."""
-    if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise UsageError(f"--config {str(file)!r}: no such file")
-    else:
-        found = find(start)
-        if found is None:
-            return Config()
-        file = found
+def _doctor(value: Any, path: Path) -> frozenset[str]:
+    """``[tool.repro-check.doctor]``: only ``ignore``, a list of known codes."""
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{path}: tool.{SECTION}.doctor must be a table")
+    unknown = sorted(set(value) - {"ignore"})
+    if unknown:
+        raise UsageError(f"{path}: unknown key {unknown[0]!r} in [tool.{SECTION}.doctor] "
+                         "(known: ignore)")
+    ignore = value.get("ignore", [])
+    if not isinstance(ignore, list):
+        raise UsageError(f"{path}: tool.{SECTION}.doctor.ignore must be a list of codes, "
+                         f"got {ignore!r}")
+    return parse_codes(ignore, f"{path}: tool.{SECTION}.doctor.ignore")
+
+
+def read_table(file: Path) -> Any:
+    """The ``[tool.repro-check]`` value of a pyproject.toml as written; None when it has none."""
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{file}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    if f"[tool.{SECTION}" not in text and f'"{SECTION}"' not in text:
-        return Config(path=file.resolve())
+    if SECTION not in text:  # no need to parse it
+        return None
     data = _toml_loads(text, file)
     tool = data.get("tool", {})
-    table = tool.get(SECTION) if isinstance(tool, Mapping) else None
-    if table is None:
-        return Config(path=file.resolve())
-    return parse(table, file.resolve())
+    return tool.get(SECTION) if isinstance(tool, Mapping) else None
+
+
+def load(path: str | Path | None = None, start: Path | None = None, *,
+         with_table: bool = False) -> Config:
+    """The configuration in ``path`` (or the nearest pyproject.toml); empty when there is none.
+
+    ``with_table`` passes over pyproject.toml files without a ``[tool.repro-check]`` table to the
+    nearest that has one (how ``doctor`` finds its settings).
+    """
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise UsageError(f"--config {str(file)!r}: no such file")
+        found: Iterator[Path] = iter([file])
+    else:
+        found = candidates(start)
+    for file in found:
+        table = read_table(file)
+        if table is not None:
+            return parse(table, file.resolve())
+        if not with_table:
+            return Config(path=file.resolve())
+    return Config()

@@ -94,6 +94,11 @@ def test_slug() -> None:
     ("targets = [{ target = 't:main', golde = 'g.json' }]", "unknown key targets[0].'golde'"),
     ("targets = ['a:main', 'a:main']", "each target may be listed once"),
     ("seed = ", "invalid TOML"),
+    ("doctor = 3", "tool.repro-check.doctor must be a table"),
+    ("doctor.ignored = []", "unknown key 'ignored' in [tool.repro-check.doctor] (known: ignore)"),
+    ("doctor.ignore = 'RC101'", "tool.repro-check.doctor.ignore must be a list of codes, got 'RC101'"),
+    ("doctor.ignore = ['101']", "doctor.ignore: unknown code '101' (did you mean 'RC101'?)"),
+    ("doctor.ignore = [1]", 'doctor.ignore: expected codes like "RC101", got 1'),
 ])
 def test_a_bad_value_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     project(tmp_path, f"[tool.repro-check]\n{text}\n")
@@ -150,3 +155,21 @@ def test_flags_override_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert o.seed == 9 and o.max_steps == 5 and o.threads == 2
     assert o.args == ("--steps", "5") and o.without == ("cudnn",)
     assert options_for(ns, cfg, "tiny.py:main", entry, ["--lr", "1"]).args == ("--lr", "1")
+
+
+def test_the_doctor_table_is_read_with_the_rest(tmp_path: Path) -> None:
+    cfg = load(start=project(tmp_path, '[tool.repro-check]\nseed = 3\n\n'
+                                       '[tool.repro-check.doctor]\nignore = ["rc107", "RC113"]\n'))
+    assert cfg.values["seed"] == 3 and cfg.doctor_ignore == {"RC107", "RC113"}
+    assert load(start=project(tmp_path, '[tool.repro-check]\nseed = 3\n')).doctor_ignore == set()
+
+
+def test_with_table_passes_over_files_without_one(tmp_path: Path) -> None:
+    root = project(tmp_path, '[tool]\nrepro-check.doctor.ignore = ["RC107"]\n')
+    sub = root / "sub"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_text('[project]\nname = "sub"\n')
+    assert load(start=sub).path == (sub / "pyproject.toml").resolve()
+    assert load(start=sub).doctor_ignore == set()
+    cfg = load(start=sub, with_table=True)
+    assert cfg.path == (root / "pyproject.toml").resolve() and cfg.doctor_ignore == {"RC107"}

@@ -165,7 +165,8 @@ def test_unknown_code_in_a_comment_is_a_warning(elsewhere):
     ('[tool.repro-check.doctor]\nignore = "RC101"\n', "must be a list of codes"),
     ('[tool.repro-check.doctor]\nignored = ["RC101"]\n', "unknown key 'ignored'"),
     ('[tool.repro-check]\ndoctor = 3\n', "must be a table"),
-    ('[tool.repro-check.doctor\nignore = 1\n', "not valid TOML"),
+    ('[tool.repro-check.doctor\nignore = 1\n', "invalid TOML"),
+    ('[tool.repro-check]\nseed = -1\n', "seed: expected a whole number"),  # the whole table
 ])
 def test_bad_config_is_one_line_and_exit_2(toml, message, elsewhere, capsys):
     (elsewhere / "pyproject.toml").write_text(toml)

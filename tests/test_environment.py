@@ -40,3 +40,55 @@ def test_run_settings_join_the_header_and_the_fingerprint() -> None:
     other = run_settings({**header, "args": []})
     assert [d.describe() for d in differences(env, other)] == [
         "golden recorded with target arguments --lr 0.1, this run none"]
+
+
+#: the keys of a trace header's ``environment``, in order: the trace format is public
+HEADER_KEYS = [
+    "python", "numpy", "torch", "torch_git", "cuda", "platform", "machine", "cpu_capability",
+    "threads", "interop_threads", "hash_randomization", "PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "deterministic_algorithms",
+    "cudnn_benchmark", "cudnn_deterministic", "cudnn", "device", "device_name", "device_count",
+    "device_capability", "fingerprints", "seed", "seed_components", "target_sha256",
+]
+
+
+def fake_cuda(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: f"GPU {i}")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, i))
+
+
+def test_fingerprint_keys_keep_the_trace_format() -> None:
+    assert list(fingerprint()) == HEADER_KEYS
+    env = fingerprint()
+    assert env["device"] == "cpu" and env["device_count"] == 0 and env["device_capability"] is None
+
+
+def test_fingerprint_of_cuda_devices(monkeypatch) -> None:
+    fake_cuda(monkeypatch)
+    env = fingerprint()
+    assert list(env) == HEADER_KEYS
+    assert (env["device"], env["device_name"], env["device_count"], env["device_capability"]) \
+        == ("cuda", "GPU 0", 2, "9.0")
+
+
+def test_doctor_shows_what_the_fingerprint_records(monkeypatch) -> None:
+    from repro_check.doctor.checkup import environment as doctor_environment
+
+    fake_cuda(monkeypatch)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    facts = environment.collect()
+    env, shown = fingerprint(), doctor_environment()
+    assert [d["name"] for d in shown["devices"]] == ["GPU 0", "GPU 1", facts.processor]
+    assert [d.get("capability") for d in shown["devices"][:2]] == ["9.0", "9.1"]
+    for key in ("python", "torch", "cuda", "cudnn", "numpy", "platform", "hash_randomization"):
+        assert shown[key] == env[key], key
+    for name in environment.ENV_VARS:
+        assert shown["variables"][name] == env[name], name
+    assert shown["variables"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert shown["threads"] == {"intra_op": env["threads"], "inter_op": env["interop_threads"]}
+    for flag in ("deterministic_algorithms", "cudnn_benchmark", "cudnn_deterministic"):
+        assert shown["flags"][flag] == env[flag], flag
+    assert list(shown["variables"]) == [*environment.THREAD_VARIABLES,
+                                        *environment.DETERMINISM_VARIABLES]

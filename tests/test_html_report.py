@@ -16,7 +16,7 @@ import pytest
 
 from repro_check.trace import values
 from repro_check.compare.steps import compare_traces
-from repro_check.report.html import MARKER_COLOR, RUN_COLORS, Thinned, read_curve, write_html
+from repro_check.report.html import MARKER_COLOR, RUN_COLORS, read_curve, write_html
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
@@ -130,6 +130,15 @@ def test_page_shows_verdict_divergence_groups_metrics_environment(pages: dict[st
     assert '<tr class="first"><td>120</td>' in html
 
 
+def test_sections_in_page_order(pages: dict[str, Path]) -> None:
+    headings = re.findall(r"<h2>([^<]+)</h2>", pages["divergent"].read_text(encoding="utf-8"))
+    assert headings == ["Diagnosis", "Loss per step", "Difference per step",
+                        "Steps around the first divergence (loss)", "Runs that agree", "Metrics",
+                        "Replay", "Runs", "Environment"]
+    same = re.findall(r"<h2>([^<]+)</h2>", pages["same"].read_text(encoding="utf-8"))
+    assert same == ["Loss per step", "Difference per step", "Metrics", "Runs", "Environment"]
+
+
 def test_diagnosis_shown_when_there_is_one(pages: dict[str, Path]) -> None:
     html = pages["divergent"].read_text(encoding="utf-8")
     diagnosis = html.split('id="diagnosis">')[1].split("</div>")[0]
@@ -156,16 +165,6 @@ def test_written_atomically_and_readable(pages: dict[str, Path], tmp_path: Path)
 
 
 # ---- loss curves from traces -------------------------------------------------------------------
-def test_thinned_keeps_a_bounded_evenly_spaced_sample_with_the_ends() -> None:
-    thin = Thinned(cap=100)
-    for s in range(1, 10_001):
-        thin.add(s, float(s))
-    pts = thin.values()
-    assert len(pts) <= 101 and pts[0] == (1, 1.0) and pts[-1] == (10_000, 10_000.0)
-    gaps = {b[0] - a[0] for a, b in zip(pts[:-2], pts[1:-1])}
-    assert len(gaps) == 1  # one stride
-
-
 def test_curve_read_back_from_a_long_trace_is_thinned(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "long.jsonl", 1, losses(20_000), 0.9)
     pts = read_curve(path, cap=500)

@@ -119,3 +119,22 @@ def test_comment_on_any_line_of_a_multiline_call_silences_it():
         s = "# repro-check: ignore"; torch.seed()
     """
     assert codes(src) == [(6, "RC101"), (9, "RC105")]
+
+
+def test_one_finding_per_code_and_line_named_by_the_first_rule():
+    src = """
+        import os, time, torch
+        seed = torch.manual_seed(int(time.time()))
+        torch.backends.cudnn.benchmark = torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.deterministic = flag = False
+        key = os.urandom(8); torch.manual_seed(os.urandom(4)[0])
+    """
+    found = [(f.line, f.code, f.message) for f in scan_source(textwrap.dedent(src))]
+    assert found == [
+        (3, "RC104", "seed is taken from time.time()"),
+        (4, "RC102", "torch.backends.cudnn.benchmark = True lets cuDNN pick kernels by timing them"),
+        (5, "RC103", "torch.backends.cudnn.deterministic = False allows nondeterministic cuDNN "
+                     "kernels"),
+        (6, "RC104", "torch.manual_seed(os.urandom(4)[0]) seeds from os.urandom()"),
+        (6, "RC111", "os.urandom() draws from the operating system's entropy"),
+    ]

@@ -1,8 +1,10 @@
 """What a run's result can depend on besides the code: versions, devices, threads, flags.
 
-:func:`fingerprint` is recorded in every trace header (inside the run, after seeding);
-:func:`differences` lists what differs between two of them, so ``verify`` and ``diff`` can say
-"golden recorded with torch 2.13.0, this run 2.14.1" when a divergence comes with a change.
+:func:`collect` reads them once, for both of their readers: :func:`fingerprint`, recorded in
+every trace header (inside the run, after seeding), and ``repro-check doctor``'s environment
+table. :func:`differences` lists what differs between two fingerprints, so ``verify`` and
+``diff`` can say "golden recorded with torch 2.13.0, this run 2.14.1" when a divergence comes
+with a change.
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ import os
 import platform
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-#: environment variables read by PyTorch or its math libraries that change result bits
+#: environment variables that set the thread counts of PyTorch's math libraries
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "OMP_DYNAMIC", "MKL_DYNAMIC")
+#: other environment variables that change result bits, or where and how kernels run
+DETERMINISM_VARIABLES = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES",
+                         "CUDA_LAUNCH_BLOCKING")
+#: the variables every trace header records (the trace format is public: these stay as they are)
 ENV_VARS = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "CUDA_VISIBLE_DEVICES")
 
@@ -49,33 +57,111 @@ LABELS = {
 }
 
 
-def _versions() -> dict[str, Any]:
-    out: dict[str, Any] = {"python": platform.python_version()}
+@dataclass
+class Facts:
+    """The environment of this process as :func:`collect` read it; None where it cannot be read
+    (torch missing, a build without CUDA libraries)."""
+
+    python: str
+    implementation: str
+    executable: str
+    platform: str
+    machine: str
+    #: the CPU's name: ``platform.processor()``, else the machine
+    processor: str
+    hash_randomization: bool
+    numpy: str | None
+    cpu_count: int | None
+    usable_cpus: int | None
+    #: every variable of THREAD_VARIABLES and DETERMINISM_VARIABLES, in that order (None: unset)
+    variables: dict[str, str | None]
+    torch: str | None = None
+    torch_git: str | None = None
+    cuda: str | None = None
+    cudnn: int | None = None
+    #: the vector instruction set torch picked (AVX2, AVX512...): kernels, hence bits, differ
+    cpu_capability: str | None = None
+    cuda_available: bool = False
+    #: (name, compute capability such as "9.0") of every visible CUDA device
+    cuda_devices: list[tuple[str | None, str | None]] = field(default_factory=list)
+    mps_available: bool = False
+    threads: int | None = None
+    interop_threads: int | None = None
+    #: the determinism switches, by the names doctor shows them under
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+def _quiet(fn: Callable[[], Any]) -> Any:
+    """A value that some builds cannot give (no CUDA libraries): None instead of an error."""
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _numpy_version() -> str | None:
     try:
         import numpy
 
-        out["numpy"] = numpy.__version__
-    except ImportError:
-        out["numpy"] = None
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-        out["torch_git"] = getattr(torch.version, "git_version", None)
-        out["cuda"] = torch.version.cuda
-    except ImportError:
-        out["torch"] = None
-    return out
-
-
-def _cpu_capability() -> str | None:
-    """The vector instruction set torch picked (AVX2, AVX512...): kernels, hence bits, differ."""
-    try:
-        import torch
-
-        return str(torch.backends.cpu.get_cpu_capability())
-    except (ImportError, AttributeError, RuntimeError):
+        return numpy.__version__  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - a broken install is reported as missing
         return None
+
+
+def _capability(torch: Any, index: int) -> str | None:
+    capability = _quiet(lambda: torch.cuda.get_device_capability(index))
+    return ".".join(map(str, capability)) if capability else None
+
+
+def collect() -> Facts:
+    """Versions, devices, threads, the variables that set them and the determinism flags.
+
+    Works without torch (doctor's environment table then says so); reads nothing that changes
+    the process's random state.
+    """
+    facts = Facts(
+        python=platform.python_version(),
+        implementation=platform.python_implementation(),
+        executable=sys.executable,
+        platform=platform.platform(),
+        machine=platform.machine(),
+        processor=platform.processor() or platform.machine(),
+        hash_randomization=bool(sys.flags.hash_randomization),
+        numpy=_numpy_version(),
+        cpu_count=os.cpu_count(),
+        usable_cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        variables={name: os.environ.get(name)
+                   for name in (*THREAD_VARIABLES, *DETERMINISM_VARIABLES)},
+    )
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - torch missing or broken
+        return facts
+    cudnn = torch.backends.cudnn
+    facts.torch = torch.__version__
+    facts.torch_git = getattr(torch.version, "git_version", None)
+    facts.cuda = torch.version.cuda
+    facts.cudnn = _quiet(lambda: cudnn.version() if cudnn.is_available() else None)
+    facts.cpu_capability = _quiet(lambda: str(torch.backends.cpu.get_cpu_capability()))
+    facts.cuda_available = bool(_quiet(torch.cuda.is_available))
+    if facts.cuda_available:
+        facts.cuda_devices = [(_quiet(lambda: torch.cuda.get_device_name(i)), _capability(torch, i))
+                              for i in range(_quiet(torch.cuda.device_count) or 0)]
+    facts.mps_available = bool(_quiet(lambda: torch.backends.mps.is_available()))
+    facts.threads = torch.get_num_threads()
+    facts.interop_threads = torch.get_num_interop_threads()
+    facts.flags = {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_enabled": bool(cudnn.enabled),
+        "cudnn_benchmark": bool(cudnn.benchmark),
+        "cudnn_deterministic": bool(cudnn.deterministic),
+        "cuda_matmul_allow_tf32": _quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+        "cudnn_allow_tf32": _quiet(lambda: bool(cudnn.allow_tf32)),
+        "float32_matmul_precision": _quiet(torch.get_float32_matmul_precision),
+    }
+    return facts
 
 
 def fingerprint(
@@ -83,34 +169,35 @@ def fingerprint(
     seed: int | None = None,
     components: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The environment of the current process (call inside a run, after seeding)."""
-    import torch
+    """The environment of the current process (call inside a run, after seeding).
 
-    env: dict[str, Any] = _versions()
-    env["platform"] = platform.platform()
-    env["machine"] = platform.machine()
-    env["cpu_capability"] = _cpu_capability()
-    env["threads"] = torch.get_num_threads()
-    env["interop_threads"] = torch.get_num_interop_threads()
-    env["hash_randomization"] = bool(sys.flags.hash_randomization)
+    Its keys, their order and values are the trace header's ``environment``: a public format.
+    """
+    facts = collect()
+    env: dict[str, Any] = {"python": facts.python, "numpy": facts.numpy, "torch": facts.torch}
+    if facts.torch is not None:
+        env["torch_git"] = facts.torch_git
+        env["cuda"] = facts.cuda
+    env["platform"] = facts.platform
+    env["machine"] = facts.machine
+    env["cpu_capability"] = facts.cpu_capability
+    env["threads"] = facts.threads
+    env["interop_threads"] = facts.interop_threads
+    env["hash_randomization"] = facts.hash_randomization
     for name in ENV_VARS:
-        env[name] = os.environ.get(name)
-    env["deterministic_algorithms"] = torch.are_deterministic_algorithms_enabled()
-    env["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    env["cudnn_deterministic"] = bool(torch.backends.cudnn.deterministic)
-    try:
-        env["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() \
-            else None
-    except RuntimeError:
-        env["cudnn"] = None
-    if torch.cuda.is_available():
+        env[name] = facts.variables[name]
+    for flag in ("deterministic_algorithms", "cudnn_benchmark", "cudnn_deterministic"):
+        env[flag] = facts.flags.get(flag)
+    env["cudnn"] = facts.cudnn
+    if facts.cuda_devices:
+        name, capability = facts.cuda_devices[0]
         env["device"] = "cuda"
-        env["device_name"] = torch.cuda.get_device_name(0)
-        env["device_count"] = torch.cuda.device_count()
-        env["device_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        env["device_name"] = name
+        env["device_count"] = len(facts.cuda_devices)
+        env["device_capability"] = capability
     else:
         env["device"] = "cpu"
-        env["device_name"] = platform.processor() or platform.machine()
+        env["device_name"] = facts.processor
         env["device_count"] = 0
         env["device_capability"] = None
     from repro_check.trace import fingerprint as fingerprints

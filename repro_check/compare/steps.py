@@ -22,6 +22,7 @@ from typing import Any
 
 import xxhash
 
+from repro_check.compare.series import Thinned
 from repro_check.trace import values
 from repro_check.trace.values import Tolerance
 
@@ -158,33 +159,6 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or math.isnan(x) or math.isinf(x) else x
 
 
-class Series:
-    """A bounded series of (step, value): beyond ``cap`` points, neighbours merge by max."""
-
-    def __init__(self, cap: int = SERIES_POINTS) -> None:
-        self.cap = cap
-        self.stride = 1
-        self.points: list[tuple[int, float]] = []
-        self._bucket: tuple[int, float] | None = None
-        self._in_bucket = 0
-
-    def add(self, step: int, value: float) -> None:
-        if self._bucket is None or value > self._bucket[1] or math.isnan(value):
-            self._bucket = (self._bucket[0] if self._bucket else step, value)
-        self._in_bucket += 1
-        if self._in_bucket >= self.stride:
-            self.points.append(self._bucket)
-            self._bucket, self._in_bucket = None, 0
-            if len(self.points) >= self.cap:
-                self.points = [max(self.points[i : i + 2], key=lambda p: p[1])
-                               for i in range(0, len(self.points), 2)]
-                self.stride *= 2
-
-    def values(self) -> list[tuple[int, float]]:
-        tail = [self._bucket] if self._bucket is not None else []
-        return self.points + tail
-
-
 @dataclass
 class _Pair:
     run: int
@@ -193,7 +167,7 @@ class _Pair:
     later: int = 0
     before: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=CONTEXT_BEFORE))
     after: list[dict[str, Any]] = field(default_factory=list)
-    diffs: Series = field(default_factory=Series)
+    diffs: Thinned = field(default_factory=lambda: Thinned(SERIES_POINTS, peaks=True))
     pending: dict[int, dict[str, Any]] = field(default_factory=dict)
     ended: int | None = None
     complete: bool = True
@@ -272,7 +246,7 @@ class Comparison:
         self.hashes = {k: xxhash.xxh3_128() for k in range(1, runs + 1)}
         self.counts = dict.fromkeys(range(1, runs + 1), 0)
         self.spreads: dict[int, _Spread] = {}
-        self.spread = Series()
+        self.spread = Thinned(SERIES_POINTS, peaks=True)
         self.all_before: deque[dict[str, Any]] = deque(maxlen=CONTEXT_BEFORE)
         self.all_after: list[dict[str, Any]] = []
         #: bands that came with run 1's steps and metrics (a golden trace recorded from repeats)

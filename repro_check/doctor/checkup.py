@@ -1,9 +1,10 @@
 """``repro-check doctor``: the environment, and determinism hazards found by reading the source.
 
-The scan (:mod:`repro_check.doctor.scan`) reads the target's file and the project files it imports with
-Python's ``ast``; nothing of the target is imported or run. Each finding has a stable code from
-:data:`CODES` (documented in docs/doctor-codes.md) so a team can silence it on its line with
-``# repro-check: ignore[RC101]`` or for the whole project in pyproject.toml::
+The scan (:mod:`repro_check.doctor.scan`) reads the target's file and the project files it imports
+with Python's ``ast``; nothing of the target is imported or run. Each finding has a stable code
+from :data:`~repro_check.doctor.codes.CODES` (documented in docs/doctor-codes.md) so a team can
+silence it on its line with ``# repro-check: ignore[RC101]`` or for the whole project in
+pyproject.toml (read by :mod:`repro_check.config`)::
 
     [tool.repro-check.doctor]
     ignore = ["RC107"]
@@ -17,7 +18,6 @@ import ast
 import io
 import json
 import os
-import platform
 import re
 import sys
 import sysconfig
@@ -27,101 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro_check import targets
+from repro_check import config, targets
+from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
+from repro_check.doctor.codes import CODES, parse_codes
 from repro_check.doctor.scan import Hit, scan_tree
 
-
-@dataclass(frozen=True)
-class Code:
-    """One kind of hazard: what it is, why it matters, how to fix it."""
-
-    code: str
-    title: str
-    why: str
-    fix: str
-
-
-CODES: dict[str, Code] = {c.code: c for c in (
-    Code("RC101", "DataLoader workers without a generator or worker_init_fn",
-         "Each worker's random streams start from a base seed drawn from torch's global "
-         "generator when iteration starts, so they shift with every random number drawn before; "
-         "other generators a dataset holds (numpy's default_rng, a library's own RNG) are copied "
-         "unchanged into every worker, or rebuilt from OS entropy under the spawn start method.",
-         "Pass generator=torch.Generator().manual_seed(SEED) and a worker_init_fn that reseeds "
-         "every generator the dataset uses from torch.initial_seed()."),
-    Code("RC102", "cudnn.benchmark = True",
-         "cuDNN times several convolution kernels on the first batches and keeps the fastest; "
-         "the choice depends on timing noise, and different kernels give different bits.",
-         "Set torch.backends.cudnn.benchmark = False (repro-check's runs do, unless the script "
-         "turns it back on)."),
-    Code("RC103", "cudnn.deterministic turned off",
-         "cuDNN may then use kernels with atomic adds whose summation order changes from run to "
-         "run. torch.backends.cudnn.flags() sets deterministic=False unless told otherwise.",
-         "Set torch.backends.cudnn.deterministic = True, and pass deterministic=True to "
-         "cudnn.flags()."),
-    Code("RC104", "seed taken from the clock or OS entropy",
-         "A seed from time.time(), datetime.now(), os.urandom(), uuid4() or the process id is "
-         "different in every run (hash() of a string and id() differ between processes too), so "
-         "everything it seeds differs, whatever seed repro-check or the user asked for.",
-         "Take the seed from a constant or a command-line option, and log it."),
-    Code("RC105", "reseeding from a nondeterministic source",
-         "torch.seed(), random.seed(), numpy.random.seed() and Generator.seed() without a value "
-         "pick a fresh seed from OS entropy or the clock, throwing away the seeding before them.",
-         "Pass an explicit seed (torch.manual_seed(SEED), random.seed(SEED)) or remove the call."),
-    Code("RC106", "random generator created without a seed",
-         "numpy.random.default_rng(), RandomState(), SeedSequence(), the bit generators and "
-         "random.Random() without a seed start from OS entropy; seeding the global generators "
-         "(what repro-check does) does not reach them.",
-         "Pass a seed: numpy.random.default_rng(SEED), random.Random(SEED)."),
-    Code("RC107", "iteration over a set decides an order",
-         "A set iterates in hash order. Strings hash differently in every process unless "
-         "PYTHONHASHSEED is fixed (repro-check's runs fix it, a plain `python train.py` does not), "
-         "and objects hash by memory address; data order, vocabulary ids or layer order built "
-         "from the loop change with it.",
-         "Iterate over sorted(the_set), or keep the items in a list or dict, which keep "
-         "insertion order."),
-    Code("RC108", "op with no deterministic CUDA implementation",
-         "PyTorch lists this op (in the form shown) as nondeterministic on CUDA, usually through "
-         "atomic adds in its backward pass; with torch.use_deterministic_algorithms(True), which "
-         "repro-check's runs turn on, it raises RuntimeError instead of running.",
-         "Use an equivalent with a deterministic implementation (e.g. mode='nearest', "
-         "AvgPool2d with a fixed kernel, padding_mode='replicate', a CPU computation for "
-         "histc/bincount), or accept run-to-run differences on CUDA."),
-    Code("RC109", "op nondeterministic on CUDA unless deterministic algorithms are on",
-         "PyTorch lists this op as nondeterministic on CUDA (atomic adds, so the summation order "
-         "changes between runs); it switches to a deterministic implementation only under "
-         "torch.use_deterministic_algorithms(True).",
-         "Call torch.use_deterministic_algorithms(True) (and set "
-         "CUBLAS_WORKSPACE_CONFIG=:4096:8) in every run that must reproduce."),
-    Code("RC110", "deterministic algorithms turned off or warn-only",
-         "The script turns off what makes PyTorch raise on nondeterministic ops, overriding "
-         "repro-check's setting; with warn_only=True such ops still run nondeterministically.",
-         "Remove the call, or call torch.use_deterministic_algorithms(True) without warn_only."),
-    Code("RC111", "OS entropy used directly",
-         "os.urandom(), the secrets module and random.SystemRandom read the operating system's "
-         "entropy pool, which no seed controls; whatever they feed differs in every run.",
-         "Draw from a seeded generator (random.Random(SEED), numpy.random.default_rng(SEED))."),
-    Code("RC112", "DataLoader(in_order=False)",
-         "With in_order=False the loader yields batches in the order worker processes finish "
-         "them, which depends on scheduling.",
-         "Leave in_order at its default, True."),
-    Code("RC113", "directory listing iterated unsorted",
-         "os.listdir(), os.scandir(), glob.glob() and Path.glob()/iterdir() return entries in "
-         "file-system order, which differs between machines, file systems and copies of the "
-         "data set; data order and label ids built from it change with it.",
-         "Iterate over sorted(...) of the listing."),
-)}
 
 #: the comment that silences findings on its line: ``ignore`` alone silences every code
 IGNORE_COMMENT = re.compile(r"\brepro-check:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?",
                             re.IGNORECASE)
 ALL = "*"
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "OMP_DYNAMIC", "MKL_DYNAMIC")
-DETERMINISM_VARIABLES = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES",
-                         "CUDA_LAUNCH_BLOCKING")
 
 
 @dataclass(frozen=True)
@@ -187,75 +103,7 @@ class DoctorReport:
         return json.dumps(self.to_dict(), indent=2, default=str) + "\n"
 
 
-# ---- codes and configuration ----------------------------------------------------------------
-
-def parse_codes(values: Iterable[Any], where: str) -> frozenset[str]:
-    """Validate codes given by a user; an unknown one is a usage error naming where it came from."""
-    out: set[str] = set()
-    for v in values:
-        if not isinstance(v, str):
-            raise UsageError(f"{where}: expected codes like \"RC101\", got {v!r}")
-        code = v.strip().upper()
-        if code not in CODES:
-            hint = f" (did you mean 'RC{code}'?)" if f"RC{code}" in CODES else ""
-            raise UsageError(f"{where}: unknown code {v!r}{hint}; codes: "
-                             f"{', '.join(CODES)}")
-        out.add(code)
-    return frozenset(out)
-
-
-@dataclass(frozen=True)
-class Config:
-    """``[tool.repro-check.doctor]`` of the nearest pyproject.toml that has a repro-check table."""
-
-    ignore: frozenset[str] = frozenset()
-    source: str | None = None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ImportError:
-            raise UsageError(f"reading {path} needs Python 3.11 or the tomli package") from None
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{path}: not valid TOML: {e}") from None
-
-
-def load_config(start: str | os.PathLike[str] | None = None) -> Config:
-    """The doctor settings from the nearest pyproject.toml (from ``start``, default cwd, upward)."""
-    here = Path(start or os.getcwd()).resolve()
-    for folder in (here, *here.parents):
-        path = folder / "pyproject.toml"
-        if not path.is_file():
-            continue
-        data = _read_toml(path)
-        tool = data.get("tool", {})
-        if not isinstance(tool, dict) or "repro-check" not in tool:
-            continue
-        section = tool["repro-check"]
-        if not isinstance(section, dict):
-            raise UsageError(f"{path}: [tool.repro-check] must be a table")
-        doctor = section.get("doctor", {})
-        if not isinstance(doctor, dict):
-            raise UsageError(f"{path}: tool.repro-check.doctor must be a table")
-        unknown = sorted(set(doctor) - {"ignore"})
-        if unknown:
-            raise UsageError(f"{path}: unknown key {unknown[0]!r} in [tool.repro-check.doctor] "
-                             "(known: ignore)")
-        ignore = doctor.get("ignore", [])
-        if not isinstance(ignore, list):
-            raise UsageError(f"{path}: tool.repro-check.doctor.ignore must be a list of codes, "
-                             f"got {ignore!r}")
-        return Config(parse_codes(ignore, f"{path}: tool.repro-check.doctor.ignore"), str(path))
-    return Config()
-
+# ---- comments that silence findings ----------------------------------------------------------
 
 def ignore_comments(source: bytes) -> tuple[dict[int, set[str]], list[tuple[int, str]]]:
     """Line -> codes silenced there (ALL for a bare ``ignore``), and unknown codes with their line."""
@@ -376,65 +224,34 @@ def target_files(target: targets.Target) -> tuple[list[Path], list[dict[str, str
 
 def environment() -> dict[str, Any]:
     """Versions, devices, threads, the variables that set them and the determinism flags."""
+    facts = collect()
     env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "executable": sys.executable,
-        "platform": platform.platform(),
-        "hash_randomization": bool(sys.flags.hash_randomization),
+        "python": facts.python,
+        "implementation": facts.implementation,
+        "executable": facts.executable,
+        "platform": facts.platform,
+        "hash_randomization": facts.hash_randomization,
+        "numpy": facts.numpy,
+        "cpus": {"count": facts.cpu_count, "usable": facts.usable_cpus},
+        "variables": dict(facts.variables),
     }
-    try:
-        import numpy
-
-        env["numpy"] = numpy.__version__
-    except Exception:  # noqa: BLE001 - a broken install is reported as missing
-        env["numpy"] = None
-    cpus = os.cpu_count()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
-    env["cpus"] = {"count": cpus, "usable": usable}
-    env["variables"] = {name: os.environ.get(name)
-                        for name in (*THREAD_VARIABLES, *DETERMINISM_VARIABLES)}
-    try:
-        import torch
-    except Exception:  # noqa: BLE001 - torch missing or broken: the scan still works
+    if facts.torch is None:  # the scan still works
         env.update(torch=None, cuda=None, cudnn=None, devices=[], threads=None, flags=None)
         return env
-    env["torch"] = torch.__version__
-    env["cuda"] = torch.version.cuda
-    env["cudnn"] = _quiet(lambda: torch.backends.cudnn.version())
-    env["cuda_available"] = bool(_quiet(torch.cuda.is_available))
-    devices: list[dict[str, Any]] = []
-    if env["cuda_available"]:
-        for i in range(_quiet(torch.cuda.device_count) or 0):
-            capability = _quiet(lambda: torch.cuda.get_device_capability(i))
-            devices.append({"index": i, "type": "cuda",
-                            "name": _quiet(lambda: torch.cuda.get_device_name(i)),
-                            "capability": "{}.{}".format(*capability) if capability else None})
-    if bool(_quiet(lambda: torch.backends.mps.is_available())):
+    env["torch"] = facts.torch
+    env["cuda"] = facts.cuda
+    env["cudnn"] = facts.cudnn
+    env["cuda_available"] = facts.cuda_available
+    devices: list[dict[str, Any]] = [
+        {"index": i, "type": "cuda", "name": name, "capability": capability}
+        for i, (name, capability) in enumerate(facts.cuda_devices)]
+    if facts.mps_available:
         devices.append({"index": 0, "type": "mps", "name": "Apple MPS"})
-    devices.append({"type": "cpu", "name": platform.processor() or platform.machine()})
+    devices.append({"type": "cpu", "name": facts.processor})
     env["devices"] = devices
-    env["threads"] = {"intra_op": torch.get_num_threads(),
-                      "inter_op": torch.get_num_interop_threads()}
-    env["flags"] = {
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-        "cudnn_enabled": bool(torch.backends.cudnn.enabled),
-        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-        "cuda_matmul_allow_tf32": _quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
-        "cudnn_allow_tf32": _quiet(lambda: bool(torch.backends.cudnn.allow_tf32)),
-        "float32_matmul_precision": _quiet(torch.get_float32_matmul_precision),
-    }
+    env["threads"] = {"intra_op": facts.threads, "inter_op": facts.interop_threads}
+    env["flags"] = dict(facts.flags)
     return env
-
-
-def _quiet(fn: Any) -> Any:
-    """A value that some builds cannot give (no CUDA libraries): None instead of an error."""
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def notes(env: dict[str, Any]) -> dict[str, str]:
@@ -547,10 +364,11 @@ def doctor(target: str | None = None, *, ignore: Iterable[str] = (),
     if target is not None:
         tgt = targets.parse(target)
         targets.check(tgt)
-    config = load_config()
-    report = DoctorReport(target=target, environment=None, config=config.source)
+    settings = config.load(with_table=True)
+    source = str(settings.path) if settings.path is not None else None
+    report = DoctorReport(target=target, environment=None, config=source)
     if tgt is not None:
-        scan(tgt, report, config.ignore, option_ignore)
+        scan(tgt, report, settings.doctor_ignore, option_ignore)
     if env:
         report.environment = environment()
     return report

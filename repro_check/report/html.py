@@ -24,6 +24,7 @@ from typing import Any
 from repro_check.trace import values
 from repro_check.version import __version__
 from repro_check.trace.atomic import write_text_atomic
+from repro_check.compare.series import Thinned
 from repro_check.compare.steps import spread_of
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
@@ -48,33 +49,6 @@ def require_matplotlib() -> None:
             "--report needs matplotlib, which is not installed "
             "(pip install 'repro-check[report]')"
         ) from None
-
-
-class Thinned:
-    """At most ``cap`` (step, value) points of a stream of unknown length: every ``stride``-th
-    point is kept, and the stride doubles (dropping every other point) when the cap is hit."""
-
-    def __init__(self, cap: int = MAX_POINTS) -> None:
-        self.cap = max(2, cap)
-        self.stride = 1
-        self.seen = 0
-        self.points: list[tuple[int, float]] = []
-        self.last: tuple[int, float] | None = None
-
-    def add(self, step: int, value: float) -> None:
-        self.last = (step, value)
-        if self.seen % self.stride == 0:
-            self.points.append((step, value))
-            if len(self.points) >= self.cap:
-                self.points = self.points[::2]
-                self.stride *= 2
-        self.seen += 1
-
-    def values(self) -> list[tuple[int, float]]:
-        """The kept points, always ending with the last one seen."""
-        if self.last is not None and (not self.points or self.points[-1] != self.last):
-            return self.points + [self.last]
-        return list(self.points)
 
 
 def read_curve(path: str | os.PathLike[str], signal: str = "loss",
@@ -279,15 +253,12 @@ pre{background:#f0f0f0;padding:8px 10px;overflow-x:auto;white-space:pre}
 """
 
 
-def render_html(report: Report) -> str:
-    """The whole report page as one string."""
-    data = report.to_dict()
-    cmp = report.comparison
-    div = cmp.divergence if cmp else None
+def _page_head(report: Report) -> list[str]:
+    """The document head, the title and the verdict line with the run settings."""
     word, cls = _verdict(report)
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
     steps = ", ".join(str(r.steps) for r in report.results)
-    out = [
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -298,6 +269,13 @@ def render_html(report: Report) -> str:
         f'<p class="sub">{_e(seed)} · {report.runs} runs · steps recorded {_e(steps)} · '
         f'{_e(report.policy.describe())} · seeding: {_e(", ".join(report.components) or "none")}</p>',
     ]
+
+
+def _outcome_section(report: Report) -> list[str]:
+    """The error, the first divergence, or that everything agrees."""
+    cmp = report.comparison
+    div = cmp.divergence if cmp else None
+    out: list[str] = []
     if report.error:
         out.append(f"<p><b>Error:</b> {_e(report.error)}</p>")
     if div is not None:
@@ -313,10 +291,20 @@ def render_html(report: Report) -> str:
     elif cmp is not None and report.error is None and not report.interrupted:
         out.append(f"<p>All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
                    "agree.</p>")
-    diagnosis = _diagnosis(data)
-    if diagnosis:
-        out.append(f'<h2>Diagnosis</h2><div class="diagnosis" id="diagnosis">{diagnosis}</div>')
+    return out
 
+
+def _diagnosis_section(report: Report) -> list[str]:
+    """The cause and culprits a diagnosis found, when there was one."""
+    diagnosis = _diagnosis(report.to_dict())
+    if not diagnosis:
+        return []
+    return [f'<h2>Diagnosis</h2><div class="diagnosis" id="diagnosis">{diagnosis}</div>']
+
+
+def _loss_section(report: Report) -> list[str]:
+    """Every run's loss curve, read back from its trace."""
+    cmp = report.comparison
     curves: dict[int, list[tuple[int, float]]] = {}
     unread: list[str] = []
     for r in report.results:
@@ -325,8 +313,8 @@ def render_html(report: Report) -> str:
                 curves[r.index] = read_curve(r.trace_path)
             except TraceFileError as e:
                 unread.append(str(e))
-    out.append("<h2>Loss per step</h2>")
-    img = loss_plot(curves, div)
+    out = ["<h2>Loss per step</h2>"]
+    img = loss_plot(curves, cmp.divergence if cmp else None)
     if img:
         out.append(f'<figure id="loss-plot"><img alt="loss of every run per step" '
                    f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
@@ -337,48 +325,73 @@ def render_html(report: Report) -> str:
         out.append("<p>No loss was recorded.</p>")
     for msg in unread:
         out.append(f"<p>trace not read: {_e(msg)}</p>")
+    return out
 
-    if cmp is not None:
-        series: dict[str, Sequence[tuple[int, float]]] = {}
-        other = div.run if div is not None and div.step is not None else 2
-        series[f"|run {other} − run 1|"] = cmp.diff_series
-        if report.runs >= 3:
-            series[f"spread (max − min of {report.runs} runs)"] = cmp.spread_series
-        out.append("<h2>Difference per step</h2>")
-        img = difference_plot(series, div.step if div is not None else None)
-        if img:
-            out.append(f'<figure id="difference-plot"><img alt="difference per step, log scale" '
-                       f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
-                       "<figcaption>Log scale; steps where the values are equal (difference 0) "
-                       "are left out.</figcaption></figure>")
-        else:
-            out.append("<p>The loss is the same at every compared step.</p>")
 
+def _difference_section(report: Report) -> list[str]:
+    """The difference from run 1 per step (and the spread, with three runs or more)."""
+    cmp = report.comparison
+    if cmp is None:
+        return []
+    div = cmp.divergence
+    series: dict[str, Sequence[tuple[int, float]]] = {}
+    other = div.run if div is not None and div.step is not None else 2
+    series[f"|run {other} − run 1|"] = cmp.diff_series
+    if report.runs >= 3:
+        series[f"spread (max − min of {report.runs} runs)"] = cmp.spread_series
+    out = ["<h2>Difference per step</h2>"]
+    img = difference_plot(series, div.step if div is not None else None)
+    if img:
+        out.append(f'<figure id="difference-plot"><img alt="difference per step, log scale" '
+                   f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
+                   "<figcaption>Log scale; steps where the values are equal (difference 0) "
+                   "are left out.</figcaption></figure>")
+    else:
+        out.append("<p>The loss is the same at every compared step.</p>")
+    return out
+
+
+def _context_section(report: Report) -> list[str]:
+    """The steps around the first divergence, side by side."""
     head, rows = _context_rows(report)
-    if rows:
-        out.append("<h2>Steps around the first divergence (loss)</h2>")
-        out.append(_table(head, rows))
-    if cmp is not None and report.runs >= 3 and cmp.groups:
-        out.append("<h2>Runs that agree</h2>")
-        if len(cmp.groups) == 1:
-            out.append(f"<p>All {report.runs} runs are bit-identical.</p>")
-        else:
-            items = "".join(f"<li>{'runs' if len(g) > 1 else 'run'} {_e(', '.join(map(str, g)))}"
-                            "</li>" for g in cmp.groups)
-            out.append(f'<p>Groups of bit-identical runs:</p><ul id="groups">{items}</ul>')
+    if not rows:
+        return []
+    return ["<h2>Steps around the first divergence (loss)</h2>", _table(head, rows)]
 
-    metrics = report.metrics_readable()
+
+def _groups_section(report: Report) -> list[str]:
+    """Which runs are bit-identical (with three runs or more)."""
+    cmp = report.comparison
+    if cmp is None or report.runs < 3 or not cmp.groups:
+        return []
+    if len(cmp.groups) == 1:
+        return ["<h2>Runs that agree</h2>", f"<p>All {report.runs} runs are bit-identical.</p>"]
+    items = "".join(f"<li>{'runs' if len(g) > 1 else 'run'} {_e(', '.join(map(str, g)))}"
+                    "</li>" for g in cmp.groups)
+    return ["<h2>Runs that agree</h2>",
+            f'<p>Groups of bit-identical runs:</p><ul id="groups">{items}</ul>']
+
+
+def _metrics_section(report: Report) -> list[str]:
+    """Every run's final metrics, the rows that differ marked."""
+    cmp = report.comparison
     names: list[str] = []
-    for m in metrics:
+    for m in report.metrics_readable():
         names += [n for n in m if n not in names]
-    if names and cmp is not None:
-        out.append("<h2>Metrics</h2>")
-        rows = []
-        for n in names:
-            raw = [cmp.metrics_of(k).get(n) for k in range(1, report.runs + 1)]
-            same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
-            rows.append(([n, *map(_val, raw)], "" if same else "differs"))
-        out.append(_table(["metric", *[f"run {k}" for k in range(1, report.runs + 1)]], rows))
+    if not names or cmp is None:
+        return []
+    rows: list[tuple[list[Any], str]] = []
+    for n in names:
+        raw = [cmp.metrics_of(k).get(n) for k in range(1, report.runs + 1)]
+        same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
+        rows.append(([n, *map(_val, raw)], "" if same else "differs"))
+    return ["<h2>Metrics</h2>",
+            _table(["metric", *[f"run {k}" for k in range(1, report.runs + 1)]], rows)]
+
+
+def _runs_section(report: Report) -> list[str]:
+    """The replay command, each run's status, and each run's environment."""
+    out: list[str] = []
     if report.replay:
         out.append(f'<h2>Replay</h2><pre id="replay">{_e(report.replay)}</pre>')
     out.append("<h2>Runs</h2>")
@@ -387,13 +400,29 @@ def render_html(report: Report) -> str:
                        for r in report.results]))
     out.append("<h2>Environment</h2>")
     out.append(_environment(report))
+    return out
+
+
+def _page_foot(report: Report) -> list[str]:
+    """The warnings, the version and the time the page was made."""
+    out: list[str] = []
     if report.warnings:
         out.append("<h2>Warnings</h2><ul>"
                    + "".join(f"<li>{_e(w)}</li>" for w in report.warnings) + "</ul>")
     out.append(f'<p class="sub">repro-check {_e(__version__)} · '
                f'{_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>')
     out.append("</main></body></html>\n")
-    return "\n".join(out)
+    return out
+
+
+#: the sections of the page, top to bottom
+SECTIONS = (_page_head, _outcome_section, _diagnosis_section, _loss_section, _difference_section,
+            _context_section, _groups_section, _metrics_section, _runs_section, _page_foot)
+
+
+def render_html(report: Report) -> str:
+    """The whole report page as one string."""
+    return "\n".join(line for section in SECTIONS for line in section(report))
 
 
 def write_html(report: Report, path: str | os.PathLike[str]) -> Path:

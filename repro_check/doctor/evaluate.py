@@ -1,0 +1,295 @@
+"""What an expression of one module evaluates to, as far as the file itself says.
+
+Constants followed through names, attributes, argparse defaults and dict keys; the clock or
+entropy call a value comes from; whether an expression is a set, or a directory listing. What
+cannot be known statically is UNKNOWN (or None, False), so a rule reports only what the file says.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from repro_check.doctor.names import UNKNOWN, Names
+
+#: how many names deep a value is followed
+DEPTH = 12
+
+#: calls whose value is the time
+CLOCK = {
+    "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
+    "time.monotonic_ns", "time.process_time", "time.process_time_ns", "time.thread_time",
+    "time.thread_time_ns", "time.clock_gettime", "time.clock_gettime_ns",
+    "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today",
+    "datetime.date.today",
+}
+#: calls whose value differs in every run or process
+ENTROPY = {"os.urandom", "os.getrandom", "random.SystemRandom", "uuid.uuid1", "uuid.uuid4",
+           "os.getpid", "os.times"}
+#: values that differ per process: string hashes (PYTHONHASHSEED) and memory addresses
+HASHES = {"hash", "id"}
+#: calls that count the machine's cores: their value is taken as 2 (at least one, more unknown)
+CPU_COUNTS = {"os.cpu_count", "multiprocessing.cpu_count", "os.process_cpu_count",
+              "torch.get_num_threads", "psutil.cpu_count"}
+#: calls that list a directory in file-system order
+LISTINGS = {"os.listdir", "os.scandir", "glob.glob", "glob.iglob"}
+
+#: a hazard as a rule finds it: (code, the node it points at, message)
+Hazard = tuple[str, ast.AST, str]
+
+
+class Evaluator(Names):
+    """The bindings of one module and what its expressions evaluate to.
+
+    :attr:`consumed` holds the entropy calls already reported as the source of a seed.
+    """
+
+    def __init__(self, tree: ast.Module) -> None:
+        super().__init__(tree)
+        self.consumed: set[ast.AST] = set()
+        self._memo: dict[Any, Any] = {}  # what a name evaluates to, so shared names cost once
+
+    def const(self, expr: Any, seen: frozenset[Any] = frozenset()) -> Any:
+        """The constant an expression always has, or UNKNOWN."""
+        if expr is UNKNOWN or not isinstance(expr, ast.AST) or len(seen) > DEPTH:
+            return UNKNOWN
+        if isinstance(expr, ast.Constant):
+            return expr.value
+        if isinstance(expr, ast.Name):
+            return self._agree(self.lookup(expr.id, expr), ("name", expr.id, self.scope(expr)), seen)
+        if isinstance(expr, ast.Attribute):
+            if isinstance(expr.value, ast.Name) and expr.value.id == "self":
+                return self._agree(self.attributes.get(expr.attr), ("self", expr.attr), seen)
+            if self.module_of(expr) is None:
+                return self._agree(self.options.get(expr.attr), ("option", expr.attr), seen)
+            return UNKNOWN
+        if isinstance(expr, ast.Subscript):
+            key = expr.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return self._agree(self.keys.get(key.value), ("key", key.value), seen)
+            return UNKNOWN
+        if isinstance(expr, ast.UnaryOp):
+            v = self.const(expr.operand, seen)
+            if v is UNKNOWN:
+                return UNKNOWN
+            try:
+                return {ast.Not: lambda x: not x, ast.USub: lambda x: -x,
+                        ast.UAdd: lambda x: +x}[type(expr.op)](v)
+            except (KeyError, TypeError):
+                return UNKNOWN
+        if isinstance(expr, ast.BinOp):
+            a, b = self.const(expr.left, seen), self.const(expr.right, seen)
+            if not (isinstance(a, int) and isinstance(b, int)):
+                return UNKNOWN
+            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+                   ast.FloorDiv: lambda: a // b}
+            try:
+                return ops[type(expr.op)]()
+            except (KeyError, ZeroDivisionError):
+                return UNKNOWN
+        if isinstance(expr, ast.BoolOp):
+            v: Any = UNKNOWN
+            for item in expr.values:
+                v = self.const(item, seen)
+                if v is UNKNOWN:
+                    return UNKNOWN
+                if bool(v) == isinstance(expr.op, ast.Or):
+                    return v
+            return v
+        if isinstance(expr, ast.IfExp):
+            a, b = self.const(expr.body, seen), self.const(expr.orelse, seen)
+            if a == b:
+                return a
+            if isinstance(a, int) and isinstance(b, int) and a > 0 and b > 0:
+                return min(a, b)
+            return UNKNOWN
+        if isinstance(expr, ast.Call):
+            q = self.qualname(expr.func)
+            if q in CPU_COUNTS:
+                return 2  # at least one core; the machine decides how many
+            if q == "len" and expr.args and isinstance(expr.args[0], ast.Call) and \
+                    self.qualname(expr.args[0].func) == "os.sched_getaffinity":
+                return 2
+            if q in ("int", "bool") and len(expr.args) == 1:
+                v = self.const(expr.args[0], seen)
+                return UNKNOWN if v is UNKNOWN else (int(v) if q == "int" else bool(v))
+            if q in ("min", "max") and expr.args and not expr.keywords:
+                vals = [self.const(a, seen) for a in expr.args]
+                if all(isinstance(v, int) for v in vals):
+                    return (min if q == "min" else max)(vals)
+        return UNKNOWN
+
+    def _agree(self, values: list[Any] | None, key: Any, seen: frozenset[Any]) -> Any:
+        """The one constant every binding agrees on (positive ints agree with each other)."""
+        if not values or key in seen:
+            return UNKNOWN
+        memo = ("const", key)
+        if memo not in self._memo:
+            self._memo[memo] = self._agreement(
+                [self.const(v, seen | {key}) if not isinstance(v, tuple) else UNKNOWN
+                 for v in values])
+        return self._memo[memo]
+
+    @staticmethod
+    def _agreement(out: list[Any]) -> Any:
+        if any(v is UNKNOWN for v in out):
+            return UNKNOWN
+        if all(v == out[0] and type(v) is type(out[0]) for v in out):
+            return out[0]
+        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in out):
+            return min(out)
+        return UNKNOWN
+
+    def source_of(self, expr: Any, seen: frozenset[Any] = frozenset()) -> str | None:
+        """The clock or entropy call an expression takes its value from, if any.
+
+        Names that themselves contain ``seed`` are not followed: their assignment is reported.
+        """
+        if not isinstance(expr, ast.AST) or len(seen) > DEPTH:
+            return None
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call):
+                q = self.qualname(node.func)
+                if q in CLOCK or q in ENTROPY or q in HASHES or (q or "").startswith("secrets."):
+                    self.consumed.add(node)
+                    return f"{q}()"
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                if "seed" in node.id.lower():
+                    continue
+                key = ("name", node.id, self.scope(node))
+                if key in seen:
+                    continue
+                memo = ("source", key)
+                if memo not in self._memo:
+                    self._memo[memo] = next(
+                        (src for value in self.lookup(node.id, node) or []
+                         if (src := self.source_of(value, seen | {key}))), None)
+                if self._memo[memo]:
+                    return self._memo[memo]
+        return None
+
+    def is_set(self, expr: Any, seen: frozenset[Any] = frozenset()) -> bool:
+        if not isinstance(expr, ast.AST) or len(seen) > DEPTH:
+            return False
+        if isinstance(expr, (ast.Set, ast.SetComp)):
+            return True
+        if isinstance(expr, ast.Call):
+            q = self.qualname(expr.func)
+            if q in ("set", "frozenset"):
+                return True
+            return (isinstance(expr.func, ast.Attribute)
+                    and expr.func.attr in ("union", "intersection", "difference",
+                                           "symmetric_difference", "copy")
+                    and self.is_set(expr.func.value, seen))
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.BitOr, ast.BitAnd, ast.Sub,
+                                                                ast.BitXor)):
+            return self.is_set(expr.left, seen) or self.is_set(expr.right, seen)
+        values, key = self.named(expr)
+        if not values or key in seen:
+            return False
+        return all(self._set_binding(v, seen | {key}) for v in values)
+
+    def _set_binding(self, value: Any, seen: frozenset[Any]) -> bool:
+        if isinstance(value, tuple):  # an annotation without a value
+            ann = value[1]
+            base = ann.value if isinstance(ann, ast.Subscript) else ann
+            return (self.qualname(base) or "").split(".")[-1] in ("set", "Set", "frozenset",
+                                                                  "FrozenSet", "AbstractSet")
+        return self.is_set(value, seen)
+
+
+    def is_numeric_set(self, expr: Any, seen: frozenset[Any] = frozenset()) -> bool:
+        """A set whose elements are numbers: its order does not depend on string hashing."""
+        if not isinstance(expr, ast.AST) or len(seen) > DEPTH:
+            return False
+        if isinstance(expr, ast.Set):
+            return all(isinstance(e, ast.Constant) and isinstance(e.value, (int, float))
+                       for e in expr.elts)
+        if isinstance(expr, ast.Call) and self.qualname(expr.func) in ("set", "frozenset"):
+            if not expr.args:
+                return False
+            arg = expr.args[0]
+            if isinstance(arg, ast.Call):
+                return self.qualname(arg.func) == "range" or (
+                    isinstance(arg.func, ast.Attribute) and arg.func.attr == "tolist")
+            if isinstance(arg, (ast.List, ast.Tuple)):
+                return all(isinstance(e, ast.Constant) and isinstance(e.value, (int, float))
+                           for e in arg.elts)
+            return False
+        if isinstance(expr, ast.BinOp):
+            return self.is_numeric_set(expr.left, seen) and (
+                isinstance(expr.op, (ast.BitAnd, ast.Sub)) or self.is_numeric_set(expr.right, seen))
+        values, key = self.named(expr)
+        if not values or key in seen:
+            return False
+        return all(not isinstance(v, tuple) and self.is_numeric_set(v, seen | {key}) for v in values)
+
+    def listing(self, expr: Any, seen: frozenset[Any] = frozenset()) -> str | None:
+        """The directory-listing call an expression is, or names (None when it is sorted)."""
+        if not isinstance(expr, ast.AST) or len(seen) > DEPTH:
+            return None
+        if isinstance(expr, ast.Call):
+            q = self.qualname(expr.func)
+            if q in LISTINGS:
+                return f"{q}()"
+            f = expr.func
+            if isinstance(f, ast.Attribute) and f.attr in ("iterdir", "rglob", "glob"):
+                return f".{f.attr}()"  # pathlib: glob.glob itself is in LISTINGS
+            return None
+        values, key = self.named(expr)
+        if not values or key in seen:
+            return None
+        if isinstance(expr, ast.Name) and expr.id in self.sorted_names.get(self.scope(expr), ()):
+            return None
+        found = [self.listing(v, seen | {key}) for v in values if not isinstance(v, tuple)]
+        if found and all(found) and len(found) == len(values):
+            return found[0]
+        return None
+
+    def keywords(self, call: ast.Call) -> tuple[dict[str, ast.expr], bool]:
+        """Keyword arguments, with ``**name`` of a dict literal opened; True when some are unknown."""
+        out: dict[str, ast.expr] = {}
+        opaque = any(isinstance(a, ast.Starred) for a in call.args)
+        for kw in call.keywords:
+            if kw.arg is not None:
+                out[kw.arg] = kw.value
+                continue
+            values, _ = self.named(kw.value) if isinstance(kw.value, (ast.Name, ast.Attribute)) \
+                else ([kw.value], None)
+            value = values[0] if values and len(values) == 1 else None
+            if isinstance(value, ast.Call) and self.qualname(value.func) == "dict" and \
+                    not value.args and all(k.arg for k in value.keywords):
+                out.update({k.arg: k.value for k in value.keywords if k.arg})
+                continue
+            if not isinstance(value, ast.Dict):
+                opaque = True
+                continue
+            for k, v in zip(value.keys, value.values):
+                if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    out[k.value] = v
+                else:
+                    opaque = True
+        return out, opaque
+
+
+def text(node: ast.AST, limit: int = 60) -> str:
+    """The source of ``node`` for a message, cut to ``limit`` characters."""
+    shown = ast.unparse(node)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def arg(call: ast.Call, name: str, pos: int | None) -> Any:
+    """The expression given for a parameter, by keyword or position; None when not given."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    if pos is not None and len(call.args) > pos and not any(
+            isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
+        return call.args[pos]
+    return None
+
+
+def is_none(expr: Any) -> bool:
+    """A literal None (an argument given as None counts as not given)."""
+    return isinstance(expr, ast.Constant) and expr.value is None
+
