@@ -1,0 +1,296 @@
+"""SeedingWatch, in this process: each way a script undoes repro-check's seeding is reported once,
+naming its component, and a script that keeps the seeding gets no warning.
+
+The watch is set up as a run sets it up: the settings seeding applies are made here (seed,
+cuDNN flags, deterministic algorithms, thread count) and handed over as ``applied``. Everything
+the watch or the scenario changes in this process is put back afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+from repro_check.child.watch import SeedingWatch, cross_run_notes  # noqa: E402
+
+SEED = 1234
+THREADS = 1
+
+
+@pytest.fixture()
+def seeded(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """This process seeded as a run is; ``applied`` is what seeding reports it did."""
+    saved = {
+        "benchmark": torch.backends.cudnn.benchmark,
+        "deterministic": torch.backends.cudnn.deterministic,
+        "algorithms": torch.are_deterministic_algorithms_enabled(),
+        "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "threads": torch.get_num_threads(),
+        "torch_rng": torch.get_rng_state(),
+        "python_rng": random.getstate(),
+        "numpy_rng": np.random.get_state(),
+    }
+    # install() replaces these functions: monkeypatch puts the originals back
+    for owner, name in ((torch, "seed"), (torch.random, "seed"), (random, "seed"),
+                        (np.random, "seed")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    random.seed(SEED)
+    np.random.seed(SEED)
+    torch.manual_seed(SEED)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(THREADS)
+    applied = {
+        "python": SEED,
+        "numpy": SEED,
+        "torch": SEED,
+        "cuda": SEED,
+        "cudnn": {"benchmark": False, "deterministic": True},
+        "deterministic_algorithms": {"enabled": True, "warn_only": False},
+        "threads": THREADS,
+    }
+    try:
+        yield applied
+    finally:
+        torch.backends.cudnn.benchmark = saved["benchmark"]
+        torch.backends.cudnn.deterministic = saved["deterministic"]
+        torch.use_deterministic_algorithms(saved["algorithms"], warn_only=saved["warn_only"])
+        torch.set_num_threads(saved["threads"])
+        torch.set_rng_state(saved["torch_rng"])
+        random.setstate(saved["python_rng"])
+        np.random.set_state(saved["numpy_rng"])
+
+
+class Watched:
+    def __init__(self, applied: dict[str, Any], seed: int | None = SEED) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.watch = SeedingWatch(self.records.append, applied, seed).install()
+
+    def check(self) -> list[dict[str, Any]]:
+        self.watch.check()
+        return self.records
+
+    def only(self) -> dict[str, Any]:
+        assert len(self.records) == 1, self.records
+        return self.records[0]
+
+
+def assert_names(record: dict[str, Any], component: str, key: str) -> None:
+    assert record["component"] == component and record["key"] == key
+    assert isinstance(record["warning"], str)
+    assert f"overrides seeding component {component!r}" in record["warning"]
+
+
+def train_a_little() -> float:
+    """A few seeded steps that draw from every stream and keep the seeding as it is."""
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    noise = random.random() + float(np.random.rand())
+    for _ in range(3):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean() + noise
+        loss.backward()
+        opt.step()
+    return float(loss.detach())
+
+
+# ---- quiet ---------------------------------------------------------------------------------------
+def test_quiet_on_a_script_that_keeps_the_seeding(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    train_a_little()
+    # reseeding with the seed repro-check set is no override
+    random.seed(SEED)
+    np.random.seed(SEED)
+    torch.manual_seed(SEED)
+    torch.backends.cudnn.benchmark = False
+    torch.set_num_threads(THREADS)
+    train_a_little()
+    assert w.check() == []
+
+
+def test_quiet_when_the_run_is_not_seeded(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded, seed=None)
+    torch.backends.cudnn.benchmark = True
+    torch.seed()
+    random.seed()
+    assert w.check() == []
+
+
+def test_quiet_about_components_that_were_not_applied(seeded: dict[str, Any]) -> None:
+    applied = {k: v for k, v in seeded.items() if k not in ("cudnn", "threads", "python")}
+    w = Watched(applied)
+    torch.backends.cudnn.benchmark = True
+    torch.set_num_threads(THREADS + 1)
+    random.seed()
+    assert w.check() == []
+
+
+# ---- each override -------------------------------------------------------------------------------
+def test_cudnn_benchmark_on(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    train_a_little()
+    assert w.check() == []
+    torch.backends.cudnn.benchmark = True
+    w.check()
+    rec = w.only()
+    assert_names(rec, "cudnn", "cudnn.benchmark")
+    assert rec["value"] is True and "benchmark" in rec["warning"]
+    # once a run, however often it is checked
+    w.check()
+    w.check()
+    assert len(w.records) == 1
+
+
+def test_cudnn_deterministic_off(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    torch.backends.cudnn.deterministic = False
+    w.check()
+    assert_names(w.only(), "cudnn", "cudnn.deterministic")
+
+
+def test_torch_seed_from_os_entropy(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    value = torch.seed()
+    # reported as the call happens, with the seed it drew
+    rec = w.only()
+    assert_names(rec, "torch", "torch.seed")
+    assert value == torch.initial_seed()
+    # a 64-bit seed beyond what JSON readers keep exactly is recorded as its decimal string
+    assert rec["value"] in (value, str(value))
+    # the seed it set is then expected: no second report for the same reseed
+    train_a_little()
+    w.check()
+    assert len(w.records) == 1
+
+
+def test_torch_manual_seed_from_the_clock(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    torch.manual_seed(time.time_ns() % 2**63)
+    assert w.records == []  # a settings check finds it
+    w.check()
+    rec = w.only()
+    assert_names(rec, "torch", "torch.manual_seed")
+    assert rec["value"] == torch.initial_seed() and rec["value"] != SEED
+    assert str(SEED) in rec["warning"]
+
+
+def test_set_num_threads(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    torch.set_num_threads(THREADS + 1)
+    w.check()
+    rec = w.only()
+    assert_names(rec, "threads", "set_num_threads")
+    assert rec["value"] == torch.get_num_threads() == THREADS + 1
+
+
+def test_use_deterministic_algorithms_off(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    torch.use_deterministic_algorithms(False)
+    w.check()
+    rec = w.only()
+    assert_names(rec, "deterministic_algorithms", "use_deterministic_algorithms")
+    assert rec["value"] is False
+
+
+def test_random_seed_without_a_seed(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    random.seed()
+    rec = w.only()  # reported as the call happens
+    assert_names(rec, "python", "random.seed")
+    assert rec["value"] is None and "OS entropy" in rec["warning"]
+    # the call still reseeded: two draws after two entropy reseeds differ
+    first = random.random()
+    random.seed()
+    assert random.random() != first
+    assert len(w.records) == 1
+
+
+def test_random_seed_with_another_constant(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    random.seed(SEED + 1)
+    rec = w.only()
+    assert_names(rec, "python", "random.seed")
+    assert rec["value"] == SEED + 1
+    # the generator got that seed
+    expected = random.Random(SEED + 1).random()
+    random.seed(SEED + 1)
+    assert random.random() == expected
+
+
+def test_numpy_global_seed(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    np.random.seed()
+    assert_names(w.only(), "numpy", "numpy.random.seed")
+
+
+def test_each_override_is_reported_once_and_all_are_reported(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(int(time.time()))
+    torch.set_num_threads(THREADS + 1)
+    torch.use_deterministic_algorithms(False)
+    random.seed()
+    for _ in range(3):
+        train_a_little()
+        w.check()
+    keys = [r["key"] for r in w.records]
+    assert sorted(keys) == sorted({"cudnn.benchmark", "torch.manual_seed", "set_num_threads",
+                                   "use_deterministic_algorithms", "random.seed"})
+
+
+def test_records_are_json_safe(seeded: dict[str, Any]) -> None:
+    import json
+
+    w = Watched(seeded)
+    random.seed(2**80)  # an integer larger than JSON readers keep exactly
+    np.random.seed(np.arange(3, dtype=np.uint32))  # an array as the seed
+    torch.backends.cudnn.benchmark = True
+    w.check()
+    assert len(w.records) == 3
+    for rec in w.records:
+        assert json.loads(json.dumps(rec, allow_nan=False)) == rec
+
+
+def test_never_reports_from_a_forked_worker(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a DataLoader worker forked from the run
+        try:
+            torch.backends.cudnn.benchmark = True
+            random.seed()
+            w.check()
+            os.write(write, str(len(w.records)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        ready, _, _ = select.select([fh], [], [], 60)  # a hung worker fails, never blocks
+        seen_in_child = fh.read() if ready else "no answer"
+    _, status = os.waitpid(pid, os.WNOHANG if not ready else 0)
+    assert seen_in_child == "0"
+    assert w.check() == []  # the worker's changes stay in the worker
+
+
+# ---- across runs ---------------------------------------------------------------------------------
+def test_a_reseed_that_differs_between_runs_is_called_out() -> None:
+    def rec(value: Any) -> dict[str, Any]:
+        return {"warning": "...", "component": "torch", "key": "torch.manual_seed",
+                "value": value}
+
+    notes = cross_run_notes({1: [rec(111)], 2: [rec(222)]})
+    assert len(notes) == 1
+    assert "torch" in notes[0] and "run 1: 111" in notes[0] and "run 2: 222" in notes[0]
+    # the same constant in every run is an override, but not a reason the runs differ
+    assert cross_run_notes({1: [rec(7)], 2: [rec(7)]}) == []
+    assert cross_run_notes({1: [rec(7)]}) == []
