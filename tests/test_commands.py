@@ -172,8 +172,6 @@ def test_rtol_is_relative_to_the_reference(tmp_path: Path) -> None:
     assert repro_check([*args, "--rtol", "0.19"], tmp_path).code == 1  # below both
 
 
-@pytest.mark.xfail(strict=True, reason="rtol scales with the compared value, not the reference: "
-                   "1.25 is accepted against a reference of 1.0 with --rtol 0.21")
 def test_rtol_below_the_difference_relative_to_the_reference_rejects(tmp_path: Path) -> None:
     ref = write_trace(tmp_path / "ref.jsonl", [2.0, 1.0])
     other = write_trace(tmp_path / "other.jsonl", [2.0, 1.25])
@@ -375,10 +373,6 @@ def main():
 """
 
 
-@pytest.mark.xfail(strict=True, reason="run/runner.py puts repro_check/ itself on the runs' "
-                   "PYTHONPATH (Path(__file__).parent.parent is the package since the move to "
-                   "run/), not its parent: a run outside the checkout cannot import "
-                   "repro_check.child, or imports another installed copy of repro_check")
 def test_runs_import_the_package_the_command_was_started_from(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -401,8 +395,9 @@ def test_runs_import_the_package_the_command_was_started_from(tmp_path: Path) ->
     env.pop("PYTHONPATH", None)
     # the configured target runs from the config's folder, outside the checkout
     proc = subprocess.run(
-        [sys.executable, "-m", "repro_check", "--config", str(project / "pyproject.toml"),
-         "--runs", "1", "--quiet", "--trace-dir", str(tmp_path / "traces")],
+        [sys.executable, "-m", "repro_check", "record", "--config",
+         str(project / "pyproject.toml"), "-o", str(tmp_path / "golden.json"), "--quiet",
+         "--trace-dir", str(tmp_path / "traces")],
         cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert Path(seen.read_text()).resolve() == (checkout / "repro_check").resolve()

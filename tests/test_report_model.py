@@ -262,10 +262,6 @@ def test_diff_report_with_an_unknown_signal(tmp_path: Path) -> None:
     assert d["divergence"]["abs_diff"] is None  # no number to subtract
 
 
-@pytest.mark.xfail(strict=True, reason="diff reports the missing steps of a trace that records a "
-                   "failed run as a divergence (first_divergent_step 4, divergent_signal "
-                   "'steps'); a check of the same runs reports no divergent step, and a crash "
-                   "is never to be mistaken for a divergence")
 def test_diff_report_of_a_failed_run_names_no_divergence(tmp_path: Path) -> None:
     a = write_trace(tmp_path / "a.jsonl", LOSSES)
     b = write_trace(tmp_path / "b.jsonl", LOSSES[:3], status="failed",

@@ -55,6 +55,11 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
     return report
 
 
+def _failed(stream: TraceStream) -> bool:
+    end = stream.end or {}
+    return end.get("status") in FAILED_STATUSES
+
+
 def _compare_side_by_side(comparison: Comparison, sa: TraceStream, sb: TraceStream) -> None:
     """Feed both traces' steps in lockstep, then their metrics (A's band applies)."""
     ended = {1: False, 2: False}
@@ -65,7 +70,8 @@ def _compare_side_by_side(comparison: Comparison, sa: TraceStream, sb: TraceStre
             ev = stream.next_step()
             if ev is None:
                 ended[run] = True
-                comparison.end(run, stream.steps)
+                # a trace of a failed run is cut short: its missing steps are no divergence
+                comparison.end(run, stream.steps, complete=not _failed(stream))
             else:
                 comparison.add_step(run, ev["step"], ev["signals"],
                                     ev.get("band") if run == 1 else None)

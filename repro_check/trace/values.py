@@ -240,8 +240,8 @@ def equal(a: Encoded | None, b: Encoded | None, tol: Tolerance) -> bool:
         dist = ulp_distance(a, b)
         if dist is not None and dist <= tol.ulps:
             return True
-    if tol.atol or tol.rtol:
-        return abs(x - y) <= tol.atol + tol.rtol * abs(y)
+    if tol.atol or tol.rtol:  # ``a`` is the reference: the relative part scales with it
+        return abs(x - y) <= tol.atol + tol.rtol * abs(x)
     return False
 
 
@@ -269,14 +269,15 @@ def in_band(value: Encoded | None, band: Any, widen: float = 1.0) -> bool:
 
 
 def differences(a: Encoded | None, b: Encoded | None) -> tuple[float | None, float | None]:
-    """Absolute and relative difference of two encoded scalars (None where undefined)."""
+    """Absolute difference of two encoded scalars, and relative to ``a`` (the reference); None
+    where undefined."""
     if a is None or b is None:
         return None, None
     x, y = to_float(a), to_float(b)
     if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y):
         return None, None
     absdiff = abs(x - y)
-    rel = absdiff / abs(y) if y != 0 else (0.0 if absdiff == 0 else math.inf)
+    rel = absdiff / abs(x) if x != 0 else (0.0 if absdiff == 0 else math.inf)
     return absdiff, rel
 
 
