@@ -160,15 +160,19 @@ def test_the_replay_line_is_whole_in_a_narrow_terminal(traces: dict[str, Path],
                            str(traces["changed"]), "--json", str(out_path)], cwd=ROOT,
                           env=cli_env(COLUMNS="60"), capture_output=True, text=True, timeout=60)
     replay = json.loads(out_path.read_text())["replay"]
-    assert f"Replay: {replay}" in proc.stdout.splitlines()
+    lines = proc.stdout.splitlines()
+    assert f"Replay: {replay}" in lines
+    # the paths too: never wrapped, so they paste back whole
+    assert f"A: {traces['a']}" in lines and f"B: {traces['changed']}" in lines
+    assert any(line.startswith("traces: ") for line in lines) or "traces:" not in proc.stdout
 
 
 # ---- verify and record, rendered from the API's reports ---------------------------------------
 def test_verify_that_matches(verify_same: Any, golden: Golden) -> None:
     out = render(verify_same)
     assert line_with(out, "MATCHES GOLDEN")
-    assert f"golden {golden.path} ({STEPS} steps) · this run {STEPS} steps · seed {SEED}" \
-        in flat(out)
+    assert f"golden ({STEPS} steps) · this run {STEPS} steps · seed {SEED}" in flat(out)
+    assert f"golden: {golden.path}" in out.splitlines()  # a path on a line of its own
     assert f"All {STEPS} steps and 1 metric(s) agree." in out
     assert line_with(out, "metric", "golden", "this run")
     assert "Replay:" not in out and "First divergence" not in out
@@ -189,7 +193,7 @@ def test_verify_that_diverges(verify_other_seed: Any) -> None:
 def test_record_that_wrote_its_golden(golden: Golden) -> None:
     out = render(golden.report)
     assert line_with(out, "RECORDED")
-    assert f"golden: {golden.path}" in flat(out)
+    assert f"golden: {golden.path}" in out.splitlines()
     assert line_with(out, f"seed {SEED}", f"steps recorded {STEPS}")
     mse = golden.data["metrics"][0]["mse"]
     assert line_with(out, "metrics:", f"mse={mse}")

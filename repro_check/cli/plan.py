@@ -168,10 +168,12 @@ def planned(ns: argparse.Namespace, cfg: Config) -> tuple[list[tuple[str, Target
 def html_report(report: Report, path: str, index: int | None) -> None:
     """The HTML report; with several targets, one file each (``report-2.html``, ...)."""
     from repro_check.report.html import write_html
-    from repro_check.report.terminal import make_console
+    from repro_check.report.terminal import Unwrapped, make_console
+    from repro_check.report.text import Visible
 
     if index is not None:
         p = Path(path)
         path = str(p.with_name(f"{p.stem}-{index}{p.suffix}"))
     write_html(report, path)
-    make_console(file=sys.stdout).print(f"report: {path}", style="dim", crop=False)
+    make_console(file=sys.stdout).print(Visible(Unwrapped(f"report: {path}", style="dim")),
+                                        crop=False)

@@ -188,14 +188,22 @@ def diagnose(
         if note:
             report.warnings.append(note)
 
-    if not components:
-        return report
+    if components:
+        _ablation(report, part, components, base_off, baseline, common, folder, say)
+    return report
+
+
+def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
+              base_off: list[str], baseline: str, common: RunOptions, folder: Path,
+              say: Log) -> None:
+    """A pair of runs with each component off, then one with no seeding at all; a component is
+    needed when the pair without it is not reproducible (only the verdict is used: fail-fast)."""
     full = PairResult.of(baseline, base_off, report)
     if not report.reproducible:
         part.ablation_note = (
             f"seeding ablation skipped: the runs are not reproducible even under {baseline}, so "
             "no component can be judged (fix the cause above first)")
-        return report
+        return
     pairs: dict[str, PairResult] = {}
     total = len(components) + 1
     for k, name in enumerate(components, 1):
@@ -216,8 +224,7 @@ def diagnose(
     rows.append({"component": None, "verdict": None, **none_pair.to_dict()})
     part.ablation = rows
     part.necessary_components = [n for n in components if needed[n] == "needed"]
-    part.ablation_note = _ablation_note(needed, none_pair, options.max_steps)
-    return report
+    part.ablation_note = _ablation_note(needed, none_pair, common.max_steps)
 
 
 def _ablation_note(needed: dict[str, str], none_pair: PairResult, max_steps: int | None) -> str:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.model import Report
-from repro_check.report.terminal import failure_parts, make_console, verdict
+from repro_check.report.terminal import Unwrapped, failure_parts, make_console, verdict
 from repro_check.report.text import Visible, diff_text, value_text
 
 
@@ -33,20 +33,29 @@ def _head(report: Report) -> Text:
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
     steps = [r.steps for r in report.results]
     if mode == "verify":
-        head.append(f"\ngolden {gate.golden} ({steps[0]} steps) · this run "
+        head.append(f"\ngolden ({steps[0]} steps) · this run "
                     f"{steps[1] if len(steps) > 1 else 0} steps · {_seed_text(report)}")
     elif mode == "diff":
-        head.append(f"\n{gate.a} ({steps[0]} steps) vs {gate.b} "
-                    f"({steps[1]} steps)")
+        labels = report.labels
+        head.append(f"\n{labels[0]} ({steps[0]} steps) vs {labels[1]} ({steps[1]} steps)")
     elif mode == "record":
         head.append(f"\n{_seed_text(report)} · {report.runs} run(s) · steps recorded "
                     f"{', '.join(map(str, steps))}")
-        if gate.golden:
-            head.append(f"\ngolden: {gate.golden}")
     if mode != "record":
         head.append(f"\njudged by: {report.policy.describe()}"
                     f"{'; bands stored in the golden' if _has_band(report) else ''}")
     return head
+
+
+def _path_lines(report: Report) -> list[Any]:
+    """The files compared, each on a line of its own that is never wrapped (paths are copied)."""
+    gate = report.gate
+    assert gate is not None
+    if gate.mode == "diff":
+        return [Unwrapped(f"A: {gate.a}"), Unwrapped(f"B: {gate.b}")]
+    if gate.golden:
+        return [Unwrapped(f"golden: {gate.golden}")]
+    return []
 
 
 def _has_band(report: Report) -> bool:
@@ -62,6 +71,7 @@ def summary(report: Report) -> Group:
     gate = report.gate
     assert gate is not None, "a gate report"
     mode = gate.mode
+    parts += _path_lines(report)
     cmp = report.comparison
 
     if mode != "diff":  # a saved trace has no output to show, only its error
@@ -113,7 +123,7 @@ def summary(report: Report) -> Group:
         parts.append(Text.assemble(("Replay: ", "bold"), report.replay, no_wrap=True,
                                    overflow="ignore"))
     if report.trace_dir:
-        parts.append(Text(f"traces: {report.trace_dir}", style="dim"))
+        parts.append(Unwrapped(f"traces: {report.trace_dir}", style="dim"))
     return Group(*parts)
 
 
@@ -145,12 +155,17 @@ def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
         names += [n for n in cmp.metrics_of(k) if n not in names]
     if not names:
         return []
+    differing = {d.signal.removeprefix("metric:") for d in cmp.metric_divergences}
     t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    if differing:
+        t.add_column("", width=1)
     t.add_column("metric")
     t.add_column(labels[0], justify="right")
     t.add_column(labels[1], justify="right")
     for n in names:
-        t.add_row(n, value_text(cmp.metrics_of(1).get(n)), value_text(cmp.metrics_of(2).get(n)))
+        mark = ["≠" if n in differing else ""] if differing else []
+        t.add_row(*mark, n, value_text(cmp.metrics_of(1).get(n)),
+                  value_text(cmp.metrics_of(2).get(n)), style="red" if n in differing else None)
     return [t]
 
 

@@ -131,15 +131,22 @@ def _context_table(report: Report) -> Table | None:
             rows.append((r["step"], [a, b], r["differs"], d))
     else:
         return None
-    first = True
-    for step, vals, differs, d in rows:
+    for step, vals, _, d in rows:
+        # ▶ is the first divergent step (whichever signal parted there); ≠ a step whose losses
+        # differ: a grads divergence leaves equal losses unmarked
+        differs = len({_bits(v) for v in vals}) > 1
         mark, style = "", None
-        if differs and first:
-            mark, style, first = "▶", "bold red", False
+        if step == cmp.divergence.step:
+            mark, style = "▶", "bold red" if differs else "bold"
         elif differs:
             mark, style = "≠", "red"
         t.add_row(mark, str(step), *[value_text(v) for v in vals], d, style=style)
     return t
+
+
+def _bits(v: Any) -> Any:
+    """What makes two recorded values the same value: dtype and bits of a number."""
+    return (v.get("dtype"), v.get("bits")) if isinstance(v, dict) else v
 
 
 def _difference_line(report: Report) -> list[Any]:
@@ -294,13 +301,17 @@ def _metrics_table(report: Report) -> list[Any]:
         names += [n for n in m if n not in names]
     if not names:
         return []
+    differing = {d.signal.removeprefix("metric:") for d in (cmp.metric_divergences if cmp else [])}
     t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
+    if differing:
+        t.add_column("", width=1)
     t.add_column("metric")
     for k in range(1, report.runs + 1):
         t.add_column(f"run {k}", justify="right")
     for n in names:
         raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
-        t.add_row(n, *[value_text(v) for v in raw])
+        mark = ["≠" if n in differing else ""] if differing else []
+        t.add_row(*mark, n, *[value_text(v) for v in raw], style="red" if n in differing else None)
     return [t]
 
 
@@ -311,8 +322,8 @@ def footer_parts(report: Report) -> list[Any]:
     if report.replay:
         parts.append(Text("Replay:", style="bold"))
         parts.append(Unwrapped(report.replay))
-    if report.trace_dir:
-        parts.append(Text(f"traces: {report.trace_dir}", style="dim"))
+    if report.trace_dir:  # a path is never wrapped: it must paste back whole
+        parts.append(Unwrapped(f"traces: {report.trace_dir}", style="dim"))
     return parts
 
 

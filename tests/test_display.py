@@ -1,0 +1,84 @@
+"""What the terminal marks and what it never wraps: rows whose losses differ, the metric that
+differs, paths and the replay line at 80 columns."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import numpy as np
+from rich.console import Console
+
+from repro_check.child.seeding import COMPONENTS
+from repro_check.compare.steps import Comparison
+from repro_check.report.model import Report
+from repro_check.report.render import summary
+from repro_check.run.runner import RunResult
+from repro_check.trace import values
+
+
+def f32(x: float) -> dict:
+    return values.encode(np.float32(x))
+
+
+def report_of(cmp: Comparison, runs: int = 2, steps: int = 6, trace_dir: str | None = None) -> Report:
+    return Report(target="train:main", args=[], seed=1, components=list(COMPONENTS), runs=runs,
+                  results=[RunResult(k, status="completed", steps=steps) for k in range(1, runs + 1)],
+                  comparison=cmp.result(), threads=1, trace_dir=trace_dir)
+
+
+def render(report: Report, width: int = 80) -> str:
+    buf = StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False).print(summary(report),
+                                                                             crop=False)
+    return buf.getvalue()
+
+
+def row(out: str, step: int) -> list[str]:
+    """The cells of the context table's row for ``step``."""
+    for line in out.splitlines():
+        cells = line.split()
+        if cells and (cells[0] == str(step) or cells[1:2] == [str(step)]) and len(cells) >= 3:
+            return cells
+    raise AssertionError(f"no row for step {step}:\n{out}")
+
+
+def test_a_grads_divergence_marks_only_the_rows_whose_losses_differ() -> None:
+    cmp = Comparison(2)
+    for k in (1, 2):
+        for s in range(1, 7):
+            loss = 1.0 / s if k == 1 or s < 4 else 1.0 / s + 0.25  # losses part at step 4
+            grads = "g0" if k == 1 or s < 2 else "g1"  # gradients part at step 2
+            cmp.add_step(k, s, {"loss": f32(loss), "grads": f"xxh3:{grads}"})
+        cmp.end(k, 6)
+    out = render(report_of(cmp))
+    assert "First divergence: step 2, signal grads" in out
+    assert row(out, 2)[0] == "▶"  # the step where it parted, though its losses agree
+    assert row(out, 3)[0] == "3"  # equal losses: no mark
+    assert row(out, 4)[0] == "≠"  # the losses differ from here
+
+
+def test_the_metric_that_differs_is_marked() -> None:
+    cmp = Comparison(2)
+    for k in (1, 2):
+        cmp.add_step(k, 1, {"loss": f32(1.0)})
+        cmp.end(k, 1)
+        cmp.set_metrics(k, {"accuracy": f32(0.9 if k == 1 else 0.8), "loss": f32(0.5)})
+    out = render(report_of(cmp, steps=1))
+    table = out.split("Metrics")[1].splitlines()
+    acc = next(line for line in table if "accuracy" in line)
+    same = next(line for line in table if "loss" in line)
+    assert acc.split()[:2] == ["≠", "accuracy"] and same.split()[:1] == ["loss"]
+
+
+def test_paths_and_the_replay_line_are_never_wrapped_at_80_columns() -> None:
+    cmp = Comparison(2)
+    for k in (1, 2):
+        cmp.add_step(k, 1, {"loss": f32(1.0 + k)})
+        cmp.end(k, 1)
+    folder = "/very/long/" + "/".join(f"folder-{i:02d}" for i in range(12)) + "/run"
+    report = report_of(cmp, steps=1, trace_dir=folder)
+    report.replay = "repro-check train:main --seed 1 --max-steps 1 -- " + " ".join(
+        f"--option-{i} value-{i}" for i in range(10))
+    out = render(report).splitlines()
+    assert f"traces: {folder}" in out
+    assert report.replay in out
