@@ -58,7 +58,8 @@ def main() -> int:
         signal.signal(sig, on_signal)
 
     env = dict(os.environ)
-    env["REPRO_CHECK_RUN"] = json.dumps(dict(config, event_fd=fd, parent=os.getpid()))
+    env["REPRO_CHECK_RUN"] = json.dumps(dict(config, event_fd=fd))
+    env["REPRO_CHECK_PARENT"] = str(os.getpid())  # the run entry dies with this process
     env["REPRO_CHECK_RANK"] = str(rank)
     _write(fd, {"info": {"rank_process": {
         "rank": rank, "pid": os.getpid(), "pgid": os.getpgrp(),
