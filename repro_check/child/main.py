@@ -41,7 +41,8 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
-#: the variable naming the process this one must have as its parent (its supervisor)
+#: the variable naming the process this one must have as its parent: its supervisor sets it
+#: (``repro_check.run.procs``, or the rank supervisor under torchrun)
 PARENT_VAR = "REPRO_CHECK_PARENT"
 
 

@@ -10,7 +10,8 @@ and once the command has ended kills every descendant left before it exits with 
 status (a death by a signal is passed on as the same signal). It also holds the read end of a pipe,
 the lifeline, whose write end only repro-check holds: when repro-check closes it, or dies however
 it dies (``kill -9`` included, which no handler in repro-check itself could survive), the
-supervisor kills the run's whole tree at once.
+supervisor kills the run's whole tree at once. A multiprocessing resource tracker (spawn-context
+DataLoader workers start one) goes last, so that it can unlink the semaphores the run leaked.
 
 From repro-check's side, :func:`kill_run` reaches a run's processes through ``/proc``: the
 supervisor's descendants, the members of its session and whatever holds the run's pipes (a
@@ -37,6 +38,8 @@ PROC = "/proc"
 PARENT_VAR = "REPRO_CHECK_PARENT"
 #: seconds the supervisor keeps killing what is left of a run before it gives up
 SWEEP_SECONDS = 5.0
+#: seconds a multiprocessing resource tracker of the run may take to clean up after the others
+TRACKER_GRACE = 1.0
 #: seconds between the supervisor's looks at whether repro-check is still its parent
 _PARENT_POLL = 1.0
 #: PR_SET_CHILD_SUBREAPER, from <linux/prctl.h>
@@ -169,11 +172,13 @@ def kill_run(supervisor: int, pipes: Iterable[int] = (), tree: bool = True) -> l
     kills what it finds left, and exits with the run's status): its descendants when ``tree``
     (only while the supervisor has not been reaped, so that its pid cannot belong to another
     process), the members of its session and, when ``pipes`` (inodes) are given, whatever still
-    holds them. Returns the pids it found."""
+    holds them. While the supervisor is there, a resource tracker is left to it (see
+    :func:`_sweep`). Returns the pids it found."""
     table = _table()
     found = set(session_members(supervisor, table)) | set(pipe_holders(pipes))
     if tree:
         found.update(descendants(supervisor, table))
+        found = {pid for pid in found if not _is_tracker(pid)}
     found.discard(supervisor)
     for pid in found:
         _send(pid, signal.SIGKILL)
@@ -321,22 +326,37 @@ def _reap(command: int) -> int | None:
             status = st
 
 
-def _kill_tree(command: int) -> bool:
-    """SIGKILL every living descendant (without /proc: the command's group); True when there
-    was one."""
+def _is_tracker(pid: int) -> bool:
+    """Whether ``pid`` is a multiprocessing resource tracker (spawn-context DataLoaders start
+    one): it unlinks the semaphores and shared memory its clients leaked once they are all gone,
+    which only works if it is the last to go."""
+    try:
+        with open(f"{PROC}/{pid}/cmdline", "rb") as fh:
+            return b"multiprocessing.resource_tracker" in fh.read()
+    except OSError:
+        return False
+
+
+def _kill_tree(command: int, spare_trackers: bool = True) -> bool:
+    """SIGKILL every living descendant but, when ``spare_trackers``, resource trackers (without
+    /proc: the command's group); True while any descendant is left."""
     if not os.path.isdir(PROC):
         signal_group(command, signal.SIGKILL)
         return False
     left = descendants(os.getpid())
     for pid in left:
-        _send(pid, signal.SIGKILL)
+        if not (spare_trackers and _is_tracker(pid)):
+            _send(pid, signal.SIGKILL)
     return bool(left)
 
 
 def _sweep(command: int) -> None:
-    """Kill what the run left until nothing is left (bounded), reaping as they die."""
-    deadline = time.monotonic() + SWEEP_SECONDS
-    while _kill_tree(command) and time.monotonic() < deadline:
+    """Kill what the run left until nothing is left (bounded), reaping as they die; a resource
+    tracker gets :data:`TRACKER_GRACE` seconds to clean up and leave by itself first."""
+    start = time.monotonic()
+    while _kill_tree(command, time.monotonic() - start < TRACKER_GRACE):
+        if time.monotonic() - start > SWEEP_SECONDS:
+            break
         time.sleep(0.005)
         _reap(command)
     _reap(command)
