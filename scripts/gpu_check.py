@@ -97,7 +97,7 @@ def device_fingerprints(torch: Any) -> None:
         synced = str(e).splitlines()[0]
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    held = len(recorder._pending)
+    held = recorder.held
     recorder.flush()
     recorder.uninstall()
     expect("a training loop under capture never synchronises", synced is None, synced or "none")

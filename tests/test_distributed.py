@@ -166,6 +166,20 @@ def test_hung_rank_is_stopped_by_the_timeout_for_the_whole_job(tmp: Path) -> Non
     assert_no_rank_left(res.report)
 
 
+def test_kill_9_of_repro_check_stops_the_whole_torchrun_job(tmp: Path) -> None:
+    """torchrun's agent, the rank supervisors and the ranks: none survives a ``kill -9`` of
+    repro-check (each rank records its pids, then hangs at step 2)."""
+    from .test_failures import kill_9_mid_run, pids, wait_none_alive
+
+    pid_file = tmp / "kill9-pids.txt"
+    kill_9_mid_run(["ddp/hang.py:main", *DDP, "--runs", "1", "--", "--pid-file", str(pid_file)],
+                   tmp / "kill9", pid_file, ready=2, cwd=FIXTURES)
+    recorded = pids(pid_file)
+    assert {kind: len(set(ps)) for kind, ps in recorded.items()} == {
+        "rank": 2, "rank-parent": 2, "agent": 1, "agent-parent": 1}, recorded
+    wait_none_alive(recorded)
+
+
 # ---- several nodes ---------------------------------------------------------------------------
 
 def test_two_nodes_meet_run_by_run_through_the_static_rendezvous(tmp: Path) -> None:

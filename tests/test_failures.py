@@ -32,7 +32,7 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pids(path: Path) -> dict[str, list[int]]:
-    """The pids a fixture recorded, by kind (main, worker, orphan)."""
+    """The pids a fixture recorded, by kind (main, worker, orphan, daemon, ...)."""
     found: dict[str, list[int]] = {}
     if not path.exists():
         return found
@@ -56,13 +56,14 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def launch(args: list[str], tmp: Path, **env: str) -> tuple[subprocess.Popen[str], Path]:
+def launch(args: list[str], tmp: Path, cwd: Path = FAIL,
+           **env: str) -> tuple[subprocess.Popen[str], Path]:
     """repro-check in the background (through the launcher), with --json and --trace-dir in tmp."""
     tmp.mkdir(parents=True, exist_ok=True)
     report = tmp / "report.json"
     at = args.index("--") if "--" in args else len(args)
     argv = args[:at] + ["--json", str(report), "--trace-dir", str(tmp / "traces")] + args[at:]
-    proc = subprocess.Popen([sys.executable, str(LAUNCHER), *argv], cwd=FAIL,
+    proc = subprocess.Popen([sys.executable, str(LAUNCHER), *argv], cwd=cwd,
                             env=cli_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     return proc, report
@@ -166,11 +167,11 @@ def test_timeout_stops_the_run_its_workers_and_its_group(tmp: Path) -> None:
 
 
 def test_leftover_processes_and_held_pipes_do_not_keep_it_waiting(tmp: Path) -> None:
-    """Workers kept alive after the target returns (run 2) or raises (run 1), and a forked
-    process in a session of its own that holds the run's pipes: the check ends, and none of them
-    survives."""
+    """Workers kept alive after the target returns (run 2) or raises (run 1), a forked process
+    in a session of its own that holds the run's pipes, and a daemon (double fork, setsid, every
+    file descriptor closed): the check ends, and none of them survives."""
     pid_file = tmp / "leaky-pids.txt"
-    res = run_cli("leaky.py:main", "--", "--pid-file", str(pid_file), "--orphan",
+    res = run_cli("leaky.py:main", "--", "--pid-file", str(pid_file), "--orphan", "--daemon",
                   "--raise-in-run", "1", tmp=tmp / "leaky", cwd=FAIL, timeout=120)
     assert res.code == 3, res.stdout + res.stderr
     assert res.report["error"] == "run 1 raised RuntimeError: failed with workers still running"
@@ -178,7 +179,46 @@ def test_leftover_processes_and_held_pipes_do_not_keep_it_waiting(tmp: Path) -> 
     assert res.report["steps"] == [3, 3] and "leaky.py" in res.stdout
     recorded = pids(pid_file)
     assert len(recorded["worker"]) == 4 and len(recorded["orphan"]) == 2, recorded
+    assert len(recorded["daemon"]) == 2, recorded
     assert_none_alive(recorded)
+
+
+# ---- repro-check itself killed with SIGKILL -------------------------------------------------
+
+def wait_none_alive(recorded: dict[str, list[int]], timeout: float = 30) -> None:
+    """Every recorded process is gone within ``timeout`` (polled: killing takes a moment)."""
+    deadline = time.monotonic() + timeout
+    alive = [(kind, pid) for kind, ps in recorded.items() for pid in ps if is_alive(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [(kind, pid) for kind, pid in alive if is_alive(pid)]
+    assert not alive, f"left running {timeout:g} s after repro-check was killed: {alive}"
+
+
+def kill_9_mid_run(args: list[str], tmp: Path, pid_file: Path, ready: int = 1,
+                   cwd: Path = FAIL) -> None:
+    """Start repro-check, wait until the run wrote ``ready`` lines, SIGKILL repro-check."""
+    proc, _ = launch(args, tmp, cwd)
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().count("ready") >= ready,
+                 180, "the run to start what it starts")
+    finally:
+        proc.kill()  # SIGKILL: repro-check cannot clean anything up itself
+        proc.communicate(timeout=60)
+
+
+def test_kill_9_of_repro_check_leaves_no_process_of_the_run(tmp: Path) -> None:
+    """A helper subprocess, a daemon (double fork, setsid, closed fds), spawn-context DataLoader
+    workers still starting and multiprocessing's resource tracker, the run entry and its
+    supervisor: none survives a ``kill -9`` of repro-check."""
+    pid_file = tmp / "kill9-pids.txt"
+    kill_9_mid_run(["spawner.py:main", "--runs", "1", "--", "--pid-file", str(pid_file),
+                    "--helper", "--daemon", "--spawn-workers"], tmp / "kill9", pid_file)
+    recorded = pids(pid_file)
+    kinds = {kind: len(ps) for kind, ps in recorded.items()}
+    assert kinds == {"main": 1, "parent": 1, "helper": 1, "daemon": 1, "worker": 2,
+                     "tracker": 1}, recorded
+    wait_none_alive(recorded)
 
 
 # ---- Ctrl-C and SIGTERM to repro-check -------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ TREE = "import os, subprocess, sys, time; " \
 NO_SUCH_PID = 2**22 + 1  # above the largest pid Linux hands out
 
 
-def test_session_members_and_kill_run() -> None:
+def test_session_members_and_kill_run_spare_the_supervisor() -> None:
     leader = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     try:
@@ -25,11 +26,11 @@ def test_session_members_and_kill_run() -> None:
         grandchild = int(leader.stdout.readline())
         members = procs.session_members(leader.pid)
         assert {leader.pid, grandchild} <= set(members)
+        assert procs.descendants(leader.pid) == [grandchild]
         found = procs.kill_run(leader.pid)
-        assert grandchild in found  # not in the leader's group: found through the session
-        leader.wait(timeout=30)
+        assert found == [grandchild]  # not in the leader's group: found through the session
         assert procs.wait_gone([grandchild], timeout=10)
-        assert not procs.is_alive(grandchild) and not procs.is_alive(leader.pid)
+        assert procs.is_alive(leader.pid)  # the supervisor sweeps, then leaves on its own
     finally:
         leader.kill()
         leader.wait()
@@ -56,3 +57,58 @@ def test_is_alive_is_false_for_a_zombie() -> None:
     assert procs.wait_gone([child.pid], timeout=10)  # exited, not reaped yet: not alive
     child.wait()
     assert procs.is_alive(os.getpid())
+
+
+# ---- the supervisor every run's command runs under -------------------------------------------
+
+# forks twice; the grandchild starts its own session, prints its pid, closes every file it has
+DAEMON = "import os, sys, time\n" \
+         "if os.fork() == 0:\n" \
+         "    os.setsid()\n" \
+         "    if os.fork() == 0:\n" \
+         "        print(os.getpid(), flush=True); os.closerange(0, 65536); time.sleep(300)\n" \
+         "    os._exit(0)\n" \
+         "time.sleep(float(sys.argv[1]))\n"
+
+
+def supervised(*command: str) -> procs.Supervised:
+    return procs.Supervised(list(command), env=dict(os.environ))
+
+
+def first_line(run: procs.Supervised) -> int:
+    assert run.proc.stdout is not None
+    return int(run.proc.stdout.readline())
+
+
+def test_the_supervisor_exits_as_its_command_did() -> None:
+    for command, code in ((["true"], 0), (["sh", "-c", "exit 7"], 7),
+                          (["sh", "-c", "kill -SEGV $$"], -signal.SIGSEGV),
+                          (["sh", "-c", "kill -KILL $$"], -signal.SIGKILL)):
+        run = supervised(*command)
+        assert run.proc.wait(timeout=30) == code, command
+        run.release()
+
+
+def test_the_supervisor_passes_sigterm_on() -> None:
+    run = supervised("sh", "-c", "trap 'exit 5' TERM; echo up; while :; do sleep 0.05; done")
+    assert run.proc.stdout is not None and run.proc.stdout.readline() == b"up\n"
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(timeout=30) == 5
+    run.release()
+
+
+def test_what_a_command_left_is_killed_when_it_ends_even_a_daemon() -> None:
+    run = supervised(sys.executable, "-c", DAEMON, "0.5")
+    daemon = first_line(run)
+    assert run.proc.wait(timeout=30) == 0
+    assert not procs.is_alive(daemon)  # gone before the supervisor left
+    run.release()
+
+
+def test_closing_the_lifeline_kills_the_whole_tree() -> None:
+    run = supervised(sys.executable, "-c", DAEMON, "300")
+    daemon = first_line(run)
+    assert procs.descendants(run.pid) and procs.is_alive(daemon)
+    run.release()  # as when repro-check dies, however it dies
+    assert run.proc.wait(timeout=30) == -signal.SIGKILL
+    assert not procs.is_alive(daemon)

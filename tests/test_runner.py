@@ -11,7 +11,7 @@ import pytest
 import repro_check
 from repro_check.run import runner
 from repro_check import targets
-from repro_check.run.procs import is_alive
+from repro_check.run.procs import Tail, is_alive
 from repro_check.trace.format import MAX_LINE_BYTES, load_trace
 
 from .conftest import FIXTURES
@@ -35,7 +35,7 @@ def test_parallel_runs_give_the_same_bits_as_sequential(tmp_path: Path,
 
 
 def test_tail_keeps_the_last_bytes_in_bounded_memory() -> None:
-    tail = runner._Tail(limit=1000)
+    tail = Tail(limit=1000)
     for i in range(10_000):
         tail.add(f"line {i}\n".encode())
         assert tail.size <= 1000 + 16 and len(tail.chunks) <= 257
@@ -116,3 +116,23 @@ def test_pacer_holds_a_run_that_gets_ahead_until_the_other_catches_up() -> None:
     pacer.finish(2)  # an ended run holds nobody back
     pacer.advance(1, 100, abandon)
     assert pacer.steps[1] == 100
+
+
+def test_a_plain_run_and_a_torchrun_job_are_both_what_the_runner_drives() -> None:
+    """Both classes have every member of :class:`runner.LiveRun`, with the same parameters."""
+    import inspect
+
+    from repro_check.distributed.launch import Job
+
+    members = [n for n in vars(runner.LiveRun) if not n.startswith("_")]
+    assert {"ready", "handle", "stop", "tick", "finish", "kill_now", "give_up"} <= set(members)
+    for cls in (runner._LiveRun, Job):
+        for name in members:
+            want, got = getattr(runner.LiveRun, name), getattr(cls, name)
+            if isinstance(want, property):
+                assert isinstance(got, property), (cls, name)
+            else:
+                assert list(inspect.signature(got).parameters) == \
+                    list(inspect.signature(want).parameters), (cls, name)
+        for name in runner.LiveRun.__annotations__:  # attributes set by the constructor
+            assert f"self.{name} = " in inspect.getsource(cls.__init__), (cls, name)

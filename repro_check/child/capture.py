@@ -19,7 +19,7 @@ A step's signals, in the order the step happens:
     the fingerprint of everything the DataLoader iterators yielded since the previous step, in
     order (several fetches for gradient accumulation combine); absent when nothing was fetched.
 ``loss``
-    the scalar on which backward was last called, exactly. It is kept as a device tensor and
+    the scalar on which backward was last called (by the step's thread), exactly. It is kept as a device tensor and
     turned into bits in batches, so a GPU run is not synchronised for it at every step.
 ``grads``
     the gradients of the optimizer's parameters before its step; without an optimizer, the
@@ -31,12 +31,17 @@ A step's signals, in the order the step happens:
 For the progress display, when a DataLoader of known length starts an epoch, the steps expected
 by the end of it are emitted as ``{"info": {"expected_steps": N}}``. The loader that counts is the
 one being iterated when steps happen, so an evaluation loader does not move the expectation.
+
+Steps from several threads (models trained side by side) share one count, in the order their
+optimizer steps complete: a step is numbered and its record emitted under one lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -60,6 +65,11 @@ class StopTraining(BaseException):
 _ACTIVE: Recorder | None = None
 
 
+def active() -> Recorder | None:
+    """The recorder installed in this process, if any (the run entry flushes it when stopped)."""
+    return _ACTIVE
+
+
 def log_metric(name: str, value: Any) -> Any:
     """Record a final metric (e.g. accuracy) of a script that prints instead of returning it.
 
@@ -70,7 +80,7 @@ def log_metric(name: str, value: Any) -> Any:
     return value
 
 
-#: what ``_quiet`` returns when no probe is armed (reusable)
+#: what ``Recorder.quiet`` returns when no probe is armed (reusable)
 _NO_PROBE = contextlib.nullcontext()
 
 #: the text PyTorch's warn-only deterministic mode puts after the op's name
@@ -90,8 +100,305 @@ def _finished(iterator_ref: Callable[[], Any], length: int) -> bool:
     return it is None or getattr(it, "_num_yielded", 0) >= length
 
 
+class Hooks:
+    """The recorder's way into unmodified training code: PyTorch's global optimizer step hooks,
+    and thin wrappers around ``torch.autograd.backward`` (which ``Tensor.backward`` calls), the
+    DataLoader iterator's ``__next__``, ``DataLoader.__iter__``, ``Optimizer.__init__`` and, to
+    flag ops, the warnings machinery. Each calls one of the recorder's ``on_*`` methods;
+    :meth:`undo` puts everything back."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.rec = recorder
+        self._undo: list[Callable[[], None]] = []
+
+    def replace(self, owner: Any, name: str, new: Any) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, new)
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def undo(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+    def install(self, flag_ops: bool) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        for register, hook in ((register_optimizer_step_pre_hook, self.rec.on_optimizer_step),
+                               (register_optimizer_step_post_hook, self.rec.on_optimizer_stepped)):
+            self._undo.append(register(hook).remove)
+        self._backward()
+        self._loader_next()
+        self._optimizer_init()
+        if flag_ops:
+            self._alerts()
+
+    def _backward(self) -> None:
+        import torch.autograd
+
+        rec, original_backward = self.rec, torch.autograd.backward
+
+        @functools.wraps(original_backward)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            rec.on_step_activity()
+            leaves = None
+            if rec.optimizers_made == 0:
+                inputs = kwargs.get("inputs", args[4] if len(args) > 4 else None)
+                with rec.quiet():
+                    leaves = _leaves(tensors, inputs)
+            probe = rec.probe
+            if probe is not None:
+                probe.phase = "backward"
+            try:
+                result = original_backward(tensors, *args, **kwargs)
+            finally:
+                if probe is not None:
+                    probe.phase = "forward"
+            rec.on_backward(tensors, leaves)
+            return result
+
+        self.replace(torch.autograd, "backward", backward)
+
+    def _loader_next(self) -> None:
+        from torch.utils.data import dataloader
+
+        rec, iterator_cls = self.rec, dataloader._BaseDataLoaderIter
+        original_next = iterator_cls.__next__
+
+        @functools.wraps(original_next)
+        def __next__(it: Any) -> Any:
+            rec.on_step_activity()
+            probe = rec.probe
+            before = probe.phase if probe is not None else None
+            if probe is not None:
+                probe.phase = "data"
+            try:
+                item = original_next(it)
+            finally:
+                if probe is not None:
+                    probe.phase = before
+            rec.on_batch(item)
+            return item
+
+        self.replace(iterator_cls, "__next__", __next__)
+
+    def _optimizer_init(self) -> None:
+        from torch.optim.optimizer import Optimizer
+
+        rec, original_init = self.rec, Optimizer.__init__
+
+        @functools.wraps(original_init)
+        def optimizer_init(opt: Any, *args: Any, **kwargs: Any) -> None:
+            rec.optimizers_made += 1
+            original_init(opt, *args, **kwargs)
+
+        self.replace(Optimizer, "__init__", optimizer_init)
+
+    def loaders(self) -> None:
+        """Notice each epoch a DataLoader starts (for the expected steps)."""
+        from torch.utils.data import DataLoader
+
+        rec, original_iter = self.rec, DataLoader.__iter__
+
+        @functools.wraps(original_iter)
+        def loader_iter(loader: Any) -> Any:
+            it = original_iter(loader)
+            try:
+                rec.on_epoch(loader, it)
+            except Exception:  # noqa: BLE001 - progress is a nicety; never break the target
+                pass
+            return it
+
+        self.replace(DataLoader, "__iter__", loader_iter)
+
+    def _alerts(self) -> None:
+        """Turn PyTorch's nondeterminism warnings into ``{"flagged": ...}`` records.
+
+        Hooks ``warnings._showwarnmsg``, through which every shown warning passes whatever the
+        script does with ``showwarning`` or ``catch_warnings``; a filter in front makes every
+        occurrence reach it, and each op is recorded (and shown) once.
+        """
+        import warnings
+
+        warnings.filterwarnings("always", message=".*" + NONDETERMINISTIC_ALERT)
+        attr = "_showwarnmsg" if hasattr(warnings, "_showwarnmsg") else "showwarning"
+        rec, original = self.rec, getattr(warnings, attr)
+
+        def show(*args: Any, **kwargs: Any) -> Any:
+            msg = args[0] if attr == "_showwarnmsg" else None
+            text = str(msg.message if msg is not None else args[0])
+            if NONDETERMINISTIC_ALERT in text:
+                op = text.split(NONDETERMINISTIC_ALERT)[0].strip()
+                fallback = f"{msg.filename}:{msg.lineno}" if msg is not None else None
+                if not rec.on_flagged(op, fallback):
+                    return None
+            return original(*args, **kwargs)
+
+        self.replace(warnings, attr, show)
+
+
+class StepSignals:
+    """The signals of a step that come from the whole process rather than from the optimizer:
+    the RNG streams' states at the step's start and what the DataLoaders yielded for it."""
+
+    def __init__(self, cuda: bool, quiet: Callable[[], Any]) -> None:
+        self.cuda = cuda
+        self.quiet = quiet
+        #: the streams' states after seeding, and the streams seen drawn from since
+        self.at_install = rngstate.signals(cuda)
+        self.live: set[str] = set()
+        self.rng: dict[str, Any] | None = None
+        self.batch: list[Any] | None = None
+
+    def step_starts(self) -> None:
+        """Take the RNG states of the step in progress, unless already taken."""
+        if self.rng is None:
+            with self.quiet():
+                self.rng = rngstate.signals(self.cuda)
+
+    def add_batch(self, item: Any) -> None:
+        with self.quiet():
+            if self.batch is None:
+                self.batch = []
+            self.batch.append(fingerprint.nested(item, defer=True))
+
+    def take(self) -> dict[str, Any]:
+        """The signals of the step that just ended, in the order it happened (its ``loss`` a
+        placeholder, keeping its place); the next step starts here."""
+        self.step_starts()
+        start = self.rng or {}
+        with self.quiet():
+            end = rngstate.signals(self.cuda)  # the start of the next step
+        signals = self._live_streams(start, end)
+        if self.batch is not None:
+            signals["batch"] = fingerprint.combine(self.batch, defer=True)
+        signals["loss"] = None  # filled in when the loss is turned into bits
+        self.rng, self.batch = end, None
+        return signals
+
+    def _live_streams(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
+        """The RNG signals of a step: the state at its start of every stream the run has drawn
+        from by the end of the step (before, or during it). A stream nothing draws from cannot
+        change a result; left out, its unseeded state does not count as a divergence."""
+        for name, value in start.items():
+            if name not in self.live and (
+                value != self.at_install.get(name) or end.get(name) != value
+            ):
+                self.live.add(name)
+        return {name: value for name, value in start.items() if name in self.live}
+
+
+class Outbox:
+    """Recorded steps on their way to the trace, in step order: a step whose values are all on
+    the host goes at once; steps with losses or fingerprints still on a device are held and go
+    to the host together, one copy per device for the whole batch, so a GPU run is not
+    synchronised at every step."""
+
+    def __init__(self, emit: Emit, quiet: Callable[[], Any]) -> None:
+        self.emit = emit
+        self.quiet = quiet
+        self.held: list[tuple[int, dict[str, Any], Any]] = []
+        self.held_since = 0.0
+
+    def add(self, step: int, signals: dict[str, Any], loss: Any, every: int,
+            seconds: float) -> None:
+        """Emit the step, or hold it until ``every`` steps are held or the oldest has waited
+        ``seconds``."""
+        if (loss is not None and not loss.is_cpu) or any(
+                type(v) is fingerprint.Deferred for v in signals.values()):
+            if not self.held:
+                self.held_since = time.monotonic()
+            self.held.append((step, signals, loss))
+            if len(self.held) >= every or time.monotonic() - self.held_since >= seconds:
+                self.flush()
+        else:
+            self.flush()
+            with self.quiet():
+                signals["loss"] = values.encode_tensor(loss) if loss is not None else None
+            self.emit({"step": step, "signals": signals})
+
+    def flush(self) -> None:
+        """Emit the steps still held: their losses and fingerprints reach the host together."""
+        held, self.held = self.held, []
+        if not held:
+            return
+        with self.quiet():
+            where = [(signals, name) for _, signals, _ in held
+                     for name, value in signals.items() if type(value) is fingerprint.Deferred]
+            texts = fingerprint.resolve([signals[name] for signals, name in where])
+            for (signals, name), text in zip(where, texts):
+                signals[name] = text
+            losses = values.encode_tensors([loss for _, _, loss in held])
+        for (step, signals, _), loss in zip(held, losses):
+            signals["loss"] = loss
+            self.emit({"step": step, "signals": signals})
+
+
+class Progress:
+    """The steps expected by the end of the training loader's epoch, for the progress display:
+    emitted as ``{"info": {"expected_steps": N}}`` when they change. The loader that counts is
+    the one being iterated when steps happen, so an evaluation loader does not move it."""
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.expected_steps: int | None = None
+        # the epoch started last and the training loader's: (loader, iterator, first step, len),
+        # loader and iterator as weak references
+        self._epoch: tuple[Any, Any, int, int] | None = None
+        self._train: tuple[Any, Any, int, int] | None = None
+        self._epoch_seen_step = True
+
+    def epoch_started(self, loader: Any, it: Any, step: int) -> None:
+        try:
+            n = len(loader)
+        except Exception:  # noqa: BLE001 - an IterableDataset without a length
+            return
+        if not isinstance(n, int) or n <= 0:
+            return
+        epoch = (_weak(loader), _weak(it), step, n)
+        self._epoch, self._epoch_seen_step = epoch, False
+        train = self._train[0]() if self._train is not None else None
+        if train is loader:
+            self._train = epoch
+        if train is None or train is loader:
+            self._expect(step + n)
+
+    def step_recorded(self) -> None:
+        if not self._epoch_seen_step:
+            self._first_step_of_epoch()
+
+    def _first_step_of_epoch(self) -> None:
+        """The first step since a loader started an epoch: if that loader is still being iterated
+        and the training loader known so far is not, it is the one whose length counts."""
+        self._epoch_seen_step = True
+        if self._epoch is None:
+            return
+        ref, it, start, n = self._epoch
+        loader = ref()
+        if loader is None or (self._train is not None and self._train[0]() is loader):
+            return
+        if _finished(it, n) or (self._train is not None and not _finished(self._train[1],
+                                                                          self._train[3])):
+            return  # an evaluation loop that ran to its end, or one inside a training epoch
+        self._train = self._epoch
+        self._expect(start + n)
+
+    def _expect(self, total: int) -> None:
+        if total != self.expected_steps:
+            self.expected_steps = total
+            self.emit({"info": {"expected_steps": total}})
+
+
 class Recorder:
     """Counts steps, fingerprints each step's signals, and emits one trace record a step.
+
+    Steps from several threads (models trained side by side) are numbered in the order their
+    optimizer steps complete, one count for the process: numbering a step and emitting its
+    record happen under one lock, so the trace is always numbered 1..N. A step's loss and
+    gradients are its own thread's.
 
     ``probe_step``: arm a :class:`~repro_check.child.probe.StepProbe` for that step only.
     ``flag_ops``: report the ops PyTorch's warn-only deterministic mode warns about, each once,
@@ -116,293 +423,147 @@ class Recorder:
         self.probe_step = probe_step
         self.flag_ops = flag_ops
         self.probe: Any = None
-        self._cuda = False
-        self._rng: dict[str, Any] | None = None
-        self._rng_at_install: dict[str, Any] = {}
-        self._rng_live: set[str] = set()
-        self._batch: Any = None
-        self._grads: fingerprint.Fingerprint | None = None
-        self._pending: list[tuple[int, dict[str, Any], Any]] = []
-        self._pending_since = 0.0
-        self._handles: list[Any] = []
-        self._undo: list[Callable[[], None]] = []
-        self.expected_steps: int | None = None
-        # the epoch started last and the training loader's: (loader, iterator, first step, len),
-        # loader and iterator as weak references
-        self._epoch: tuple[Any, Any, int, int] | None = None
-        self._train: tuple[Any, Any, int, int] | None = None
-        self._epoch_seen_step = True
+        self.lock = threading.RLock()
+        #: per thread: the loss it last called backward on, the gradients of its optimizer step
+        self._local = threading.local()
+        self.hooks = Hooks(self)
+        self.signals: StepSignals | None = None
+        self.outbox = Outbox(emit, self.quiet)
+        self.progress = Progress(emit)
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
+
+    @property
+    def expected_steps(self) -> int | None:
+        return self.progress.expected_steps
+
+    @property
+    def held(self) -> int:
+        """Steps recorded but not emitted yet (their values still on a device)."""
+        return len(self.outbox.held)
 
     # ---- installing ----------------------------------------------------------------------
     def install(self) -> Recorder:
         global _ACTIVE
-        import torch
-        import torch.autograd
-        from torch.optim.optimizer import (
-            Optimizer,
-            register_optimizer_step_post_hook,
-            register_optimizer_step_pre_hook,
-        )
-        from torch.utils.data import dataloader
+        import torch  # noqa: F401 - before the RNG states are taken
 
-        self._cuda = rngstate.cuda_available()
-        self._rng_at_install = rngstate.signals(self._cuda)
-        self._handles.append(register_optimizer_step_pre_hook(self._before_optimizer_step))
-        self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
-
-        original_backward = torch.autograd.backward
-
-        @functools.wraps(original_backward)
-        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            self._step_starts()
-            leaves = None
-            if self.optimizers_made == 0:
-                inputs = kwargs.get("inputs", args[4] if len(args) > 4 else None)
-                with self._quiet():
-                    leaves = _leaves(tensors, inputs)
-            probe = self.probe
-            if probe is not None:
-                probe.phase = "backward"
-            try:
-                result = original_backward(tensors, *args, **kwargs)
-            finally:
-                if probe is not None:
-                    probe.phase = "forward"
-            self._after_backward(tensors, leaves)
-            return result
-
-        torch.autograd.backward = backward
-        self._undo.append(lambda: setattr(torch.autograd, "backward", original_backward))
-
-        iterator_cls = dataloader._BaseDataLoaderIter
-        original_next = iterator_cls.__next__
-
-        @functools.wraps(original_next)
-        def __next__(it: Any) -> Any:
-            self._step_starts()
-            probe = self.probe
-            before = probe.phase if probe is not None else None
-            if probe is not None:
-                probe.phase = "data"
-            try:
-                item = original_next(it)
-            finally:
-                if probe is not None:
-                    probe.phase = before
-            self._add_batch(item)
-            return item
-
-        iterator_cls.__next__ = __next__  # type: ignore[method-assign]
-        self._undo.append(lambda: setattr(iterator_cls, "__next__", original_next))
-
-        original_init = Optimizer.__init__
-
-        @functools.wraps(original_init)
-        def optimizer_init(opt: Any, *args: Any, **kwargs: Any) -> None:
-            self.optimizers_made += 1
-            original_init(opt, *args, **kwargs)
-
-        Optimizer.__init__ = optimizer_init  # type: ignore[method-assign]
-        self._undo.append(lambda: setattr(Optimizer, "__init__", original_init))
-        if self.flag_ops:
-            self._capture_alerts()
+        self.signals = StepSignals(rngstate.cuda_available(), self.quiet)
+        self.hooks.install(self.flag_ops)
         if self.probe_step is not None:
             from repro_check.child.probe import StepProbe
 
             self.probe = StepProbe(self.emit)
             if self.probe_step == 1:
                 self.probe.arm(1)
-        self._watch_loaders()
+        self.hooks.loaders()
+        _renew_lock_in_forks(self)
         _ACTIVE = self
         return self
-
-    def _watch_loaders(self) -> None:
-        from torch.utils.data import DataLoader
-
-        original_iter = DataLoader.__iter__
-
-        @functools.wraps(original_iter)
-        def loader_iter(loader: Any) -> Any:
-            it = original_iter(loader)
-            try:
-                self._epoch_started(loader, it)
-            except Exception:  # noqa: BLE001 - progress is a nicety; never break the target
-                pass
-            return it
-
-        DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]
-        self._undo.append(lambda: setattr(DataLoader, "__iter__", original_iter))
-
-    def _capture_alerts(self) -> None:
-        """Turn PyTorch's nondeterminism warnings into ``{"flagged": ...}`` records.
-
-        Hooks ``warnings._showwarnmsg``, through which every shown warning passes whatever the
-        script does with ``showwarning`` or ``catch_warnings``; a filter in front makes every
-        occurrence reach it, and each op is recorded (and shown) once.
-        """
-        import warnings
-
-        warnings.filterwarnings("always", message=".*" + NONDETERMINISTIC_ALERT)
-        attr = "_showwarnmsg" if hasattr(warnings, "_showwarnmsg") else "showwarning"
-        original = getattr(warnings, attr)
-
-        def show(*args: Any, **kwargs: Any) -> Any:
-            msg = args[0] if attr == "_showwarnmsg" else None
-            text = str(msg.message if msg is not None else args[0])
-            if NONDETERMINISTIC_ALERT in text:
-                op = text.split(NONDETERMINISTIC_ALERT)[0].strip()
-                if op in self.flagged:
-                    return None
-                self.flagged[op] = self.step + 1
-                fallback = f"{msg.filename}:{msg.lineno}" if msg is not None else None
-                self.emit({"flagged": {"op": op, "step": self.step + 1,
-                                       "where": _caller() or fallback}})
-            return original(*args, **kwargs)
-
-        setattr(warnings, attr, show)
-        self._undo.append(lambda: setattr(warnings, attr, original))
 
     def uninstall(self) -> None:
         global _ACTIVE
         if self.probe is not None:
             self.probe.disarm()
-        for h in self._handles:
-            h.remove()
-        for undo in reversed(self._undo):
-            undo()
-        self._handles.clear()
-        self._undo.clear()
+        self.hooks.undo()
         if _ACTIVE is self:
             _ACTIVE = None
 
-    # ---- hooks ---------------------------------------------------------------------------
-    def _quiet(self) -> Any:
+    def quiet(self) -> Any:
         """Our own tensor work is kept out of the step probe's op record."""
         return self.probe.quiet() if self.probe is not None else _NO_PROBE
 
-    def _step_starts(self) -> None:
-        """Take the RNG states of the step in progress, unless already taken."""
-        if self._rng is None:
-            with self._quiet():
-                self._rng = rngstate.signals(self._cuda)
+    # ---- what the hooks report -----------------------------------------------------------
+    def on_step_activity(self) -> None:
+        """A DataLoader fetch, a backward call or an optimizer step: the step in progress has
+        started by now (its RNG states are taken, unless already)."""
+        assert self.signals is not None
+        with self.lock:
+            self.signals.step_starts()
 
-    def _add_batch(self, item: Any) -> None:
-        with self._quiet():
-            if self._batch is None:
-                self._batch = []
-            self._batch.append(fingerprint.nested(item, defer=True))
+    def on_batch(self, item: Any) -> None:
+        assert self.signals is not None
+        with self.lock:
+            self.signals.add_batch(item)
 
-    def _after_backward(self, tensors: Any, leaves: list[Any] | None) -> None:
-        self.backward_calls += 1
+    def on_epoch(self, loader: Any, it: Any) -> None:
+        with self.lock:
+            self.progress.epoch_started(loader, it, self.step)
+
+    def on_flagged(self, op: str, fallback: str | None) -> bool:
+        """An op PyTorch warns is nondeterministic; True the first time (it is shown then)."""
+        with self.lock:
+            if op in self.flagged:
+                return False
+            self.flagged[op] = self.step + 1
+            self.emit({"flagged": {"op": op, "step": self.step + 1,
+                                   "where": _caller() or fallback}})
+            return True
+
+    def on_backward(self, tensors: Any, leaves: list[Any] | None) -> None:
         t = tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else tensors
         try:
-            if t.numel() == 1:
-                self.last_loss = t.detach().clone()
+            loss = t.detach().clone() if t.numel() == 1 else None
         except AttributeError:
-            pass
-        if self.optimizers_made == 0:
-            grads = None
-            if leaves:
-                with self._quiet():
-                    grads = fingerprint.tensors(((str(i), leaf.grad) for i, leaf in enumerate(leaves)),
-                                                defer=True)
-            self._record_step(grads, None)
+            loss = None
+        with self.lock:
+            self.backward_calls += 1
+            if loss is not None:
+                self.last_loss = self._local.loss = loss
+            if self.optimizers_made == 0:
+                grads = None
+                if leaves:
+                    with self.quiet():
+                        grads = fingerprint.tensors(
+                            ((str(i), leaf.grad) for i, leaf in enumerate(leaves)), defer=True)
+                self._record_step(grads, None)
 
-    def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._step_starts()
-        with self._quiet():
-            self._grads = fingerprint.tensors(
+    def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Before the optimizer's step: its gradients (this thread's)."""
+        self.on_step_activity()
+        with self.quiet():
+            self._local.grads = fingerprint.tensors(
                 ((name, p.grad) for name, p in _optimizer_params(optimizer)), defer=True)
         if self.probe is not None:
             self.probe.phase = "optimizer"
 
-    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.probe is not None:
-            self.probe.phase = "forward"
-        with self._quiet():
-            params = self._params_fingerprint(optimizer)
-        grads, self._grads = self._grads, None
-        self._record_step(grads, params)
+    def on_optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """After the optimizer's step: the step is recorded."""
+        with self.lock:  # steps are numbered in the order they complete
+            if self.probe is not None:
+                self.probe.phase = "forward"
+            with self.quiet():
+                params = self.params_fingerprint(optimizer)
+            grads, self._local.grads = getattr(self._local, "grads", None), None
+            self._record_step(grads, params)
 
-    def _params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
+    def params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
         """The ``params`` signal after an optimizer step: the parameters it updates."""
         return fingerprint.tensors(_optimizer_params(optimizer), defer=True)
 
-    # ---- expected steps (progress) --------------------------------------------------------
-    def _epoch_started(self, loader: Any, it: Any) -> None:
-        try:
-            n = len(loader)
-        except Exception:  # noqa: BLE001 - an IterableDataset without a length
-            return
-        if not isinstance(n, int) or n <= 0:
-            return
-        epoch = (_weak(loader), _weak(it), self.step, n)
-        self._epoch, self._epoch_seen_step = epoch, False
-        train = self._train[0]() if self._train is not None else None
-        if train is loader:
-            self._train = epoch
-        if train is None or train is loader:
-            self._expect(self.step + n)
-
-    def _first_step_of_epoch(self) -> None:
-        """The first step since a loader started an epoch: if that loader is still being iterated
-        and the training loader known so far is not, it is the one whose length counts."""
-        self._epoch_seen_step = True
-        if self._epoch is None:
-            return
-        ref, it, start, n = self._epoch
-        loader = ref()
-        if loader is None or (self._train is not None and self._train[0]() is loader):
-            return
-        if _finished(it, n) or (self._train is not None and not _finished(self._train[1],
-                                                                          self._train[3])):
-            return  # an evaluation loop that ran to its end, or one inside a training epoch
-        self._train = self._epoch
-        self._expect(start + n)
-
-    def _expect(self, total: int) -> None:
-        if total != self.expected_steps:
-            self.expected_steps = total
-            self.emit({"info": {"expected_steps": total}})
-
+    # ---- recording a step ----------------------------------------------------------------
     def _record_step(self, grads: fingerprint.Fingerprint | None,
                      params: fingerprint.Fingerprint | None) -> None:
+        """Number the step that just ended and pass its record on (called under the lock)."""
+        assert self.signals is not None
         self.step += 1
-        if not self._epoch_seen_step:
-            self._first_step_of_epoch()
-        self._step_starts()
-        start = self._rng or {}
-        with self._quiet():
-            end = rngstate.signals(self._cuda)  # the start of the next step
-        signals: dict[str, Any] = self._live_streams(start, end)
-        if self._batch is not None:
-            signals["batch"] = fingerprint.combine(self._batch, defer=True)
-        signals["loss"] = None  # filled in when the loss is turned into bits, keeping its place
+        self.progress.step_recorded()
+        signals = self.signals.take()
         if grads is not None:
             signals["grads"] = grads
         if params is not None:
             signals["params"] = params
-        self._rng, self._batch = end, None
-        loss = self.last_loss
-        if (loss is not None and not loss.is_cpu) or any(
-                type(v) is fingerprint.Deferred for v in signals.values()):
-            # still on a device: kept until a batch of steps goes to the host in one copy
-            if not self._pending:
-                self._pending_since = time.monotonic()
-            self._pending.append((self.step, signals, loss))
-            if (len(self._pending) >= self.FLUSH_EVERY
-                    or time.monotonic() - self._pending_since >= self.FLUSH_SECONDS):
-                self.flush()
-        else:
-            self.flush()
-            self._emit_step(self.step, signals, loss)
+        loss = getattr(self._local, "loss", None)
+        self.outbox.add(self.step, signals, self.last_loss if loss is None else loss,
+                        self.FLUSH_EVERY, self.FLUSH_SECONDS)
         for what in fingerprint.take_unreadable():
             self.emit({"warning": f"fingerprints count a tensor they could not read by its type "
                                   f"only: {what}"})
         for watch in self.watchers:
             watch()
+        self._after_step()
+
+    def _after_step(self) -> None:
+        """The probe's window and ``--max-steps``, once step ``self.step`` is recorded."""
         probe = self.probe
         if probe is not None and probe.step == self.step:
             probe.disarm()
@@ -412,38 +573,11 @@ class Recorder:
         if probe is not None and self.probe_step == self.step + 1:
             probe.arm(self.step + 1)
 
-    def _live_streams(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-        """The RNG signals of a step: the state at its start of every stream the run has drawn
-        from by the end of the step (before, or during it). A stream nothing draws from cannot
-        change a result; left out, its unseeded state does not count as a divergence."""
-        for name, value in start.items():
-            if name not in self._rng_live and (
-                value != self._rng_at_install.get(name) or end.get(name) != value
-            ):
-                self._rng_live.add(name)
-        return {name: value for name, value in start.items() if name in self._rng_live}
-
-    def _emit_step(self, step: int, signals: dict[str, Any], loss: Any) -> None:
-        with self._quiet():
-            signals["loss"] = values.encode_tensor(loss) if loss is not None else None
-        self.emit({"step": step, "signals": signals})
-
     def flush(self) -> None:
         """Emit the steps still held on a device: their losses and fingerprints reach the host
         together, one copy per device for the whole batch."""
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        with self._quiet():
-            where = [(signals, name) for _, signals, _ in pending
-                     for name, value in signals.items() if type(value) is fingerprint.Deferred]
-            texts = fingerprint.resolve([signals[name] for signals, name in where])
-            for (signals, name), text in zip(where, texts):
-                signals[name] = text
-            losses = values.encode_tensors([loss for _, _, loss in pending])
-        for (step, signals, _), loss in zip(pending, losses):
-            signals["loss"] = loss
-            self.emit({"step": step, "signals": signals})
+        with self.lock:
+            self.outbox.flush()
 
     # ---- metrics -------------------------------------------------------------------------
     def metric(self, name: str, value: Any) -> None:
@@ -467,6 +601,19 @@ class Recorder:
             return
         if values.encode(result) is not None:
             self.metric(prefix.rstrip(".") or "return", result)
+
+
+def _renew_lock_in_forks(recorder: Recorder) -> None:
+    """A process forked while another thread held the lock (a DataLoader worker) gets a fresh
+    one: the thread that held it does not exist there."""
+    ref = weakref.ref(recorder)
+
+    def renew() -> None:
+        rec = ref()
+        if rec is not None:
+            rec.lock = threading.RLock()
+
+    os.register_at_fork(after_in_child=renew)
 
 
 def _optimizer_params(optimizer: Any) -> Iterator[tuple[str, Any]]:
@@ -513,13 +660,13 @@ def _leaves(tensors: Any, inputs: Any) -> list[Any]:
 
 def _caller() -> str | None:
     """``file:line`` of the innermost frame of the target's own code on the stack."""
-    import os
     import traceback
 
     import torch
 
-    skip = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
-    workloads = os.path.join(os.path.dirname(__file__), "workloads") + os.sep
+    package = os.path.dirname(os.path.dirname(__file__))  # repro_check's own frames
+    skip = (os.path.dirname(torch.__file__) + os.sep, package + os.sep)
+    workloads = os.path.join(package, "workloads") + os.sep
     for frame in reversed(traceback.extract_stack()[:-2]):
         path = frame.filename
         if path.startswith("<") or path.endswith("warnings.py"):

@@ -9,9 +9,10 @@ Before the target starts, everything loaded so far (torch, this package) is froz
 garbage collector's reach (``gc.freeze``): it lives as long as the process anyway, and the
 collector's passes over it at interpreter exit would cost more than the whole capture.
 
-The runner asks a run to stop with SIGTERM: the steps still held (device losses not yet turned
-into bits) are handed over before the process exits. The run dies with the runner (a parent-death
-signal), so not even a ``kill -9`` of repro-check leaves it running.
+The runner asks a run to stop with SIGTERM (through the run's supervisor): the steps still held
+(device losses not yet turned into bits) are handed over before the process exits. The run dies
+with its supervisor (a parent-death signal), and the supervisor kills the run's whole tree when
+repro-check dies, so not even a ``kill -9`` of repro-check leaves anything running.
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
-def _die_with_parent(parent: int | None) -> None:
-    """Have the kernel kill this process when the runner dies (Linux), and exit if it already did."""
+#: the variable naming the process this one must have as its parent: its supervisor sets it
+#: (``repro_check.run.procs``, or the rank supervisor under torchrun)
+PARENT_VAR = "REPRO_CHECK_PARENT"
+
+
+def _die_with_parent() -> None:
+    """Have the kernel kill this process when its supervisor dies (Linux), and exit if it
+    already did: the supervisor is what kills the run's tree, so the run never outlives it."""
+    parent = os.environ.pop(PARENT_VAR, None)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -50,7 +58,7 @@ def _die_with_parent(parent: int | None) -> None:
             libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
-    if parent is not None and os.getppid() != parent:
+    if parent is not None and os.getppid() != int(parent):
         os._exit(EXIT_ORPHANED)
 
 
@@ -96,24 +104,61 @@ def _flush_before_os_exit(recorder: Any) -> None:
 
 def main() -> int:
     config = json.loads(os.environ.pop("REPRO_CHECK_RUN"))
-    _die_with_parent(config.get("parent"))
+    _die_with_parent()
     emit = Emitter(int(config["event_fd"]))
     started = time.time()
     import faulthandler
 
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault shows where it happened
 
-    from repro_check.child import capture
-    from repro_check.child import environment
+    from repro_check.child import capture  # noqa: F401 - loaded before seeding, as always
+    from repro_check.child import environment  # noqa: F401
     from repro_check.child import seeding
     from repro_check import targets
-    from repro_check.child import watch
+    from repro_check.child import watch  # noqa: F401
 
     seed = config.get("seed")
     components = config.get("components", [])
     done = seeding.apply(seed, components, config.get("threads"), config.get("warn_only", False)) \
         if seed is not None else {}
     target = targets.Target(**config["target"])
+    header = _header(config, target, done, started)
+    recorder, overrides = _install(config, emit, header, done)
+    # What is loaded by now (torch and this package) lives as long as the process: the collector
+    # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
+    # than the capture. What the target creates is collected as usual, at exit too.
+    gc.freeze()
+    try:
+        run = targets.resolve(target, config.get("args", []))
+    except targets.TargetNotFound as e:
+        emit({"error": {"kind": "resolve", "message": str(e), "traceback": e.detail}})
+        return EXIT_RESOLVE
+    status = _call(run, target, emit, recorder)
+    if isinstance(status, int):
+        return status
+    recorder.flush()
+    overrides.check()
+    if recorder.metrics and status != "stopped":
+        emit({"metrics": recorder.metrics})
+    emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
+                   "seconds": time.time() - started}})
+    if config.get("distributed"):
+        # a process group still alive (stopped mid-training, or a script that never destroys it):
+        # its communication threads can abort the interpreter's exit with SIGABRT
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def _header(config: dict[str, Any], target: Any, done: dict[str, Any],
+            started: float) -> dict[str, Any]:
+    """The trace header: what was run, how it was seeded, in which environment."""
+    from repro_check.child import environment
+    from repro_check import targets
+
+    seed = config.get("seed")
+    components = config.get("components", [])
     source = target.path
     if source is None and target.module:
         try:
@@ -133,35 +178,47 @@ def main() -> int:
         "environment": environment.fingerprint(source, seed, components),
         "started": started,
     }
-    recorder_class = capture.Recorder
     if config.get("distributed"):
         from repro_check.child import rank
 
         header.update(rank.rank_header())
-        recorder_class = rank.RankRecorder
+    return header
+
+
+def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
+             done: dict[str, Any]) -> tuple[Any, Any]:
+    """Emit the header, then install the step recorder (a rank's under torchrun) and the watch
+    on the seeding; returns both."""
+    from repro_check.child import capture
+    from repro_check.child import watch
     from repro_check.trace.format import header_line
 
+    recorder_class = capture.Recorder
+    if config.get("distributed"):
+        from repro_check.child import rank
+
+        recorder_class = rank.RankRecorder
     emit(header_line(header))
+    components = config.get("components", [])
     flag_ops = bool(config.get("warn_only")) and "deterministic_algorithms" in components
     recorder = recorder_class(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
                               flag_ops=flag_ops).install()
     _flush_before_os_exit(recorder)
-    overrides = watch.SeedingWatch(emit, done, seed).install()
+    overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()
     recorder.watchers.append(overrides.check)
-    # What is loaded by now (torch and this package) lives as long as the process: the collector
-    # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
-    # than the capture. What the target creates is collected as usual, at exit too.
-    gc.freeze()
-    status, code = "completed", 0
-    try:
-        run = targets.resolve(target, config.get("args", []))
-    except targets.TargetNotFound as e:
-        emit({"error": {"kind": "resolve", "message": str(e), "traceback": e.detail}})
-        return EXIT_RESOLVE
+    return recorder, overrides
+
+
+def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
+    """Call the target; how it went: a status to report (completed, stopped, exited), or the
+    exit status of a run that failed (its error already emitted)."""
+    from repro_check.child import capture
+    from repro_check import targets
+
     try:
         result = run()
     except capture.StopTraining:
-        status = "stopped"
+        return "stopped"
     except Terminated:
         raise
     except (ImportError, SyntaxError) as e:
@@ -174,31 +231,17 @@ def main() -> int:
         return EXIT_RESOLVE
     except SystemExit as e:
         if e.code in (None, 0):
-            status = "exited"
-        else:
-            tb = targets.target_traceback(e)
-            sys.stderr.write(tb)
-            emit({"error": {"kind": "exit", "message": f"the target called sys.exit({e.code!r})",
-                            "traceback": tb, "time": time.time()}})
-            recorder.flush()
-            return EXIT_RAISED
+            return "exited"
+        tb = targets.target_traceback(e)
+        sys.stderr.write(tb)
+        emit({"error": {"kind": "exit", "message": f"the target called sys.exit({e.code!r})",
+                        "traceback": tb, "time": time.time()}})
+        recorder.flush()
+        return EXIT_RAISED
     except BaseException as e:  # noqa: BLE001 - the target's failure, reported to the user
         return _raised(e, emit, recorder)
-    else:
-        recorder.metrics_from_return(result)
-    recorder.flush()
-    overrides.check()
-    if recorder.metrics and status != "stopped":
-        emit({"metrics": recorder.metrics})
-    emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
-                   "seconds": time.time() - started}})
-    if config.get("distributed"):
-        # a process group still alive (stopped mid-training, or a script that never destroys it):
-        # its communication threads can abort the interpreter's exit with SIGABRT
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return code
+    recorder.metrics_from_return(result)
+    return "completed"
 
 
 def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
@@ -216,9 +259,10 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
 def _terminated() -> int:
     from repro_check.child import capture
 
-    if capture._ACTIVE is not None:
+    recorder = capture.active()
+    if recorder is not None:
         try:
-            capture._ACTIVE.flush()
+            recorder.flush()
         except BaseException:  # noqa: BLE001 - stopping anyway
             pass
     return EXIT_TERMINATED

@@ -48,15 +48,14 @@ class RankRecorder(capture.Recorder):
             original_init(ddp, *args, **kwargs)
             models.append(weakref.ref(ddp.module))
 
-        DistributedDataParallel.__init__ = ddp_init  # type: ignore[method-assign]
-        self._undo.append(lambda: setattr(DistributedDataParallel, "__init__", original_init))
+        self.hooks.replace(DistributedDataParallel, "__init__", ddp_init)
         return self
 
-    def _params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
+    def params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
         """Every parameter of the DDP models (what must agree across ranks), or the optimizer's
         when there is no DDP model. On a GPU the digest stays on the device until flushed."""
         live = [m for m in (ref() for ref in self._models) if m is not None]
         if not live:
-            return super()._params_fingerprint(optimizer)
+            return super().params_fingerprint(optimizer)
         return fingerprint.tensors(((f"{i}.{name}", p) for i, m in enumerate(live)
                                     for name, p in m.named_parameters()), defer=True)

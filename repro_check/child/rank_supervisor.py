@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from repro_check.child.main import PARENT_VAR
+
 #: name of the events file of rank R in the events folder
 EVENTS_NAME = "rank-{rank}.events"
 #: seconds between checks that torchrun is still there
@@ -58,7 +60,8 @@ def main() -> int:
         signal.signal(sig, on_signal)
 
     env = dict(os.environ)
-    env["REPRO_CHECK_RUN"] = json.dumps(dict(config, event_fd=fd, parent=os.getpid()))
+    env["REPRO_CHECK_RUN"] = json.dumps(dict(config, event_fd=fd))
+    env[PARENT_VAR] = str(os.getpid())  # the run entry dies with this process
     env["REPRO_CHECK_RANK"] = str(rank)
     _write(fd, {"info": {"rank_process": {
         "rank": rank, "pid": os.getpid(), "pgid": os.getpgrp(),

@@ -5,14 +5,14 @@ runs :mod:`repro_check.child.rank_supervisor`, which starts the usual run entry 
 file of its own in the run's events folder. The runner tails these files (torchrun starts ranks in
 sessions of their own and passes no pipe on), so the steps of every rank survive crashes and
 ``os._exit``, and each rank's exit status and time are known: the rank that failed first is named.
-The ``--timeout`` covers the whole job; stopping a job kills torchrun's process group and the
-group of every rank.
+The ``--timeout`` covers the whole job; stopping a job kills torchrun, every rank and all they
+started (the job runs under a supervisor of its own, see :mod:`repro_check.run.procs`).
 
 Seeding: every rank gets the same base seed, so model initialisation, dropout and the DataLoader
 shuffling generator are what a seeded job has on each rank (DDP also broadcasts rank 0's weights;
 a DistributedSampler seeds itself). DataLoader *workers* are the exception: their seeds are mixed
-with the rank (see :func:`repro_check.child.seeding._seeded_worker_init`), so random augmentations are
-not the same numbers on every rank.
+with the rank (see the ``dataloader`` component in :mod:`repro_check.child.seeding`), so random
+augmentations are not the same numbers on every rank.
 
 Cross-rank check: with a DistributedDataParallel model, every step also records a fingerprint of
 the model's parameters after the optimizer step (signal ``params``); within one run, all ranks must
@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,13 +36,15 @@ from typing import Any
 
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import TraceFileError, UsageError
+from repro_check.run import procs
 from repro_check.run.runner import (
-    _LIVE_GROUPS,
+    ABANDON,
+    FAILED_STATUSES,
+    OUTPUT_TAIL_BYTES,
+    Events,
     RunResult,
-    apply_event,
     RunSpec,
-    _kill_group,
-    _Tail,
+    apply_event,
     run_config,
     run_environment,
 )
@@ -174,7 +175,7 @@ class RankResult:
 
     @property
     def failed(self) -> bool:
-        return self.status in ("failed", "crashed", "unresolved")
+        return self.status in FAILED_STATUSES
 
     @property
     def peer_failure(self) -> bool:
@@ -231,21 +232,21 @@ class JobResult(RunResult):
 
 
 class Job:
-    """One run as a torchrun job; to :func:`repro_check.run.runner.run_all` it looks like a single run.
+    """One run as a torchrun job; to :func:`repro_check.run.runner.run_all` it is a
+    :class:`~repro_check.run.runner.LiveRun` like a single run.
 
     Events reach the runner's queue as ``("event", run, event, line)`` with ``event["rank"]`` set;
     the per-rank trace files are ``<trace stem>.rank-<R>.jsonl`` beside the run's trace path.
     """
 
-    def __init__(self, spec: RunSpec, events: Any, options: DistOptions) -> None:
+    def __init__(self, spec: RunSpec, events: Events, options: DistOptions) -> None:
         self.spec = spec
         self.options = options
         self.result = JobResult(spec.index)
-        self.tail = _Tail()
+        self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.open_streams = 2
         self.started = time.monotonic()
         self.killed_for: str | None = None
-        self._abandon = threading.Event()
         self.lock = threading.Lock()
         self.ranks: dict[int, RankResult] = {}
         self.writers: dict[int, TraceWriter] = {}
@@ -260,11 +261,8 @@ class Job:
         env = run_environment(spec, config)
         command = [sys.executable, "-m", "torch.distributed.run",
                    *options.torchrun_args(spec.index), "-m", "repro_check.child.rank_supervisor"]
-        self.proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=env, cwd=spec.cwd, start_new_session=True,
-        )
-        _LIVE_GROUPS.add(self.proc.pid)
+        self.supervised = procs.Supervised(command, env, spec.cwd)
+        self.proc = self.supervised.proc
         self.event_reader = threading.Thread(target=self._tail_ranks, args=(events,), daemon=True)
         self.output_reader = threading.Thread(target=self._read_output, args=(events,), daemon=True)
         self.event_reader.start()
@@ -323,9 +321,9 @@ class Job:
             rr = self._rank(rank)
             rr.pid, rr.pgid = proc.get("pid"), proc.get("pgid")
             if isinstance(rr.pgid, int):
-                _LIVE_GROUPS.add(rr.pgid)
+                procs.LIVE_GROUPS.add(rr.pgid)
                 if self.killed_for is not None:
-                    _kill_group(rr.pgid)
+                    procs.kill_group(rr.pgid)
             return
         if isinstance(info, dict) and "rank_exit" in info:
             end = info["rank_exit"]
@@ -353,10 +351,7 @@ class Job:
     def _kill_ranks(self) -> None:
         for rr in list(self.ranks.values()):
             if isinstance(rr.pgid, int):
-                _kill_group(rr.pgid)
-
-    # the interface of repro_check.run.runner's runs: stop / kill / tick / ready / handle / finish
-    pipes: frozenset[int] = frozenset()
+                procs.kill_group(rr.pgid)
 
     def stop(self, reason: str, graceful: bool = True) -> None:
         """Stop the whole job at once: a rank waiting in a collective would not stop politely."""
@@ -365,8 +360,15 @@ class Job:
         self.kill()
 
     def kill(self) -> None:
-        _kill_group(self.proc.pid)
+        self.supervised.kill()
         self._kill_ranks()
+
+    def kill_now(self) -> None:
+        self.killed_for = self.killed_for or "cancelled"
+        self.kill()
+
+    def give_up(self) -> None:
+        self.supervised.end(ABANDON)
 
     def tick(self, now: float) -> None:
         """The timeout covers the whole job; once torchrun is gone, so is anything it left."""
@@ -380,13 +382,8 @@ class Job:
     def ready(self) -> bool:
         return self.open_streams == 0 and self.proc.poll() is not None
 
-    @property
-    def abandon(self) -> threading.Event:
-        return self._abandon
-
-    def handle(self, event: dict[str, Any], line: str | bytes) -> None:
-        if isinstance(line, bytes):
-            line = line.decode("utf-8")
+    def handle(self, event: dict[str, Any], raw: str | bytes) -> None:
+        line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         rr = self._rank(event["rank"])
         apply_event(rr, event)
         if self.folder is not None:
@@ -424,7 +421,6 @@ class Job:
             self.kill()
             returncode = self.proc.wait()
         self.kill()
-        _LIVE_GROUPS.discard(self.proc.pid)
         res = self.result
         res.returncode = returncode
         res.seconds = time.monotonic() - self.started
@@ -433,7 +429,7 @@ class Job:
         for rr in ranks:
             self._classify(rr)
             if isinstance(rr.pgid, int):
-                _LIVE_GROUPS.discard(rr.pgid)
+                procs.LIVE_GROUPS.discard(rr.pgid)
         res.ranks = ranks
         res.steps = min((rr.steps for rr in ranks), default=0)
         res.header = next((rr.header for rr in ranks if rr.header is not None), None)
@@ -486,7 +482,7 @@ class Distributed:
     def local_ranks(self) -> int:
         return self.options.nproc_per_node
 
-    def start(self, spec: RunSpec, events: Any) -> Job:
+    def start(self, spec: RunSpec, events: Events) -> Job:
         return Job(spec, events, self.options)
 
     def jobs(self, requested: int | None, default: int) -> int:

@@ -1,27 +1,27 @@
 """Runs the target in fresh child processes and streams their trace lines as they happen.
 
-Each run is a new process in its own session (so its DataLoader workers and anything else it
-starts share one process group and session that can be stopped as a whole), with the seeding
-environment set before the interpreter starts. Trace lines arrive on a dedicated pipe; stdout and
-stderr go to a second pipe of which only a bounded tail is kept. Runs may go in parallel: every
-run uses the same fixed thread count, so parallel runs give the same bits as sequential ones.
+Each run is a new process under a supervisor of its own (see :mod:`repro_check.run.procs`): its
+DataLoader workers, its helpers and anything they start stay in the supervisor's tree, which is
+killed as a whole when the run ends and when repro-check dies, however it dies. The seeding
+environment is set before the interpreter starts. Trace lines arrive on a dedicated pipe; stdout
+and stderr go to a second pipe of which only a bounded tail is kept. Runs may go in parallel:
+every run uses the same fixed thread count, so parallel runs give the same bits as sequential
+ones.
 
 Stopping is two-stage: a run that must stop (timeout, fail-fast, Ctrl-C or SIGTERM to us) gets
-SIGTERM, so it can hand over the steps it still holds, then SIGKILL for its whole group and
-session after :data:`STOP_GRACE` seconds. Whenever a run's process has ended, whatever it left
-behind is killed, including a process that holds its pipes from outside its session; no run's
-process outlives :func:`run_all`.
+SIGTERM, so it can hand over the steps it still holds, then SIGKILL for everything it started
+after :data:`STOP_GRACE` seconds. Whenever a run's process has ended, whatever it left behind is
+killed, including a process that holds its pipes from outside its tree; no run's process outlives
+:func:`run_all`.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import queue
 import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -53,18 +53,9 @@ EVENT_BACKLOG = 1024
 #: steps a run may record ahead of the slowest run still going
 READ_AHEAD_STEPS = 256
 _POLL = 0.05
-
-_LIVE_GROUPS: set[int] = set()
-
-
-def _kill_group(pgid: int) -> None:
-    procs.signal_group(pgid, signal.SIGKILL)
-
-
-@atexit.register
-def _kill_all_live_groups() -> None:
-    for pgid in list(_LIVE_GROUPS):
-        procs.kill_run(pgid)
+#: the statuses of a run (or a rank) that failed: the target raised, crashed, hung or could not
+#: be found (a cancelled, stopped or early-exited run did not fail)
+FAILED_STATUSES = frozenset({"failed", "crashed", "timeout", "unresolved"})
 
 
 @dataclass
@@ -84,9 +75,8 @@ class RunSpec:
     probe_step: int | None = None
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
-    #: starts the run some other way (e.g. under torchrun); ``launcher.start(spec, events)``
-    #: returns an object that behaves like :class:`_LiveRun`
-    launcher: Any = None
+    #: starts the run some other way (e.g. as a torchrun job)
+    launcher: Launcher | None = None
 
 
 #: statuses of a run that mean the target failed (exit 3)
@@ -141,31 +131,53 @@ class Listener(Protocol):
     def run_finished(self, result: RunResult) -> None: ...
 
 
-class _Tail:
-    """The last ``limit`` bytes of a stream, in bounded memory."""
+#: what the runs put on the runner's queue: ``("event", run, event, raw line)`` for each trace
+#: record, ``("eof", run)`` for each of the run's streams that ended
+Events = queue.Queue[tuple[Any, ...]]
 
-    def __init__(self, limit: int = OUTPUT_TAIL_BYTES) -> None:
-        self.limit = limit
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.total = 0
 
-    def add(self, data: bytes) -> None:
-        self.chunks.append(data)
-        self.size += len(data)
-        self.total += len(data)
-        while self.size - len(self.chunks[0]) >= self.limit:
-            self.size -= len(self.chunks.pop(0))
-        if len(self.chunks) > 256:
-            joined = b"".join(self.chunks)[-self.limit :]
-            self.chunks, self.size = [joined], len(joined)
+class LiveRun(Protocol):
+    """A run in progress, as :func:`run_all` drives it: a plain run (:class:`_LiveRun`) or a
+    torchrun job (:class:`repro_check.distributed.launch.Job`)."""
 
-    def text(self) -> str:
-        data = b"".join(self.chunks)[-self.limit :]
-        text = data.decode("utf-8", errors="replace")
-        if self.total > len(data):
-            text = f"[... {self.total - len(data)} earlier bytes not kept ...]\n" + text
-        return text
+    #: streams of the run whose ``("eof", run)`` has not arrived yet
+    open_streams: int
+
+    @property
+    def ready(self) -> bool:
+        """Every stream ended and the process too: :meth:`finish` may be called."""
+        ...
+
+    def handle(self, event: dict[str, Any], raw: bytes) -> None:
+        """One trace record of the run, in the order it arrived."""
+        ...
+
+    def stop(self, reason: str, graceful: bool = True) -> None:
+        """Stop the run (``reason`` becomes its status); ``graceful``: let it hand over its steps."""
+        ...
+
+    def tick(self, now: float) -> None:
+        """Timers: the timeout, the grace period of a stop, what an ended run left behind."""
+        ...
+
+    def finish(self) -> RunResult:
+        """Classify how the run ended, clean up, close its traces (once, when ready)."""
+        ...
+
+    def kill_now(self) -> None:
+        """Something went wrong in the runner: kill the run at once, as cancelled."""
+        ...
+
+    def give_up(self) -> None:
+        """After :meth:`kill_now`: stop reading the run and make sure its process is gone
+        (bounded), so :meth:`finish` can be called."""
+        ...
+
+
+class Launcher(Protocol):
+    """Starts a run some other way than the plain run entry (``RunSpec.launcher``)."""
+
+    def start(self, spec: RunSpec, events: Events) -> LiveRun: ...
 
 
 class _Lines:
@@ -192,7 +204,6 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
     """What the run entry (:mod:`repro_check.child.main`) reads from ``REPRO_CHECK_RUN``."""
     return {
         "event_fd": event_fd,
-        "parent": os.getpid(),
         "target": spec.target.to_dict(),
         "args": list(spec.args),
         "seed": spec.seed,
@@ -271,13 +282,14 @@ class _Pacer:
 
 
 class _LiveRun:
-    def __init__(self, spec: RunSpec, events: queue.Queue[tuple[Any, ...]],
-                 pacer: _Pacer | None = None) -> None:
+    """One plain run: the run entry under its supervisor, with a reader thread per pipe."""
+
+    def __init__(self, spec: RunSpec, events: Events, pacer: _Pacer | None = None) -> None:
         self.spec = spec
         self.events = events
         self.pacer = pacer
         self.result = RunResult(spec.index)
-        self.tail = _Tail()
+        self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.open_streams = 2
         self.started = time.monotonic()
         self.killed_for: str | None = None
@@ -292,16 +304,8 @@ class _LiveRun:
         config = run_config(spec, write_fd)
         env = run_environment(spec, config)
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "repro_check.child"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
-                env=env,
-                cwd=spec.cwd,
-                start_new_session=True,
-            )
+            self.supervised = procs.Supervised([sys.executable, "-m", "repro_check.child"], env,
+                                               spec.cwd, pass_fds=(write_fd,))
         except BaseException:
             os.close(read_fd)
             if self.writer is not None:
@@ -309,7 +313,7 @@ class _LiveRun:
             raise
         finally:
             os.close(write_fd)
-        _LIVE_GROUPS.add(self.proc.pid)
+        self.proc = self.supervised.proc
         assert self.proc.stdout is not None
         out_fd = self.proc.stdout.fileno()
         self.pipes = {procs.pipe_inode(read_fd), procs.pipe_inode(out_fd)}
@@ -376,8 +380,16 @@ class _LiveRun:
             self.kill()
 
     def kill(self) -> None:
-        self.killed.update(procs.kill_run(self.proc.pid))
+        self.killed.update(self.supervised.kill())
         self.stop_deadline = time.monotonic()
+
+    def kill_now(self) -> None:
+        self.killed_for = self.killed_for or "cancelled"
+        self.killed.update(self.supervised.kill(self.pipes))
+
+    def give_up(self) -> None:
+        self.abandon.set()
+        self.supervised.end(ABANDON)
 
     def tick(self, now: float) -> None:
         """Timers: the run's timeout, the grace period, and what a finished run left behind."""
@@ -399,10 +411,10 @@ class _LiveRun:
         if self.exited_at is None:
             self.exited_at = now
             # DataLoader workers or anything else it left running
-            self.killed.update(procs.kill_run(self.proc.pid))
+            self.killed.update(self.supervised.kill())
         elif self.open_streams and not self.swept and now - self.exited_at > LINGER:
-            self.swept = True  # something outside its session holds its pipes
-            self.killed.update(procs.kill_run(self.proc.pid, self.pipes))
+            self.swept = True  # something outside its tree holds its pipes
+            self.killed.update(self.supervised.kill(self.pipes))
         elif self.open_streams and now - self.exited_at > LINGER + ABANDON:
             self.abandon.set()
 
@@ -411,8 +423,8 @@ class _LiveRun:
         return self.open_streams == 0 and self.proc.poll() is not None
 
     # ---- results -------------------------------------------------------------------------
-    def handle(self, ev: dict[str, Any], raw: bytes) -> None:
-        if apply_event(self.result, ev):
+    def handle(self, event: dict[str, Any], raw: bytes) -> None:
+        if apply_event(self.result, event):
             self.done_at = time.monotonic()
         if self.writer is not None:
             self.writer.write_raw(raw.decode("utf-8"))
@@ -423,9 +435,8 @@ class _LiveRun:
         returncode = self.proc.poll()
         if returncode is None:  # only after an emergency stop that could not end it
             returncode = -signal.SIGKILL
-        self.killed.update(procs.kill_run(self.proc.pid))
+        self.killed.update(self.supervised.kill())
         procs.wait_gone(self.killed)
-        _LIVE_GROUPS.discard(self.proc.pid)
         for t in self.readers:
             t.join(timeout=1.0)
         res = self.result
@@ -494,6 +505,107 @@ class _Signals:
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
+class _Runs:
+    """The state of :func:`run_all`: runs waiting, going and done, and the steps of its loop."""
+
+    def __init__(self, specs: Sequence[RunSpec], listener: Listener, jobs: int,
+                 should_stop: Callable[[], bool]) -> None:
+        self.specs = specs
+        self.listener = listener
+        self.jobs = max(1, jobs)
+        self.should_stop = should_stop
+        # bounded: when the runs record faster than we compare, the readers wait, the pipes fill
+        # and the runs wait too, so memory stays flat however many steps stream in
+        self.events: Events = queue.Queue(maxsize=EVENT_BACKLOG)
+        self.pacer = _Pacer()
+        self.waiting = list(specs)
+        self.live: dict[int, LiveRun] = {}
+        self.results: dict[int, RunResult] = {}
+        self.stopping = False
+        self.interrupted = 0
+
+    @property
+    def going(self) -> bool:
+        return bool(self.waiting or self.live)
+
+    def cancel_waiting(self) -> None:
+        for spec in self.waiting:
+            self.results[spec.index] = RunResult(spec.index, status="cancelled")
+        self.waiting.clear()
+
+    def cancel_all(self) -> None:
+        """The verdict is known (fail-fast, a target that cannot be found): stop every run."""
+        self.stopping = True
+        for run in self.live.values():
+            run.stop("cancelled")
+
+    def interrupt(self, count: int) -> None:
+        """Ctrl-C or SIGTERM number ``count`` to us: stop everything, the second time at once."""
+        if count > self.interrupted:
+            self.interrupted = count
+            self.cancel_waiting()
+            for run in self.live.values():
+                run.stop("cancelled", graceful=count == 1)
+
+    def start_due(self) -> None:
+        while self.waiting and len(self.live) < self.jobs and not self.stopping:
+            spec = self.waiting.pop(0)
+            self.live[spec.index] = _LiveRun(spec, self.events, self.pacer) \
+                if spec.launcher is None else spec.launcher.start(spec, self.events)
+            self.listener.run_started(spec.index)
+        if self.stopping:
+            self.cancel_waiting()
+
+    def take_event(self, compare: bool = True) -> None:
+        """Hand the next item of a run (waiting briefly for one) to the run and the listener."""
+        try:
+            item = self.events.get(timeout=_POLL)
+        except queue.Empty:
+            return
+        run = self.live.get(item[1])
+        if run is None:
+            return
+        if item[0] != "event":
+            run.open_streams -= 1
+            return
+        run.handle(item[2], item[3])
+        if compare:
+            self.listener.event(item[1], item[2])
+            if not self.stopping and self.should_stop():
+                self.cancel_all()
+
+    def tick(self) -> None:
+        """Every run's timers; a run that is ready is finished and reported."""
+        now = time.monotonic()
+        for idx, run in list(self.live.items()):
+            run.tick(now)
+            if not run.ready:
+                continue
+            result = self.results[idx] = run.finish()
+            del self.live[idx]
+            if result.status == "unresolved":
+                self.cancel_all()
+            elif result.status == "timeout":
+                self.cancel_waiting()
+            self.listener.run_finished(result)
+
+    def abort(self) -> None:
+        """Something went wrong in here: kill every run at once, wait (bounded) for its pipes and
+        keep what it recorded."""
+        for run in self.live.values():
+            run.kill_now()
+        deadline = time.monotonic() + ABANDON
+        while any(not run.ready for run in self.live.values()) and time.monotonic() < deadline:
+            self.take_event(compare=False)
+        for idx, run in self.live.items():
+            run.give_up()
+            self.results[idx] = run.finish()
+
+    def in_order(self) -> list[RunResult]:
+        return [self.results.get(s.index) or RunResult(s.index, status="cancelled")
+                for s in self.specs]
+
+
 def run_all(
     specs: Sequence[RunSpec],
     listener: Listener,
@@ -508,107 +620,23 @@ def run_all(
     are kept, and :class:`Interrupted` is raised with the results so far; a second signal kills
     at once.
     """
-    # bounded: when the runs record faster than we compare, the readers wait, the pipes fill and
-    # the runs wait too, so memory stays flat however many steps stream in
-    events: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=EVENT_BACKLOG)
-    pacer = _Pacer()
-    waiting = list(specs)
-    live: dict[int, _LiveRun] = {}
-    results: dict[int, RunResult] = {}
-    stopping = False
-    interrupted = 0
-
-    def cancel_waiting() -> None:
-        for spec in waiting:
-            results[spec.index] = RunResult(spec.index, status="cancelled")
-        waiting.clear()
-
+    runs = _Runs(specs, listener, jobs, should_stop)
     with _Signals() as signals:
         try:
-            while waiting or live:
-                if signals.count > interrupted:
-                    interrupted = signals.count
-                    cancel_waiting()
-                    for run in live.values():
-                        run.stop("cancelled", graceful=interrupted == 1)
-                while waiting and len(live) < max(1, jobs) and not stopping:
-                    spec = waiting.pop(0)
-                    live[spec.index] = _LiveRun(spec, events, pacer) if spec.launcher is None \
-                        else spec.launcher.start(spec, events)
-                    listener.run_started(spec.index)
-                if stopping:
-                    cancel_waiting()
-                try:
-                    item = events.get(timeout=_POLL)
-                except queue.Empty:
-                    item = None
-                if item is not None:
-                    kind, idx = item[0], item[1]
-                    run = live[idx]
-                    if kind == "event":
-                        run.handle(item[2], item[3])
-                        listener.event(idx, item[2])
-                        if not stopping and should_stop():
-                            stopping = True
-                            for other in live.values():
-                                other.stop("cancelled")
-                    else:
-                        run.open_streams -= 1
-                now = time.monotonic()
-                for idx, run in list(live.items()):
-                    run.tick(now)
-                    if run.ready:
-                        result = run.finish()
-                        results[idx] = result
-                        del live[idx]
-                        if result.status == "unresolved":
-                            stopping = True
-                            for other in live.values():
-                                other.stop("cancelled")
-                        elif result.status == "timeout":
-                            cancel_waiting()
-                        listener.run_finished(result)
+            while runs.going:
+                runs.interrupt(signals.count)
+                runs.start_due()
+                runs.take_event()
+                runs.tick()
         except BaseException as exc:
-            _emergency_stop(live, events)
-            for idx, run in live.items():
-                results[idx] = run.finish()
+            runs.abort()
             if isinstance(exc, KeyboardInterrupt):
-                partial = [results.get(s.index, RunResult(s.index, status="cancelled"))
-                           for s in specs]
-                raise Interrupted("interrupted", partial) from None
+                raise Interrupted("interrupted", runs.in_order()) from None
             raise
-    ordered = [results[s.index] for s in specs]
+    ordered = runs.in_order()
     if signals.count:
         raise Interrupted("interrupted", ordered)
     for res in ordered:
         if res.status == "unresolved" and res.error:
             raise TargetNotFound(res.error.get("message", "target not found"), res.error.get("traceback"))
     return ordered
-
-
-def _emergency_stop(live: dict[int, _LiveRun], events: queue.Queue[tuple[Any, ...]]) -> None:
-    """Something went wrong in here: kill every run at once and wait (bounded) for its pipes."""
-    for run in live.values():
-        run.killed_for = run.killed_for or "cancelled"
-        procs.kill_run(run.proc.pid, run.pipes)
-    deadline = time.monotonic() + ABANDON
-    while any(not run.ready for run in live.values()) and time.monotonic() < deadline:
-        try:
-            item = events.get(timeout=_POLL)
-        except queue.Empty:
-            continue
-        run = live.get(item[1])
-        if run is None:
-            continue
-        if item[0] == "event":
-            run.handle(item[2], item[3])
-        else:
-            run.open_streams -= 1
-    for run in live.values():
-        run.abandon.set()
-        run.proc.kill()
-        try:
-            run.proc.wait(timeout=ABANDON)
-        except subprocess.TimeoutExpired:
-            pass
-
