@@ -117,6 +117,35 @@ def test_no_private_name_imported_from_another_module() -> None:
     assert not bad, "\n".join(bad)
 
 
+def module_aliases(name: str) -> dict[str, str]:
+    """Local names bound to modules of the package (``from repro_check.child import capture``)."""
+    path = MODULES[name]
+    out: dict[str, str] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("repro_check"):
+            for a in node.names:
+                if f"{node.module}.{a.name}" in MODULES:
+                    out[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in MODULES and a.asname:
+                    out[a.asname] = a.name
+    return out
+
+
+def test_no_private_name_of_another_module_is_used_through_it() -> None:
+    bad = []
+    for n, path in MODULES.items():
+        aliases = module_aliases(n)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases and node.attr.startswith("_") \
+                    and not node.attr.startswith("__"):
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} uses "
+                           f"{aliases[node.value.id]}.{node.attr}")
+    assert not bad, "\n".join(bad)
+
+
 def test_the_training_process_side_never_imports_the_parent_side() -> None:
     allowed = INSIDE + SHARED
     bad = [f"{n} imports {mod}" for n in MODULES if n.startswith(INSIDE + SHARED)

@@ -79,10 +79,6 @@ class RunSpec:
     launcher: Launcher | None = None
 
 
-#: statuses of a run that mean the target failed (exit 3)
-FAILED_STATUSES = ("failed", "crashed", "timeout", "unresolved")
-
-
 @dataclass
 class RunResult:
     """How one run ended; ``status`` is one of completed, stopped (max-steps), exited (early, with
