@@ -7,7 +7,6 @@ keywords then override it) and calls the same code as the command line.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 from repro_check.compare.steps import Policy
@@ -21,8 +20,10 @@ __all__ = ["RunOptions", "check", "diff", "record", "verify"]
 
 
 def _options(options: RunOptions | None, target: str | None, **given: Any) -> RunOptions:
-    """``options`` with every keyword that is not None put over it."""
+    """``options`` with every keyword that is not None put over it (unknown ones: TypeError)."""
     given = {k: v for k, v in given.items() if v is not None}
+    if "trace_dir" in given:
+        given["trace_dir"] = os.fspath(given["trace_dir"])
     if options is None:
         return options_of(target, **given)
     if target is not None:
@@ -30,52 +31,35 @@ def _options(options: RunOptions | None, target: str | None, **given: Any) -> Ru
     for name in ("args", "without"):
         if name in given:
             given[name] = tuple(given[name])
-    return options.replace(**given)
+    return options.replace(**given)  # an unknown keyword is a TypeError here too
 
 
 def check(
     target: str | None = None,
     *,
     options: RunOptions | None = None,
-    args: Sequence[str] | None = None,
-    seed: int | None = None,
-    runs: int | None = None,
-    without: Sequence[str] | None = None,
-    no_seed: bool | None = None,
-    max_steps: int | None = None,
-    timeout: float | None = None,
+    listener: Listener | None = None,
     atol: float = 0.0,
     rtol: float = 0.0,
     policy: Policy | None = None,
-    tolerances: ToleranceOptions | None = None,
-    threads: int | None = None,
-    jobs: int | None = None,
-    fail_fast: bool | None = None,
-    trace_dir: str | os.PathLike[str] | None = None,
-    listener: Listener | None = None,
-    distributed: Any = None,
-    warn_only: bool | None = None,
-    probe_step: int | None = None,
+    **run_options: Any,
 ) -> Report:
     """Run ``target`` ``runs`` times (default 2) under full seeding and compare every step.
 
-    ``distributed`` (a :class:`repro_check.distributed.launch.DistOptions`) launches every run
-    with torchrun. ``warn_only``: deterministic algorithms warn instead of raising, and the runs
-    report the ops PyTorch flags. ``probe_step``: record every op and module output of that step.
-    Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or a TARGET that
-    cannot be resolved; a target that fails is reported (``report.error``, exit 3), not raised.
+    ``run_options`` are the fields of :class:`RunOptions` (``seed``, ``runs``, ``args``,
+    ``without``, ``no_seed``, ``max_steps``, ``timeout``, ``threads``, ``jobs``, ``fail_fast``,
+    ``trace_dir``, ``tolerances``, ``distributed``, ``warn_only``, ``probe_step``); ``atol`` and
+    ``rtol`` set one tolerance for every value. Raises :class:`~repro_check.errors.UsageError`
+    (exit 2) for bad arguments or a TARGET that cannot be resolved; a target that fails is
+    reported (``report.error``, exit 3), not raised.
     """
     from repro_check.run.check import run_check
 
     if policy is None and (atol or rtol):
         policy = Policy(_tolerance(atol, rtol))
-    opts = _options(options, target, args=args, seed=seed,
-                    runs=runs if runs is not None or options else CHECK_RUNS, without=without,
-                    no_seed=no_seed, max_steps=max_steps, timeout=timeout,
-                    policy_override=policy, tolerances=tolerances, threads=threads, jobs=jobs,
-                    fail_fast=fail_fast, trace_dir=_path(trace_dir), distributed=distributed,
-                    warn_only=warn_only, probe_step=probe_step)
-    return run_check(opts, listener)
+    if options is None:
+        run_options.setdefault("runs", CHECK_RUNS)
+    return run_check(_options(options, target, policy_override=policy, **run_options), listener)
 
 
 def record(
@@ -83,30 +67,20 @@ def record(
     output: str | os.PathLike[str],
     *,
     options: RunOptions | None = None,
-    args: Sequence[str] | None = None,
-    seed: int | None = None,
-    runs: int | None = None,
-    without: Sequence[str] | None = None,
-    no_seed: bool | None = None,
-    max_steps: int | None = None,
-    timeout: float | None = None,
-    threads: int | None = None,
-    jobs: int | None = None,
-    trace_dir: str | os.PathLike[str] | None = None,
     listener: Listener | None = None,
+    **run_options: Any,
 ) -> Report:
     """Run ``target`` ``runs`` times (default 1) and save the result as the golden ``output``.
 
-    With more than one run, each step keeps the runs' spread, which ``verify`` accepts. Nothing
-    is written when a run fails (exit 3) or the runs record different numbers of steps (exit 1).
+    ``run_options`` as for :func:`check`. With more than one run, each step keeps the runs'
+    spread, which ``verify`` accepts. Nothing is written when a run fails (exit 3) or the runs
+    record different numbers of steps (exit 1).
     """
     from repro_check.gate.record import record_golden
 
-    opts = _options(options, target, args=args, seed=seed,
-                    runs=runs if runs is not None or options else RECORD_RUNS, without=without,
-                    no_seed=no_seed, max_steps=max_steps, timeout=timeout, threads=threads,
-                    jobs=jobs, trace_dir=_path(trace_dir))
-    return record_golden(opts, output, listener)
+    if options is None:
+        run_options.setdefault("runs", RECORD_RUNS)
+    return record_golden(_options(options, target, **run_options), output, listener)
 
 
 def verify(
@@ -114,31 +88,21 @@ def verify(
     golden: str | os.PathLike[str],
     *,
     options: RunOptions | None = None,
-    args: Sequence[str] | None = None,
-    seed: int | None = None,
-    no_seed: bool | None = None,
-    without: Sequence[str] | None = None,
-    max_steps: int | None = None,
-    timeout: float | None = None,
-    threads: int | None = None,
-    tolerances: ToleranceOptions | None = None,
-    policy: Policy | None = None,
-    fail_fast: bool | None = None,
-    trace_dir: str | os.PathLike[str] | None = None,
     listener: Listener | None = None,
+    policy: Policy | None = None,
+    **run_options: Any,
 ) -> Report:
     """Run ``target`` once and compare it step by step with the golden trace ``golden``.
 
     Seed, seeding components, thread count, max steps, the target and its arguments default to
-    the golden's; each argument given overrides. Raises :class:`UsageError` (exit 2) for bad
-    arguments and :class:`TraceFileError` (exit 2) for a golden that is not a complete trace.
+    the golden's; each of ``run_options`` given (as for :func:`check`) overrides. Raises
+    :class:`UsageError` (exit 2) for bad arguments and :class:`TraceFileError` (exit 2) for a
+    golden that is not a complete trace.
     """
     from repro_check.gate.verify import verify_golden
 
-    opts = _options(options, target, args=args, seed=seed, no_seed=no_seed, without=without,
-                    max_steps=max_steps, timeout=timeout, threads=threads, tolerances=tolerances,
-                    policy_override=policy, fail_fast=fail_fast, trace_dir=_path(trace_dir))
-    return verify_golden(opts, golden, listener)
+    return verify_golden(_options(options, target, policy_override=policy, **run_options),
+                         golden, listener)
 
 
 def diff(
@@ -160,7 +124,3 @@ def _tolerance(atol: float, rtol: float) -> Tolerance:
     if atol < 0 or rtol < 0:
         raise UsageError("--atol and --rtol must not be negative")
     return Tolerance(atol, rtol)
-
-
-def _path(p: str | os.PathLike[str] | None) -> str | None:
-    return None if p is None else os.fspath(p)

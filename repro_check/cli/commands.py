@@ -63,6 +63,14 @@ def run_plan(ns: argparse.Namespace, cfg: Config, plan: Sequence[Planned], from_
     return reports
 
 
+def parsed(parser: argparse.ArgumentParser, argv: Sequence[str]
+           ) -> tuple[argparse.Namespace, list[str] | None, Config]:
+    """The flags, the target's arguments after ``--`` (None without ``--``) and the config."""
+    own, target_args = parsers.split_argv(argv)
+    ns = parser.parse_args(own)
+    return ns, target_args, load(ns.config)
+
+
 def progress(ns: argparse.Namespace, options: RunOptions, runs: int) -> Any:
     from repro_check.report.terminal import Progress
 
@@ -73,9 +81,7 @@ def progress(ns: argparse.Namespace, options: RunOptions, runs: int) -> Any:
 def check_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.run.check import run_check
 
-    own, target_args = parsers.split_argv(argv)
-    ns = parsers.build_parser().parse_args(own)
-    cfg = load(ns.config)
+    ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     targets, from_config = planned(ns, cfg)
     if not targets:
         raise UsageError("the following arguments are required: TARGET")
@@ -109,9 +115,7 @@ def check_command(argv: Sequence[str]) -> ExitCode:
 def record_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.gate.record import record_golden
 
-    own, target_args = parsers.split_argv(argv)
-    ns = parsers.record_parser().parse_args(own)
-    cfg = load(ns.config)
+    ns, target_args, cfg = parsed(parsers.record_parser(), argv)
     targets, from_config = planned(ns, cfg)
     if not targets:
         raise UsageError("record needs TARGET (or targets in [tool.repro-check])")
@@ -141,9 +145,7 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.gate.golden import check_golden
     from repro_check.gate.verify import verify_golden
 
-    own, target_args = parsers.split_argv(argv)
-    ns = parsers.verify_parser().parse_args(own)
-    cfg = load(ns.config)
+    ns, target_args, cfg = parsed(parsers.verify_parser(), argv)
     if ns.target or ns.golden:
         targets: list[tuple[str | None, TargetEntry | None]] = [
             (ns.target, cfg.entry(ns.target) if ns.target else None)]

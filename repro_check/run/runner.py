@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
 from repro_check.run import procs
+from repro_check.run.signals import CaughtSignals
 from repro_check.child import seeding
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import Interrupted, TargetNotFound
@@ -472,35 +472,6 @@ class _LiveRun:
         return res
 
 
-class _Signals:
-    """While runs are going, Ctrl-C, SIGTERM and SIGHUP (a closed terminal) only count here; the
-    loop stops the runs and keeps what they recorded. A signal the caller ignores stays ignored;
-    outside the main thread nothing is installed."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.count += 1
-
-    def __enter__(self) -> _Signals:
-        for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            if sig is None:
-                continue
-            try:
-                if signal.getsignal(sig) == signal.SIG_IGN:
-                    continue  # e.g. a background job: the caller chose to ignore it
-                self.previous[sig] = signal.signal(sig, self._handle)
-            except (ValueError, OSError):  # not the main thread
-                pass
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self.previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
-
-
 class _Runs:
     """The state of :func:`run_all`: runs waiting, going and done, and the steps of its loop."""
 
@@ -617,7 +588,9 @@ def run_all(
     at once.
     """
     runs = _Runs(specs, listener, jobs, should_stop)
-    with _Signals() as signals:
+    # while runs go, Ctrl-C, SIGTERM and SIGHUP (a closed terminal) only count: the loop stops
+    # the runs and keeps what they recorded
+    with CaughtSignals() as signals:
         try:
             while runs.going:
                 runs.interrupt(signals.count)

@@ -14,19 +14,24 @@ SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGH
                 if s is not None)
 
 
-class DeferredSignals:
-    """A context in which the signals above are counted (``caught``) instead of ending us."""
+class CaughtSignals:
+    """A context in which the signals above are counted (``caught``) instead of acting; a
+    signal the caller ignores stays ignored; outside the main thread nothing is installed.
 
-    def __init__(self) -> None:
+    ``interrupt_after``: the count at which a further signal raises :class:`KeyboardInterrupt`
+    (None: never)."""
+
+    def __init__(self, interrupt_after: int | None = None) -> None:
         self.caught: list[int] = []
         self.previous: dict[int, Any] = {}
+        self.interrupt_after = interrupt_after
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.caught.append(signum)
-        if len(self.caught) > 1:
+        if self.interrupt_after is not None and len(self.caught) > self.interrupt_after:
             raise KeyboardInterrupt
 
-    def __enter__(self) -> DeferredSignals:
+    def __enter__(self) -> CaughtSignals:
         for sig in SIGNALS:
             try:
                 if signal.getsignal(sig) == signal.SIG_IGN:
@@ -41,15 +46,26 @@ class DeferredSignals:
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
     @property
+    def count(self) -> int:
+        return len(self.caught)
+
+    @property
     def interrupted(self) -> bool:
         return bool(self.caught)
 
 
-#: the guards in force, innermost last
-ACTIVE: list[DeferredSignals] = []
+class DeferredSignals(CaughtSignals):
+    """The guard of a whole command: the first signal is noted, a second interrupts at once."""
+
+    def __init__(self) -> None:
+        super().__init__(interrupt_after=1)
 
 
-def current() -> DeferredSignals | None:
+#: the guards of the commands in force, innermost last
+ACTIVE: list[CaughtSignals] = []
+
+
+def current() -> CaughtSignals | None:
     return ACTIVE[-1] if ACTIVE else None
 
 
