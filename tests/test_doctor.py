@@ -91,28 +91,42 @@ def test_package_target_scans_its_main_and_relative_imports(elsewhere):
     assert [(Path(f.file).name, f.line, f.code) for f in report.findings] == [("data.py", 5, "RC113")]
 
 
-# ---- the clean references ---------------------------------------------------------------------
+# ---- the references ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("target", [
-    "repro_check/workloads/mnist.py", "repro_check.workloads.mnist:main", "fixtures/train.py",
-    "fixtures/manual_sgd.py", "fixtures/script_main.py",
+def first_training_line(file: str) -> int:
+    """The line of the file's first optimizer or backward call: where RC114 points."""
+    lines = (ROOT / file).read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1)
+                if re.search(r"optim\.\w+\(|\.backward\(", text))
+
+
+@pytest.mark.parametrize("target, file", [
+    ("repro_check/workloads/mnist.py", "repro_check/workloads/mnist.py"),
+    ("repro_check.workloads.mnist:main", "repro_check/workloads/mnist.py"),
+    ("fixtures/train.py", "fixtures/train.py"),
+    ("fixtures/manual_sgd.py", "fixtures/manual_sgd.py"),
+    ("fixtures/script_main.py", "fixtures/script_main.py"),
 ])
-def test_clean_reference_workloads_report_nothing(target, monkeypatch):
+def test_reference_workloads_report_only_that_they_leave_seeding_to_the_caller(target, file,
+                                                                               monkeypatch):
+    """They never seed torch (repro-check's runs do): RC114 and nothing else."""
     monkeypatch.chdir(ROOT)
-    if target.endswith(".py") and not (ROOT / target).exists():
-        pytest.skip(f"{target} is not in this checkout")
+    if not (ROOT / file).exists():
+        pytest.skip(f"{file} is not in this checkout")
     report = doctor.doctor(target, env=False)
-    assert report.files and report.findings == [] and report.clean
-    assert report.exit_code == 0
-    assert "No hazards found" in render(report)
+    assert report.files
+    assert found(report) == {(str((ROOT / file).resolve()), first_training_line(file), "RC114")}
+    assert report.exit_code == 1
+    assert "never seeds torch" in render(report)
 
 
-def test_tiny_fixture_reports_only_its_planted_os_entropy(monkeypatch):
+def test_tiny_fixture_reports_its_planted_os_entropy_and_no_seeding(monkeypatch):
     monkeypatch.chdir(ROOT)
     source = (ROOT / "fixtures" / "tiny.py").read_text().splitlines()
     line = next(n for n, text in enumerate(source, 1) if "os.urandom" in text)
     report = doctor.doctor("fixtures/tiny.py:main", env=False)
-    assert [(f.code, f.line) for f in report.findings] == [("RC111", line)]
+    assert [(f.code, f.line) for f in report.findings] == [
+        ("RC111", line), ("RC114", first_training_line("fixtures/tiny.py"))]
 
 
 # ---- silencing --------------------------------------------------------------------------------

@@ -138,3 +138,206 @@ def test_one_finding_per_code_and_line_named_by_the_first_rule():
         (6, "RC104", "torch.manual_seed(os.urandom(4)[0]) seeds from os.urandom()"),
         (6, "RC111", "os.urandom() draws from the operating system's entropy"),
     ]
+
+
+# ---- what the whole program seeds (RC101, RC114, RC115) ---------------------------------------
+
+@pytest.mark.parametrize("seeding, flagged", [
+    ("torch.manual_seed(args.seed)", False),
+    ("seed_everything(42)", False),
+    ("L.seed_everything(42, workers=True)", False),
+    ("transformers.set_seed(7)", False),
+    ("utils.init_seeds(args.seed + 1)", False),
+    ("torch.set_rng_state(state)", False),
+    ("torch.seed()", True),
+    ("torch.cuda.manual_seed_all(0)", True),
+    ("torch.Generator().manual_seed(0)", True),
+    ("random.seed(0); np.random.seed(0)", True),
+    ("torch.manual_seed(int(time.time()))", True),
+])
+def test_workers_are_a_hazard_only_without_a_fixed_torch_seed(seeding, flagged):
+    src = f"""
+        import argparse, random, time
+        import lightning as L
+        import numpy as np
+        import torch
+        import transformers
+        import utils
+        from lightning import seed_everything
+        from torch.utils.data import DataLoader
+        p = argparse.ArgumentParser()
+        p.add_argument("--seed", type=int, default=1)
+        args = p.parse_args()
+        state = None
+        {seeding}
+        loader = DataLoader([1, 2], num_workers=4)
+    """
+    found = {code for _, code in codes(src)}
+    assert ("RC101" in found) == flagged
+
+
+def test_a_seed_from_the_clock_keeps_workers_a_hazard_and_says_why():
+    src = """
+        import time, torch
+        torch.manual_seed(int(time.time()))
+        loader = torch.utils.data.DataLoader([1], num_workers=2)
+    """
+    assert codes(src) == [(3, "RC104"), (4, "RC101")]
+
+
+def with_seed_option(default: str, body: str) -> str:
+    """A script with a ``--seed`` option of that default, then ``body``."""
+    return ("import argparse, random, torch\np = argparse.ArgumentParser()\n"
+            f"p.add_argument('--seed', type=int, default={default})\nargs = p.parse_args()\n"
+            f"{body}\n")
+
+
+def test_dcgan_style_seed_when_none_is_given():
+    src = """
+        import argparse, random, torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--manualSeed", type=int, help="manual seed")
+        opt = parser.parse_args()
+        if opt.manualSeed is None:
+            opt.manualSeed = random.randint(1, 10000)
+        print("Random Seed: ", opt.manualSeed)
+        random.seed(opt.manualSeed)
+        torch.manual_seed(opt.manualSeed)
+    """
+    found = [(f.line, f.code, f.message) for f in scan_source(textwrap.dedent(src))]
+    assert found == [(9, "RC115", "random.seed(opt.manualSeed) seeds from random.randint(1, "
+                                  "10000) (line 7), drawn from Python's random, which nothing "
+                                  "seeds with a fixed value")]
+
+
+@pytest.mark.parametrize("choose", [
+    "if args.seed is None:\n    args.seed = random.randint(1, 10000)",
+    "if not args.seed:\n    args.seed = random.randint(1, 10000)",
+    "args.seed = args.seed or random.randint(1, 10000)",
+    "args.seed = args.seed if args.seed is not None else random.randint(1, 10000)",
+])
+@pytest.mark.parametrize("default, flagged", [("None", True), ("42", False)])
+def test_a_seed_default_rules_out_the_random_branch(choose, default, flagged):
+    src = with_seed_option(default, f"{choose}\ntorch.manual_seed(args.seed)")
+    last = src.count("\n")
+    assert codes(src) == ([(last, "RC115")] if flagged else [])
+
+
+def test_seeds_drawn_through_names_parameters_and_numpy():
+    src = """
+        import random
+        import numpy as np
+        import torch
+
+        def seed_all(seed):
+            torch.manual_seed(seed)
+
+        def run(s):
+            seed_all(s)
+
+        run(random.randint(0, 100))
+        x = np.random.randint(2**31)
+        g = torch.Generator().manual_seed(x)
+        pick = random.choice([1, 2])
+        batch = torch.randint(0, 10, (4,))
+    """
+    assert codes(src) == [(10, "RC115"), (14, "RC115")]
+
+
+def test_a_draw_is_fine_once_its_stream_has_a_fixed_seed():
+    src = """
+        import random, torch
+        random.seed(0)
+        seed = random.randint(1, 10000)
+        torch.manual_seed(seed)
+        loader = torch.utils.data.DataLoader([1], num_workers=2)
+    """
+    assert codes(src) == []
+
+
+def test_draws_in_a_dataset_count_as_torch_draws():
+    src = """
+        import random
+        import numpy as np
+        import torch
+        from torch.utils.data import Dataset
+
+        class Pairs(Dataset):
+            def __getitem__(self, i):
+                seed = np.random.randint(2147483647)
+                random.seed(seed)
+                return i
+    """
+    assert codes(src) == [(10, "RC115")]
+    assert codes(textwrap.dedent(src) + "torch.manual_seed(0)\n") == []
+
+
+@pytest.mark.parametrize("training, flagged", [
+    ("opt = torch.optim.AdamW(model.parameters())", True),
+    ("model(x).sum().backward()", True),
+    ("trainer = L.Trainer(max_epochs=1)\ntrainer.fit(model)", True),
+    ("from lightning.pytorch.cli import LightningCLI\nLightningCLI(Net)", False),
+    ("trainer = transformers.Trainer(model=model)\ntrainer.train()", False),
+    ("class T(transformers.Trainer):\n    pass\nT(model=model).train()", False),
+    ("sched = torch.optim.lr_scheduler.StepLR(None, 1)", False),
+    ("model.train()", False),
+    ("clf = LogisticRegression()\nclf.fit(x, y)", False),
+])
+def test_what_counts_as_training_that_never_seeds_torch(training, flagged):
+    src = "import lightning as L\nimport torch\nimport transformers\n" \
+          "from sklearn.linear_model import LogisticRegression\n" \
+          "model = torch.nn.Linear(2, 1)\nx = y = torch.randn(4, 2)\n" + training + "\n"
+    assert ("RC114" in {code for _, code in codes(src)}) == flagged
+    assert "RC114" not in {code for _, code in codes(src + "torch.manual_seed(0)\n")}
+
+
+@pytest.mark.parametrize("choose, flagged", [
+    ("seed = random.randint(0, 2**32 - 1) if args.seed == -1 else args.seed", False),
+    ("seed = args.seed if args.seed else random.randint(1, 100)", False),
+    ("seed = args.seed\nif seed is None:\n    seed = random.randint(1, 100)", False),
+    ("seed = args.seed\nif seed == 42:\n    pass\nelse:\n    seed = random.randint(1, 100)", False),
+    ("seed = args.seed\nif seed == 42:\n    seed = random.randint(1, 100)", True),
+    ("seed = random.randint(1, 100) if args.seed > 0 else 0", True),
+])
+def test_tests_the_file_decides_rule_out_a_draw(choose, flagged):
+    src = with_seed_option("42", f"{choose}\ntorch.manual_seed(seed)")
+    assert ("RC115" in {code for _, code in codes(src)}) == flagged
+
+
+@pytest.mark.parametrize("call, seeds_torch", [
+    ("utils.seed(0)", True), ("seed(0)", True), ("fabric.seed_everything(0)", True),
+    ("trainer_utils.set_seed(0)", True), ("rng.seed(0)", False), ("g.manual_seed(0)", False),
+    ("torch.cuda.manual_seed(0)", False), ("np.random.seed(0)", False),
+    ("torch.initial_seed()", False), ("utils.get_seed()", False),
+])
+def test_which_calls_seed_torch(call, seeds_torch):
+    src = f"""
+        import numpy as np
+        import torch
+        import utils
+        from transformers import trainer_utils
+        from utils import seed
+        rng = np.random.RandomState(1)
+        g = torch.Generator()
+        {call}
+        loss = torch.zeros(1, requires_grad=True).sum()
+        loss.backward()
+    """
+    assert ("RC114" not in {code for _, code in codes(src)}) == seeds_torch
+
+
+def test_draws_in_a_worker_init_fn_count_as_torch_draws():
+    src = """
+        import numpy as np
+        import torch
+        from torch.utils.data import DataLoader
+
+        def reseed(worker_id):
+            np.random.seed(np.random.randint(2**31) + worker_id)
+
+        a = DataLoader([1], num_workers=2, worker_init_fn=reseed)
+        b = DataLoader([1], num_workers=2,
+                       worker_init_fn=lambda i: np.random.seed(np.random.randint(99) + i))
+    """
+    assert codes(src) == [(7, "RC115"), (11, "RC115")]
+    assert codes(textwrap.dedent(src) + "torch.manual_seed(0)\n") == []

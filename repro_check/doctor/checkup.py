@@ -31,7 +31,7 @@ from repro_check import config, targets
 from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
 from repro_check.doctor.codes import CODES, parse_codes
-from repro_check.doctor.scan import Hit, scan_tree
+from repro_check.doctor.scan import FileScan, Hit, program_hits, scan_tree
 
 
 #: the comment that silences findings on its line: ``ignore`` alone silences every code
@@ -282,18 +282,18 @@ def display_path(path: Path) -> str:
         return str(resolved)
 
 
-def scan_file(path: Path) -> tuple[list[Hit], list[tuple[int, str, tuple[str, ...]]], bytes]:
-    """Hazards and imports of one file; raises SyntaxError/ValueError/OSError when unreadable."""
+def scan_file(path: Path) -> tuple[FileScan, bytes]:
+    """The scan of one file and its source; raises SyntaxError, ValueError or OSError when the
+    file cannot be read."""
     source = path.read_bytes()
-    tree = ast.parse(source, filename=str(path))
-    hits, imports = scan_tree(tree)
-    return hits, imports, source
+    return scan_tree(ast.parse(source, filename=str(path))), source
 
 
 def scan_source(source: str, filename: str = "<source>") -> list[Finding]:
-    """The findings in a piece of source, comments applied (for tests and editors)."""
+    """The findings in a piece of source taken as the whole program, comments applied (for
+    tests and editors)."""
     data = source.encode()
-    hits, _ = scan_tree(ast.parse(data, filename=filename))
+    hits = program_hits([scan_tree(ast.parse(data, filename=filename))])[0]
     silenced, _ = ignore_comments(data)
     return [Finding(h.code, filename, h.line, h.message, h.end_line) for h in hits
             if not _comment_silences(silenced, h)]
@@ -318,11 +318,12 @@ def scan(target: targets.Target, report: DoctorReport, ignore: frozenset[str],
             roots.append(root.resolve())
     queue = [p.resolve() for p in first]
     seen: set[Path] = set(queue)
+    read: list[tuple[str, FileScan, dict[int, set[str]]]] = []
     while queue:
         path = queue.pop(0)
         shown = display_path(path)
         try:
-            hits, imports, source = scan_file(path)
+            scanned, source = scan_file(path)
         except (SyntaxError, ValueError, OSError, UnicodeDecodeError) as e:
             if path in (p.resolve() for p in first):
                 where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
@@ -335,6 +336,14 @@ def scan(target: targets.Target, report: DoctorReport, ignore: frozenset[str],
         comments, unknown = ignore_comments(source)
         for line, code in unknown:
             report.warnings.append(f"{shown}:{line}: unknown code {code!r} in an ignore comment")
+        read.append((shown, scanned, comments))
+        for dep in _imported_files(path, scanned.imports, roots):
+            dep = dep.resolve()
+            if dep not in seen and is_project_file(dep):
+                seen.add(dep)
+                queue.append(dep)
+    # what holds depends on every file read: is torch seeded anywhere, does anything train
+    for (shown, _, comments), hits in zip(read, program_hits([r[1] for r in read])):
         for h in hits:
             f = Finding(h.code, shown, h.line, h.message, h.end_line)
             if _comment_silences(comments, h):
@@ -345,11 +354,6 @@ def scan(target: targets.Target, report: DoctorReport, ignore: frozenset[str],
                 report.silenced.append((f, "config"))
             else:
                 report.findings.append(f)
-        for dep in _imported_files(path, imports, roots):
-            dep = dep.resolve()
-            if dep not in seen and is_project_file(dep):
-                seen.add(dep)
-                queue.append(dep)
 
 
 def doctor(target: str | None = None, *, ignore: Iterable[str] = (),

@@ -24,13 +24,13 @@ class Code:
 
 
 CODES: dict[str, Code] = {c.code: c for c in (
-    Code("RC101", "DataLoader workers without a generator or worker_init_fn",
-         "Each worker's random streams start from a base seed drawn from torch's global "
-         "generator when iteration starts, so they shift with every random number drawn before; "
-         "other generators a dataset holds (numpy's default_rng, a library's own RNG) are copied "
-         "unchanged into every worker, or rebuilt from OS entropy under the spawn start method.",
-         "Pass generator=torch.Generator().manual_seed(SEED) and a worker_init_fn that reseeds "
-         "every generator the dataset uses from torch.initial_seed()."),
+    Code("RC101", "DataLoader workers while nothing seeds torch with a fixed value",
+         "Each worker seeds Python's random, torch and numpy's global generator from a base seed "
+         "the loader draws from its generator or, without one, from torch's default generator; "
+         "nothing in the files read seeds that with a fixed value, so every run's workers start "
+         "from different seeds.",
+         "Seed torch once at start-up (torch.manual_seed(SEED), or seed_everything/set_seed), or "
+         "pass generator=torch.Generator().manual_seed(SEED)."),
     Code("RC102", "cudnn.benchmark = True",
          "cuDNN times several convolution kernels on the first batches and keeps the fastest; "
          "the choice depends on timing noise, and different kernels give different bits.",
@@ -92,6 +92,18 @@ CODES: dict[str, Code] = {c.code: c for c in (
          "file-system order, which differs between machines, file systems and copies of the "
          "data set; data order and label ids built from it change with it.",
          "Iterate over sorted(...) of the listing."),
+    Code("RC114", "training that never seeds torch",
+         "Nothing in the files read seeds torch (torch.manual_seed, seed_everything, set_seed, "
+         "...), and torch's default generator starts from OS entropy: model initialisation, "
+         "dropout and DataLoader shuffling differ between runs. repro-check's own runs seed "
+         "torch; a plain `python train.py` does not.",
+         "Call torch.manual_seed(SEED) (or lightning's seed_everything(SEED), transformers' "
+         "set_seed(SEED)) before the model is built; take SEED from a constant or an option."),
+    Code("RC115", "seed drawn from an unseeded random stream",
+         "The seed is drawn from Python's random, numpy's global generator or torch's default "
+         "generator before anything seeds that stream with a fixed value; those start from OS "
+         "entropy, so the seed, and everything it seeds, differs in every run.",
+         "Take the seed from a constant or a command-line option with a default, and log it."),
 )}
 
 

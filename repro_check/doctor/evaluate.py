@@ -8,6 +8,7 @@ cannot be known statically is UNKNOWN (or None, False), so a rule reports only w
 from __future__ import annotations
 
 import ast
+import operator
 from typing import Any
 
 from repro_check.doctor.names import UNKNOWN, Names
@@ -34,8 +35,29 @@ CPU_COUNTS = {"os.cpu_count", "multiprocessing.cpu_count", "os.process_cpu_count
 #: calls that list a directory in file-system order
 LISTINGS = {"os.listdir", "os.scandir", "glob.glob", "glob.iglob"}
 
+#: torch's functions that draw from its default generator (which starts from OS entropy)
+TORCH_DRAWS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial",
+               "poisson", "rand_like", "randn_like", "randint_like"}
+#: attributes of ``random`` and ``numpy.random`` that are not draws from the global generator
+NOT_DRAWS = {"seed", "getstate", "setstate", "get_state", "set_state", "Random", "SystemRandom",
+             "default_rng", "RandomState", "SeedSequence", "Generator", "BitGenerator", "PCG64",
+             "PCG64DXSM", "MT19937", "Philox", "SFC64"}
+#: the global random streams, by the module that draws from them
+STREAMS = {"random": "python", "numpy.random": "numpy", "torch": "torch"}
+#: the stream of a value from the clock or OS entropy, which no seed fixes
+ENTROPY_STREAM = "entropy"
+#: how a message names each stream
+STREAM_NAMES = {"python": "Python's random", "numpy": "numpy's global generator",
+                "torch": "torch's default generator"}
+
+#: comparisons a test with known values is evaluated with
+COMPARISONS: dict[type, Any] = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+                                ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
 #: a hazard as a rule finds it: (code, the node it points at, message)
 Hazard = tuple[str, ast.AST, str]
+#: a draw from a global stream: (stream, the call, how many function parameters it went through)
+Draw = tuple[str, ast.Call, int]
 
 
 class Evaluator(Names):
@@ -168,6 +190,141 @@ class Evaluator(Names):
                     return self._memo[memo]
         return None
 
+    def draw_stream(self, call: ast.Call) -> str | None:
+        """The global stream a call draws from (``random.randint``: "python", ``np.random.rand``:
+        "numpy", ``torch.randn``: "torch"), or "entropy" for the clock and OS entropy."""
+        q = self.qualname(call.func) or ""
+        if q in CLOCK or q in ENTROPY or q in HASHES or q.startswith("secrets."):
+            return ENTROPY_STREAM
+        module, _, last = q.rpartition(".")
+        if module not in STREAMS or last in NOT_DRAWS or last.startswith("_"):
+            return None
+        if module == "torch" and (last not in TORCH_DRAWS
+                                  or any(k.arg == "generator" for k in call.keywords)):
+            return None
+        return STREAMS[module]
+
+    def draws(self, expr: Any, seen: frozenset[Any] = frozenset(), via: int = 0) -> list[Draw]:
+        """The draws from global streams a value is computed from, followed through names,
+        ``obj.attr = ...``, argparse defaults, dict keys and the arguments of calls in this file.
+
+        Branches a known value rules out are skipped: ``args.seed or random.randint(...)`` with
+        a ``--seed`` default, ``if args.seed is None: args.seed = ...`` likewise.
+        """
+        if not isinstance(expr, ast.AST) or len(seen) > DEPTH:
+            return []
+        if isinstance(expr, ast.Call):
+            stream = self.draw_stream(expr)
+            if stream is not None:
+                return [(stream, expr, via)]
+            parts: list[Any] = [*expr.args, *(k.value for k in expr.keywords)]
+            f = expr.func
+            if isinstance(f, ast.Attribute) and not isinstance(f.value, (ast.Name, ast.Attribute)):
+                parts.append(f.value)  # torch.randint(...).item(), not cfg.get_seed()
+            return [d for p in parts for d in self.draws(p, seen, via)]
+        if isinstance(expr, ast.Starred):
+            return self.draws(expr.value, seen, via)
+        if isinstance(expr, ast.IfExp):
+            taken = self._branch(expr)
+            return [d for p in taken for d in self.draws(p, seen, via)]
+        if isinstance(expr, ast.BoolOp):
+            out: list[Draw] = []
+            for item in expr.values:
+                out += self.draws(item, seen, via)
+                v = self.const(item)
+                if v is not UNKNOWN and bool(v) == isinstance(expr.op, ast.Or):
+                    break
+            return out
+        if isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.JoinedStr,
+                             ast.FormattedValue)):
+            return [d for p in ast.iter_child_nodes(expr) if isinstance(p, ast.expr)
+                    for d in self.draws(p, seen, via)]
+        if isinstance(expr, ast.Subscript):
+            key = expr.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return self._bound_draws(self.keys.get(key.value), ("key", key.value), seen, via)
+            return self.draws(expr.value, seen, via) + self.draws(key, seen, via)
+        if isinstance(expr, ast.Name) and isinstance(expr.ctx, ast.Load):
+            key = ("name", expr.id, self.scope(expr))
+            memo = ("draws", key, via)
+            if key in seen:
+                return []
+            if memo not in self._memo:
+                self._memo[memo] = []  # a name that refers back to itself adds nothing
+                scope = self.binding_scope(expr.id, expr)
+                out = self._bound_draws(self.lookup(expr.id, expr), key, seen, via)
+                passed = self.passed_for(scope, expr.id) if scope is not None else None
+                out += [d for p in passed or [] for d in self.draws(p, seen | {key}, via + 1)]
+                self._memo[memo] = out
+            return self._memo[memo]
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            if expr.value.id == "self":
+                return self._bound_draws(self.attributes.get(expr.attr), ("self", expr.attr),
+                                         seen, via)
+            if self.module_of(expr) is not None:
+                return []
+            key = ("field", expr.value.id, expr.attr)
+            return (self._bound_draws(self.fields.get((expr.value.id, expr.attr)), key, seen, via)
+                    + self._bound_draws(self.options.get(expr.attr), ("option", expr.attr), seen,
+                                        via))
+        return []
+
+    def _bound_draws(self, values: list[Any] | None, key: Any, seen: frozenset[Any],
+                     via: int) -> list[Draw]:
+        if not values or key in seen:
+            return []
+        return [d for v in values if isinstance(v, ast.AST) and not self._ruled_out(v)
+                for d in self.draws(v, seen | {key}, via)]
+
+    def _branch(self, expr: ast.IfExp) -> list[ast.expr]:
+        """The branches of ``a if test else b`` a known value does not rule out."""
+        truth = self.truth(expr.test)
+        return [expr.body, expr.orelse] if truth is None else [expr.body if truth else expr.orelse]
+
+    def truth(self, test: ast.expr, value: Any = None) -> bool | None:
+        """What a test evaluates to where the file fixes it (None: not known): ``x is None``,
+        ``not x``, ``x == -1`` with a known ``x``. ``value`` evaluates the names in it."""
+        value = value or self.const
+        subject, kind = none_test(test)
+        if subject is not None:
+            v = value(subject)
+            if v is UNKNOWN:
+                return None
+            return v is None if kind == "is None" else v is not None if kind == "is not None" \
+                else not v
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            a, b = value(test.left), value(test.comparators[0])
+            op = COMPARISONS.get(type(test.ops[0]))
+            if a is UNKNOWN or b is UNKNOWN or op is None:
+                return None
+            try:
+                return bool(op(a, b))
+            except TypeError:
+                return None
+        v = value(test)
+        return None if v is UNKNOWN else bool(v)
+
+    def _ruled_out(self, value: ast.AST) -> bool:
+        """An assignment in the branch of an ``if`` that a known value rules out, as in
+        ``if args.seed is None: args.seed = random.randint(...)`` with a ``--seed`` default."""
+        stmt = self.parent.get(value)
+        block = self.parent.get(stmt) if stmt is not None else None
+        if not (isinstance(stmt, ast.Assign) and isinstance(block, ast.If)):
+            return False
+        assigned = {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+
+        def known(expr: Any) -> Any:
+            """A name this statement assigns is known by its other bindings."""
+            if isinstance(expr, ast.Name) and expr.id in assigned:
+                others = [v for v in self.lookup(expr.id, expr) or [] if v is not value]
+                if not others or not all(isinstance(v, ast.AST) for v in others):
+                    return UNKNOWN
+                return self._agreement([self.const(v) for v in others])
+            return self.const(expr)
+
+        truth = self.truth(block.test, known)
+        return (truth is False and stmt in block.body) or (truth is True and stmt in block.orelse)
+
     def is_set(self, expr: Any, seen: frozenset[Any] = frozenset()) -> bool:
         if not isinstance(expr, ast.AST) or len(seen) > DEPTH:
             return False
@@ -270,6 +427,18 @@ class Evaluator(Names):
                 else:
                     opaque = True
         return out, opaque
+
+
+def none_test(test: ast.expr) -> tuple[ast.expr | None, str]:
+    """``x is None``, ``x is not None`` or ``not x``: (x, which of them); (None, "") otherwise."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and is_none(test.comparators[0]):
+        if isinstance(test.ops[0], ast.Is):
+            return test.left, "is None"
+        if isinstance(test.ops[0], ast.IsNot):
+            return test.left, "is not None"
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand, "not"
+    return None, ""
 
 
 def text(node: ast.AST, limit: int = 60) -> str:

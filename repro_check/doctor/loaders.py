@@ -1,5 +1,10 @@
 """DataLoader hazards: workers whose random streams no seed reaches (RC101), batches handed out
-in the order workers finish them (RC112)."""
+in the order workers finish them (RC112).
+
+A loader with workers and neither ``generator=`` nor ``worker_init_fn=`` is a hazard only while
+nothing seeds torch with a fixed value: :mod:`~repro_check.doctor.program` decides that over
+every file read.
+"""
 
 from __future__ import annotations
 
@@ -31,4 +36,5 @@ def dataloader(ev: Evaluator, call: ast.Call) -> Iterator[Hazard]:
     if given or opaque:
         return
     yield ("RC101", call, f"DataLoader with num_workers={text(workers, 30)} and no "
-                          "generator or worker_init_fn")
+                          "generator or worker_init_fn, while nothing seeds torch with a fixed "
+                          "value")

@@ -32,9 +32,12 @@ class Names:
         self.imports: list[tuple[int, str, tuple[str, ...]]] = []  # (level, module, names)
         self.bindings: dict[ast.AST, dict[str, list[Any]]] = {}
         self.attributes: dict[str, list[Any]] = {}  # self.<name> = ...
+        self.fields: dict[tuple[str, str], list[Any]] = {}  # <name>.<attr> = ... (not self)
+        self.classes: dict[str, list[ast.ClassDef]] = {}  # class statements by name
         self.options: dict[str, list[Any]] = {}  # argparse dest -> defaults
         self.keys: dict[str, list[Any]] = {}  # dict literal key -> values
         self.sorted_names: dict[ast.AST, set[str]] = {}  # scope -> names with .sort() calls
+        self._calls: dict[str, list[ast.Call]] | None = None
         self._collect()
 
     def scope(self, node: ast.AST) -> ast.AST:
@@ -61,6 +64,8 @@ class Names:
         elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
               and target.value.id == "self"):
             self.attributes.setdefault(target.attr, []).append(value)
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            self.fields.setdefault((target.value.id, target.attr), []).append(value)
 
     def _collect(self) -> None:
         for node in self.nodes:
@@ -99,6 +104,8 @@ class Names:
                 self._bind(self.scope(node), node.name, UNKNOWN)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self._bind(self.scope(node), node.name, UNKNOWN)
+                if isinstance(node, ast.ClassDef):
+                    self.classes.setdefault(node.name, []).append(node)
             if isinstance(node, FUNCTIONS):
                 self._bind_parameters(node)
             elif isinstance(node, ast.Call):
@@ -139,16 +146,8 @@ class Names:
 
     def lookup(self, name: str, at: ast.AST) -> list[Any] | None:
         """Every value ``name`` is bound to in the scope that ``at`` sees it from (None: unbound)."""
-        scope: ast.AST | None = self.scope(at)
-        first = True
-        while scope is not None:
-            if not (isinstance(scope, ast.ClassDef) and not first):
-                found = self.bindings.get(scope, {}).get(name)
-                if found is not None:
-                    return found
-            first = False
-            scope = None if isinstance(scope, ast.Module) else self.scope(scope)
-        return None
+        scope = self.binding_scope(name, at)
+        return None if scope is None else self.bindings[scope][name]
 
     def qualname(self, expr: ast.AST) -> str | None:
         """``np.random.default_rng`` -> ``numpy.random.default_rng`` via the file's imports."""
@@ -167,6 +166,61 @@ class Names:
             return self.aliases[expr.id].lstrip(".").split(".")[0] or "."
         return None
 
+
+    def binding_scope(self, name: str, at: ast.AST) -> ast.AST | None:
+        """The scope whose binding of ``name`` is the one seen from ``at`` (None: unbound)."""
+        scope: ast.AST | None = self.scope(at)
+        first = True
+        while scope is not None:
+            if not (isinstance(scope, ast.ClassDef) and not first) and \
+                    name in self.bindings.get(scope, {}):
+                return scope
+            first = False
+            scope = None if isinstance(scope, ast.Module) else self.scope(scope)
+        return None
+
+    def passed_for(self, fn: ast.AST, name: str) -> list[ast.expr] | None:
+        """What the calls of ``fn`` in this module pass for its parameter ``name``.
+
+        None when ``fn`` is not a named function with that parameter, or a call passes it in a
+        way not followed (``*args``, ``**kwargs``).
+        """
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        a = fn.args
+        positional = [p.arg for p in (*a.posonlyargs, *a.args)]
+        if name not in positional and name not in (p.arg for p in a.kwonlyargs):
+            return None
+        method = isinstance(self.parent.get(fn), ast.ClassDef) and bool(positional) and \
+            positional[0] in ("self", "cls")
+        out: list[ast.expr] = []
+        for call in self.calls_of(fn.name):
+            through_attribute = isinstance(call.func, ast.Attribute)
+            names = positional[1:] if method and through_attribute else positional
+            given = next((k.value for k in call.keywords if k.arg == name), None)
+            if given is None and name in names:
+                i = names.index(name)
+                if any(isinstance(x, ast.Starred) for x in call.args[: i + 1]):
+                    return None
+                given = call.args[i] if i < len(call.args) else None
+            if given is None and any(k.arg is None for k in call.keywords):
+                return None
+            if given is not None:
+                out.append(given)
+        return out
+
+    def calls_of(self, name: str) -> list[ast.Call]:
+        """Calls of a function by its name (``name(...)``, ``obj.name(...)``) in this module."""
+        if self._calls is None:
+            self._calls = {}
+            for node in self.nodes:
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    called = f.id if isinstance(f, ast.Name) else \
+                        f.attr if isinstance(f, ast.Attribute) else None
+                    if called:
+                        self._calls.setdefault(called, []).append(node)
+        return self._calls.get(name, [])
 
     def named(self, expr: ast.AST) -> tuple[list[Any] | None, Any]:
         """The values a name or ``self.<attr>`` is bound to, and a key that stands for it."""

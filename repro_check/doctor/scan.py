@@ -6,16 +6,18 @@ imports and their aliases, assignments in the enclosing scopes, function default
 defaults, keys of dict literals. What cannot be known statically (a value from a config file, a
 command-line option without a default) is not reported, so a finding is something the file itself
 says. Each family of hazards has its module of rules (seeds, switches, loaders, ops, order); the
-codes and their texts live in :mod:`repro_check.doctor.codes`.
+codes and their texts live in :mod:`repro_check.doctor.codes`. What depends on every file read
+(is torch seeded anywhere? does the program train?) is decided by :func:`program_hits` over the
+:class:`FileScan` of each (:mod:`~repro_check.doctor.program`).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from repro_check.doctor import loaders, ops, order, seeds, switches
+from repro_check.doctor import loaders, ops, order, program, seeds, switches
 from repro_check.doctor.evaluate import Evaluator, Hazard
 from repro_check.doctor.names import FUNCTIONS
 
@@ -67,14 +69,37 @@ def hazards(ev: Evaluator) -> Iterator[Hazard]:
     yield from order.order_hazards(ev)
 
 
-def scan_tree(tree: ast.Module) -> tuple[list[Hit], list[tuple[int, str, tuple[str, ...]]]]:
-    """The hazards in one parsed module, and the imports it makes (level, module, names).
+@dataclass
+class FileScan:
+    """One file's scan: the hits that hold whatever else the program does, its imports
+    (level, module, names) and what it tells about the program."""
 
-    A code is reported once per line (the first rule to find it there says why).
-    """
-    ev = Evaluator(tree)
+    hits: list[Hit]
+    imports: list[tuple[int, str, tuple[str, ...]]]
+    facts: program.Facts
+
+
+def unique_hits(hazards: Iterable[Hazard]) -> list[Hit]:
+    """One hit per code and line (the first rule to find it there says why), in line order."""
     unique: dict[tuple[str, int], Hit] = {}
-    for code, node, message in hazards(ev):
+    for code, node, message in hazards:
         h = Hit.at(code, node, message)
         unique.setdefault((h.code, h.line), h)
-    return sorted(unique.values(), key=lambda h: (h.line, h.code)), ev.imports
+    return sorted(unique.values(), key=lambda h: (h.line, h.code))
+
+
+def scan_tree(tree: ast.Module) -> FileScan:
+    """The hazards in one parsed module, its imports and its program facts."""
+    ev = Evaluator(tree)
+    found = list(hazards(ev))
+    kept = [h for h in found if h[0] not in program.WITHOUT_FIXED_TORCH]
+    held = [h for h in found if h[0] in program.WITHOUT_FIXED_TORCH]
+    return FileScan(unique_hits(kept), ev.imports, program.facts(ev, held))
+
+
+def program_hits(scans: Sequence[FileScan]) -> list[list[Hit]]:
+    """The hits of each file once the whole program is known (the target's file first)."""
+    extra = program.program_hazards([s.facts for s in scans])
+    return [sorted({(h.code, h.line): h for h in [*unique_hits(more), *s.hits]}.values(),
+                   key=lambda h: (h.line, h.code))
+            for s, more in zip(scans, extra)]

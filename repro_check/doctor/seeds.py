@@ -1,12 +1,15 @@
 """Seeding hazards: seeds from the clock or OS entropy (RC104), reseeding from them (RC105),
-generators created without a seed (RC106), and OS entropy used directly (RC111)."""
+generators created without a seed (RC106), and OS entropy used directly (RC111); and what each
+seeding call seeds, for the rules that need the whole program (:mod:`~repro_check.doctor.program`).
+"""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from repro_check.doctor.evaluate import Evaluator, Hazard, is_none, text
+from repro_check.doctor.evaluate import Draw, Evaluator, Hazard, is_none, text
 from repro_check.doctor.names import argparse_default, argparse_dest
 
 #: entropy sources that are a hazard wherever they are used (uuid and pid are fine for run names)
@@ -104,3 +107,97 @@ def os_entropy(ev: Evaluator) -> Iterator[Hazard]:
             q = ev.qualname(node.func) or ""
             if q in DIRECT_ENTROPY or q.startswith("secrets."):
                 yield ("RC111", node, f"{q}() draws from the operating system's entropy")
+
+
+#: every global stream: what a helper like ``set_seed(SEED)`` or ``seed_everything(SEED)`` seeds
+ALL_STREAMS = frozenset({"python", "numpy", "torch"})
+#: calls that seed one global stream
+STREAM_SEEDS = {
+    "torch.manual_seed": "torch", "torch.random.manual_seed": "torch",
+    "torch.set_rng_state": "torch", "torch.random.set_rng_state": "torch",
+    "random.seed": "python", "random.setstate": "python",
+    "numpy.random.seed": "numpy", "numpy.random.set_state": "numpy",
+}
+#: helpers called as methods (``fabric.seed_everything(42)``); other methods with ``seed`` in
+#: their name seed the object they are called on (``g.manual_seed(0)``, ``rng.seed(1)``)
+HELPER_METHODS = {"seed_everything", "set_seed"}
+#: packages whose ``*Trainer`` seeds every stream from its arguments (transformers' Trainer
+#: calls set_seed(args.seed), 42 unless told otherwise; trl's trainers are Trainers)
+SEEDING_TRAINERS = ("transformers.", "trl.", "setfit.")
+#: calls that seed every stream from a value in a configuration the source does not show
+SEEDING_CALLS = {"LightningCLI", "enable_full_determinism"}
+
+
+@dataclass(frozen=True)
+class Seeding:
+    """One place a seed is given: the global streams it seeds (none for a generator of its own
+    or CUDA's) and the draws its value is computed from (``entropy`` for the clock)."""
+
+    node: ast.AST
+    streams: frozenset[str]
+    draws: tuple[Draw, ...]
+    what: str = ""  # for a message: "torch.manual_seed(seed) seeds", "seed= takes its value"
+
+
+def seeded_streams(ev: Evaluator, call: ast.Call, q: str, last: str) -> frozenset[str] | None:
+    """The global streams a call seeds (empty: it seeds something else), None when it seeds
+    nothing. A project's ``set_seed(...)`` or any function with ``seed`` in its name is taken
+    to seed every stream: what it does inside is not followed."""
+    if q in STREAM_SEEDS:
+        return frozenset({STREAM_SEEDS[q]})
+    if q in RESEED_ALWAYS or q in RESEED_WITHOUT_ARG:
+        return None
+    if last in SEEDING_CALLS or seeding_trainer(ev, q, set()):
+        return ALL_STREAMS
+    low = last.lower()
+    if "seed" in low and not low.startswith(("get", "initial")) \
+            and not q.startswith(("torch.cuda.", "torch.mps.", "torch.xpu.", "numpy.")) \
+            and last not in NUMPY_GENERATORS and (
+                isinstance(call.func, ast.Name) or ev.module_of(call.func) is not None
+                or last in HELPER_METHODS):
+        return ALL_STREAMS
+    if last in SEED_FUNCTIONS and (last != "Generator" or q.startswith("numpy")):
+        return frozenset()
+    return None
+
+
+def seeding_trainer(ev: Evaluator, q: str, seen: set[str]) -> bool:
+    """transformers' ``Trainer`` (and trl's ...), or a class of this module derived from one."""
+    if q.split(".")[-1].endswith("Trainer") and q.startswith(SEEDING_TRAINERS):
+        return True
+    if "." in q or q in seen:
+        return False
+    seen.add(q)
+    return any(seeding_trainer(ev, ev.qualname(b) or "", seen)
+               for node in ev.classes.get(q, []) for b in node.bases)
+
+
+def seedings(ev: Evaluator) -> Iterator[Seeding]:
+    """Every seed the module gives: seeding calls, ``seed=``/``random_state=`` keywords and
+    argparse ``--seed`` defaults, with what their values are drawn from."""
+    for node in ev.nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        q = ev.qualname(node.func) or ""
+        last = q.split(".")[-1] if q else (node.func.attr if isinstance(node.func, ast.Attribute)
+                                           else "")
+        streams = seeded_streams(ev, node, q, last)
+        if streams is not None:
+            values = [v for v in (*node.args, *(k.value for k in node.keywords)) if not is_none(v)]
+            if streams == ALL_STREAMS and "seed" not in last.lower():
+                values = []  # Trainer, LightningCLI: the seed is in their configuration
+            elif not values and streams != ALL_STREAMS:
+                continue  # random.seed(), default_rng(): reported as RC105, RC106
+            yield Seeding(node, streams, tuple(d for v in values for d in ev.draws(v)),
+                          f"{text(node)} seeds")
+            continue
+        for k in node.keywords:
+            if k.arg and ("seed" in k.arg.lower() or k.arg == "random_state"):
+                yield Seeding(node, frozenset(), tuple(ev.draws(k.value)),
+                              f"{k.arg}= takes its value")
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            dest = argparse_dest(node)
+            default = argparse_default(node)
+            if dest and "seed" in dest.lower() and isinstance(default, ast.AST):
+                yield Seeding(node, frozenset(), tuple(ev.draws(default)),
+                              f"the default of --{dest.replace('_', '-')} comes")
