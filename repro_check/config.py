@@ -35,16 +35,28 @@ def _int(minimum: int) -> Any:
     return check
 
 
+def _float(v: Any, why: str) -> float:
+    """A TOML number as a float (an integer too large for one is refused, not an overflow)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(why)
+    try:
+        return float(v)
+    except OverflowError:
+        raise ValueError(why) from None
+
+
 def _positive(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
+    x = _float(v, "expected a number > 0")
+    if not x > 0 or math.isinf(x):
         raise ValueError("expected a number > 0")
-    return float(v)
+    return x
 
 
 def _at_least_one(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1 or math.isinf(v):
+    x = _float(v, "expected a number >= 1")
+    if not x >= 1 or math.isinf(x):
         raise ValueError("expected a number >= 1")
-    return float(v)
+    return x
 
 
 def _bool(v: Any) -> bool:
@@ -194,6 +206,10 @@ def _toml_loads(text: str, path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: invalid TOML: {' '.join(str(e).split())}") from None
+    except (RecursionError, MemoryError):
+        raise UsageError(f"{path}: invalid TOML: nested too deeply to read") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise UsageError(f"{path}: invalid TOML: {' '.join(str(e).split())[:120]}") from None
 
 
 def _bad(path: Path, key: str, value: Any, why: str) -> UsageError:

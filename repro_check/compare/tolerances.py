@@ -41,6 +41,9 @@ def _number(kind: str, text: Any, where: str) -> float | int:
         x = float(text)
     except ValueError:
         raise UsageError(f"{where}: expected a number, got {text!r}") from None
+    except OverflowError:  # an integer too large for a float
+        raise UsageError(f"{where}: must be a finite number >= 0, got an integer of "
+                         f"{int(text).bit_length()} bits") from None
     if math.isnan(x) or math.isinf(x) or x < 0:
         raise UsageError(f"{where}: must be a finite number >= 0, got {text!r}")
     return x

@@ -22,7 +22,6 @@ record the same fingerprint at every step (see :mod:`repro_check.distributed.com
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal

@@ -324,13 +324,16 @@ def scan(target: targets.Target, report: DoctorReport, ignore: frozenset[str],
         shown = display_path(path)
         try:
             scanned, source = scan_file(path)
-        except (SyntaxError, ValueError, OSError, UnicodeDecodeError) as e:
+        except (SyntaxError, ValueError, OSError, UnicodeDecodeError, RecursionError,
+                MemoryError) as e:
+            # RecursionError, MemoryError: nested too deeply for the parser (or for the scan)
+            deep = "nested too deeply to parse" if isinstance(e, (RecursionError, MemoryError)) \
+                else None
             if path in (p.resolve() for p in first):
                 where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
-                raise UsageError(f"cannot read {shown}{where}: "
-                                 f"{getattr(e, 'msg', None) or getattr(e, 'strerror', None) or e}"
-                                 ) from None
-            report.skipped.append({"file": shown, "reason": f"{type(e).__name__}: {e}"})
+                why = deep or getattr(e, "msg", None) or getattr(e, "strerror", None) or e
+                raise UsageError(f"cannot read {shown}{where}: {why}") from None
+            report.skipped.append({"file": shown, "reason": deep or f"{type(e).__name__}: {e}"})
             continue
         report.files.append(shown)
         comments, unknown = ignore_comments(source)

@@ -23,44 +23,23 @@ from repro_check.report.model import Report
 from repro_check.run.options import RecordedSettings
 from repro_check.run.runner import RunResult
 from repro_check.trace import values
-from repro_check.trace.format import TraceStream, TraceWriter, header_line
+from repro_check.trace.format import TraceStream, TraceWriter, check_header, header_line
 from repro_check.version import __version__
 
 
 # ---- settings taken from a golden's header -----------------------------------------------------
 def header_settings(header: dict[str, Any], path: str) -> RecordedSettings:
-    """The run settings recorded in a trace header, checked (a header is untrusted input)."""
-
-    def bad(what: str) -> TraceFileError:
-        return TraceFileError(f"{path}: not a valid repro-check trace (malformed {what} in header)")
-
-    target = header.get("target")
-    if target is not None and (not isinstance(target, str) or not target or len(target) > 4096):
-        raise bad("target")
-    args = header.get("args") or []
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise bad("args")
+    """The run settings recorded in a trace header, checked (a header is untrusted input: the
+    trace reader validates it, see :func:`repro_check.trace.format.check_header`)."""
+    check_header(header, path)
     seed = header.get("seed")
-    if seed is not None and (not is_int(seed) or not 0 <= seed <= seeding.MAX_SEED):
-        raise bad("seed")
     comps = header.get("components")
     if comps is None:
         comps = list(seeding.COMPONENTS) if seed is not None else []
-    if not isinstance(comps, list) or not all(c in seeding.COMPONENTS for c in comps):
-        raise bad("components")
-    threads = header.get("threads")
-    if threads is not None and (not is_int(threads) or threads < 1):
-        raise bad("threads")
-    max_steps = header.get("max_steps")
-    if max_steps is not None and (not is_int(max_steps) or max_steps < 1):
-        raise bad("max_steps")
     if seed is None:
         comps = []
-    return RecordedSettings(target, list(args), seed, list(comps), threads, max_steps)
-
-
-def is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return RecordedSettings(header.get("target"), list(header.get("args") or []), seed,
+                            list(comps), header.get("threads"), header.get("max_steps"))
 
 
 def result_from_trace(index: int, stream: TraceStream) -> RunResult:

@@ -36,7 +36,8 @@ from repro_check.child import seeding
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import Interrupted, TargetNotFound
 from repro_check.targets import Target
-from repro_check.trace.format import MAX_LINE_BYTES, TraceWriter, dumps, parse_event
+from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason, dumps,
+                                       loads, parse_event)
 
 #: bytes of a run's combined stdout/stderr that are kept
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -52,6 +53,8 @@ FINISH_GRACE = 10.0
 EVENT_BACKLOG = 1024
 #: steps a run may record ahead of the slowest run still going
 READ_AHEAD_STEPS = 256
+#: lines of a run that cannot be taken are each named in a warning, up to this many
+DROPPED_NAMED = 10
 _POLL = 0.05
 #: the statuses of a run (or a rank) that failed: the target raised, crashed, hung or could not
 #: be found (a cancelled, stopped or early-exited run did not fail)
@@ -295,6 +298,7 @@ class _LiveRun:
         self.swept = False
         self.killed: set[int] = set()  # processes of the run we sent SIGKILL
         self.abandon = threading.Event()
+        self.dropped = 0  # lines of the run that could not be taken
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
         read_fd, write_fd = os.pipe()
         config = run_config(spec, write_fd)
@@ -349,10 +353,15 @@ class _LiveRun:
 
     def _line(self, raw: bytes) -> None:
         try:
-            obj = json.loads(raw)
+            obj = loads(raw)
             ev = obj if isinstance(obj, dict) and "format" in obj else parse_event(obj)
-        except Exception:  # noqa: BLE001 - a garbled line is dropped, not fatal
-            return
+        except Exception as e:  # noqa: BLE001 - a garbled line is dropped, never silently
+            self.dropped += 1
+            if self.dropped > DROPPED_NAMED:
+                return
+            ev = {"warning": f"a line the run wrote was dropped: {dropped_reason(e)}"
+                  + ("; later ones are dropped unnamed" if self.dropped == DROPPED_NAMED else "")}
+            raw = dumps(ev).encode("utf-8")
         if self.pacer is not None and "step" in ev:
             self.pacer.advance(self.spec.index, ev["step"], self.abandon)
         self.events.put(("event", self.spec.index, ev, raw))

@@ -8,8 +8,11 @@ PyTorch reports as nondeterministic) and ``{"probe": {...}}`` lines (one step's 
 line with the run's exit status and the tail of its output. Signal and metric values are encoded
 scalars (see :mod:`repro_check.trace.values`) or fingerprint strings. A golden trace recorded from
 repeated runs adds ``"band": {name: {"min": v, "max": v}}`` to its step and metrics lines. The
-reader validates every line, so a corrupt or foreign file is a :class:`TraceFileError`, never an
-exception from deep inside; files of older versions are read through :data:`UPGRADES`.
+reader validates every line (the header's fields too, see :func:`check_header`, and refuses any
+number out of range), so a corrupt or foreign file is a :class:`TraceFileError`, never an
+exception from deep inside; it opens regular files only, never waiting on a FIFO or a device, and
+what it keeps of a file does not grow with it. Files of older versions are read through
+:data:`UPGRADES`.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from repro_check.child import seeding
 from repro_check.trace import values
 from repro_check.trace.atomic import AtomicWriter
 from repro_check.errors import TraceFileError
@@ -31,6 +36,16 @@ VERSION = 2
 #: no valid line is longer than this; a longer one means a corrupt or foreign file
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_STEP = 10**12
+#: no valid integer literal is longer (an encoded integer's readable value has at most 78 digits)
+MAX_INT_DIGITS = 100
+#: numbers of header and record fields (seconds, times) lie within this
+MAX_NUMBER = 10**300
+#: what a reader keeps of a trace's warning and error lines (it counts the rest)
+KEPT_WARNINGS = 100
+KEPT_ERRORS = 10
+#: the longest text kept of one warning, and of one field of an error record
+KEPT_TEXT = 4096
+KEPT_ERROR_TEXT = 65536
 
 
 def header_line(header: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +136,99 @@ def validate_band(band: Any) -> bool:
     )
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    """A finite number that converts to a float (an int too wide for one does not)."""
+    if isinstance(x, float):
+        return math.isfinite(x)
+    return _is_int(x) and -MAX_NUMBER < x < MAX_NUMBER
+
+
+def _is_scalar(x: Any) -> bool:
+    return x is None or isinstance(x, (str, bool)) or _is_number(x)
+
+
+def _is_plain(x: Any) -> bool:
+    """A JSON scalar, or a list or object of scalars (what environment and seeding entries are)."""
+    if isinstance(x, list):
+        return all(_is_scalar(v) for v in x)
+    if isinstance(x, dict):
+        return all(_is_scalar(v) for v in x.values())
+    return _is_scalar(x)
+
+
+def _int_at_least(low: int, high: int | None = None) -> Any:
+    return lambda x: _is_int(x) and x >= low and (high is None or x <= high)
+
+
+def _optional(check: Any) -> Any:
+    return lambda x: x is None or check(x)
+
+
+def _str_list(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(v, str) for v in x)
+
+
+def _object_of(checks: dict[str, Any], others: Any = _is_plain) -> Any:
+    """An object whose known keys pass their check and whose other keys pass ``others``."""
+    def check(x: Any) -> bool:
+        return isinstance(x, dict) and all(checks.get(k, others)(v) for k, v in x.items())
+    return check
+
+
+_TEXT = _optional(lambda x: isinstance(x, str))
+_COUNT = _optional(_int_at_least(0, MAX_STEP))
+_SECONDS = _optional(_is_number)
+
+#: the header keys a reader checks: key -> check of its value (absent keys are not checked;
+#: unknown keys are accepted, as new ones are added without a version change)
+HEADER_CHECKS: dict[str, Any] = {
+    "target": _optional(lambda x: isinstance(x, str) and 0 < len(x) <= 4096),
+    "args": _optional(_str_list),
+    "run": _optional(_int_at_least(0, MAX_STEP)),
+    "seed": _optional(_int_at_least(0, seeding.MAX_SEED)),
+    "components": _optional(lambda x: isinstance(x, list)
+                            and all(c in seeding.COMPONENTS for c in x)),
+    "seeding": _optional(_object_of({})),
+    "threads": _optional(_int_at_least(1)),
+    "max_steps": _optional(_int_at_least(1)),
+    "probe_step": _optional(_int_at_least(0)),
+    "environment": _optional(_object_of({})),
+    "started": _SECONDS,
+    "golden": _optional(_object_of({"runs": _int_at_least(1), "band": _optional(
+        lambda x: isinstance(x, bool)), "recorded": _TEXT, "repro_check": _TEXT})),
+    "distributed": _optional(_object_of({}, _optional(_int_at_least(0)))),
+}
+
+#: the fields of error, end and info records a reader checks (others are accepted as they come)
+ERROR_CHECKS: dict[str, Any] = {"kind": _TEXT, "type": _TEXT, "message": _TEXT,
+                                "traceback": _TEXT, "limit": _SECONDS, "time": _SECONDS}
+END_CHECKS: dict[str, Any] = {"status": _TEXT, "returncode": _optional(_is_int),
+                              "signal": _TEXT, "seconds": _SECONDS, "steps": _COUNT,
+                              "output_tail": _TEXT}
+INFO_CHECKS: dict[str, Any] = {"status": _TEXT, "steps": _COUNT, "backward_calls": _COUNT,
+                               "seconds": _SECONDS}
+
+
+def _bad_field(record: dict[str, Any], checks: dict[str, Any]) -> str | None:
+    """The first known key of ``record`` whose value fails its check."""
+    return next((k for k, check in checks.items() if k in record and not check(record[k])), None)
+
+
+def check_header(header: Any, path: str = "<trace>", lineno: int = 1) -> dict[str, Any]:
+    """Validate a trace header (untrusted input) and return it; a :class:`TraceFileError` names
+    the first malformed key."""
+    if not isinstance(header, dict):
+        raise _fail(path, lineno, "header is not an object")
+    bad = _bad_field(header, HEADER_CHECKS)
+    if bad is not None:
+        raise _fail(path, lineno, f"malformed {bad} in header")
+    return header
+
+
 def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, Any]:
     """Validate one decoded line after the header; return it unchanged."""
     if not isinstance(obj, dict) or len(obj) == 0:
@@ -149,17 +257,37 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
             raise _fail(path, lineno, "malformed warning")
         return obj
     if "error" in obj or "end" in obj:
-        body = obj.get("error", obj.get("end"))
+        kind = "error" if "error" in obj else "end"
+        body = obj[kind]
         if not isinstance(body, dict):
             raise _fail(path, lineno, "malformed error or end record")
+        bad = _bad_field(body, ERROR_CHECKS if kind == "error" else END_CHECKS)
+        if bad is not None:
+            raise _fail(path, lineno, f"malformed {bad} in the {kind} record")
         return obj
     if "info" in obj:
+        body = obj["info"]
+        if not isinstance(body, dict) or _bad_field(body, INFO_CHECKS) is not None:
+            raise _fail(path, lineno, "malformed info record")
         return obj
     if "probe" in obj or "flagged" in obj:
         if not isinstance(obj.get("probe", obj.get("flagged")), dict):
             raise _fail(path, lineno, "malformed probe or flagged record")
         return obj
     raise _fail(path, lineno, f"unknown record {_short(sorted(obj)[:3])}")
+
+
+def dropped_reason(exc: BaseException) -> str:
+    """Why a line from a run could not be taken, in a few words (for the warning that says so)."""
+    text = str(exc)
+    marker = "not a valid repro-check trace ("
+    if isinstance(exc, TraceFileError) and marker in text:
+        return text.split(marker, 1)[1].rstrip(")")
+    if isinstance(exc, _OutOfRange):
+        return f"number {_short(text, 20)} out of range"
+    if isinstance(exc, (ValueError, RecursionError)):
+        return "not JSON"
+    return f"{type(exc).__name__}: {_short(text, 80)}"
 
 
 def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
@@ -179,12 +307,45 @@ def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
             yield lineno, text
 
 
-def _decode(text: str, path: str, lineno: int) -> Any:
-    def bad_constant(name: str) -> Any:
-        raise ValueError(name)
+class _OutOfRange(ValueError):
+    """A number no valid trace holds: one that reads as infinity, or an integer too long."""
 
+
+def _bad_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if math.isinf(x):  # 1e999: valid JSON, but not a number any writer makes (allow_nan=False)
+        raise _OutOfRange(text)
+    return x
+
+
+def _short_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise _OutOfRange(text)
+    return int(text)
+
+
+#: one decoder for every line (``json.loads`` with options builds a new one each call)
+_DECODER = json.JSONDecoder(parse_constant=_bad_constant, parse_float=_finite,
+                            parse_int=_short_int)
+
+
+def loads(text: str | bytes) -> Any:
+    """Decode one trace line as the reader does: NaN, infinities, numbers that overflow to
+    infinity and integers of more than :data:`MAX_INT_DIGITS` digits are refused (ValueError)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8")
+    return _DECODER.decode(text)
+
+
+def _decode(text: str, path: str, lineno: int) -> Any:
     try:
-        return json.loads(text, parse_constant=bad_constant)
+        return loads(text)
+    except _OutOfRange as e:
+        raise _fail(path, lineno, f"number {_short(str(e), 20)} out of range") from None
     except (ValueError, RecursionError):
         if lineno > 1 and not text.endswith("\n"):
             raise _fail(path, lineno, "not JSON: truncated, its last line is incomplete") from None
@@ -194,6 +355,48 @@ def _decode(text: str, path: str, lineno: int) -> Any:
         raise _fail(path, lineno, "not JSON") from None
 
 
+def _kind_of(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open a file given to us for reading, refusing anything but a regular file without ever
+    blocking: checked before it is opened, opened without waiting (O_NONBLOCK: a FIFO swapped in
+    meanwhile cannot stall us), and checked again once open."""
+    p = str(path)
+
+    def refuse(mode: int) -> TraceFileError:
+        if stat.S_ISDIR(mode):
+            return TraceFileError(f"{p}: is a directory")
+        return TraceFileError(f"{p}: not a regular file ({_kind_of(mode)})")
+
+    try:
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse(st.st_mode)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        raise TraceFileError(f"{p}: no such file") from None
+    except OSError as e:
+        raise TraceFileError(f"{p}: cannot read ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse(st.st_mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Iterator[dict[str, Any]]:
     """Yield the header dict, then every later record, validating as it goes (bounded memory).
 
@@ -201,14 +404,7 @@ def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Itera
     before its ``end`` record (a truncated copy) is a :class:`TraceFileError` once reached.
     """
     p = str(path)
-    try:
-        fh = open(p, "rb")
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise TraceFileError(f"{p}: is a directory") from None
-    except OSError as e:
-        raise TraceFileError(f"{p}: cannot read ({e.strerror})") from None
+    fh = open_regular(p)
     with fh:
         lines = _lines(fh, p)
         first = next(lines, None)
@@ -219,49 +415,58 @@ def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Itera
         if not isinstance(head, dict) or head.get("format") != FORMAT:
             raise _fail(p, lineno, "no repro-check header; is this a trace file?")
         version = head.get("version")
+        if not _is_int(version):
+            raise _fail(p, lineno, f"version {_short(version)} is not an integer")
         if version not in READABLE_VERSIONS:
             raise TraceFileError(
                 f"{p}: trace format version {_short(version)} is not supported by this repro-check "
                 f"(reads {', '.join(map(str, READABLE_VERSIONS))})"
             )
-        if not isinstance(head.get("header"), dict):
-            raise _fail(p, lineno, "header is not an object")
-        yield upgrade_header(version, head["header"])
-        ended = False
+        header = upgrade_header(version, check_header(head.get("header"), p, lineno))
+        yield check_header(header, p, lineno)
+        ended = metrics = False
         for lineno, text in lines:
             event = parse_event(_decode(text, p, lineno), p, lineno)
             ended = ended or "end" in event
+            if "metrics" in event:
+                if metrics:  # each kept in full: a second one would grow with the file
+                    raise _fail(p, lineno, "more than one metrics line")
+                metrics = True
             yield event
         if require_end and not ended:
             raise TraceFileError(f"{p}: truncated trace (it stops before its end record)")
 
 
 def load_trace(path: str | os.PathLike[str], require_end: bool = False) -> Trace:
-    """Read a whole trace; steps must be numbered 1, 2, 3, ..."""
-    events = iter_trace(path, require_end)
-    trace = Trace(header=next(events), path=str(path))
-    for ev in events:
-        if "step" in ev:
-            expected = len(trace.steps) + 1
-            if ev["step"] != expected:
-                raise _fail(str(path), 0, f"step {ev['step']} where step {expected} was expected")
+    """Read a whole trace; steps must be numbered 1, 2, 3, ... (warnings and errors are kept as
+    :class:`TraceStream` keeps them)."""
+    stream = TraceStream(path, require_end)
+    trace = Trace(header=stream.header, path=str(path))
+    try:
+        while (ev := stream.next_step()) is not None:
             trace.steps.append(Step(ev["step"], ev["signals"], ev.get("band")))
-        elif "metrics" in ev:
-            trace.metrics.update(ev["metrics"])
-            trace.metrics_band.update(ev.get("band") or {})
-        elif "warning" in ev:
-            trace.warnings.append(ev["warning"])
-        elif "error" in ev:
-            trace.errors.append(ev["error"])
-        elif "end" in ev:
-            trace.end = ev["end"]
+    finally:
+        stream.close()
+    trace.metrics, trace.metrics_band = stream.metrics, stream.metrics_band
+    trace.warnings, trace.errors, trace.end = stream.warnings, stream.errors, stream.end
     return trace
+
+
+def _clip(text: Any, limit: int, tail: bool = False) -> Any:
+    """A long text kept in part (its start, or its end for a traceback); others unchanged."""
+    if not isinstance(text, str) or len(text) <= limit:
+        return text
+    return "..." + text[-limit:] if tail else text[:limit] + "..."
 
 
 class TraceStream:
     """Reads a trace once, front to back, in bounded memory: steps one at a time (checked to be
     numbered 1, 2, 3, ...), everything else collected as it passes. For ``verify``, ``diff`` and
-    ``record``, which walk two or more traces side by side."""
+    ``record``, which walk two or more traces side by side.
+
+    What it keeps does not grow with the file: the first :data:`KEPT_WARNINGS` warnings, the
+    first :data:`KEPT_ERRORS` - 1 errors and the last one (the one that ended the run), each
+    text clipped; ``warning_count`` and ``error_count`` say how many the file has."""
 
     def __init__(self, path: str | os.PathLike[str], require_end: bool = True) -> None:
         self.path = str(path)
@@ -272,6 +477,8 @@ class TraceStream:
         self.metrics_band: dict[str, Any] = {}
         self.warnings: list[str] = []
         self.errors: list[dict[str, Any]] = []
+        self.warning_count = 0
+        self.error_count = 0
         self.end: dict[str, Any] | None = None
         self.done = False
 
@@ -280,10 +487,17 @@ class TraceStream:
             self.metrics.update(ev["metrics"])
             self.metrics_band.update(ev.get("band") or {})
         elif "warning" in ev:
-            if len(self.warnings) < 100:
-                self.warnings.append(ev["warning"])
+            self.warning_count += 1
+            if len(self.warnings) < KEPT_WARNINGS:
+                self.warnings.append(_clip(ev["warning"], KEPT_TEXT))
         elif "error" in ev:
-            self.errors.append(ev["error"])
+            self.error_count += 1
+            err = {k: _clip(v, KEPT_ERROR_TEXT, tail=k in ("traceback", "output_tail"))
+                   for k, v in ev["error"].items()}
+            if len(self.errors) < KEPT_ERRORS:
+                self.errors.append(err)
+            else:
+                self.errors[-1] = err
         elif "end" in ev:
             self.end = ev["end"]
 

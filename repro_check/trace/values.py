@@ -7,6 +7,7 @@ float (or "nan"/"inf"/"-inf") that is never used for comparison.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import struct
@@ -34,8 +35,24 @@ def encode_float64(x: float) -> Encoded:
     return {"dtype": "float64", "bits": f"{bits:016x}", "value": _readable(x)}
 
 
+#: ``bits`` of an integer hold at most this many characters (a sign and 256 bits)
+MAX_INT_BITS = 64
+#: the dtype of an integer too wide for :data:`MAX_INT_BITS`: ``bits`` is a digest of its exact
+#: hex text, so it is still compared (for equality only), never dropped
+BIGINT = "bigint"
+
+
 def encode_int(x: int) -> Encoded:
-    return {"dtype": "int", "bits": format(x, "x"), "value": x}
+    """A Python int, exactly; one too wide for the format is stored as a :data:`BIGINT` digest."""
+    text = format(x, "x")
+    if len(text) <= MAX_INT_BITS:
+        return {"dtype": "int", "bits": text, "value": x}
+    digest = hashlib.blake2b(text.encode("ascii"), digest_size=16).hexdigest()
+    try:
+        approx = f"~{float(x):.6e}"
+    except OverflowError:
+        approx = f"~{'-' if x < 0 else ''}2**{abs(x).bit_length() - 1}"
+    return {"dtype": BIGINT, "bits": digest, "value": f"{approx} [{digest[:8]}]"}
 
 
 #: float dtypes read through their bits alone:
@@ -140,6 +157,8 @@ def encode(x: Any) -> Encoded | None:
 def to_float(enc: Encoded) -> float:
     """The exact value of an encoded scalar as a Python float (wider types round to float64)."""
     dtype, bits = enc.get("dtype"), str(enc.get("bits", ""))
+    if dtype == BIGINT:
+        return math.nan  # only its digest is stored
     width = _FLOAT_WIDTH.get(str(dtype))
     if width is None:
         value = enc.get("value")
@@ -149,7 +168,7 @@ def to_float(enc: Encoded) -> float:
             return float(value)
         try:
             return float(value)  # "nan", "inf", complex strings fail below
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return math.nan
     raw = int(bits, 16).to_bytes(width, "big")
     if dtype == "bfloat16":
@@ -157,13 +176,26 @@ def to_float(enc: Encoded) -> float:
     return struct.unpack({2: ">e", 4: ">f", 8: ">d"}[width], raw)[0]
 
 
+#: the longest readable ``value`` text (a complex number, an approximate wide integer)
+MAX_VALUE_TEXT = 200
+
+
 def is_valid(enc: Any) -> bool:
     """Whether ``enc`` has the shape of an encoded scalar (for readers of untrusted files)."""
-    if not isinstance(enc, dict) or not isinstance(enc.get("dtype"), str):
+    if not isinstance(enc, dict) or not isinstance(enc.get("dtype"), str) \
+            or len(enc["dtype"]) > 40:
         return False
     bits = enc.get("bits")
-    if not isinstance(bits, str) or len(bits) > 64:
+    if not isinstance(bits, str) or len(bits) > MAX_INT_BITS:
         return False
+    value = enc.get("value")
+    if isinstance(value, str):
+        if len(value) > MAX_VALUE_TEXT:
+            return False
+    elif not (value is None or isinstance(value, (bool, int, float))):
+        return False
+    elif isinstance(value, float) and math.isinf(value):
+        return False  # a reader refuses such numbers; this is for values made in memory
     width = _FLOAT_WIDTH.get(enc["dtype"])
     if width is not None:  # exactly the bytes of the value: hex digits only, no sign
         return len(bits) == 2 * width and _HEX.fullmatch(bits) is not None
@@ -229,8 +261,8 @@ def equal(a: Encoded | None, b: Encoded | None, tol: Tolerance) -> bool:
         return a is None and b is None
     if a.get("dtype") == b.get("dtype") and a.get("bits") == b.get("bits"):
         return True
-    if tol.exact:
-        return False
+    if tol.exact or BIGINT in (a.get("dtype"), b.get("dtype")):
+        return False  # a digest is equal or not: no tolerance applies to it
     x, y = to_float(a), to_float(b)
     if math.isnan(x) or math.isnan(y):
         return math.isnan(x) and math.isnan(y)
