@@ -4,7 +4,6 @@ signal while the reports are written still leaves them whole."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -175,8 +174,8 @@ def test_a_signal_while_reports_are_written_leaves_them_whole_and_exits_130(
     a, b = _two_traces(tmp_path)
     real = commands.printer
 
-    def printer_then_signal() -> object:
-        show = real()
+    def printer_then_signal(out: object = None) -> object:
+        show = real(out)  # type: ignore[arg-type]
 
         def both(report: object) -> None:
             os.kill(os.getpid(), signum)  # arrives as the summary is printed
@@ -287,3 +286,13 @@ def test_never_reached():
     assert "KeyboardInterrupt" in out
     assert "not reproducible (exit 130)" not in out and "1 passed" not in out
     assert result.ret == 2  # pytest's exit code for an interrupted session
+
+
+def test_json_dash_is_standard_output_and_the_summary_goes_to_stderr(tmp_path: Path) -> None:
+    a, b = _two_traces(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", a, b, "--json", "-"],
+                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["first_divergent_step"] == 1  # stdout is one JSON document
+    assert "NOT REPRODUCIBLE" in proc.stderr
+    assert not (tmp_path / "-").exists()

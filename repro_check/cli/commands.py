@@ -17,6 +17,7 @@ from repro_check.cli import parsers
 from repro_check.cli.plan import (
     absolute,
     announce,
+    Outputs,
     finish,
     first,
     html_report,
@@ -33,19 +34,19 @@ from repro_check.errors import ExitCode, UsageError
 from repro_check.report.model import Report
 from repro_check.run import signals
 from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions
-from repro_check.trace.atomic import check_writable, write_text_atomic
+from repro_check.trace.atomic import STDOUT, check_writable, write_text_atomic
 
 #: one target of a plan: its TARGET, its config entry, and (record, verify) its golden file
 Planned = tuple[Any, "TargetEntry | None", Any]
 
 
 def run_plan(ns: argparse.Namespace, cfg: Config, plan: Sequence[Planned], from_config: bool,
-             describe: Callable[[Any, Any], str],
+             out: Outputs, describe: Callable[[Any, Any], str],
              run_one: Callable[[Any, TargetEntry | None, Any], Report],
              after: Callable[[Report, int], None] | None = None) -> list[Report]:
     """Run every planned target (from the config's folder when they come from it), printing
     each summary as it ends; an interrupt stops the plan."""
-    show = printer()
+    show = printer(out)
     reports: list[Report] = []
     with in_folder(cfg.root if from_config else None) as moved:
         for i, (target, entry, extra) in enumerate(plan, 1):
@@ -106,7 +107,7 @@ def check_command(argv: Sequence[str]) -> ExitCode:
         if html_path:
             html_report(report, html_path, i if len(targets) > 1 else None)
 
-    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config,
+    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
                        lambda t, _: f"checking {t}", run_one, after)
     return finish(reports, "check", out)
 
@@ -136,7 +137,8 @@ def record_command(argv: Sequence[str]) -> ExitCode:
         with progress(ns, options, options.runs) as listener:
             return record_golden(options, golden, listener)
 
-    reports = run_plan(ns, cfg, plan, from_config, lambda t, g: f"recording {t} -> {g}", run_one)
+    reports = run_plan(ns, cfg, plan, from_config, out, lambda t, g: f"recording {t} -> {g}",
+                       run_one)
     return finish(reports, "record", out)
 
 
@@ -175,7 +177,7 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
         with progress(ns, options, 1) as listener:
             return verify_golden(options, golden, listener)
 
-    reports = run_plan(ns, cfg, plan, from_config,
+    reports = run_plan(ns, cfg, plan, from_config, out,
                        lambda t, g: f"verifying {t} against {g}", run_one)
     return finish(reports, "verify", out)
 
@@ -189,7 +191,7 @@ def diff_command(argv: Sequence[str]) -> ExitCode:
     out = outputs(ns, cfg)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     report = diff_traces(ns.a, ns.b, tol)
-    printer()(report)
+    printer(out)(report)
     return finish([report], "diff", out)
 
 
@@ -202,6 +204,11 @@ def write_json(path: str | None, text: str) -> None:
             raise UsageError(f"cannot write --json {path!r}: {e.strerror}") from None
 
 
+def summary_stream(json_path: str | None) -> Any:
+    """Where the summary goes: stdout, unless the JSON report does (``--json -``)."""
+    return sys.stderr if json_path == STDOUT else sys.stdout
+
+
 def doctor_command(argv: Sequence[str]) -> ExitCode:
     ns = parsers.build_doctor_parser().parse_args(list(argv))
     if ns.no_env and ns.target is None:
@@ -211,7 +218,9 @@ def doctor_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.doctor.checkup import doctor, print_summary
 
     report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env)
-    print_summary(report)
+    from repro_check.report.terminal import make_console
+
+    print_summary(report, make_console(file=summary_stream(ns.json_path)))
     write_json(ns.json_path, report.to_json())
     return report.exit_code
 
@@ -238,7 +247,7 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
         listener=Progress(2, quiet=ns.quiet),
         log=None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False)),
     )
-    print_diagnosis(report, make_console(file=sys.stdout))
+    print_diagnosis(report, make_console(file=summary_stream(ns.json_path)))
     write_json(ns.json_path, report.to_json())
     return report.exit_code
 

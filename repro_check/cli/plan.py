@@ -20,7 +20,7 @@ from repro_check.errors import ExitCode, UsageError
 from repro_check.report import ci
 from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
-from repro_check.trace.atomic import check_writable, write_text_atomic
+from repro_check.trace.atomic import STDOUT, check_writable, write_text_atomic
 
 
 def first(*choices: Any) -> Any:
@@ -71,7 +71,11 @@ def outputs(ns: argparse.Namespace, cfg: Config) -> Outputs:
 
 
 def absolute(path: str | None) -> str | None:
-    return os.path.abspath(path) if path else None
+    """An output path made absolute (configured targets run from another folder); ``-`` (standard
+    output) stays as it is."""
+    if not path or path == STDOUT:
+        return path or None
+    return os.path.abspath(path)
 
 
 def cfg_path(cfg: Config, key: str) -> str | None:
@@ -143,12 +147,14 @@ def finish(reports: list[Report], command: str, out: Outputs) -> ExitCode:
     return aggregate_exit(reports)
 
 
-def printer() -> Any:
-    """Prints each report's summary on stdout, with the renderer its kind needs."""
+def printer(out: Outputs | None = None) -> Any:
+    """Prints each report's summary with the renderer its kind needs: on stdout, or on stderr
+    when the JSON report goes to stdout (``--json -``), so that stdout stays one JSON document."""
     from repro_check.report.render import summary
     from repro_check.report.terminal import make_console
 
-    console = make_console(file=sys.stdout)
+    to_stderr = out is not None and out.json_path == STDOUT
+    console = make_console(file=sys.stderr if to_stderr else sys.stdout)
     return lambda report: console.print(summary(report), crop=False)
 
 
