@@ -172,7 +172,9 @@ def test_kill_9_of_repro_check_stops_the_whole_torchrun_job(tmp: Path) -> None:
     from .test_failures import kill_9_mid_run, pids, wait_none_alive
 
     pid_file = tmp / "kill9-pids.txt"
-    kill_9_mid_run(["ddp/hang.py:main", *DDP, "--runs", "1", "--", "--pid-file", str(pid_file)],
+    # two runs one at a time: repro-check is killed while the first job hangs
+    kill_9_mid_run(["ddp/hang.py:main", *DDP, "--runs", "2", "--jobs", "1", "--",
+                    "--pid-file", str(pid_file)],
                    tmp / "kill9", pid_file, ready=2, cwd=FIXTURES)
     recorded = pids(pid_file)
     assert {kind: len(set(ps)) for kind, ps in recorded.items()} == {

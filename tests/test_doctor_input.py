@@ -48,12 +48,14 @@ def test_an_imported_file_nested_too_deeply_is_skipped(elsewhere: Path) -> None:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("a = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
-    ("a = 1" + "0" * 5000 + "\n", "not valid TOML"),
+    ("[tool.repro-check]\na = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("[tool.repro-check]\na = 1" + "0" * 5000 + "\n", "invalid TOML"),
     ("[tool.repro-check]\nx = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n", "nested too deeply"),
 ])
 def test_a_hostile_pyproject_is_one_usage_error(elsewhere: Path, text: str, message: str) -> None:
+    from repro_check import config
+
     (elsewhere / "pyproject.toml").write_text(text)
     with pytest.raises(UsageError, match=message) as caught:
-        doctor.load_config()
+        config.load(with_table=True)  # how doctor reads its settings
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 400

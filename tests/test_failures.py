@@ -212,7 +212,8 @@ def test_kill_9_of_repro_check_leaves_no_process_of_the_run(tmp: Path) -> None:
     workers still starting and multiprocessing's resource tracker, the run entry and its
     supervisor: none survives a ``kill -9`` of repro-check."""
     pid_file = tmp / "kill9-pids.txt"
-    kill_9_mid_run(["spawner.py:main", "--runs", "1", "--", "--pid-file", str(pid_file),
+    kill_9_mid_run(["record", "spawner.py:main", "-o", str(tmp / "kill9" / "g.json"), "--",
+                    "--pid-file", str(pid_file),
                     "--helper", "--daemon", "--spawn-workers"], tmp / "kill9", pid_file)
     recorded = pids(pid_file)
     kinds = {kind: len(ps) for kind, ps in recorded.items()}
