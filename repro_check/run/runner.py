@@ -84,6 +84,8 @@ class RunSpec:
     probe_step: int | None = None
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: the interpreter the run starts with (None: this one); it must import this package
+    executable: str | None = None
     #: starts the run some other way (e.g. under torchrun); ``launcher.start(spec, events)``
     #: returns an object that behaves like :class:`_LiveRun`
     launcher: Any = None
@@ -293,7 +295,7 @@ class _LiveRun:
         env = run_environment(spec, config)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "repro_check.child"],
+                [spec.executable or sys.executable, "-m", "repro_check.child"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -499,8 +501,12 @@ def run_all(
     listener: Listener,
     jobs: int = 1,
     should_stop: Callable[[], bool] = lambda: False,
+    fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None,
 ) -> list[RunResult]:
     """Run every spec (``jobs`` at a time), feeding events to ``listener`` as they arrive.
+
+    ``fits(spec, running)`` (when given) says whether the next spec may start beside the specs
+    running now (cores, a GPU); one always may when nothing runs.
 
     ``should_stop`` is polled after each event; when it says so (fail-fast), every run still
     going is stopped and reported as cancelled. A run that times out cancels the runs not yet
@@ -532,6 +538,9 @@ def run_all(
                     for run in live.values():
                         run.stop("cancelled", graceful=interrupted == 1)
                 while waiting and len(live) < max(1, jobs) and not stopping:
+                    if live and fits is not None and not fits(
+                            waiting[0], [r.spec for r in live.values()]):
+                        break
                     spec = waiting.pop(0)
                     live[spec.index] = _LiveRun(spec, events, pacer) if spec.launcher is None \
                         else spec.launcher.start(spec, events)
