@@ -32,7 +32,7 @@ from repro_check.targets import parse
 from repro_check.trace.values import Tolerance
 
 from .conftest import FIXTURES, CliResult, run_cli, run_plain
-from .synthetic_traces import write_trace
+from .synthetic_traces import read_lines, steps_of, write_trace
 
 ENVIRONMENTS = f"{FIXTURES / 'environments.py'}:main"
 
@@ -219,6 +219,23 @@ def test_uninitialized_memory_is_no_culprit() -> None:
     assert loc.op == "aten::mm.out" and loc.inputs_agree  # the garbage input does not count
 
 
+def test_runs_across_devices_fingerprint_the_cpu_as_a_gpu_would(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from repro_check.trace import fingerprint as fp
+
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    host = fp.tensor(t)
+    monkeypatch.setattr(fp, "_DIGEST_EVERYWHERE", True)  # what REPRO_CHECK_DEVICE_DIGEST=1 sets
+    digest = fp.tensor(t)
+    assert digest != host and digest == fp.tensor(t.clone()) and fp.tensor(t + 1) != digest
+    # a GPU tensor hashes its header, a marker and the device digest of its words: the same
+    h = fp.hasher()
+    for part in (b"torch.float32(3, 4);", b"<device>", fp.device_digest(t).numpy().tobytes()):
+        h.update(part)
+    assert digest == h.hexdigest()
+
+
 # ---- the report, as a model and on the terminal --------------------------------------------------
 def synthetic_report(tmp_path: Path) -> Report:
     a = write_trace(tmp_path / "a.jsonl", [1.0, 0.5, 0.25, 0.125])
@@ -370,6 +387,38 @@ def test_one_interpreter_twice_is_bit_identical(same_python: CliResult) -> None:
     assert versions[0]["torch"] and versions[0] == versions[1]
     assert versions[0]["numpy"] and "cuda" in versions[0]
     assert "bit-identical" in res.stdout and "torch" in res.stdout
+
+
+def test_device_runs_fingerprint_with_the_device_digest(same_python: CliResult,
+                                                        tmp_path: Path) -> None:
+    """device=cpu,cpu: both sides on the CPU, fingerprinted as on a GPU, still bit-identical."""
+    res = run_cli("tiny.py:main", "--across", "device=cpu,cpu", "--", "--steps", "5",
+                  tmp=tmp_path)
+    assert res.code == 0, res.stdout + res.stderr
+    assert res.report is not None and res.report["across"]["pairs"][0]["bit_identical"]
+    assert [c["settings"] for c in res.report["across"]["cells"]] == [{"device": "cpu"}] * 2
+    assert same_python.report is not None
+
+    def first_step(report: dict[str, Any]) -> dict[str, Any]:
+        return steps_of(report["run_results"][0]["trace"])[0]["signals"]
+
+    digest, plain = first_step(res.report), first_step(same_python.report)
+    assert digest["loss"] == plain["loss"] and digest["params"] != plain["params"]
+    env = read_lines(res.report["run_results"][0]["trace"])[0]["header"]["environment"]
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # the GPU hidden on the CPU side
+
+
+def test_cross_device_comparison_and_localization_leave_out_one_sided_things() -> None:
+    from repro_check.compare.steps import Policy
+    from repro_check.run.across import cross_device, drop_transfers
+
+    policy = cross_device(Policy())
+    assert policy.compares("loss") and policy.compares("params") and not policy.compares("rng.cuda")
+    assert cross_device(Policy(signals=frozenset({"loss"}))).signals == frozenset({"loss"})
+    records = [{"k": "op", "op": "aten::_to_copy", "in": ["x"], "out": ["x"]},
+               {"k": "op", "op": "aten::_to_copy", "in": ["x"], "out": ["half"]},
+               {"k": "module", "m": "lin", "out": "y"}]
+    assert drop_transfers(records) == records[1:]
 
 
 def test_a_failing_environment_is_exit_3(tmp_path: Path) -> None:

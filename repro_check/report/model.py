@@ -284,8 +284,14 @@ class Report:
 
     @property
     def labels(self) -> list[str]:
-        """What the two sides of a comparison are called: run 1/run 2, golden/this run, files."""
-        return list(self.gate.labels) if self.gate else ["run 1", "run 2"]
+        """What the two sides of a comparison are called: run 1/run 2, golden/this run, files,
+        the environments of the first divergence."""
+        if self.gate:
+            return list(self.gate.labels)
+        div = self.comparison.divergence if self.comparison else None
+        if self.across is not None and div is not None:
+            return [self.run_name(1), self.run_name(div.run)]
+        return ["run 1", "run 2"]
 
     def run_name(self, index: int) -> str:
         """What a run is called in reports: ``run 2``, or its environment with ``--across``."""
