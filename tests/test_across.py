@@ -265,6 +265,8 @@ def test_json_has_the_across_part_and_a_bit_identical_pair_has_no_drift(tmp_path
     assert {"a", "b", "identical", "first_divergent_step", "signal", "culprit", "culprit_op",
             "drift", "metrics"} <= set(differs)
     assert same["bit_identical"] is True and same["drift"] is None
+    assert (differs["verdict"], same["verdict"]) == ("differs", "bit-identical")
+    assert AcrossPair("a", "b", 2, identical=True, bit_identical=False).verdict == "agrees"
     assert across["cells"][0]["loop_seconds_per_step"] == pytest.approx(0.03)
     assert "reproducible" in data and "first_divergent_step" in data  # the check's keys stay
 

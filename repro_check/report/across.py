@@ -47,13 +47,12 @@ def seconds_text(x: float | None) -> str:
     return f"{x * 1000:.3g} ms" if x < 1 else f"{x:.3g} s"
 
 
+#: the colour of each pair verdict
+VERDICT_STYLE = {"bit-identical": "green", "agrees": "yellow", "differs": "red"}
+
+
 def pair_verdict(pair: AcrossPair) -> Text:
-    """``bit-identical``, ``within tolerance`` or ``differs``, coloured."""
-    if pair.bit_identical:
-        return Text("bit-identical", style="green")
-    if pair.identical:
-        return Text("within tolerance", style="yellow")
-    return Text("differs", style="red")
+    return Text(pair.verdict, style=VERDICT_STYLE[pair.verdict])
 
 
 def drift_cells(pair: AcrossPair) -> str:

@@ -373,9 +373,7 @@ def _across_section(report: Report) -> list[str]:
     rows = []
     for p in part.pairs:
         d = p.drift
-        verdict = "bit-identical" if p.bit_identical else \
-            ("within tolerance" if p.identical else "differs")
-        rows.append(([p.b, verdict, p.first_divergent_step or "—", p.signal or "—",
+        rows.append(([p.b, p.verdict, p.first_divergent_step or "—", p.signal or "—",
                       p.culprit_op or "—", p.culprit or "—", _num(d.max_abs) if d else "—",
                       _num(d.final_abs) if d else "—", (d.exceeds_at if d else None) or "—"],
                      "" if p.identical else "differs"))

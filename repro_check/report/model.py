@@ -197,9 +197,17 @@ class AcrossPair:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     environment_differences: list[str] = field(default_factory=list)
 
+    @property
+    def verdict(self) -> str:
+        """``bit-identical``, ``agrees`` (within the tolerances, or in the signals compared, but
+        not in every bit) or ``differs``."""
+        if self.bit_identical:
+            return "bit-identical"
+        return "agrees" if self.identical else "differs"
+
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "cell": self.cell, "identical": self.identical,
-                "bit_identical": self.bit_identical,
+                "bit_identical": self.bit_identical, "verdict": self.verdict,
                 "first_divergent_step": self.first_divergent_step, "signal": self.signal,
                 "culprit": self.culprit, "culprit_op": self.culprit_op,
                 "localization": self.localization,

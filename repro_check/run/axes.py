@@ -8,8 +8,9 @@ variable. Several axes combine as a grid; every cell is one environment, and the
 
 What can be told without running the target is told here, in one line, before any run: an
 unknown axis or a malformed value list, a thread count above the cores, an interpreter that
-does not exist or cannot import torch or this package, a CUDA side without a GPU. Interpreters
-are probed with one short subprocess each (they import torch, so a few seconds).
+does not exist, has no torch or cannot import this package, a CUDA side without a GPU.
+Interpreters are probed with one short subprocess each; only one that must see a GPU imports
+torch for it (seconds), the others find it and read its version.
 """
 
 from __future__ import annotations
@@ -205,26 +206,33 @@ def interpreter_path(value: str) -> str:
     return os.path.abspath(path)
 
 
+#: what an interpreter is asked; with ``gpu`` it imports torch (seconds) to see the GPU, else
+#: it only finds torch and reads its version (a fraction of a second)
 PROBE = r"""
-import json, sys
+import importlib.metadata, importlib.util, json, sys
 out = {"python": sys.version.split()[0], "executable": sys.executable}
 try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    out["cuda_available"] = bool(torch.cuda.is_available())
-    out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+    if sys.argv[1:] == ["gpu"]:
+        import torch
+        out["torch"] = torch.__version__
+        out["cuda"] = torch.version.cuda
+        out["cuda_available"] = bool(torch.cuda.is_available())
+        out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+    elif importlib.util.find_spec("torch") is None:
+        out["torch_error"] = "No module named 'torch'"
+    else:
+        out["torch"] = importlib.metadata.version("torch")
 except Exception as e:
     out["torch_error"] = f"{type(e).__name__}: {e}"
 try:
-    import numpy
-    out["numpy"] = numpy.__version__
+    out["numpy"] = importlib.metadata.version("numpy")
 except Exception:
     out["numpy"] = None
 try:
-    import repro_check, repro_check.child.main, repro_check.child.capture
-    from repro_check.trace import fingerprint
+    import repro_check
     out["package"] = repro_check.__file__
+    import repro_check.child.main, repro_check.child.capture
+    from repro_check.trace import fingerprint
     out["fingerprints"] = fingerprint.ALGORITHM
 except Exception as e:
     out["package_error"] = f"{type(e).__name__}: {e}"
@@ -247,14 +255,15 @@ def _probe_env() -> dict[str, str]:
     return env
 
 
-def start_probe(executable: str) -> subprocess.Popen[str] | Probe:
+def start_probe(executable: str, gpu: bool = False) -> subprocess.Popen[str] | Probe:
     """Start the probe of one interpreter, or the :class:`Probe` of one that cannot start."""
     if not os.path.exists(executable):
         return Probe(executable, error="no such file")
     if os.path.isdir(executable) or not os.access(executable, os.X_OK):
         return Probe(executable, error="not an executable interpreter")
     try:
-        return subprocess.Popen([executable, "-c", PROBE], stdin=subprocess.DEVNULL,
+        return subprocess.Popen([executable, "-c", PROBE, *(["gpu"] if gpu else [])],
+                                stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=_probe_env(), start_new_session=True)
     except OSError as e:
@@ -277,9 +286,9 @@ def finish_probe(executable: str, started: subprocess.Popen[str] | Probe) -> Pro
     return Probe(executable, json.loads(line.split(" ", 1)[1]))
 
 
-def probe_all(executables: Iterable[str]) -> dict[str, Probe]:
-    """Probe every interpreter at once (each imports torch: seconds, not minutes)."""
-    started = {exe: start_probe(exe) for exe in dict.fromkeys(executables)}
+def probe_all(executables: dict[str, bool]) -> dict[str, Probe]:
+    """Probe every interpreter at once (``True``: it must see a GPU, which imports torch)."""
+    started = {exe: start_probe(exe, gpu) for exe, gpu in executables.items()}
     return {exe: finish_probe(exe, s) for exe, s in started.items()}
 
 
@@ -291,13 +300,13 @@ def probe_problem(probe: Probe, needs_gpu: bool, name: str) -> str | None:
     facts = probe.facts
     if "torch_error" in facts:
         return f"{what} cannot import torch: {facts['torch_error']}"
+    ours = os.path.join(PACKAGE_PARENT, "repro_check")
+    found = facts.get("package")
+    if found and os.path.dirname(os.path.realpath(found)) != os.path.realpath(ours):
+        return f"{what} imports another repro-check ({found}), not this one ({ours})"
     if "package_error" in facts:
         return (f"{what} cannot import repro-check from {PACKAGE_PARENT}: "
                 f"{facts['package_error']} (install its dependencies there: numpy, xxhash)")
-    ours = os.path.join(PACKAGE_PARENT, "repro_check")
-    if os.path.dirname(os.path.realpath(facts.get("package", ""))) != os.path.realpath(ours):
-        return (f"{what} imports another repro-check ({facts.get('package')}), not this one "
-                f"({ours})")
     if facts.get("fingerprints") != fingerprint.ALGORITHM:
         return (f"{what} fingerprints with {facts.get('fingerprints')}, this interpreter with "
                 f"{fingerprint.ALGORITHM}: install xxhash there")
@@ -321,7 +330,7 @@ def check_interpreters(cells: Sequence[Cell]) -> dict[str, Probe]:
         needed[exe] = (name, gpu or cell.uses_gpu)
     if not needed:
         return {}
-    probes = probe_all(needed)
+    probes = probe_all({exe: gpu for exe, (_, gpu) in needed.items()})
     for exe, (name, gpu) in needed.items():
         problem = probe_problem(probes[exe], gpu, name)
         if problem is not None:
