@@ -22,7 +22,7 @@ from repro_check.version import __version__
 
 
 if TYPE_CHECKING:
-    from repro_check.api import check, diff, record, verify
+    from repro_check.api import across, check, diff, record, verify
     from repro_check.report.model import Report
     from repro_check.run.options import RunOptions
 
@@ -36,6 +36,7 @@ __all__ = [
     "TargetNotFound",
     "TraceFileError",
     "UsageError",
+    "across",
     "check",
     "diff",
     "log_metric",
@@ -46,7 +47,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("check", "verify", "record", "diff"):
+    if name in ("across", "check", "verify", "record", "diff"):
         from repro_check import api
 
         return getattr(api, name)

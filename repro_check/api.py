@@ -16,7 +16,7 @@ from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions, options
 from repro_check.run.runner import Listener
 from repro_check.trace.values import Tolerance
 
-__all__ = ["RunOptions", "check", "diff", "record", "verify"]
+__all__ = ["RunOptions", "across", "check", "diff", "record", "verify"]
 
 
 def _options(options: RunOptions | None, target: str | None, **given: Any) -> RunOptions:
@@ -28,7 +28,7 @@ def _options(options: RunOptions | None, target: str | None, **given: Any) -> Ru
         return options_of(target, **given)
     if target is not None:
         given["target"] = target
-    for name in ("args", "without"):
+    for name in ("args", "without", "across"):
         if name in given:
             given[name] = tuple(given[name])
     return options.replace(**given)  # an unknown keyword is a TypeError here too
@@ -116,6 +116,32 @@ def diff(
     from repro_check.gate.diff import diff_traces
 
     return diff_traces(a, b, tolerances, policy)
+
+
+def across(
+    target: str | None,
+    axes: Sequence[str] = (),
+    *,
+    options: RunOptions | None = None,
+    runs: int | None = None,
+    trace_dir: str | os.PathLike[str] | None = None,
+    listener: Listener | None = None,
+    **run_options: Any,
+) -> Report:
+    """Run ``target`` ``runs`` times (default 1) in each environment of ``axes``
+    (``["threads=1,2", "env:NAME=a,b"]``, a grid when several) and compare each with the first.
+
+    Other run options (``args``, ``seed``, ``max_steps``, ``tolerances``, ...) are keywords as
+    :class:`RunOptions` takes them. The report's ``across`` part has one pair per environment:
+    identical or not, the first divergent step and signal, the culprit op, the loss drift and
+    the metrics side by side.
+    """
+    from repro_check.run.across import run_across
+
+    opts = _options(options, target, runs=runs if runs is not None or options else 1,
+                    trace_dir=_path(trace_dir), across=tuple(axes) if axes else None,
+                    **run_options)
+    return run_across(opts, listener)
 
 
 def _tolerance(atol: float, rtol: float) -> Tolerance:

@@ -6,6 +6,8 @@
    ``deterministic_algorithms`` needed.
 3. ``index_add_`` with deterministic algorithms off: localized to ``pool``, op ``aten::index_add``.
 4. The reference MNIST workload on CUDA (embedded subset, one epoch) reproduces under full seeding.
+5. The reference workload ``--across device=cpu,cuda``: the first divergent step, the op and
+   module where the CPU and the GPU part, and the loss drift.
 0. First, fingerprints on the device: the same digest as on the CPU, no synchronisation while a
    step's fingerprints are taken (``torch.cuda.set_sync_debug_mode("error")``), one copy when a
    batch of them is resolved, and the rate for 1M, 10M and 100M float32 parameters.
@@ -124,7 +126,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_check: CUDA is not available on this machine; nothing was run.")
         return 0
-    from repro_check.api import check
+    from repro_check.api import across, check
     from repro_check.diagnose.diagnosis import diagnose
 
     print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
@@ -171,6 +173,23 @@ def main() -> int:
     expect("reproducible", d["reproducible"] is True, d["reproducible"])
     env = (r.results[0].header or {}).get("environment", {})
     expect("ran on CUDA", env.get("device") == "cuda", env.get("device_name"))
+
+    print("5. reference workload across device=cpu,cuda")
+    r = across("repro_check.workloads.mnist:main", ["device=cpu,cuda"], seed=123,
+               max_steps=50 if quick else None, trace_dir=traces / "5")
+    pair = r.across.pairs[0] if r.across and r.across.pairs else None
+    drift = pair.drift.to_dict() if pair and pair.drift else None
+    print("  " + json.dumps({"error": r.error, "identical": pair and pair.identical,
+                             "first_divergent_step": pair and pair.first_divergent_step,
+                             "signal": pair and pair.signal, "culprit": pair and pair.culprit,
+                             "culprit_op": pair and pair.culprit_op, "drift": drift}))
+    devices = [c.versions.get("device") for c in r.across.cells] if r.across else []
+    expect("ran on the CPU, then on CUDA", devices == ["cpu", "cuda"], devices)
+    expect("no run failed", r.error is None, r.error)
+    if pair is not None and not pair.identical:
+        expect("the op where they part is named", pair.culprit_op is not None,
+               (pair.localization or {}).get("detail"))
+        expect("the drift is measured", drift is not None, drift)
 
     print(f"gpu_check: {len(failures)} failed in {time.time() - t0:.0f} s; traces in {traces}")
     return 1 if failures else 0

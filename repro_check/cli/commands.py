@@ -96,10 +96,14 @@ def check_command(argv: Sequence[str]) -> ExitCode:
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     distributed = parsers.distributed_options(ns)
 
+    across = tuple(ns.across) if ns.across else None
+
     def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
-        options = options_for(ns, cfg, target, entry, target_args, tolerances=tol,
-                              runs=first(ns.runs, cfg.get("runs", entry), CHECK_RUNS),
-                              distributed=distributed)
+        runs = first(ns.runs, 1) if across else first(ns.runs, cfg.get("runs", entry), CHECK_RUNS)
+        options = options_for(ns, cfg, target, entry, target_args, tolerances=tol, runs=runs,
+                              distributed=distributed, across=across)
+        if across:
+            return across_one(ns, options)
         with progress(ns, options, options.runs) as listener:
             return run_check(options, listener)
 
@@ -110,6 +114,18 @@ def check_command(argv: Sequence[str]) -> ExitCode:
     reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
                        lambda t, _: f"checking {t}", run_one, after)
     return finish(reports, "check", out)
+
+
+def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
+    """``--across``: every environment's runs, with progress and what is being done on stderr."""
+    from repro_check.report.terminal import make_console
+    from repro_check.run.across import run_across
+    from repro_check.run.axes import grid
+
+    errors = make_console(stderr=True)
+    log = None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False))
+    with progress(ns, options, len(grid(options.axes)) * options.runs) as listener:
+        return run_across(options, listener, log)
 
 
 # ---- record ------------------------------------------------------------------------------------

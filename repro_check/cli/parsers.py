@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
                    help="write a self-contained HTML report with loss curves to PATH "
                         "(needs matplotlib: pip install 'repro-check[report]')")
+    p.add_argument("--across", action="append", default=None, metavar="AXIS=A,B",
+                   help="run in each environment (--runs times, default once) and compare each "
+                        "with the first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  "
+                        "deterministic=on,off  env:NAME=a,b; repeat for a grid")
     add_distributed_options(p)
     return p
 

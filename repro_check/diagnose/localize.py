@@ -10,7 +10,8 @@ earlier recorded op produced that difference: the value entered from outside the
 (Python or numpy numbers, bytes from the OS, a tensor built from them), and the op is where it
 first meets the computation. Either way the module that ran the op is the culprit module; the
 first module whose output (in forward) or whose output's gradient (in backward) differs is
-reported beside it.
+reported beside it. The result of an op that only allocates (``aten::empty``) is memory nothing
+has written yet: it is not compared.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+#: ops whose result is memory nothing has written yet (unless deterministic algorithms fill
+#: it): its bytes differ from run to run and mean nothing, so they are not compared
+UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided",
+                           "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted"})
 
 
 @dataclass
@@ -99,6 +105,8 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
     loc.first_module_forward = _first_module(mods_a, mods_b, "forward")
     if loc.first_module_forward is None:  # once forward differs, every gradient does
         loc.first_module_backward = _first_module(mods_a, mods_b, "backward")
+    garbage_a: set[str] = set()  # what the UNINITIALIZED ops returned, on each side
+    garbage_b: set[str] = set()
     for i, (a, b) in enumerate(zip(ops_a, ops_b)):
         loc.ops_compared = i + 1
         if (a.get("op"), a.get("m"), a.get("ph")) != (b.get("op"), b.get("m"), b.get("ph")):
@@ -109,11 +117,16 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
                           f"{_where(b.get('m'), b.get('ph'))} (control flow on a value that is "
                           "not reproducible)")
             return loc
+        if str(a.get("op")) in UNINITIALIZED:
+            garbage_a.update(a.get("out") or [])
+            garbage_b.update(b.get("out") or [])
+            continue
         if a.get("out") != b.get("out"):
             ins_a, ins_b = a.get("in") or [], b.get("in") or []
             loc.found, loc.op_index = True, i
             loc.phase, loc.module, loc.op = a.get("ph"), a.get("m"), a.get("op")
-            loc.differing_inputs = [k for k, (x, y) in enumerate(zip(ins_a, ins_b)) if x != y]
+            loc.differing_inputs = [k for k, (x, y) in enumerate(zip(ins_a, ins_b))
+                                    if x != y and not (x in garbage_a and y in garbage_b)]
             if len(ins_a) != len(ins_b):
                 loc.differing_inputs.append(min(len(ins_a), len(ins_b)))
             loc.inputs_agree = not loc.differing_inputs

@@ -93,15 +93,18 @@ def _mark(ax: Any, step: int | None) -> None:
                    label=f"first divergence (step {step})")
 
 
-def loss_plot(curves: dict[int, list[tuple[int, float]]], divergence: Any) -> str | None:
-    """Every run's loss curve overlaid, the first divergence marked; base64 PNG."""
+def loss_plot(curves: dict[int, list[tuple[int, float]]], divergence: Any,
+              names: dict[int, str] | None = None) -> str | None:
+    """Every run's loss curve overlaid (each called by ``names``, else ``run K``), the first
+    divergence marked; base64 PNG."""
     curves = {k: c for k, c in curves.items() if c}
     if not curves:
         return None
     fig, ax = _figure()
     for k, pts in sorted(curves.items()):
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, color=RUN_COLORS[(k - 1) % len(RUN_COLORS)], label=f"run {k}",
+        ax.plot(xs, ys, color=RUN_COLORS[(k - 1) % len(RUN_COLORS)],
+                label=(names or {}).get(k, f"run {k}"),
                 linewidth=2.4 if k == 1 else 1.3, linestyle="-" if k == 1 else (0, (4, 2)))
     step = divergence.step if divergence is not None else None
     _mark(ax, step)
@@ -131,9 +134,10 @@ def difference_plot(series: dict[str, Sequence[tuple[int, float]]], step: int | 
     fig, ax = _figure()
     steps = [s for pts in series.values() for s, _ in pts]
     ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)  # the whole run, equal steps included
+    colors = ["#444444", "#d62728"] if len(shown) <= 2 else RUN_COLORS[1:]
     for i, (label, pts) in enumerate(shown.items()):
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, color=["#444444", "#d62728"][i % 2], linewidth=1.4, marker=".",
+        ax.plot(xs, ys, color=colors[i % len(colors)], linewidth=1.4, marker=".",
                 markersize=3 if len(xs) > 200 else 6, label=label)
     _mark(ax, step)
     ax.set_yscale("log")
@@ -187,11 +191,11 @@ def _context_rows(report: Report) -> tuple[list[str], list[tuple[list[Any], str]
         return "differs" if differs else ""
 
     if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
-        head = ["step", *[f"run {k}" for k in range(1, report.runs + 1)], "spread"]
+        head = ["step", *[report.run_name(k) for k in range(1, report.runs + 1)], "spread"]
         for r in cmp.context_all:
             rows.append(([r["step"], *map(_val, r["values"]), _num(r["spread"])], cls(r["differs"])))
         return head, rows
-    head = ["step", "run 1", f"run {cmp.divergence.run}", "|diff|"]
+    head = ["step", report.run_name(1), report.run_name(cmp.divergence.run), "|diff|"]
     for r in cmp.context:
         a, b = r["reference"], r["value"]
         d = spread_of([a, b]) if isinstance(a, dict) and isinstance(b, dict) else None
@@ -228,7 +232,7 @@ def _environment(report: Report) -> str:
         cells = [env.get(k, "—") for env in envs]
         rows.append(([k, *["—" if c is None else c for c in cells]],
                      "differs" if len({json.dumps(c, default=str) for c in cells}) > 1 else ""))
-    return _table(["", *[f"run {r.index}" for r in report.results]], rows, "env")
+    return _table(["", *[report.run_name(r.index) for r in report.results]], rows, "env")
 
 
 CSS = """
@@ -281,7 +285,8 @@ def _outcome_section(report: Report) -> list[str]:
     if div is not None:
         where = f"step {div.step}" if div.step is not None else "the final metrics"
         out.append(f'<p id="first-divergence"><b>First divergence:</b> {_e(where)}, signal '
-                   f"<code>{_e(div.signal)}</code>, run {div.run} vs run 1: "
+                   f"<code>{_e(div.signal)}</code>, {_e(report.run_name(div.run))} vs "
+                   f"{_e(report.run_name(1))}: "
                    f"{_e(_val(div.reference))} vs {_e(_val(div.value))} "
                    f"(|diff| {_num(div.abs_diff)}, relative {_num(div.rel_diff)})"
                    + (f"; {div.later_steps} later step(s) differ too" if div.step else "")
@@ -314,7 +319,8 @@ def _loss_section(report: Report) -> list[str]:
             except TraceFileError as e:
                 unread.append(str(e))
     out = ["<h2>Loss per step</h2>"]
-    img = loss_plot(curves, cmp.divergence if cmp else None)
+    img = loss_plot(curves, cmp.divergence if cmp else None,
+                    {r.index: report.run_name(r.index) for r in report.results})
     if img:
         out.append(f'<figure id="loss-plot"><img alt="loss of every run per step" '
                    f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
@@ -331,7 +337,7 @@ def _loss_section(report: Report) -> list[str]:
 def _difference_section(report: Report) -> list[str]:
     """The difference from run 1 per step (and the spread, with three runs or more)."""
     cmp = report.comparison
-    if cmp is None:
+    if cmp is None or report.across is not None:  # the drift of every pair is shown instead
         return []
     div = cmp.divergence
     series: dict[str, Sequence[tuple[int, float]]] = {}
@@ -348,6 +354,52 @@ def _difference_section(report: Report) -> list[str]:
                    "are left out.</figcaption></figure>")
     else:
         out.append("<p>The loss is the same at every compared step.</p>")
+    return out
+
+
+def _across_section(report: Report) -> list[str]:
+    """With ``--across``: every pair's verdict, culprit and drift (plotted on a log scale), each
+    environment's versions and time per step, and the price of determinism."""
+    part = report.across
+    if part is None:
+        return []
+    out = ['<h2>Environments</h2>', _table(
+        ["environment", "steps", "seconds", "per step", "in the loop", "Python", "torch", "CUDA",
+         "numpy", "device"],
+        [([c.label, c.steps, f"{c.seconds:.1f}", _num(c.per_step), _num(c.loop_per_step),
+           *[c.versions.get(k) or "—" for k in ("python", "torch", "cuda", "numpy", "device")]],
+          "") for c in part.cells], "env")]
+    out.append(f"<h2>Each environment against {_e(part.cells[0].label)}</h2>")
+    rows = []
+    for p in part.pairs:
+        d = p.drift
+        rows.append(([p.b, p.verdict, p.first_divergent_step or "—", p.signal or "—",
+                      p.culprit_op or "—", p.culprit or "—", _num(d.max_abs) if d else "—",
+                      _num(d.final_abs) if d else "—", (d.exceeds_at if d else None) or "—"],
+                     "" if p.identical else "differs"))
+    out.append(_table(["environment", "verdict", "first step", "signal", "culprit op", "module",
+                       "max |Δ loss|", "final |Δ loss|", "exceeds at"], rows))
+    for p in part.pairs:
+        detail = (p.localization or {}).get("detail")
+        if detail:
+            out.append(f"<p><b>{_e(p.b)}:</b> {_e(detail)}</p>")
+    img = difference_plot({f"|{p.b} − {p.a}|": p.drift.series for p in part.pairs
+                           if p.drift is not None}, None)
+    out.append("<h2>Loss drift per step</h2>")
+    if img:
+        out.append(f'<figure id="drift-plot"><img alt="loss drift per step, log scale" '
+                   f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
+                   "<figcaption>|Δ loss| of each environment against the first, log scale; "
+                   "steps where the losses are equal are left out.</figcaption></figure>")
+    else:
+        out.append("<p>The loss has the same bits in every environment at every step.</p>")
+    if part.price:
+        out.append("<h2>Price of determinism</h2>")
+        out.append(_table(["deterministic on", "per step", "deterministic off", "per step",
+                           "on / off"],
+                          [([r["on"], _num(r["on_seconds_per_step"]), r["off"],
+                             _num(r["off_seconds_per_step"]), _num(r["ratio"])], "")
+                           for r in part.price]))
     return out
 
 
@@ -386,7 +438,7 @@ def _metrics_section(report: Report) -> list[str]:
         same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
         rows.append(([n, *map(_val, raw)], "" if same else "differs"))
     return ["<h2>Metrics</h2>",
-            _table(["metric", *[f"run {k}" for k in range(1, report.runs + 1)]], rows)]
+            _table(["metric", *[report.run_name(k) for k in range(1, report.runs + 1)]], rows)]
 
 
 def _runs_section(report: Report) -> list[str]:
@@ -417,7 +469,7 @@ def _page_foot(report: Report) -> list[str]:
 
 #: the sections of the page, top to bottom
 SECTIONS = (_page_head, _outcome_section, _diagnosis_section, _loss_section, _difference_section,
-            _context_section, _groups_section, _metrics_section, _runs_section, _page_foot)
+            _across_section, _context_section, _groups_section, _metrics_section, _runs_section, _page_foot)
 
 
 def render_html(report: Report) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from repro_check.trace import values
+from repro_check.compare.drift import Drift
 from repro_check.compare.steps import ComparisonResult, Policy
 from repro_check.errors import ExitCode
 from repro_check.run.runner import RunResult
@@ -134,6 +135,135 @@ class DistributedPart:
         }
 
 
+#: what each environment's report names of it, from its trace header's environment
+VERSION_KEYS = ("python", "torch", "cuda", "numpy", "device", "device_name", "threads")
+
+
+@dataclass
+class AcrossCell:
+    """One environment of ``--across``: its settings, its runs and what they took."""
+
+    index: int
+    label: str
+    settings: dict[str, str]
+    runs: list[int]
+    steps: int = 0
+    seconds: float = 0.0
+    #: seconds from the first to the last step as they arrived (start-up left out)
+    loop_seconds: float | None = None
+    versions: dict[str, Any] = field(default_factory=dict)
+    #: with --runs >= 2: whether its own runs agree (None with one run a cell)
+    reproducible: bool | None = None
+
+    @property
+    def per_step(self) -> float | None:
+        """Wall time per step: the run's seconds over its steps."""
+        return self.seconds / self.steps if self.steps else None
+
+    @property
+    def loop_per_step(self) -> float | None:
+        """Seconds per step between the first and the last step (start-up left out)."""
+        if self.loop_seconds is None or self.steps < 2:
+            return None
+        return self.loop_seconds / (self.steps - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "label": self.label, "settings": self.settings,
+                "runs": self.runs, "steps": self.steps, "seconds": round(self.seconds, 3),
+                "seconds_per_step": _rounded(self.per_step),
+                "loop_seconds_per_step": _rounded(self.loop_per_step),
+                "versions": self.versions, "reproducible": self.reproducible}
+
+
+@dataclass
+class AcrossPair:
+    """One environment compared with the first: the verdict, where they part, the culprit op
+    and how far the loss drifts."""
+
+    a: str
+    b: str
+    #: the index of environment ``b`` (``a`` is environment 1)
+    cell: int
+    identical: bool
+    #: every recorded step and metric has the same bits (not merely within a tolerance)
+    bit_identical: bool
+    first_divergent_step: int | None = None
+    signal: str | None = None
+    culprit: str | None = None
+    culprit_op: str | None = None
+    localization: dict[str, Any] | None = None
+    #: None when bit-identical: there is no drift, not a drift of zero
+    drift: Drift | None = None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    environment_differences: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """``bit-identical``, ``agrees`` (within the tolerances, or in the signals compared, but
+        not in every bit) or ``differs``."""
+        if self.bit_identical:
+            return "bit-identical"
+        return "agrees" if self.identical else "differs"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "cell": self.cell, "identical": self.identical,
+                "bit_identical": self.bit_identical, "verdict": self.verdict,
+                "first_divergent_step": self.first_divergent_step, "signal": self.signal,
+                "culprit": self.culprit, "culprit_op": self.culprit_op,
+                "localization": self.localization,
+                "drift": self.drift.to_dict() if self.drift is not None else None,
+                "metrics": self.metrics,
+                "environment_differences": self.environment_differences}
+
+
+@dataclass
+class AcrossPart:
+    """What ``--across`` adds: the axes, every environment, and every pair with the first."""
+
+    axes: list[tuple[str, list[str]]]
+    cells: list[AcrossCell]
+    pairs: list[AcrossPair]
+    runs_per_cell: int = 1
+    #: each deterministic=on cell beside its off twin: seconds per step and their ratio
+    price: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def axis(self) -> str:
+        return " x ".join(name for name, _ in self.axes)
+
+    @property
+    def values(self) -> list[str]:
+        """The values of the one axis, or each cell's label in a grid."""
+        if len(self.axes) == 1:
+            return list(self.axes[0][1])
+        return [c.label for c in self.cells]
+
+    def cell_at(self, index: int) -> AcrossCell:
+        return self.cells[index - 1]
+
+    def run_name(self, index: int) -> str:
+        """A run by its environment (and its place there, with several runs each)."""
+        for c in self.cells:
+            if index in c.runs:
+                return c.label if self.runs_per_cell == 1 else \
+                    f"{c.label} (run {c.runs.index(index) + 1})"
+        return f"run {index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"across": {
+            "axis": self.axis, "values": self.values,
+            "axes": [{"axis": name, "values": vals} for name, vals in self.axes],
+            "runs_per_environment": self.runs_per_cell,
+            "pairs": [p.to_dict() for p in self.pairs],
+            "cells": [c.to_dict() for c in self.cells],
+            "price_of_determinism": self.price,
+        }}
+
+
+def _rounded(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None else round(x, digits)
+
+
 @dataclass
 class Report:
     """What ``repro_check.check`` returns and the CLI prints."""
@@ -158,11 +288,22 @@ class Report:
     gate: GatePart | None = None
     diagnosis: DiagnosisPart | None = None
     distributed: DistributedPart | None = None
+    across: AcrossPart | None = None
 
     @property
     def labels(self) -> list[str]:
-        """What the two sides of a comparison are called: run 1/run 2, golden/this run, files."""
-        return list(self.gate.labels) if self.gate else ["run 1", "run 2"]
+        """What the two sides of a comparison are called: run 1/run 2, golden/this run, files,
+        the environments of the first divergence."""
+        if self.gate:
+            return list(self.gate.labels)
+        div = self.comparison.divergence if self.comparison else None
+        if self.across is not None and div is not None:
+            return [self.run_name(1), self.run_name(div.run)]
+        return ["run 1", "run 2"]
+
+    def run_name(self, index: int) -> str:
+        """What a run is called in reports: ``run 2``, or its environment with ``--across``."""
+        return self.across.run_name(index) if self.across is not None else f"run {index}"
 
     @property
     def recorded(self) -> bool:
@@ -216,7 +357,7 @@ class Report:
         out: list[dict[str, Any]] = []
         for k in range(1, self.runs + 1):
             got = self.comparison.metrics_of(k) if self.comparison else {}  # type: ignore[attr-defined]
-            out.append({name: _plain(v) for name, v in got.items()})
+            out.append({name: plain_value(v) for name, v in got.items()})
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -269,13 +410,14 @@ class Report:
             **(self.gate.to_dict() if self.gate else {}),
             **(self.diagnosis.to_dict() if self.diagnosis else {}),
             **(self.distributed.to_dict() if self.distributed else {}),
+            **(self.across.to_dict() if self.across else {}),
         }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
 
 
-def _plain(enc: Any) -> Any:
+def plain_value(enc: Any) -> Any:
     """A metric as a plain JSON number (or a string for NaN/inf)."""
     if isinstance(enc, dict):
         v = enc.get("value")

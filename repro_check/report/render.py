@@ -1,5 +1,6 @@
 """The summary of any report, by its kind: a gate report (record, verify, diff) has its own
-layout, a diagnosis adds its block to the check's, a check (distributed or not) is the default."""
+layout, a diagnosis adds its block to the check's, ``--across`` has one row a pair of
+environments, a check (distributed or not) is the default."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def _layout(report: Report) -> Any:
         from repro_check.report import gate
 
         return gate.summary(report)
+    if report.across is not None:
+        from repro_check.report import across
+
+        return across.summary(report)
     from repro_check.report import terminal
 
     if report.diagnosis is not None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from repro_check.compare import cause
-from repro_check.compare.steps import Comparison
+from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.errors import UsageError
 from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import Listener
-from repro_check.run.session import Feed, Session, failure, merge_warnings
+from repro_check.run.session import Feed, Outcome, Session, failure, merge_warnings
 
 
 def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
@@ -44,12 +44,27 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
     stop = comparison.settled_divergence if options.fail_fast else None
     outcome = session.run(feed, jobs, stop)
     result = comparison.result()
+    report = finished_report(options, outcome, result, policy, feed.uses_dataloader)
+    if not report.reproducible or report.error:
+        report.replay = replay_line(options, upto=result.first_divergent_step or options.max_steps,
+                                    runs=check_runs(options.runs),
+                                    extra=options.distributed.cli_args()
+                                    if options.distributed else ())
+    if dist is not None:
+        dist.finish_report(report, comparison)
+    return report
+
+
+def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonResult,
+                    policy: Policy, uses_dataloader: bool, *, runs: int | None = None) -> Report:
+    """The report of runs that ended: the verdict, why the target failed (if it did), the
+    runs' warnings and the cause of a divergence (``runs``: the options' unless given)."""
     report = Report(
         target=options.target or "", args=options.target_args, seed=options.run_seed,
-        components=options.components, runs=options.runs, results=outcome.results,
-        comparison=result, policy=policy, max_steps=options.max_steps,
-        threads=options.run_threads, interrupted=outcome.interrupted,
-        trace_dir=str(outcome.folder),
+        components=options.components, runs=options.runs if runs is None else runs,
+        results=outcome.results, comparison=result, policy=policy, max_steps=options.max_steps,
+        threads=options.run_threads,
+        interrupted=outcome.interrupted, trace_dir=str(outcome.folder),
     )
     report.error = None if outcome.interrupted and not any(r.failed for r in outcome.results) \
         else failure(outcome.results, result)
@@ -59,14 +74,7 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
         failed=report.error is not None or outcome.interrupted,
         divergent_signal=report.divergent_signal,
         environments=[(r.header or {}).get("environment") for r in outcome.results],
-        uses_dataloader=feed.uses_dataloader,
+        uses_dataloader=uses_dataloader,
     )
     report.cause_detail = why or None
-    if not report.reproducible or report.error:
-        report.replay = replay_line(options, upto=result.first_divergent_step or options.max_steps,
-                                    runs=check_runs(options.runs),
-                                    extra=options.distributed.cli_args()
-                                    if options.distributed else ())
-    if dist is not None:
-        dist.finish_report(report, comparison)
     return report

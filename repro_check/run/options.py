@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from repro_check.child import seeding
 from repro_check.compare.tolerances import ToleranceOptions
 from repro_check.errors import UsageError
+from repro_check.run import axes as across_axes
 
 if TYPE_CHECKING:
     from repro_check.compare.steps import Policy
@@ -58,9 +59,11 @@ class RunOptions:
     distributed: DistOptions | None = None
     warn_only: bool = False
     probe_step: int | None = None
+    #: ``--across AXIS=A,B`` flags as written: run in each environment and compare them
+    across: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("args", "without"):
+        for name in ("args", "without", "across"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
                 if isinstance(value, str):
@@ -96,6 +99,42 @@ class RunOptions:
             raise UsageError("the target's arguments must be strings")
         seeding.select_components(self.without or ())  # unknown names: one clear line
         self.policy()  # a bad tolerance fails here
+        if self.across:
+            self._validate_across()
+
+    def _validate_across(self) -> None:
+        """The axes parse, and no other option contradicts what they hold equal or vary."""
+        axes = self.axes
+        kinds = {a.kind for a in axes}
+        off = set(self.without or ())
+        for axis in axes:
+            if axis.kind == "threads":
+                for v in axis.values:
+                    _whole("--across threads", int(v), 1, MAX_THREADS)
+        if self.no_seed:
+            raise UsageError("--across compares environments under the same seeding: "
+                             "--no-seed leaves every run seeded differently")
+        if "threads" in kinds and self.threads is not None:
+            raise UsageError(f"--threads {self.threads} and --across threads=... both set the "
+                             "thread count: keep one of them")
+        if "threads" in kinds and "threads" in off:
+            raise UsageError("--across threads=... sets the thread count, which --without "
+                             "threads leaves unset: keep one of them")
+        both = off & set(across_axes.DETERMINISTIC_COMPONENTS)
+        if "deterministic" in kinds and both:
+            raise UsageError(f"--across deterministic=on,off turns {', '.join(sorted(both))} on "
+                             f"and off, which --without {','.join(sorted(both))} turns off: keep "
+                             "one of them")
+        if self.fail_fast:
+            raise UsageError("--fail-fast stops at the first divergence, --across measures the "
+                             "drift over every step: keep one of them")
+        if self.distributed is not None:
+            raise UsageError("--across does not combine with torchrun (--nproc-per-node)")
+
+    @property
+    def axes(self) -> tuple[across_axes.Axis, ...]:
+        """The parsed ``--across`` axes (none without the flag)."""
+        return across_axes.parse_axes(self.across or ())
 
     # ---- what a run uses ---------------------------------------------------------------------
     @property

@@ -78,6 +78,8 @@ class RunSpec:
     probe_step: int | None = None
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: the interpreter the run starts with (None: this one); it must import this package
+    executable: str | None = None
     #: starts the run some other way (e.g. as a torchrun job)
     launcher: Launcher | None = None
 
@@ -139,6 +141,8 @@ class LiveRun(Protocol):
     """A run in progress, as :func:`run_all` drives it: a plain run (:class:`_LiveRun`) or a
     torchrun job (:class:`repro_check.distributed.launch.Job`)."""
 
+    #: what the run was started from
+    spec: RunSpec
     #: streams of the run whose ``("eof", run)`` has not arrived yet
     open_streams: int
 
@@ -304,7 +308,8 @@ class _LiveRun:
         config = run_config(spec, write_fd)
         env = run_environment(spec, config)
         try:
-            self.supervised = procs.Supervised([sys.executable, "-m", "repro_check.child"], env,
+            self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
+                                                "repro_check.child"], env,
                                                spec.cwd, pass_fds=(write_fd,))
         except BaseException:
             os.close(read_fd)
@@ -485,11 +490,13 @@ class _Runs:
     """The state of :func:`run_all`: runs waiting, going and done, and the steps of its loop."""
 
     def __init__(self, specs: Sequence[RunSpec], listener: Listener, jobs: int,
-                 should_stop: Callable[[], bool]) -> None:
+                 should_stop: Callable[[], bool],
+                 fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None) -> None:
         self.specs = specs
         self.listener = listener
         self.jobs = max(1, jobs)
         self.should_stop = should_stop
+        self.fits = fits
         # bounded: when the runs record faster than we compare, the readers wait, the pipes fill
         # and the runs wait too, so memory stays flat however many steps stream in
         self.events: Events = queue.Queue(maxsize=EVENT_BACKLOG)
@@ -525,6 +532,9 @@ class _Runs:
 
     def start_due(self) -> None:
         while self.waiting and len(self.live) < self.jobs and not self.stopping:
+            if self.live and self.fits is not None and not self.fits(
+                    self.waiting[0], [r.spec for r in self.live.values()]):
+                break  # the next run waits for room (cores, a GPU)
             spec = self.waiting.pop(0)
             self.live[spec.index] = _LiveRun(spec, self.events, self.pacer) \
                 if spec.launcher is None else spec.launcher.start(spec, self.events)
@@ -587,8 +597,12 @@ def run_all(
     listener: Listener,
     jobs: int = 1,
     should_stop: Callable[[], bool] = lambda: False,
+    fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None,
 ) -> list[RunResult]:
     """Run every spec (``jobs`` at a time), feeding events to ``listener`` as they arrive.
+
+    ``fits(spec, running)`` (when given) says whether the next spec may start beside the specs
+    running now (cores, a GPU); one always may when nothing runs.
 
     ``should_stop`` is polled after each event; when it says so (fail-fast), every run still
     going is stopped and reported as cancelled. A run that times out cancels the runs not yet
@@ -596,7 +610,7 @@ def run_all(
     are kept, and :class:`Interrupted` is raised with the results so far; a second signal kills
     at once.
     """
-    runs = _Runs(specs, listener, jobs, should_stop)
+    runs = _Runs(specs, listener, jobs, should_stop, fits)
     # while runs go, Ctrl-C, SIGTERM and SIGHUP (a closed terminal) only count: the loop stops
     # the runs and keeps what they recorded
     with CaughtSignals() as signals:

@@ -226,17 +226,20 @@ class Session:
                             if ranks_per_run > 1 else self.options.run_threads)
 
     def run(self, feed: Any, jobs: int | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Outcome:
-        """Start the runs (``jobs`` at a time) and wait for them; Ctrl-C or SIGTERM stop them
-        and keep what they recorded (``interrupted``)."""
+            should_stop: Callable[[], bool] | None = None,
+            specs: Sequence[RunSpec] | None = None,
+            fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None) -> Outcome:
+        """Start the runs (``jobs`` at a time; ``specs`` instead of :meth:`specs`, ``fits`` as
+        :func:`run_all` takes it) and wait for them; Ctrl-C or SIGTERM stop them and keep what
+        they recorded (``interrupted``)."""
         if signals.stop_requested():  # a signal came before the runs: start none
             return Outcome([], True, self.folder)
         n_jobs = jobs or self.options.jobs or self.default_jobs()
         interrupted = False
         try:
             with sigterm_as_interrupt():
-                results = run_all(self.specs(), feed, n_jobs,
-                                  should_stop=should_stop or (lambda: False))
+                results = run_all(self.specs() if specs is None else specs, feed, n_jobs,
+                                  should_stop=should_stop or (lambda: False), fits=fits)
         except Interrupted as e:
             interrupted, results = True, list(e.results)
         except TargetNotFound:

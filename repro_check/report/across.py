@@ -1,0 +1,249 @@
+"""The terminal summary of ``--across``: every environment with its versions and its time per
+step, then one row a pair (each environment against the first) with the verdict, where and in
+which op they part, and a sparkline of the loss drift; the price of determinism; the metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, Report
+from repro_check.report.terminal import (
+    SPARK_EQUAL,
+    SPARK_LEVELS,
+    Sparkline,
+    failure_parts,
+    footer_parts,
+    verdict,
+)
+from repro_check.report.text import diff_text, verdict_style
+
+#: cells of a pair's drift sparkline
+SPARK_CELLS = 12
+#: version columns, shown when the environments differ in them (or an axis is about them)
+VERSION_COLUMNS = (("python", "Python"), ("torch", "torch"), ("cuda", "CUDA"),
+                   ("numpy", "numpy"), ("device", "device"))
+
+
+#: an environment's label takes at least this much of a table's width before it folds (less
+#: in the pairs table, whose other columns take more)
+LABEL_WIDTH = 24
+PAIR_LABEL_WIDTH = 16
+
+
+def label_width(part: AcrossPart, most: int = LABEL_WIDTH) -> int:
+    return min(most, max(len(c.label) for c in part.cells))
+
+
+def seconds_text(x: float | None) -> str:
+    """A duration short enough for a table cell."""
+    if x is None:
+        return "—"
+    return f"{x * 1000:.3g} ms" if x < 1 else f"{x:.3g} s"
+
+
+#: the colour of each pair verdict
+VERDICT_STYLE = {"bit-identical": "green", "agrees": "yellow", "differs": "red"}
+
+
+def pair_verdict(pair: AcrossPair) -> Text:
+    return Text(pair.verdict, style=VERDICT_STYLE[pair.verdict])
+
+
+def drift_cells(pair: AcrossPair) -> str:
+    if pair.drift is None or not pair.drift.series:
+        return "—"
+    return Sparkline(pair.drift.series).cells(SPARK_CELLS)
+
+
+def _head(report: Report, part: AcrossPart) -> Panel:
+    head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
+    seed = "no seeding" if report.seed is None else f"seed {report.seed}"
+    flags = " ".join(f"{name}={','.join(vals)}" for name, vals in part.axes)
+    each = f"{part.runs_per_cell} run{'s' if part.runs_per_cell > 1 else ''} each"
+    head.append(f"\nacross {flags} · {len(part.cells)} environments · {each} · {seed}"
+                f" · {report.policy.describe()}")
+    head.append(f"\nseeding: {', '.join(report.components) or 'none'}")
+    return Panel(head, box=box.ROUNDED, expand=False, border_style=verdict_style(report))
+
+
+def _shown_versions(part: AcrossPart) -> list[tuple[str, str]]:
+    kinds = {name.split(":")[0] for name, _ in part.axes}
+    out = []
+    for key, title in VERSION_COLUMNS:
+        seen = {str(c.versions.get(key)) for c in part.cells}
+        if len(seen) > 1 or "python" in kinds and key in ("torch", "cuda", "numpy") or \
+                "device" in kinds and key in ("device", "cuda"):
+            out.append((key, title))
+    return out
+
+
+def environments_table(part: AcrossPart) -> Table:
+    """Every environment: steps, time per step (the whole run over its steps, and between its
+    first and last step), the versions that differ or that its axis is about."""
+    t = Table(title="Environments", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False)
+    t.add_column("environment", overflow="fold", min_width=label_width(part))
+    t.add_column("steps", justify="right")
+    t.add_column("per step", justify="right")
+    t.add_column("in the loop", justify="right")
+    versions = _shown_versions(part)
+    for _, title in versions:
+        t.add_column(title, overflow="fold")
+    own = part.runs_per_cell > 1
+    if own:
+        t.add_column(f"its {part.runs_per_cell} runs")
+    for c in part.cells:
+        row = [c.label, str(c.steps), seconds_text(c.per_step),
+               seconds_text(c.loop_per_step)]
+        row += [str(c.versions.get(key) or "—") for key, _ in versions]
+        if own:
+            row.append("agree" if c.reproducible else "differ")
+        t.add_row(*row)
+    return t
+
+
+def pairs_table(part: AcrossPart, tolerance: bool) -> Table:
+    """One row a pair: verdict, first divergent step and signal, drift (the culprit op is
+    named in a line below, where it has room)."""
+    first = part.cells[0].label
+    t = Table(title=f"Each environment against {first}", title_justify="left",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("environment", overflow="fold",
+                 min_width=label_width(part, PAIR_LABEL_WIDTH))
+    t.add_column("verdict", no_wrap=True)
+    t.add_column("from", justify="right", no_wrap=True)
+    t.add_column("max |Δ loss|", justify="right", no_wrap=True)
+    t.add_column("final", justify="right", no_wrap=True)
+    if tolerance:
+        t.add_column("exceeds", justify="right", no_wrap=True)
+    t.add_column("drift", no_wrap=True, style="magenta")
+    for p in part.pairs:
+        d = p.drift
+        where = f"{p.first_divergent_step} {p.signal}" if p.first_divergent_step else \
+            (p.signal or "—")
+        row: list[Any] = [p.b, pair_verdict(p), where if not p.identical else "—",
+                          diff_text(d.max_abs) if d else "—", diff_text(d.final_abs) if d else "—"]
+        if tolerance:
+            row.append(str(d.exceeds_at) if d and d.exceeds_at else "—")
+        t.add_row(*row, drift_cells(p))
+    return t
+
+
+def _notes(part: AcrossPart) -> list[Any]:
+    """Per pair that parts: where, and what the culprit op did."""
+    out: list[Any] = []
+    for p in part.pairs:
+        loc = p.localization or {}
+        if loc.get("detail"):
+            out.append(Text.assemble((f"  {p.b}: ", "bold"), f"step {loc.get('step')}, ",
+                                     str(loc["detail"])))
+        elif not p.identical and p.first_divergent_step is not None:
+            out.append(Text.assemble((f"  {p.b}: ", "bold"),
+                                     f"first differs at step {p.first_divergent_step}, signal "
+                                     f"{p.signal}"))
+        d = p.drift
+        if d is not None and d.first_at is not None:
+            out.append(Text(f"  {p.b}: the loss bits differ from step {d.first_at}, at "
+                            f"{d.differing_steps} of {d.steps} steps; largest at step "
+                            f"{d.max_at}", style="dim"))
+        if p.drift is not None and p.drift.nonfinite_at is not None:
+            out.append(Text(f"  {p.b}: the loss is not a number on one side from step "
+                            f"{p.drift.nonfinite_at}", style="yellow"))
+    return out
+
+
+def price_lines(part: AcrossPart) -> list[Any]:
+    """The price of determinism: each deterministic=on environment against its off twin."""
+    if not part.price:
+        return []
+    out: list[Any] = [Text("Price of determinism", style="bold")]
+    for row in part.price:
+        ratio = row.get("ratio")
+        cost = "—" if ratio is None else f"{(ratio - 1) * 100:+.1f} %"
+        how = "between the first and the last step" if row["measure"] == "loop" \
+            else "the whole run over its steps"
+        out.append(Text(f"  {row['on']}: {seconds_text(row['on_seconds_per_step'])}/step, "
+                        f"{row['off']}: {seconds_text(row['off_seconds_per_step'])}/step: "
+                        f"{cost} ({how})"))
+    return out
+
+
+def metrics_table(part: AcrossPart) -> list[Any]:
+    """The final metrics of every environment (a row each), each with its difference from the
+    first environment's."""
+    names: list[str] = []
+    for p in part.pairs:
+        names += [m["name"] for m in p.metrics if m["name"] not in names]
+    if not names:
+        return []
+    t = Table(title="Metrics", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False)
+    t.add_column("environment", overflow="fold", min_width=label_width(part))
+    for name in names:
+        t.add_column(name, justify="right")
+        t.add_column("|Δ|", justify="right")
+    rows: dict[str, list[str]] = {part.cells[0].label: []}
+    for name in names:
+        first = next((m["a"] for p in part.pairs for m in p.metrics if m["name"] == name), None)
+        rows[part.cells[0].label] += [_plain(first), ""]
+    for p in part.pairs:
+        row = rows.setdefault(p.b, [])
+        for name in names:
+            m = next((m for m in p.metrics if m["name"] == name), None)
+            if m is None:
+                row += ["—", "—"]
+            else:
+                row += [_plain(m["b"]), "0" if m["identical"] else diff_text(m["abs_diff"])]
+    for label, cells in rows.items():
+        t.add_row(label, *cells)
+    return [t]
+
+
+def _plain(v: Any) -> str:
+    return "—" if v is None else str(v)
+
+
+def _legend(part: AcrossPart) -> Text | None:
+    if not any(p.drift is not None for p in part.pairs):
+        return None
+    return Text(f"drift: |Δ loss| on a log scale per pair ({SPARK_LEVELS[0]} smallest … "
+                f"{SPARK_LEVELS[-1]} largest, {SPARK_EQUAL} equal); a bit-identical pair has "
+                "none", style="dim")
+
+
+def summary(report: Report) -> Group:
+    """The whole ``--across`` result as rich renderables."""
+    part = report.across
+    assert part is not None, "an --across report"
+    parts: list[Any] = [_head(report, part), *failure_parts(report, _run_label(part))]
+    if report.interrupted:
+        parts.append(Text("Interrupted: the runs were stopped; what they recorded is kept in the "
+                          "traces.", style="yellow"))
+    parts.append(environments_table(part))
+    if part.pairs:
+        parts.append(pairs_table(part, not report.policy.for_name("loss").exact))
+        legend = _legend(part)
+        if legend is not None:
+            parts.append(legend)
+        parts += _notes(part)
+    parts += price_lines(part)
+    parts += metrics_table(part)
+    parts += footer_parts(report)
+    return Group(*parts)
+
+
+def _run_label(part: AcrossPart) -> Any:
+    """Names a failed run by its environment."""
+    def label(result: Any) -> str:
+        for c in part.cells:
+            if result.index in c.runs:
+                return f"run {result.index} ({c.label})"
+        return f"run {result.index}"
+
+    return label

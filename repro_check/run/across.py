@@ -1,0 +1,372 @@
+"""``--across``: the target run in several environments under the same seeding, every
+environment compared with the first.
+
+The runs of every environment go through one session and one streaming comparison (run 1 of
+environment 1 is the reference of every run, so the check's keys and exit codes keep their
+meaning), and each environment also gets a comparison of its own with the first, for its row:
+identical or not, the first divergent step and signal. Then, for each pair that parts at a step,
+a probe run of each side replays to that step and records every op of it, and the first op and
+module whose result differs are named (:mod:`repro_check.diagnose.localize`). The loss drift of
+each pair is read back from the traces (:mod:`repro_check.compare.drift`).
+
+Environments go in parallel where they fit: a run needs its thread count of cores, and runs on
+the GPU go one at a time. Runs compared across devices fingerprint CPU tensors with the device
+digest, so equal bytes give equal fingerprints on both sides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from repro_check.child import environment
+from repro_check.compare.drift import Drift, loss_drift
+from repro_check.compare.steps import Comparison, ComparisonResult, Policy
+from repro_check.diagnose.diagnosis import Collector
+from repro_check.diagnose.localize import Localization, compare
+from repro_check.errors import TraceFileError, UsageError
+from repro_check.report.model import (
+    VERSION_KEYS,
+    AcrossCell,
+    AcrossPair,
+    AcrossPart,
+    Report,
+    plain_value,
+)
+from repro_check.run.axes import Cell, check_cores, check_interpreters, grid, usable_cores
+from repro_check.run.check import finished_report
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import replay_line
+from repro_check.run.runner import Listener, RunResult, RunSpec
+from repro_check.run.session import Feed, Session
+from repro_check.trace import values
+from repro_check.trace.fingerprint import DEVICE_DIGEST_ENV
+
+Log = Callable[[str], None]
+
+#: signals a CPU run and a GPU run both record (``rng.cuda`` exists on the GPU side only)
+CROSS_DEVICE_SIGNALS = ("rng.python", "rng.numpy", "rng.torch", "batch", "loss", "grads",
+                        "params")
+
+
+def cross_device(policy: Policy) -> Policy:
+    """``policy`` for runs on different devices: what only one side can record is left out."""
+    kept = frozenset(s for s in CROSS_DEVICE_SIGNALS if policy.compares(s))
+    return dataclasses.replace(policy, signals=kept)
+
+
+@dataclasses.dataclass
+class Plan:
+    """Which run of which environment each run index is, and where its trace goes."""
+
+    cells: list[Cell]
+    per_cell: int
+    folder: Path
+    device_digest: bool = False
+
+    def index(self, cell: int, run: int) -> int:
+        return (cell - 1) * self.per_cell + run
+
+    def locate(self, index: int) -> tuple[Cell, int]:
+        return self.cells[(index - 1) // self.per_cell], (index - 1) % self.per_cell + 1
+
+    def specs(self, base: Sequence[RunSpec]) -> list[RunSpec]:
+        """The session's specs, each set up for its environment."""
+        out = []
+        for spec in base:
+            cell, run = self.locate(spec.index)
+            env = {**spec.extra_env, **cell.environment()}
+            if self.device_digest:
+                env[DEVICE_DIGEST_ENV] = "1"
+            out.append(dataclasses.replace(
+                spec, threads=cell.threads or spec.threads,
+                components=cell.components(spec.components), executable=cell.executable,
+                extra_env=env, trace_path=self.folder / f"env-{cell.index}-run-{run}.jsonl"))
+        return out
+
+
+class Fits:
+    """Which runs may go at the same time: each needs its thread count of cores (all of them
+    when the count is not fixed), and runs on the GPU go one at a time."""
+
+    def __init__(self, cells: dict[int, Cell], cores: int) -> None:
+        self.cells = cells
+        self.cores = cores
+
+    def cost(self, spec: RunSpec) -> int:
+        return min(self.cores, spec.threads or self.cores)
+
+    def __call__(self, spec: RunSpec, running: list[RunSpec]) -> bool:
+        if self.cells[spec.index].uses_gpu and any(self.cells[r.index].uses_gpu
+                                                   for r in running):
+            return False
+        return sum(self.cost(r) for r in running) + self.cost(spec) <= self.cores
+
+
+class AcrossFeed(Feed):
+    """The session's feed, with every event also passed to the comparisons its run is part of
+    (as their run ``local``), and the time each run's first and last step arrived."""
+
+    def __init__(self, comparison: Comparison, routes: dict[int, list[tuple[Comparison, int]]],
+                 listener: Listener | None = None) -> None:
+        super().__init__(comparison, listener)
+        self.routes = routes
+        self.first_at: dict[int, float] = {}
+        self.last_at: dict[int, float] = {}
+
+    def add_step(self, index: int, event: dict[str, Any]) -> None:
+        super().add_step(index, event)
+        now = time.monotonic()
+        self.first_at.setdefault(index, now)
+        self.last_at[index] = now
+        for cmp, local in self.routes.get(index, ()):
+            cmp.add_step(local, event["step"], event["signals"])
+
+    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
+        super().add_metrics(index, event)
+        for cmp, local in self.routes.get(index, ()):
+            cmp.set_metrics(local, event["metrics"])
+
+    def end(self, result: RunResult) -> None:
+        super().end(result)
+        complete = not (result.failed or result.status == "cancelled")
+        for cmp, local in self.routes.get(result.index, ()):
+            cmp.end(local, result.steps, complete=complete)
+
+    def loop_seconds(self, index: int) -> float | None:
+        if index not in self.first_at:
+            return None
+        return self.last_at[index] - self.first_at[index]
+
+
+def run_across(options: RunOptions, listener: Listener | None = None,
+               log: Log | None = None) -> Report:
+    """Run ``options.target`` ``options.runs`` times in every environment of ``options.across``
+    and compare each environment with the first.
+
+    Raises :class:`UsageError` (exit 2), before any run, for axes this machine cannot honour; a
+    target that fails is reported (exit 3), not raised.
+    """
+    say = log or (lambda text: None)
+    axes = options.axes
+    if not axes:
+        raise UsageError("--across needs AXIS=A,B")
+    check_cores(axes)
+    cells = grid(axes)
+    session = Session(options, runs=len(cells) * options.runs)
+    try:
+        check_interpreters(cells)
+    except UsageError:
+        shutil.rmtree(session.folder, ignore_errors=True)  # nothing ran
+        raise
+    devices = any(a.kind == "device" for a in axes)
+    plan = Plan(cells, options.runs, session.folder, device_digest=devices)
+    specs = plan.specs(session.specs())
+    policy = cross_device(options.policy()) if devices else options.policy()
+    main = Comparison(len(specs), policy)
+    pair_cmps = {c.index: Comparison(2, policy) for c in cells[1:]}
+    own = {c.index: Comparison(options.runs, policy) for c in cells} if options.runs > 1 else {}
+    routes: dict[int, list[tuple[Comparison, int]]] = {}
+    for cell in cells:
+        for run in range(1, options.runs + 1):
+            route = routes.setdefault(plan.index(cell.index, run), [])
+            if cell.index in own:
+                route.append((own[cell.index], run))
+            if run == 1:
+                route += [(cmp, 1) for cmp in pair_cmps.values()] if cell.index == 1 \
+                    else [(pair_cmps[cell.index], 2)]
+    feed = AcrossFeed(main, routes, listener)
+    fits = Fits({s.index: plan.locate(s.index)[0] for s in specs}, usable_cores())
+    say(f"across {', '.join(a.flag() for a in axes)}: {len(cells)} environments, "
+        f"{options.runs} run(s) each")
+    outcome = session.run(feed, options.jobs or len(specs), specs=specs, fits=fits)
+    report = finished_report(options, outcome, main.result(), policy, feed.uses_dataloader,
+                             runs=len(specs))
+    if any(a.kind == "threads" for a in axes):
+        report.threads = None  # each environment has its own
+    by_index = {r.index: r for r in outcome.results}
+    part = AcrossPart(axes=[(a.name, list(a.values)) for a in axes],
+                      cells=[_cell(c, plan, by_index, feed, own.get(c.index)) for c in cells],
+                      pairs=[], runs_per_cell=options.runs)
+    part.pairs = [_pair(part, c, pair_cmps[c.index].result(), by_index.get(plan.index(1, 1)),
+                        by_index.get(plan.index(c.index, 1)), policy) for c in cells[1:]]
+    part.price = price_of_determinism(cells, part.cells)
+    report.across = part
+    if report.error is None and not report.interrupted:
+        _localize(part, session, plan, specs, fits, options, report, say)
+    if not report.reproducible or report.error:
+        report.replay = replay_line(
+            options, upto=report.first_divergent_step or options.max_steps,
+            runs=options.runs if options.runs != 1 else None,
+            extra=[x for text in options.across or () for x in ("--across", text)])
+    return report
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _cell(cell: Cell, plan: Plan, by_index: dict[int, RunResult], feed: AcrossFeed,
+          own: Comparison | None) -> AcrossCell:
+    indices = [plan.index(cell.index, run) for run in range(1, plan.per_cell + 1)]
+    results = [by_index[i] for i in indices if i in by_index]
+    env = next(((r.header or {}).get("environment") or {} for r in results if r.header), {})
+    versions = {k: env.get(k) for k in VERSION_KEYS}
+    versions["executable"] = cell.executable or sys.executable
+    ran = [r for r in results if r.steps]
+    loops = [x for i in indices if (x := feed.loop_seconds(i)) is not None]
+    return AcrossCell(
+        index=cell.index, label=cell.label, settings=cell.settings_dict(), runs=indices,
+        steps=max((r.steps for r in results), default=0),
+        seconds=_median([r.seconds for r in ran]) or 0.0, loop_seconds=_median(loops),
+        versions=versions, reproducible=own.result().reproducible if own else None)
+
+
+def _pair(part: AcrossPart, cell: Cell, result: ComparisonResult, a: RunResult | None,
+          b: RunResult | None, policy: Policy) -> AcrossPair:
+    """Environment ``cell`` against the first: verdict, first divergence, drift, metrics."""
+    first = part.cells[0]
+    pair = AcrossPair(a=first.label, b=cell.label, cell=cell.index,
+                      identical=result.reproducible, bit_identical=result.groups == [[1, 2]],
+                      first_divergent_step=result.first_divergent_step,
+                      signal=result.divergent_signal,
+                      metrics=metrics_side_by_side(result.metrics_of(1), result.metrics_of(2)))
+    if not pair.bit_identical and a is not None and b is not None and a.trace_path \
+            and b.trace_path:
+        pair.drift = _drift(a.trace_path, b.trace_path, policy)
+    env_a = (a.header or {}).get("environment") if a else None
+    env_b = (b.header or {}).get("environment") if b else None
+    pair.environment_differences = [f"{d.label}: {_text(d.reference)} vs {_text(d.value)}"
+                                    for d in environment.differences(env_a, env_b)]
+    return pair
+
+
+def _drift(path_a: str, path_b: str, policy: Policy) -> Drift | None:
+    try:
+        return loss_drift(path_a, path_b, policy.for_name("loss"))
+    except TraceFileError:
+        return None
+
+
+def _text(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v)) or "none"
+    return str(v)
+
+
+def metrics_side_by_side(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each final metric of both environments, and their difference."""
+    out = []
+    for name in list(a) + [n for n in b if n not in a]:
+        va, vb = a.get(name), b.get(name)
+        same = isinstance(va, dict) and isinstance(vb, dict) and va.get("bits") == vb.get("bits") \
+            and va.get("dtype") == vb.get("dtype")
+        diff = values.differences(va, vb)[0] if isinstance(va, dict) and isinstance(vb, dict) \
+            else None
+        out.append({"name": name, "a": plain_value(va), "b": plain_value(vb),
+                    "abs_diff": 0.0 if same else diff, "identical": same})
+    return out
+
+
+def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> list[dict[str, Any]]:
+    """Every deterministic=on environment beside its deterministic=off twin (all else equal):
+    seconds per step of each, and on / off."""
+    out = []
+    for cell, info in zip(cells, infos):
+        if cell.deterministic is not True:
+            continue
+        twin_settings = {**info.settings, "deterministic": "off"}
+        twin = next((i for i in infos if i.settings == twin_settings), None)
+        if twin is None:
+            continue
+        loop = info.loop_per_step is not None and twin.loop_per_step is not None
+        on = info.loop_per_step if loop else info.per_step
+        off = twin.loop_per_step if loop else twin.per_step
+        out.append({"on": info.label, "off": twin.label, "measure": "loop" if loop else "run",
+                    "on_seconds_per_step": on, "off_seconds_per_step": off,
+                    "ratio": on / off if on and off else None})
+    return out
+
+
+def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[RunSpec],
+              fits: Fits, options: RunOptions, report: Report, say: Log) -> None:
+    """A probe run of both sides of every pair that parts at a step, up to that step; the
+    first op whose result differs is the pair's culprit."""
+    wanted = [p for p in part.pairs if not p.identical and p.first_divergent_step is not None
+              and p.signal not in (None, "steps") and not str(p.signal).startswith("metric:")]
+    if not wanted:
+        return
+    probes: dict[tuple[int, int], int] = {}
+    probe_specs: list[RunSpec] = []
+    for pair in wanted:
+        step = pair.first_divergent_step
+        assert step is not None
+        for cell in (1, pair.cell):
+            if (cell, step) in probes:
+                continue
+            index = len(specs) + len(probe_specs) + 1
+            probes[(cell, step)] = index
+            fits.cells[index] = plan.cells[cell - 1]
+            probe_specs.append(dataclasses.replace(
+                specs[plan.index(cell, 1) - 1], index=index, max_steps=step, probe_step=step,
+                trace_path=plan.folder / f"probe-env-{cell}-step-{step}.jsonl"))
+    steps = sorted({p.first_divergent_step for p in wanted if p.first_divergent_step})
+    say(f"localization: {len(probe_specs)} probe run(s) to step {', '.join(map(str, steps))}, "
+        "recording every op of that step")
+    collector = Collector()
+    outcome = session.run(collector, options.jobs or len(probe_specs), specs=probe_specs,
+                          fits=fits)
+    if outcome.interrupted:
+        report.interrupted = True
+        return
+    failed = {r.index: r for r in outcome.results if r.failed}
+    for pair in wanted:
+        step = pair.first_divergent_step
+        assert step is not None
+        ia, ib = probes[(1, step)], probes[(pair.cell, step)]
+        broken = [failed[i].describe_failure() for i in (ia, ib) if i in failed]
+        if broken:
+            report.warnings.append(f"localization of {pair.b} failed: {'; '.join(broken)}")
+            continue
+        records_a, records_b = collector.probes.get(ia, []), collector.probes.get(ib, [])
+        if plan.cells[0].value("device") != plan.cells[pair.cell - 1].value("device"):
+            records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
+        loc = compare(step, records_a, records_b)
+        loc.detail = across_detail(loc, pair.a)
+        pair.localization = loc.to_dict()
+        if loc.found:
+            pair.culprit, pair.culprit_op = loc.module, loc.op
+
+
+#: ops that move or copy a tensor: between devices they are what only the GPU side runs
+TRANSFERS = frozenset({"aten::_to_copy", "aten::copy_", "aten::to", "aten::lift_fresh",
+                       "aten::_to_device"})
+
+
+def drop_transfers(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Probe records without the ops that only move bytes (a result equal to an argument): a
+    CPU run has no copy to the GPU, so ops would no longer match by position."""
+    return [r for r in records if not (
+        r.get("k") == "op" and str(r.get("op")) in TRANSFERS
+        and any(o in (r.get("in") or []) for o in r.get("out") or []))]
+
+
+def across_detail(loc: Localization, a: str) -> str:
+    """What the culprit op did, said of two environments (not of two runs of one)."""
+    if not loc.found or loc.inputs_agree is None:
+        return loc.detail.replace("the runs", "the environments").replace("one run", "one side")
+    where = f"module {loc.module!r}" if loc.module else "code outside any module"
+    if loc.inputs_agree:
+        return f"{loc.op} in {where} ({loc.phase}) gives other bits than in {a} for the same inputs"
+    args = ", ".join(map(str, loc.differing_inputs))
+    return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) than in {a}, "
+            "which no earlier op produced: a value from outside the recorded ops (an environment "
+            "variable, a Python number, ...)")
