@@ -7,6 +7,7 @@ keywords then override it) and calls the same code as the command line.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from repro_check.compare.steps import Policy
@@ -123,8 +124,6 @@ def across(
     axes: Sequence[str] = (),
     *,
     options: RunOptions | None = None,
-    runs: int | None = None,
-    trace_dir: str | os.PathLike[str] | None = None,
     listener: Listener | None = None,
     **run_options: Any,
 ) -> Report:
@@ -138,9 +137,9 @@ def across(
     """
     from repro_check.run.across import run_across
 
-    opts = _options(options, target, runs=runs if runs is not None or options else 1,
-                    trace_dir=_path(trace_dir), across=tuple(axes) if axes else None,
-                    **run_options)
+    if options is None:
+        run_options.setdefault("runs", 1)
+    opts = _options(options, target, across=tuple(axes) if axes else None, **run_options)
     return run_across(opts, listener)
 
 

@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, Report
+from repro_check.report.model import AcrossPair, AcrossPart, Report
 from repro_check.report.terminal import (
     SPARK_EQUAL,
     SPARK_LEVELS,
