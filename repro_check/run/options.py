@@ -58,6 +58,8 @@ class RunOptions:
     distributed: DistOptions | None = None
     warn_only: bool = False
     probe_step: int | None = None
+    #: a pin plan of ``diagnose`` (:mod:`repro_check.child.pin`): a JSON file the runs read
+    pin_plan: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("args", "without"):
