@@ -49,16 +49,20 @@ def user_file(path: str) -> bool:
     return not path.startswith(_LIBRARY)
 
 
-def user_stack() -> list[dict[str, Any]] | None:
-    """The user frames of the stack, innermost last; None when the direct caller is not user
-    code (a generator torch or the library makes for itself)."""
+def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
+    """The user frames of the stack, innermost last; None when ``direct`` and the direct caller
+    is not user code (a generator torch or the library makes for itself)."""
     import random
 
-    ours = {os.path.abspath(__file__), os.path.abspath(random.__file__)}
+    def ours(path: str) -> bool:  # our wrappers (this module, the seeding watch), random.py
+        path = os.path.abspath(path)
+        return path == os.path.abspath(random.__file__) or (
+            path.startswith(_OWN) and not path.startswith(_WORKLOADS))
+
     frames = traceback.extract_stack()[:-1]
-    while frames and os.path.abspath(frames[-1].filename) in ours:
+    while frames and ours(frames[-1].filename):
         frames.pop()
-    if not frames or not user_file(frames[-1].filename):
+    if not frames or (direct and not user_file(frames[-1].filename)):
         return None
     return [{"file": f.filename, "line": f.lineno, "function": f.name}
             for f in frames if user_file(f.filename)][-8:]
@@ -213,6 +217,12 @@ class Pins:
         path = self.dir / f"op-{step}-{n}.pt"
         if self.run == 1:
             torch.save(_detached(out), path)
+            if not self.op_calls.get(-1):
+                self.op_calls[-1] = 1
+                stack = user_stack(direct=False)
+                if stack:  # where the script calls the op: the source's location
+                    self.note({"op_site": func._schema.name, "step": step,
+                               "location": stack[-1], "stack": stack})
             return out
         if not path.exists():
             return out

@@ -165,6 +165,8 @@ def diagnose(
     elif run_options:
         raise TypeError("give the run options in RunOptions or as keywords, not both")
     say = log or (lambda text: None)
+    if isinstance(max_sources, bool) or not isinstance(max_sources, int) or max_sources < 0:
+        raise UsageError(f"--max-sources must be a whole number from 0, got {max_sources!r}")
     base_off = list(options.without or ())
     on = seeding.select_components(base_off)  # unknown names: one clear line
     seeding.select_components(ablate or ())

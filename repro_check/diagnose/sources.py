@@ -123,6 +123,14 @@ def _stream(replay: Path, stream: str, step: int) -> Source:
                   pinned_by=f"run 1's {stream} state at the start of step {step}")
 
 
+def _op_site(src: Source, replay: Path) -> None:
+    """Where the script called the pinned op, as run 1 of the pinned pair saw it."""
+    for rec in _records(replay, 1):
+        if rec.get("op_site") == src.culprit_op:
+            src.location, src.stack = rec.get("location"), rec.get("stack")
+            return
+
+
 def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
              localize: Callable[[int], Localization | None]) -> Source | None:
     """The source behind a pair's first divergence, with the pin that takes it out; None when the
@@ -197,6 +205,8 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
         current = run_check(options)
         runs += 2
         replays.append(where / "replay")
+        if src.pin["kind"] == "compute":
+            _op_site(src, where / "replay")
 
         def later(step: int, options: RunOptions = options, where: Path = where) -> \
                 Localization | None:
