@@ -20,16 +20,9 @@ from repro_check.report.model import Report
 
 from .conftest import FIXTURES, CliResult, run_cli
 
-ZOO = FIXTURES / "zoo"
-
-
-def target(name: str) -> str:
-    return f"{ZOO / name}.py:main"
-
-
-@pytest.fixture(scope="module")
-def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("sources")
+def zoo(name: str) -> str:
+    """The TARGET of a zoo fixture."""
+    return f"{FIXTURES / 'zoo' / name}.py:main"
 
 
 def summary(sources: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -39,26 +32,29 @@ def summary(sources: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
              s["location"]["line"] if s["location"] else None) for s in sources]
 
 
-@pytest.fixture(scope="module")
-def two(tmp: Path) -> Report:
-    return diagnose(target("two_sources"), ablate=[], trace_dir=tmp / "two")
+Temp = pytest.TempPathFactory
 
 
 @pytest.fixture(scope="module")
-def three(tmp: Path) -> CliResult:
+def two(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("two_sources"), ablate=[], trace_dir=tmp_path_factory.mktemp("two"))
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: Temp) -> CliResult:
     return run_cli("diagnose", "zoo/three_sources.py:main", "--without", "hashseed",
-                   "--no-ablation", tmp=tmp / "three")
+                   "--no-ablation", tmp=tmp_path_factory.mktemp("three"))
 
 
 @pytest.fixture(scope="module")
-def compute(tmp: Path) -> Report:
-    return diagnose(target("compute_then_rng"), ablate=[], trace_dir=tmp / "compute",
-                    keep_replay=True)
+def compute(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("compute_then_rng"), ablate=[], keep_replay=True,
+                    trace_dir=tmp_path_factory.mktemp("compute"))
 
 
 @pytest.fixture(scope="module")
-def control(tmp: Path) -> Report:
-    return diagnose(target("control"), ablate=[], trace_dir=tmp / "control")
+def control(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("control"), ablate=[], trace_dir=tmp_path_factory.mktemp("control"))
 
 
 def test_a_clock_shuffle_hides_an_unseeded_default_rng(two: Report) -> None:
@@ -71,7 +67,7 @@ def test_a_clock_shuffle_hides_an_unseeded_default_rng(two: Report) -> None:
     assert "default_rng" in x.sources[1]["detail"] and "entropy" in x.sources[1]["detail"]
     assert all(s["pinned_by"] for s in x.sources)
     assert x.sources_cost is not None and x.sources_cost["runs"] == 4
-    assert x.sources_note is None
+    assert x.sources_note == "with the 2 source(s) above pinned, the runs agree"
     d = two.to_dict()
     assert d["cause"] == "data" and d["first_divergent_step"] == 1  # today's keys, unchanged
     assert [s["step"] for s in d["sources"]] == [1, 3]
@@ -95,6 +91,7 @@ def test_three_sources_at_the_same_step(three: CliResult) -> None:
     assert "Sources of non-determinism, in the order found (3;" in out
     assert "1. rng · step 1 · rng.numpy" in out and "3. data · step 1 · batch" in out
     assert "three_sources.py:16 in main" in out
+    assert "with the 3 source(s) above pinned, the runs agree" in out
 
 
 def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:
@@ -117,19 +114,18 @@ def test_control_has_no_source_and_no_pinned_run(control: Report) -> None:
     assert control.to_dict()["sources"] == []
 
 
-def test_max_sources_bounds_the_runs(tmp: Path) -> None:
-    rep = diagnose(target("two_sources"), ablate=[], trace_dir=tmp / "one", max_sources=1)
+def test_max_sources_bounds_the_runs(tmp_path: Path) -> None:
+    rep = diagnose(zoo("two_sources"), ablate=[], trace_dir=tmp_path, max_sources=1)
     x = rep.diagnosis
     assert x is not None and len(x.sources) == 1 and x.sources_cost["runs"] == 0
     assert "--max-sources 1" in (x.sources_note or "")
     with pytest.raises(UsageError):
-        diagnose(target("two_sources"), ablate=[], max_sources=-1)
+        diagnose(zoo("two_sources"), ablate=[], max_sources=-1)
 
 
-def test_an_undrawn_generator_is_no_source(tmp: Path) -> None:
+def test_an_undrawn_generator_is_no_source(tmp_path: Path) -> None:
     """A private generator seeded differently counts only once it was drawn from by the step."""
-    replay = tmp / "synthetic"
-    replay.mkdir()
+    replay = tmp_path
     for run, fp in ((1, "a"), (2, "b")):
         recs = [{"key": "f.py:3#0", "kind": "torch", "event": 0, "how": "entropy",
                  "created": True, "fp": fp, "location": {"file": "f.py", "line": 3,

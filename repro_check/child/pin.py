@@ -79,6 +79,7 @@ class Pins:
         self.dir = Path(plan["dir"])
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run = run
+        self.pid = os.getpid()  # a forked DataLoader worker notes nothing
         self.records = self.dir / RECORDS.format(run=run)
         self.records.write_text("")
         self.pins: list[dict[str, Any]] = list(plan.get("pins", []))
@@ -95,6 +96,8 @@ class Pins:
 
     # ---- records -------------------------------------------------------------------------
     def note(self, record: dict[str, Any]) -> None:
+        if os.getpid() != self.pid:
+            return
         with self.lock, self.records.open("a") as f:
             f.write(json.dumps(record, default=str) + "\n")
 
@@ -117,6 +120,8 @@ class Pins:
     # ---- private generators --------------------------------------------------------------
     def seeded(self, obj: Any, kind: str, how: str) -> None:
         """A generator the script made was created or seeded: note it (and pin it)."""
+        if os.getpid() != self.pid:
+            return
         entry = self.generators.get(id(obj))
         if entry is None or entry[2] is not obj:
             stack = user_stack()
@@ -327,7 +332,16 @@ def _track_generators(pins: Pins) -> None:
     base = torch.Generator
     _BASE.append(base)
 
-    class Generator(base):  # type: ignore[misc, valid-type]
+    class Checked(type(base)):  # type: ignore[misc]
+        """Generators made before tracking (``torch.default_generator``) are still Generators."""
+
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, base)
+
+        def __subclasscheck__(cls, sub: Any) -> bool:
+            return issubclass(sub, base)
+
+    class Generator(base, metaclass=Checked):  # type: ignore[misc, valid-type]
         """``torch.Generator``, noting where the script makes and seeds one."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:

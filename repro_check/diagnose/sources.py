@@ -219,6 +219,8 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
             break
     if len(sources) >= max_sources and sources[-1].pin is not None:
         part.sources_note = (f"stopped at --max-sources {max_sources}: there may be more sources")
+    elif runs and current.reproducible and part.sources_note is None:
+        part.sources_note = f"with the {len(sources)} source(s) above pinned, the runs agree"
     part.sources = [s.to_dict() for s in sources]
     part.sources_cost = {"runs": runs, "seconds": round(time.monotonic() - started, 3)}
     if not keep_replay:
