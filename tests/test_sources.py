@@ -91,7 +91,8 @@ def test_three_sources_at_the_same_step(three: CliResult) -> None:
     assert "Sources of non-determinism, in the order found (3;" in out
     assert "1. rng · step 1 · rng.numpy" in out and "3. data · step 1 · batch" in out
     assert "three_sources.py:16 in main" in out
-    assert "with the 3 source(s) above pinned, the runs agree" in out
+    assert r["sources_note"].startswith("with the 3 source(s) above pinned, the runs agree "
+                                        "(replayed batches stand for everything")
 
 
 def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:

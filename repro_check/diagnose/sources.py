@@ -221,6 +221,11 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
         part.sources_note = (f"stopped at --max-sources {max_sources}: there may be more sources")
     elif runs and current.reproducible and part.sources_note is None:
         part.sources_note = f"with the {len(sources)} source(s) above pinned, the runs agree"
+        replayed = sorted({p["kind"] for p in pins} & {"data", "compute"})
+        if replayed:  # a replay stands for everything that made the value: said, not hidden
+            part.sources_note += (" (replayed " + " and ".join(
+                {"data": "batches", "compute": "op outputs"}[k] for k in replayed) +
+                " stand for everything that made them: a source inside those is not seen)")
     part.sources = [s.to_dict() for s in sources]
     part.sources_cost = {"runs": runs, "seconds": round(time.monotonic() - started, 3)}
     if not keep_replay:

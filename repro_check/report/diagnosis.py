@@ -127,7 +127,7 @@ def sources_block(sources: list[dict[str, Any]], cost: dict[str, Any] | None,
         out.append(Text(f"   pinned by {pinned}" if pinned else "   not pinned (the last)",
                         style="dim"))
     if note:
-        out.append(Text(note, style="dim" if note.endswith("the runs agree") else "yellow"))
+        out.append(Text(note, style="dim" if "the runs agree" in note else "yellow"))
     return out
 
 
