@@ -201,8 +201,13 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     emit(header_line(header))
     components = config.get("components", [])
     flag_ops = bool(config.get("warn_only")) and "deterministic_algorithms" in components
+    from repro_check.child import pin
+
+    pins = pin.from_environment()  # diagnose's pins: before the recorder, which sees their batches
     recorder = recorder_class(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
                               flag_ops=flag_ops).install()
+    if pins is not None:
+        pins.attach(recorder)
     _flush_before_os_exit(recorder)
     overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()
     recorder.watchers.append(overrides.check)

@@ -260,7 +260,7 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
                          trace_dir=ns.trace_dir)
     report = diagnose(
         options, ablate=[] if ns.no_ablation else ns.ablate, localize=not ns.no_localize,
-        listener=Progress(2, quiet=ns.quiet),
+        max_sources=ns.max_sources, keep_replay=ns.keep_replay, listener=Progress(2, quiet=ns.quiet),
         log=None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False)),
     )
     print_diagnosis(report, make_console(file=summary_stream(ns.json_path)))

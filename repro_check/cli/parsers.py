@@ -231,5 +231,9 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ablation", action="store_true", help="skip the seeding ablation")
     p.add_argument("--no-localize", action="store_true",
                    help="do not replay a compute divergence to find the op")
+    p.add_argument("--max-sources", type=int, default=5, metavar="N",
+                   help="find up to N sources, pinning each and going on (0: the first only)")
+    p.add_argument("--keep-replay", action="store_true",
+                   help="keep what the pinned runs replayed (in the trace folder)")
     add_parallel_options(p)
     return p

@@ -25,6 +25,7 @@ from typing import Any
 
 from repro_check.child import seeding
 from repro_check.diagnose.localize import Localization, compare
+from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
@@ -142,6 +143,8 @@ def diagnose(
     *,
     ablate: Sequence[str] | None = None,
     localize: bool = True,
+    max_sources: int = DEFAULT_MAX_SOURCES,
+    keep_replay: bool = False,
     listener: Listener | None = None,
     log: Log | None = None,
     **run_options: Any,
@@ -153,13 +156,17 @@ def diagnose(
     ``ablate``: the components to test one by one (default: every component that is on; an empty
     list skips the ablation). Returns the check's :class:`Report` with its ``diagnosis`` part
     (``culprit``, ``culprit_op``, ``localization``, ``flagged_ops``, ``ablation``,
-    ``necessary_components`` in the JSON). Raises :class:`UsageError` for bad arguments.
+    ``necessary_components`` in the JSON). ``max_sources``: how many sources to look for by
+    pinning each and going on (``sources``; 0 looks no further than the first divergence);
+    ``keep_replay`` keeps what the pinned pairs replayed. Raises :class:`UsageError` for bad arguments.
     """
     if isinstance(options, str):
         options = options_of(options, **run_options)
     elif run_options:
         raise TypeError("give the run options in RunOptions or as keywords, not both")
     say = log or (lambda text: None)
+    if isinstance(max_sources, bool) or not isinstance(max_sources, int) or max_sources < 0:
+        raise UsageError(f"--max-sources must be a whole number from 0, got {max_sources!r}")
     base_off = list(options.without or ())
     on = seeding.select_components(base_off)  # unknown names: one clear line
     seeding.select_components(ablate or ())
@@ -173,7 +180,8 @@ def diagnose(
     collector = Collector(listener)
     baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
     say(f"check: two runs under {baseline} (deterministic algorithms in warn-only mode)")
-    report = run_check(common.replace(trace_dir=str(folder / "check")), collector)
+    report = run_check(plan(common, folder / "check", []) if max_sources else
+                       common.replace(trace_dir=str(folder / "check")), collector)
     part = DiagnosisPart(flagged_ops=flagged_ops(collector.flagged))
     report.diagnosis = part
     if report.error is not None or report.interrupted:
@@ -187,6 +195,10 @@ def diagnose(
                 part.culprit, part.culprit_op = loc.module, loc.op
         if note:
             report.warnings.append(note)
+    if max_sources:
+        find_sources(report, part, common, folder, say,
+                     lambda step, opts, where: _localize(step, where, opts, say),
+                     max_sources, keep_replay)
 
     if components:
         _ablation(report, part, components, base_off, baseline, common, folder, say)

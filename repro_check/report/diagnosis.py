@@ -86,7 +86,49 @@ def diagnosis(report: Report) -> Group:
                                    ", ".join(needed) if needed else "none"))
     if x.ablation_note:
         parts.append(Text(x.ablation_note, style="dim"))
+    parts.extend(sources_block(x.sources, x.sources_cost, x.sources_note))
     return Group(*parts)
+
+
+def _where(loc: dict[str, Any] | None) -> str:
+    return f"{loc.get('file')}:{loc.get('line')} in {loc.get('function')}" if loc else ""
+
+
+def sources_block(sources: list[dict[str, Any]], cost: dict[str, Any] | None,
+                  note: str | None) -> list[Any]:
+    """Every source found by pinning and going on: one block each, the first in full."""
+    if cost is None:
+        return []
+    out: list[Any] = []
+    spent = f"{cost.get('runs', 0)} pinned runs, {cost.get('seconds', 0):.1f} s"
+    if not sources:
+        out.append(Text(f"Sources: none: the runs agree ({spent})", style="dim"))
+        return out
+    out.append(Text(f"Sources of non-determinism, in the order found ({len(sources)}; {spent})",
+                    style="bold underline"))
+    for n, src in enumerate(sources, 1):
+        step = f"step {src['step']}" if src.get("step") else "final metrics"
+        head = Text.assemble((f"{n}. ", "bold"), (str(src.get("cause")), "bold"),
+                             f" · {step} · {src.get('signal')}")
+        if src.get("culprit_op"):
+            head.append(f" · {src.get('culprit') or '(outside any module)'} · "
+                        f"{src['culprit_op']}", style="bold red")
+        out.append(head)
+        loc = src.get("location")
+        if loc:
+            out.append(Text(f"   at {_where(loc)}"))
+        if n == 1 or not loc:
+            if src.get("detail"):
+                out.append(Text(f"   {src['detail']}", style="dim"))
+        if n == 1:
+            for frame in (src.get("stack") or [])[:-1][::-1]:
+                out.append(Text(f"     called from {_where(frame)}", style="dim"))
+        pinned = src.get("pinned_by")
+        out.append(Text(f"   pinned by {pinned}" if pinned else "   not pinned (the last)",
+                        style="dim"))
+    if note:
+        out.append(Text(note, style="dim" if "the runs agree" in note else "yellow"))
+    return out
 
 
 def print_diagnosis(report: Report, console: Console | None = None) -> None:

@@ -79,12 +79,18 @@ class DiagnosisPart:
     ablation: list[dict[str, Any]] | None = None
     necessary_components: list[str] | None = None
     ablation_note: str | None = None
+    #: every source found by pinning one and going on (:mod:`repro_check.diagnose.sources`)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    sources_cost: dict[str, Any] | None = None
+    sources_note: str | None = None
+    replay_dirs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"culprit": self.culprit, "culprit_op": self.culprit_op,
                 "localization": self.localization, "flagged_ops": self.flagged_ops,
                 "ablation": self.ablation, "necessary_components": self.necessary_components,
-                "ablation_note": self.ablation_note}
+                "ablation_note": self.ablation_note, "sources": self.sources,
+                "sources_cost": self.sources_cost, "sources_note": self.sources_note}
 
 
 @dataclass

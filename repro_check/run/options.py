@@ -61,6 +61,8 @@ class RunOptions:
     probe_step: int | None = None
     #: ``--across AXIS=A,B`` flags as written: run in each environment and compare them
     across: tuple[str, ...] | None = None
+    #: a pin plan of ``diagnose`` (:mod:`repro_check.child.pin`): a JSON file the runs read
+    pin_plan: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("args", "without", "across"):

@@ -22,6 +22,7 @@ from typing import Any
 
 from repro_check import targets
 from repro_check.child import watch
+from repro_check.child.pin import PLAN_VAR
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import signals
 from repro_check.run.options import RunOptions
@@ -217,7 +218,8 @@ class Session:
             RunSpec(index=i, target=self.target, args=o.target_args, seed=o.run_seed,
                     components=o.components, threads=o.run_threads, max_steps=o.max_steps,
                     timeout=o.timeout, trace_path=self.folder / f"run-{i}.jsonl",
-                    launcher=self.launcher, warn_only=o.warn_only, probe_step=o.probe_step)
+                    launcher=self.launcher, warn_only=o.warn_only, probe_step=o.probe_step,
+                    extra_env={PLAN_VAR: o.pin_plan} if o.pin_plan else {})
             for i in range(1, self.runs + 1)
         ]
 

@@ -1,0 +1,478 @@
+"""Pins inside a run, for ``diagnose``'s search for every source of non-determinism.
+
+Once a source is found at step K, the next pair of runs is made identical at that source so
+that the runs can go on to the next one. The pair runs one after the other: run 1 records what
+the pins need into the pair's replay folder, run 2 loads it at the same point.
+
+* ``rng``: the global stream that differed; run 1 saves its full state at the start of step K,
+  run 2 loads it there.
+* ``generator``: a private generator (``torch.Generator``, ``np.random.default_rng``,
+  ``random.Random``) created by the script; run 2 gives it run 1's state after each seeding.
+* ``data``: every batch from step K on is saved by run 1 and substituted in run 2.
+* ``compute``: every output of one op from step K on is saved by run 1 and substituted in run 2.
+
+Both runs also note where the script creates and seeds private generators and reseeds the
+global streams (``generators-N.jsonl``): a generator seeded from entropy or the clock is a source
+no global-stream fingerprint sees. Only calls made directly from the script's own code count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import sysconfig
+import threading
+import traceback
+import zlib
+from pathlib import Path
+from typing import Any
+
+#: the variable naming the pair's plan (a JSON file)
+PLAN_VAR = "REPRO_CHECK_PINS"
+#: the file of a run's generator and reseeding records, in the replay folder
+RECORDS = "generators-{run}.jsonl"
+
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY = tuple(p + os.sep for p in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib",
+                                                                      "purelib", "platlib")} if p)
+_WORKLOADS = os.path.join(_OWN, "workloads") + os.sep
+
+
+def user_file(path: str) -> bool:
+    """A frame of the script's own code: not Python's library, site-packages or repro-check."""
+    if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
+        return False
+    path = os.path.abspath(path)
+    if path.startswith(_OWN):
+        return path.startswith(_WORKLOADS)
+    return not path.startswith(_LIBRARY)
+
+
+def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
+    """The user frames of the stack, innermost last; None when ``direct`` and the direct caller
+    is not user code (a generator torch or the library makes for itself)."""
+    import random
+
+    def ours(path: str) -> bool:  # our wrappers (this module, the seeding watch), random.py
+        path = os.path.abspath(path)
+        return path == os.path.abspath(random.__file__) or (
+            path.startswith(_OWN) and not path.startswith(_WORKLOADS))
+
+    frames = traceback.extract_stack()[:-1]
+    while frames and ours(frames[-1].filename):
+        frames.pop()
+    if not frames or (direct and not user_file(frames[-1].filename)):
+        return None
+    return [{"file": f.filename, "line": f.lineno, "function": f.name}
+            for f in frames if user_file(f.filename)][-8:]
+
+
+def _digest(value: Any) -> str:
+    return f"{zlib.crc32(json.dumps(value, default=str).encode()) & 0xFFFFFFFF:08x}"
+
+
+class Pins:
+    """The pins and records of one run (see the module docstring)."""
+
+    def __init__(self, plan: dict[str, Any], run: int) -> None:
+        self.dir = Path(plan["dir"])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.run = run
+        self.pid = os.getpid()  # a forked DataLoader worker notes nothing
+        self.records = self.dir / RECORDS.format(run=run)
+        self.records.write_text("")
+        self.pins: list[dict[str, Any]] = list(plan.get("pins", []))
+        self.lock = threading.RLock()
+        self.recorder: Any = None
+        #: tracked generators: id -> [key, kind, object, state after seeding, drawn]
+        self.generators: dict[int, list[Any]] = {}
+        self.sites: dict[str, int] = {}
+        self.events: dict[str, int] = {}
+        self.pinned_keys = {p["key"] for p in self.pins if p["kind"] == "generator"}
+        self.source_states = self._source_states() if run != 1 and self.pinned_keys else {}
+        self.fetches: dict[int, int] = {}
+        self.op_calls: dict[int, int] = {}
+
+    # ---- records -------------------------------------------------------------------------
+    def note(self, record: dict[str, Any]) -> None:
+        if os.getpid() != self.pid:
+            return
+        with self.lock, self.records.open("a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+
+    def step(self) -> int:
+        """The step in progress."""
+        return (self.recorder.step if self.recorder is not None else 0) + 1
+
+    def _source_states(self) -> dict[tuple[str, int], Any]:
+        """Run 1's state of each pinned generator after each of its seedings."""
+        out: dict[tuple[str, int], Any] = {}
+        path = self.dir / RECORDS.format(run=1)
+        if not path.exists():
+            return out
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("key") in self.pinned_keys and "state" in rec:
+                out[(rec["key"], rec["event"])] = rec["state"]
+        return out
+
+    # ---- private generators --------------------------------------------------------------
+    def seeded(self, obj: Any, kind: str, how: str) -> None:
+        """A generator the script made was created or seeded: note it (and pin it)."""
+        if os.getpid() != self.pid:
+            return
+        entry = self.generators.get(id(obj))
+        if entry is None or entry[2] is not obj:
+            stack = user_stack()
+            if stack is None:
+                return
+            site = f"{stack[-1]['file']}:{stack[-1]['line']}"
+            n = self.sites.get(site, 0)
+            self.sites[site] = n + 1
+            entry = [f"{site}#{n}", kind, obj, None, False]
+            self.generators[id(obj)] = entry
+            location, created = stack[-1], True
+        else:
+            stack = user_stack() or []
+            location, created = (stack[-1] if stack else None), False
+        key = entry[0]
+        event = self.events.get(key, 0)
+        self.events[key] = event + 1
+        pinned = self.source_states.get((key, event))
+        if pinned is not None:
+            _set_state(kind, obj, pinned)
+        state = _get_state(kind, obj)
+        entry[3], entry[4] = _digest(state), False
+        self.note({"key": key, "kind": kind, "event": event, "how": how, "created": created,
+                   "step": self.step(), "state": state, "fp": entry[3], "pinned": pinned is not None,
+                   "location": location, "stack": stack})
+
+    def check_drawn(self) -> None:
+        """After each step: the generators drawn from for the first time since their seeding."""
+        for entry in list(self.generators.values()):
+            key, kind, obj, fp, drawn = entry
+            if drawn:
+                continue
+            try:
+                now = _digest(_get_state(kind, obj))
+            except Exception:  # noqa: BLE001 - never break the target
+                continue
+            if now != fp:
+                entry[4] = True
+                self.note({"key": key, "drawn": self.step() - 1})
+
+    def reseeded(self, stream: str, how: str) -> None:
+        """The script reseeded a global stream."""
+        stack = user_stack()
+        if stack is not None:
+            self.note({"stream": stream, "how": how, "step": self.step(),
+                       "location": stack[-1], "stack": stack})
+
+    # ---- global streams --------------------------------------------------------------------
+    def step_start(self, step: int) -> None:
+        """The start of ``step``: save (run 1) or load (run 2) the pinned streams' states."""
+        streams = [p["stream"] for p in self.pins if p["kind"] == "rng" and p["step"] == step]
+        if not streams:
+            return
+        import torch
+
+        for stream in streams:
+            path = self.dir / f"rng-{stream}-{step}.pt"
+            if self.run == 1:
+                torch.save(_stream_state(stream), path)
+            elif path.exists():
+                _set_stream_state(stream, torch.load(path, weights_only=False))
+        if self.run != 1 and self.recorder is not None and self.recorder.signals is not None:
+            from repro_check.child import rngstate
+
+            signals = self.recorder.signals
+            with self.recorder.quiet():
+                signals.rng = rngstate.signals(signals.cuda)
+
+    def _from(self, kind: str) -> int | None:
+        steps = [p["step"] for p in self.pins if p["kind"] == kind]
+        return min(steps) if steps else None
+
+    # ---- batches ---------------------------------------------------------------------------
+    def batch(self, item: Any) -> Any:
+        """A DataLoader's batch: saved (run 1) or replaced by run 1's (run 2) from the pinned step."""
+        first = self._from("data")
+        step = self.step()
+        if first is None or step < first:
+            return item
+        import torch
+
+        n = self.fetches.get(step, 0)
+        self.fetches[step] = n + 1
+        path = self.dir / f"batch-{step}-{n}.pt"
+        if self.run == 1:
+            torch.save(item, path)
+            return item
+        return torch.load(path, weights_only=False) if path.exists() else item
+
+    # ---- op outputs ------------------------------------------------------------------------
+    def op_output(self, func: Any, out: Any) -> Any:
+        """An output of the pinned op: saved (run 1) or replaced by run 1's (run 2)."""
+        import torch
+
+        step = self.step()
+        n = self.op_calls.get(step, 0)
+        self.op_calls[step] = n + 1
+        path = self.dir / f"op-{step}-{n}.pt"
+        if self.run == 1:
+            torch.save(_detached(out), path)
+            if not self.op_calls.get(-1):
+                self.op_calls[-1] = 1
+                stack = user_stack(direct=False)
+                if stack:  # where the script calls the op: the source's location
+                    self.note({"op_site": func._schema.name, "step": step,
+                               "location": stack[-1], "stack": stack})
+            return out
+        if not path.exists():
+            return out
+        saved = torch.load(path, weights_only=False)
+        return _like(out, saved)
+
+    # ---- installing ------------------------------------------------------------------------
+    def install(self) -> Pins:
+        """What must come before the step recorder (so that it sees substituted batches)."""
+        _track_generators(self)
+        _track_reseeding(self)
+        if self._from("data") is not None:
+            from torch.utils.data import dataloader
+
+            cls = dataloader._BaseDataLoaderIter
+            original = cls.__next__
+            pins = self
+
+            def __next__(it: Any) -> Any:
+                return pins.batch(original(it))
+
+            cls.__next__ = __next__  # type: ignore[method-assign]
+        return self
+
+    def attach(self, recorder: Any) -> None:
+        """Hook the step recorder: step starts, and the generators' draws after each step."""
+        self.recorder = recorder
+        signals = recorder.signals
+        original = signals.step_starts
+
+        def step_starts() -> None:
+            if signals.rng is None and recorder.step == 0:
+                signals.rng = {}  # not taken again while we set the states
+                self.step_start(1)
+                signals.rng = None
+            original()
+
+        signals.step_starts = step_starts
+
+        def after_step() -> None:
+            self.check_drawn()
+            self.step_start(recorder.step + 1)
+
+        recorder.watchers.append(after_step)
+        ops = [p for p in self.pins if p["kind"] == "compute"]
+        if ops:
+            _replay_op(self, ops[0]["op"], min(p["step"] for p in ops))
+
+
+def from_environment() -> Pins | None:
+    """The run's pins when ``diagnose`` asked for them (installed), else None."""
+    path = os.environ.pop(PLAN_VAR, None)
+    if not path:
+        return None
+    plan = json.loads(Path(path).read_text())
+    run = int(os.environ.get("REPRO_CHECK_RUN_INDEX", "1"))
+    return Pins(plan, run).install()
+
+
+# ---- generator states ------------------------------------------------------------------------
+def _get_state(kind: str, obj: Any) -> Any:
+    if kind == "torch":
+        return int(obj.initial_seed()) if _fresh(obj) else obj.get_state().tolist()
+    if kind == "numpy":
+        return obj.bit_generator.state
+    return list(obj.getstate())
+
+
+#: torch's own Generator class, before tracking replaced it
+_BASE: list[Any] = []
+
+
+def _fresh(obj: Any) -> bool:
+    """A torch generator not drawn from since its seeding is known by its seed alone."""
+    import torch
+
+    probe = _BASE[0](device=obj.device)
+    probe.manual_seed(obj.initial_seed())
+    return bool(torch.equal(probe.get_state(), obj.get_state()))
+
+
+def _set_state(kind: str, obj: Any, state: Any) -> None:
+    if kind == "torch":
+        if isinstance(state, int):
+            _BASE[0].manual_seed(obj, state)  # the untracked method
+        else:
+            import torch
+
+            obj.set_state(torch.tensor(state, dtype=torch.uint8))
+    elif kind == "numpy":
+        obj.bit_generator.state = state
+    else:
+        version, words, gauss = state
+        obj.setstate((version, tuple(words), gauss))
+
+
+def _track_generators(pins: Pins) -> None:
+    import random
+
+    import torch
+
+    base = torch.Generator
+    _BASE.append(base)
+
+    class Checked(type(base)):  # type: ignore[misc]
+        """Generators made before tracking (``torch.default_generator``) are still Generators."""
+
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, base)
+
+        def __subclasscheck__(cls, sub: Any) -> bool:
+            return issubclass(sub, base)
+
+    class Generator(base, metaclass=Checked):  # type: ignore[misc, valid-type]
+        """``torch.Generator``, noting where the script makes and seeds one."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pins.seeded(self, "torch", "default")
+
+        def manual_seed(self, seed: Any) -> Any:
+            out = super().manual_seed(seed)
+            pins.seeded(self, "torch", "manual_seed")
+            return out
+
+        def seed(self) -> int:
+            out = super().seed()
+            pins.seeded(self, "torch", "entropy")
+            return out
+
+    Generator.__name__ = Generator.__qualname__ = "Generator"
+    Generator.__module__ = "torch"
+    torch.Generator = Generator  # type: ignore[misc]
+
+    class Random(random.Random):
+        """``random.Random``, noting where the script makes and seeds one."""
+
+        def seed(self, a: Any = None, version: int = 2) -> None:
+            super().seed(a, version)
+            pins.seeded(self, "python", "entropy" if a is None else "seed")
+
+    Random.__module__ = "random"
+    random.Random = Random  # type: ignore[misc]
+    np = sys.modules.get("numpy")
+    if np is None:
+        return
+    original = np.random.default_rng
+
+    def default_rng(seed: Any = None) -> Any:
+        rng = original(seed)
+        if not isinstance(seed, np.random.Generator):
+            pins.seeded(rng, "numpy", "entropy" if seed is None else "seed")
+        return rng
+
+    np.random.default_rng = default_rng
+
+
+def _track_reseeding(pins: Pins) -> None:
+    import random
+
+    import torch
+
+    def wrap(owner: Any, name: str, stream: str) -> None:
+        original = getattr(owner, name)
+
+        def reseed(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            entropy = name == "seed" and not args and not kwargs
+            pins.reseeded(stream, "entropy" if entropy else name)
+            return out
+
+        setattr(owner, name, reseed)
+
+    wrap(random, "seed", "python")
+    wrap(torch, "seed", "torch")
+    wrap(torch, "manual_seed", "torch")
+    np = sys.modules.get("numpy")
+    if np is not None:
+        wrap(np.random, "seed", "numpy")
+
+
+def _stream_state(stream: str) -> Any:
+    import random
+
+    import torch
+
+    if stream == "python":
+        return random.getstate()
+    if stream == "numpy":
+        return sys.modules["numpy"].random.get_state()
+    if stream == "cuda":
+        return torch.cuda.get_rng_state_all()
+    return torch.get_rng_state()
+
+
+def _set_stream_state(stream: str, state: Any) -> None:
+    import random
+
+    import torch
+
+    if stream == "python":
+        random.setstate(state)
+    elif stream == "numpy":
+        sys.modules["numpy"].random.set_state(state)
+    elif stream == "cuda":
+        torch.cuda.set_rng_state_all(state)
+    else:
+        torch.set_rng_state(state)
+
+
+# ---- op outputs ------------------------------------------------------------------------------
+def _detached(out: Any) -> Any:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.detach().cpu().clone()
+    if isinstance(out, (tuple, list)):
+        return type(out)(_detached(o) for o in out)
+    return out
+
+
+def _like(out: Any, saved: Any) -> Any:
+    """Run 1's output in the place of this run's, where shape and dtype agree."""
+    import torch
+
+    if isinstance(out, torch.Tensor) and isinstance(saved, torch.Tensor):
+        if out.shape == saved.shape and out.dtype == saved.dtype:
+            return saved.to(out.device)
+        return out
+    if isinstance(out, (tuple, list)) and isinstance(saved, (tuple, list)) \
+            and len(out) == len(saved):
+        return type(out)(_like(o, s) for o, s in zip(out, saved))
+    return out
+
+
+def _replay_op(pins: Pins, op: str, first: int) -> None:
+    """A dispatch mode, on from the start, that hands every output of ``op`` from step ``first``
+    on to :meth:`Pins.op_output`."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Replay(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if pins.step() >= first and func._schema.name == op:
+                out = pins.op_output(func, out)
+            return out
+
+    Replay().__enter__()

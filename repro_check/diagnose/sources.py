@@ -1,0 +1,235 @@
+"""``diagnose``: every source of non-determinism, not just the first ("pin and go on").
+
+Once two runs diverge everything after differs, so a later source hides behind the first one.
+Each source found at step K is pinned (:mod:`repro_check.child.pin`) in the next pair of runs,
+which then goes on to its own first divergence (fail-fast), until the runs agree or
+``max_sources`` are found. Within a step the order is: a global RNG stream, a private generator
+(by creation), the batch, the computation; the final metrics last (they need no pin).
+
+A pin covers exactly the source it was made for: a stream's state, one generator's seeding, the
+batches, or one op's outputs; anything else that differs at the same step still shows.
+
+What run 1 of a pair records for run 2 lives in the pair's ``replay/`` folder on disk and is
+deleted at the end unless ``keep_replay``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro_check.child.pin import RECORDS
+from repro_check.diagnose.localize import Localization
+from repro_check.report.model import DiagnosisPart, Report
+from repro_check.run.check import run_check
+from repro_check.run.options import RunOptions
+
+Log = Callable[[str], None]
+#: replays a pair to ``step`` recording every op there: (step, options, folder)
+Localizer = Callable[[int, RunOptions, Path], "tuple[Localization | None, str | None]"]
+
+#: sources looked for unless told otherwise
+DEFAULT_MAX_SOURCES = 5
+
+
+@dataclass
+class Source:
+    """One source of non-determinism, and the pin that took it out of the next pair."""
+
+    step: int | None
+    signal: str | None
+    cause: str | None
+    detail: str | None = None
+    culprit: str | None = None
+    culprit_op: str | None = None
+    location: dict[str, Any] | None = None
+    stack: list[dict[str, Any]] | None = None
+    pin: dict[str, Any] | None = None
+    pinned_by: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "signal": self.signal, "cause": self.cause,
+                "detail": self.detail, "culprit": self.culprit, "culprit_op": self.culprit_op,
+                "location": self.location, "stack": self.stack or [],
+                "pinned_by": self.pinned_by}
+
+
+def plan(options: RunOptions, folder: Path, pins: list[dict[str, Any]]) -> RunOptions:
+    """The options of a pair that tracks generators and applies ``pins`` (run 1 records)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pins.json"
+    path.write_text(json.dumps({"dir": str(folder / "replay"), "pins": pins}))
+    return options.replace(pin_plan=str(path), trace_dir=str(folder))
+
+
+def _records(replay: Path, run: int) -> list[dict[str, Any]]:
+    path = replay / RECORDS.format(run=run)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _private(replay: Path, step: int, pinned: set[str]) -> Source | None:
+    """The first generator the script made whose seeding differs between the runs and that was
+    drawn from by the end of ``step``."""
+    a, b = _records(replay, 1), _records(replay, 2)
+    seeds_b = {(r["key"], r["event"]): r["fp"] for r in b if "event" in r}
+    drawn = {r["key"]: r["drawn"] for r in a + b if "drawn" in r}
+    created = {r["key"]: r for r in a if r.get("created")}
+    for rec in a:
+        key = rec.get("key")
+        if "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
+            continue
+        if seeds_b.get((key, rec["event"])) == rec["fp"]:
+            continue
+        first = created.get(key, rec)
+        kind = {"torch": "torch.Generator", "numpy": "numpy Generator (default_rng)",
+                "python": "random.Random"}[rec["kind"]]
+        how = {"entropy": "seeded from OS entropy (no seed given)",
+               "manual_seed": "seeded with a value that differs between runs (the clock?)",
+               "seed": "seeded with a value that differs between runs (the clock?)",
+               "default": "seeded differently"}.get(rec["how"], rec["how"])
+        loc = first.get("location") or {}
+        seeded = rec.get("location") or {}
+        where = f" at {seeded.get('file')}:{seeded.get('line')}" if seeded != loc else ""
+        return Source(step, None, "rng",
+                      detail=f"a {kind} made at {loc.get('file')}:{loc.get('line')}, {how}{where}"
+                             f"; first drawn from at step {drawn.get(key)}",
+                      location=loc or None, stack=first.get("stack"),
+                      pin={"kind": "generator", "key": key},
+                      pinned_by=f"the {kind}'s state from run 1 after each seeding")
+    return None
+
+
+def _stream(replay: Path, stream: str, step: int) -> Source:
+    """A global stream differing at the start of ``step``: where the script last reseeded it."""
+    reseeds = [r for r in _records(replay, 1) + _records(replay, 2)
+               if r.get("stream") == stream and r.get("step", 0) <= step]
+    last = reseeds[-1] if reseeds else None
+    detail = f"the global {stream} stream differs at the start of step {step}"
+    if last is not None:
+        loc = last["location"]
+        how = "from entropy" if last["how"] == "entropy" else f"with {last['how']}()"
+        detail += f"; reseeded {how} at {loc['file']}:{loc['line']}"
+    return Source(step, f"rng.{stream}", "rng", detail=detail,
+                  location=last["location"] if last else None,
+                  stack=last["stack"] if last else None,
+                  pin={"kind": "rng", "stream": stream, "step": step},
+                  pinned_by=f"run 1's {stream} state at the start of step {step}")
+
+
+def _op_site(src: Source, replay: Path) -> None:
+    """Where the script called the pinned op, as run 1 of the pinned pair saw it."""
+    for rec in _records(replay, 1):
+        if rec.get("op_site") == src.culprit_op:
+            src.location, src.stack = rec.get("location"), rec.get("stack")
+            return
+
+
+def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
+             localize: Callable[[int], Localization | None]) -> Source | None:
+    """The source behind a pair's first divergence, with the pin that takes it out; None when the
+    runs agree or the divergence cannot be explained further (an error, the environment)."""
+    if report.reproducible or report.error is not None or report.interrupted:
+        return None
+    step, signal, cause = report.first_divergent_step, report.divergent_signal, report.cause
+    if cause == "environment":
+        return Source(step, signal, cause, detail=report.cause_detail)
+    if step is None:
+        return Source(None, signal, cause, detail=report.cause_detail)  # metrics: no pin needed
+    if cause == "rng" and signal and signal.startswith("rng."):
+        return _stream(replay, signal.split(".", 1)[1], step)
+    pinned = {p["key"] for p in pins if p["kind"] == "generator"}
+    found = _private(replay, step, pinned)
+    if found is not None:
+        found.signal = signal
+        return found
+    if cause == "data":
+        return Source(step, signal, "data", detail=report.cause_detail,
+                      pin={"kind": "data", "step": step},
+                      pinned_by=f"run 1's batches from step {step} on")
+    src = Source(step, signal, cause, detail=report.cause_detail)
+    if cause == "compute":
+        loc = localize(step)
+        if loc is not None and loc.found:
+            src.culprit, src.culprit_op = loc.module, loc.op
+            src.detail = loc.detail
+            if loc.op and not any(p["kind"] == "compute" for p in pins):
+                src.pin = {"kind": "compute", "op": loc.op, "step": step}
+                src.pinned_by = f"run 1's outputs of {loc.op} from step {step} on"
+    return src
+
+
+def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder: Path,
+                 say: Log, localize: Localizer, max_sources: int = DEFAULT_MAX_SOURCES,
+                 keep_replay: bool = False) -> None:
+    """Fill ``part.sources`` from the check's pair (made with :func:`plan`), then pair after
+    pair of pinned runs."""
+    started = time.monotonic()
+    pins: list[dict[str, Any]] = []
+    sources: list[Source] = []
+    replays = [folder / "check" / "replay"]
+    current, runs = report, 0
+
+    def first_localization(step: int) -> Localization | None:
+        if part.localization and part.localization.get("step") == step:
+            loc = Localization(step)
+            loc.found = bool(part.localization.get("found"))
+            loc.module, loc.op = part.culprit, part.culprit_op
+            loc.detail = part.localization.get("detail")
+            return loc
+        return None
+
+    find: Callable[[int], Localization | None] = first_localization
+    while len(sources) < max_sources:
+        src = identify(current, replays[-1], pins, find)
+        if src is None:
+            break
+        if sources and src.pin is not None and src.pin in pins:
+            part.sources_note = (f"the pin of source {len(sources)} did not take out its "
+                                 f"divergence at step {src.step}: stopping here")
+            break
+        sources.append(src)
+        say(f"source {len(sources)}: step {src.step} ({src.signal}), cause {src.cause}")
+        if src.pin is None or len(sources) >= max_sources:
+            break
+        pins.append(src.pin)
+        where = folder / f"pinned-{len(sources)}"
+        options = plan(common.replace(jobs=1, fail_fast=True), where, pins)
+        say(f"pinned: {src.pinned_by}; two more runs go on to the next divergence")
+        current = run_check(options)
+        runs += 2
+        replays.append(where / "replay")
+        if src.pin["kind"] == "compute":
+            _op_site(src, where / "replay")
+
+        def later(step: int, options: RunOptions = options, where: Path = where) -> \
+                Localization | None:
+            loc, note = localize(step, options.replace(fail_fast=False), where)
+            return loc
+
+        find = later
+        if current.error is not None:
+            part.sources_note = f"a pinned pair failed: {current.error}"
+            break
+    if len(sources) >= max_sources and sources[-1].pin is not None:
+        part.sources_note = (f"stopped at --max-sources {max_sources}: there may be more sources")
+    elif runs and current.reproducible and part.sources_note is None:
+        part.sources_note = f"with the {len(sources)} source(s) above pinned, the runs agree"
+        replayed = sorted({p["kind"] for p in pins} & {"data", "compute"})
+        if replayed:  # a replay stands for everything that made the value: said, not hidden
+            part.sources_note += (" (replayed " + " and ".join(
+                {"data": "batches", "compute": "op outputs"}[k] for k in replayed) +
+                " stand for everything that made them: a source inside those is not seen)")
+    part.sources = [s.to_dict() for s in sources]
+    part.sources_cost = {"runs": runs, "seconds": round(time.monotonic() - started, 3)}
+    if not keep_replay:
+        for replay in replays:
+            shutil.rmtree(replay, ignore_errors=True)
+    else:
+        part.replay_dirs = [str(r) for r in replays if r.exists()]
