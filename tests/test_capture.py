@@ -160,8 +160,8 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from repro_check.child import capture
 
-SIGNAL_ORDER = ["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "batch", "loss", "grads",
-                "params"]
+SIGNAL_ORDER = ["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "batch", "loss",
+                "grads", "params"]
 
 
 @contextmanager
@@ -180,8 +180,8 @@ def steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def train(order: list[int] | None = None, fetches_per_step: int = 1, steps_: int = 3,
-          draw: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
-    torch.manual_seed(0)
+          draw: Callable[[], Any] | None = None, init_seed: int = 0) -> list[dict[str, Any]]:
+    torch.manual_seed(init_seed)
     x = torch.arange(48, dtype=torch.float32).reshape(12, 4) / 48
     if order is not None:
         x = x[order]
@@ -206,6 +206,13 @@ def test_signals_recorded_in_the_order_a_step_happens() -> None:
         names = list(signals)
         assert {"batch", "loss", "grads", "params"} <= set(names)
         assert names == [n for n in SIGNAL_ORDER if n in names]
+
+
+def test_the_parameters_going_into_step_1_are_recorded_once() -> None:
+    plain, again, other = train(), train(), train(init_seed=1)
+    assert "init" in plain[0] and all("init" not in s for s in plain[1:])
+    assert plain[0]["init"] == again[0]["init"] != other[0]["init"]
+    assert plain[0]["batch"] == other[0]["batch"]  # only the model's start differs
 
 
 def test_a_permuted_batch_differs_and_accumulated_fetches_combine() -> None:
@@ -239,6 +246,7 @@ def test_without_optimizer_grads_come_from_the_leaves() -> None:
     got = steps(events)
     assert len(got) == 2 and all("grads" in s and "params" not in s for s in got)
     assert got[0]["grads"] != got[1]["grads"]
+    assert "init" in got[0] and "init" not in got[1]  # the leaves before the first backward
 
 
 def test_flagged_ops_are_reported_once_with_their_step() -> None:

@@ -11,8 +11,17 @@ from typing import Any
 import pytest
 
 from repro_check.api import check
-from repro_check.diagnose.diagnosis import PairResult, diagnose, verdicts
-from repro_check.report.model import Report
+from repro_check.errors import UsageError
+from repro_check.diagnose.diagnosis import (
+    THREADS_HINT,
+    PairResult,
+    diagnose,
+    explain_localization,
+    verdicts,
+)
+from repro_check.diagnose.localize import Localization
+from repro_check.report.model import DiagnosisPart, Report
+from repro_check.run.runner import RunResult
 
 from .conftest import FIXTURES, CliResult, run_cli, run_plain
 
@@ -64,6 +73,16 @@ def unpool(tmp: Path) -> Report:
 
 
 @pytest.fixture(scope="module")
+def own_generator(tmp: Path) -> Report:
+    return run("own_generator", tmp)
+
+
+@pytest.fixture(scope="module")
+def gan_workers(tmp: Path) -> Report:
+    return run("gan_workers", tmp)
+
+
+@pytest.fixture(scope="module")
 def hash_order(tmp: Path) -> CliResult:
     # the components a dataset order could plausibly depend on (all nine would triple the cost)
     return run_cli("diagnose", "zoo/hash_order.py:main", "--max-steps", "2", "--ablate",
@@ -86,10 +105,45 @@ def test_urandom_module_is_compute_and_the_culprit(urandom: Report) -> None:
     d = urandom.to_dict()
     assert d["cause"] == "compute" and d["first_divergent_step"] == 1
     assert d["divergent_signal"] in ("loss", "grads")
-    assert d["culprit"] == "encoder.2" and d["culprit_op"].startswith("aten::")
+    assert d["culprit"] == "Net.encoder.2" and d["culprit_op"].startswith("aten::")
     loc = d["localization"]
     assert loc["phase"] == "forward" and loc["step"] == 1 and loc["inputs_agree"] is False
-    assert loc["first_module_forward"] == "encoder.2"
+    assert loc["first_module_forward"] == "Net.encoder.2"
+
+
+def test_a_random_op_whose_generator_differs_is_rng_not_compute(own_generator: Report) -> None:
+    d = own_generator.to_dict()
+    assert d["divergent_signal"] == "loss" and d["first_divergent_step"] == 1
+    assert d["cause"] == "rng" and "not deterministic" not in d["cause_detail"]
+    assert d["culprit"] == "Net.encoder.2" and d["culprit_op"] == "aten::randn"
+    loc = d["localization"]
+    assert loc["cause"] == "rng" and loc["inputs_agree"] is True
+    assert "random generator it draws from is in a different state" in loc["detail"]
+
+
+def test_workers_batches_are_not_the_culprit_and_modules_are_qualified(
+        gan_workers: Report) -> None:
+    """Two DataLoader workers deliver the batches; both models have a ``main.1``."""
+    d = gan_workers.to_dict()
+    assert d["cause"] == "compute" and d["first_divergent_step"] == 1
+    assert d["culprit"] == "Discriminator.main.1", d["localization"]
+    assert d["culprit_op"] not in ("aten::set_", "aten::empty")
+    assert d["localization"]["phase"] == "forward"
+
+
+def test_threads_are_named_when_every_op_agrees_and_threads_were_not_pinned() -> None:
+    def explained(threads: int | None, overrides: list[dict[str, Any]]) -> str:
+        result = RunResult(1, overrides=overrides)
+        report = Report("t:main", [], 0, [], 2, [result], None, threads=threads)
+        loc = Localization(4, detail="all 120 recorded ops of step 4 agree in both replays")
+        explain_localization(report, DiagnosisPart(), loc)
+        assert report.diagnosis is None and report.cause is None
+        return loc.detail
+
+    assert explained(None, []).endswith(THREADS_HINT) and "--threads" in THREADS_HINT
+    assert explained(2, [{"component": "threads", "key": "set_num_threads", "value": 8}]) \
+        .endswith(THREADS_HINT)
+    assert THREADS_HINT not in explained(1, [])
 
 
 def test_nondeterministic_evaluation_is_metrics(eval_noise: Report) -> None:
@@ -146,7 +200,7 @@ def test_verdicts_need_a_reproducible_baseline() -> None:
 
 
 def test_diagnose_usage_errors() -> None:
-    res = run_plain("diagnose", "tiny:main", "--no-seed")
-    assert res.code == 2 and "full seeding" in res.stderr
+    with pytest.raises(UsageError, match="full seeding"):  # the Python API says why
+        diagnose("tiny:main", no_seed=True)
     res = run_plain("diagnose", "tiny:main", "--ablate", "numpi")
     assert res.code == 2 and "did you mean 'numpy'" in res.stderr

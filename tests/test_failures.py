@@ -307,8 +307,8 @@ def test_overridden_seeding_components_are_warnings_naming_them(tmp: Path) -> No
     for component in ("cudnn", "torch", "threads"):
         assert any(f"overrides seeding component {component!r}" in w for w in warnings), warnings
     for call in ("torch.seed", "torch.manual_seed"):  # the value differs between the runs
-        assert any(w.startswith(f"torch was reseeded differently in each run ({call};")
-                   for w in warnings), warnings
+        assert any(w.startswith(f"torch was reseeded differently in each run ({call} at "
+                                f"{FAIL / 'overrides.py'}:") for w in warnings), warnings
     assert "cudnn.benchmark = True" in flat(res.stdout)
     assert "thread count to 2" in flat(res.stdout)
     # the same override in every run is one line, not one a run

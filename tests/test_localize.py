@@ -49,3 +49,47 @@ def test_module_records_name_the_first_module_whose_output_differs() -> None:
     mods_b = [{"k": "module", "ph": "forward", "m": "enc.0", "in": "x", "out": "h"},
               {"k": "module", "ph": "forward", "m": "enc.1", "in": "h", "out": "o2"}]
     assert compare(1, mods_a, mods_b).first_module_forward == "enc.1"
+
+
+def test_a_random_op_with_the_same_inputs_means_its_generator_differs() -> None:
+    draw = ["[8, 4]", "<Generator>"]
+    a = [op("aten::linear", ["x", "w"], ["h"]), op("aten::randn", draw, ["n1"])]
+    b = [op("aten::linear", ["x", "w"], ["h"]), op("aten::randn", draw, ["n2"])]
+    loc = compare(1, a, b)
+    assert loc.found and loc.inputs_agree and loc.cause == "rng"
+    assert "not deterministic" not in loc.detail and "generator" in loc.detail
+    assert loc.to_dict()["cause"] == "rng"
+
+
+def test_a_random_fill_ignores_what_its_buffer_held() -> None:
+    # dropout on the CPU: empty_like (whatever the memory held), then bernoulli_ over it
+    a = [op("aten::empty_like", ["x"], ["junk1"]), op("aten::bernoulli_", ["junk1", "0.9"], ["m1"])]
+    b = [op("aten::empty_like", ["x"], ["junk2"]), op("aten::bernoulli_", ["junk2", "0.9"], ["m2"])]
+    loc = compare(1, a, b)
+    assert loc.op == "aten::bernoulli_" and loc.inputs_agree and loc.cause == "rng"
+
+
+def test_a_nondeterministic_op_stays_compute() -> None:
+    a = [op("aten::index_add", ["x", "i", "s"], ["r1"])]
+    b = [op("aten::index_add", ["x", "i", "s"], ["r2"])]
+    assert compare(1, a, b).cause == "compute"
+
+
+def test_ops_that_deliver_an_agreeing_batch_are_never_the_culprit() -> None:
+    """With DataLoader workers the main process receives batches (set_ on shared memory) at a
+    point of the step that depends on timing: in one run a prefetched batch arrives mid-step."""
+    model = [op("aten::linear", ["x", "w"], ["h"], "Net.fc"),
+             op("aten::add", ["h", "noise1"], ["o1"], "Net.noise")]
+    other = [op("aten::linear", ["x", "w"], ["h"], "Net.fc"),
+             op("aten::add", ["h", "noise2"], ["o2"], "Net.noise")]
+    def receive(batch: str) -> list[dict[str, Any]]:
+        return [op("aten::empty", ["[0]"], ["e"], None, "data"),
+                op("aten::set_", ["e", "<S>"], [batch], None, "data")]
+
+    a = [*receive("b1"), op("aten::_to_copy", ["b1"], ["b1"], None), *model]
+    b = [*receive("b2"), op("aten::_to_copy", ["b2"], ["b2"], None), *receive("b3"), *other]
+    loc = compare(3, a, b, batch_agreed=True)
+    assert loc.found and loc.module == "Net.noise" and loc.op == "aten::add"
+    assert loc.inputs_agree is False
+    # without knowing the batch agreed, the transfer is what differs first
+    assert compare(3, a, b).op == "aten::set_"

@@ -69,21 +69,21 @@ def test_identical_steps_agree_op_by_op() -> None:
     assert not loc.found and loc.ops_compared > 20
     ops = [r for r in a if r.get("k") == "op"]
     assert {"forward", "backward"} <= {r["ph"] for r in ops}
-    assert "aten::threshold_backward" in {r["op"] for r in ops if r["m"] == "1"}
+    assert "aten::threshold_backward" in {r["op"] for r in ops if r["m"] == "Sequential.1"}
 
 
 def test_forward_difference_names_module_and_op() -> None:
     loc = compare(3, one_step(shift=0.0), one_step(shift=1e-3))
     assert loc.found and loc.phase == "forward"
-    assert loc.module == "2" and loc.op == "aten::add"
+    assert loc.module == "Sequential.2" and loc.op == "aten::add"
     assert loc.inputs_agree is False and loc.differing_inputs == [1]
-    assert loc.first_module_forward == "2"
+    assert loc.first_module_forward == "Sequential.2"
 
 
 def test_backward_difference_is_attributed_to_the_module_that_made_the_node() -> None:
     loc = compare(3, one_step(grad_noise=0.0), one_step(grad_noise=1e-3))
     assert loc.found and loc.phase == "backward"
-    assert loc.module == "3.1" and loc.op == "aten::mul"
+    assert loc.module == "Sequential.3.1" and loc.op == "aten::mul"
     assert loc.first_module_forward is None and loc.first_module_backward is not None
 
 

@@ -1,5 +1,7 @@
 """SeedingWatch, in this process: each way a script undoes repro-check's seeding is reported once,
-naming its component, and a script that keeps the seeding gets no warning.
+naming its component, a script that keeps the seeding gets no warning, and a script that seeds a
+stream repro-check left alone (``--no-seed``, ``--without``) is reported with where its seed came
+from (the clock, OS entropy, an unseeded stream).
 
 The watch is set up as a run sets it up: the settings seeding applies are made here (seed,
 cuDNN flags, deterministic algorithms, thread count) and handed over as ``applied``. Everything
@@ -20,6 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
+from repro_check.child import clock  # noqa: E402
 from repro_check.child.watch import SeedingWatch, cross_run_notes  # noqa: E402
 
 SEED = 1234
@@ -41,7 +44,7 @@ def seeded(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     }
     # install() replaces these functions: monkeypatch puts the originals back
     for owner, name in ((torch, "seed"), (torch.random, "seed"), (random, "seed"),
-                        (np.random, "seed")):
+                        (np.random, "seed"), (torch, "manual_seed"), (torch.random, "manual_seed")):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     random.seed(SEED)
     np.random.seed(SEED)
@@ -118,21 +121,54 @@ def test_quiet_on_a_script_that_keeps_the_seeding(seeded: dict[str, Any]) -> Non
     assert w.check() == []
 
 
-def test_quiet_when_the_run_is_not_seeded(seeded: dict[str, Any]) -> None:
+HERE = os.path.abspath(__file__)
+
+
+def test_unseeded_run_reports_the_seeds_the_script_sets(seeded: dict[str, Any]) -> None:
+    """--no-seed: settings are nobody's override, but every seed the script sets is reported."""
     w = Watched(seeded, seed=None)
     torch.backends.cudnn.benchmark = True
     torch.seed()
     random.seed()
-    assert w.check() == []
+    np.random.seed(7)
+    records = w.check()
+    assert [r["key"] for r in records] == ["torch.seed", "random.seed", "numpy.random.seed"]
+    assert not any("overrides" in r["warning"] for r in records)
+    assert [r["source"] for r in records[:2]] == ["entropy", "entropy"]
+    assert records[2]["value"] == 7 and "seeds numpy's global generator itself" in \
+        records[2]["warning"]
+    assert all(r["where"].startswith(HERE + ":") for r in records)
 
 
-def test_quiet_about_components_that_were_not_applied(seeded: dict[str, Any]) -> None:
+def test_a_seed_drawn_from_an_unseeded_stream_says_so(seeded: dict[str, Any]) -> None:
+    random.seed()  # as a fresh interpreter has it: from OS entropy
+    w = Watched(seeded, seed=None)
+    value = random.randint(0, 2**31 - 1)  # seed = random.randint(...), as scripts do
+    torch.manual_seed(value)
+    rec = w.only()
+    assert rec["key"] == "torch.manual_seed" and rec["value"] == value
+    assert rec["source"] == "unseeded python"
+    assert "Python's random had been drawn from without a seed" in rec["warning"]
+    assert str(value) not in rec["warning"]  # one line for every run, the values apart
+    called_at = test_a_seed_drawn_from_an_unseeded_stream_says_so.__code__.co_firstlineno + 4
+    assert rec["where"] == f"{HERE}:{called_at}"
+
+
+def test_a_constant_seed_of_the_script_is_plain(seeded: dict[str, Any]) -> None:
+    w = Watched(seeded, seed=None)
+    torch.manual_seed(42)
+    rec = w.only()
+    assert "source" not in rec and "torch.manual_seed(42)" in rec["warning"]
+
+
+def test_quiet_about_settings_that_were_not_applied(seeded: dict[str, Any]) -> None:
     applied = {k: v for k, v in seeded.items() if k not in ("cudnn", "threads", "python")}
     w = Watched(applied)
     torch.backends.cudnn.benchmark = True
     torch.set_num_threads(THREADS + 1)
     random.seed()
-    assert w.check() == []
+    rec = w.only()  # the seed call, as the script's own: no override
+    assert rec["key"] == "random.seed" and "overrides" not in rec["warning"]
 
 
 # ---- each override -------------------------------------------------------------------------------
@@ -176,12 +212,33 @@ def test_torch_seed_from_os_entropy(seeded: dict[str, Any]) -> None:
 def test_torch_manual_seed_from_the_clock(seeded: dict[str, Any]) -> None:
     w = Watched(seeded)
     torch.manual_seed(time.time_ns() % 2**63)
-    assert w.records == []  # a settings check finds it
-    w.check()
-    rec = w.only()
+    rec = w.only()  # reported as the call happens
     assert_names(rec, "torch", "torch.manual_seed")
     assert rec["value"] == torch.initial_seed() and rec["value"] != SEED
-    assert str(SEED) in rec["warning"]
+    assert rec["source"] == "clock" and "from the clock" in rec["warning"]
+    assert "current time in ns" in rec["warning"] and rec["where"].startswith(HERE + ":")
+    w.check()  # the settings check knows the seed it set: no second report
+    assert len(w.records) == 1
+
+
+@pytest.mark.parametrize("make, unit", [
+    (lambda: int(time.time()), "s"), (lambda: time.time(), "s"),
+    (lambda: int(time.time() * 1000), "ms"), (lambda: int(time.time() * 1e6), "us"),
+    (lambda: time.time_ns(), "ns"), (lambda: int(time.time()) - 3600, "s"),
+])
+def test_every_unit_of_the_clock_is_recognised(seeded: dict[str, Any], make: Any,
+                                               unit: str) -> None:
+    w = Watched(seeded, seed=None)
+    random.seed(make())
+    rec = w.only()
+    assert rec["source"] == "clock" and f"current time in {unit}" in rec["warning"]
+
+
+def test_seeds_that_are_not_the_clock() -> None:
+    now = int(time.time())
+    assert [clock.clock_unit(v) for v in (0, 42, 2**32 - 1, now - 3 * 86_400, "x", None,
+                                          float("nan"))] == [None] * 7
+    assert clock.clock_unit(np.int64(now)) == "s"
 
 
 def test_set_num_threads(seeded: dict[str, Any]) -> None:
@@ -284,13 +341,15 @@ def test_never_reports_from_a_forked_worker(seeded: dict[str, Any]) -> None:
 
 # ---- across runs ---------------------------------------------------------------------------------
 def test_a_reseed_that_differs_between_runs_is_called_out() -> None:
-    def rec(value: Any) -> dict[str, Any]:
+    def rec(value: Any, **more: Any) -> dict[str, Any]:
         return {"warning": "...", "component": "torch", "key": "torch.manual_seed",
-                "value": value}
+                "value": value, **more}
 
     notes = cross_run_notes({1: [rec(111)], 2: [rec(222)]})
     assert len(notes) == 1
     assert "torch" in notes[0] and "run 1: 111" in notes[0] and "run 2: 222" in notes[0]
+    clocked = cross_run_notes({1: [rec(1, where="t.py:3", source="clock")], 2: [rec(2)]})
+    assert "at t.py:3" in clocked[0] and "from the clock" in clocked[0]
     # the same constant in every run is an override, but not a reason the runs differ
     assert cross_run_notes({1: [rec(7)], 2: [rec(7)]}) == []
     assert cross_run_notes({1: [rec(7)]}) == []

@@ -15,6 +15,9 @@ A step's signals, in the order the step happens:
     A stream is recorded from the first step by whose end the run has drawn from it (its state
     moved since the recorder was installed, after seeding): the unseeded state of a stream that
     nothing uses changes no result and is no divergence.
+``init`` (step 1 only)
+    the parameters going into the first step, before it changes them (see
+    :mod:`repro_check.child.initial`): a model built from a different random state differs here.
 ``batch``
     the fingerprint of everything the DataLoader iterators yielded since the previous step, in
     order (several fetches for gradient accumulation combine); absent when nothing was fetched.
@@ -48,7 +51,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro_check.trace import fingerprint
-from repro_check.child import rngstate
+from repro_check.child import initial, rngstate
 from repro_check.trace import values
 
 Emit = Callable[[dict[str, Any]], None]
@@ -149,6 +152,8 @@ class Hooks:
                 inputs = kwargs.get("inputs", args[4] if len(args) > 4 else None)
                 with rec.quiet():
                     leaves = _leaves(tensors, inputs)
+                if rec.step == 0:
+                    rec.initial.before_backward(leaves)
             probe = rec.probe
             if probe is not None:
                 probe.phase = "backward"
@@ -194,6 +199,7 @@ class Hooks:
         def optimizer_init(opt: Any, *args: Any, **kwargs: Any) -> None:
             rec.optimizers_made += 1
             original_init(opt, *args, **kwargs)
+            rec.initial.optimizer_made(opt)
 
         self.replace(Optimizer, "__init__", optimizer_init)
 
@@ -429,6 +435,7 @@ class Recorder:
         self.hooks = Hooks(self)
         self.signals: StepSignals | None = None
         self.outbox = Outbox(emit, self.quiet)
+        self.initial = initial.InitialParams(emit, self.quiet)
         self.progress = Progress(emit)
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
@@ -520,6 +527,9 @@ class Recorder:
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Before the optimizer's step: its gradients (this thread's)."""
         self.on_step_activity()
+        if self.step == 0:
+            with self.lock:
+                self.initial.before_optimizer_step(optimizer)
         with self.quiet():
             self._local.grads = fingerprint.tensors(
                 ((name, p.grad) for name, p in _optimizer_params(optimizer)), defer=True)
@@ -548,6 +558,8 @@ class Recorder:
         self.step += 1
         self.progress.step_recorded()
         signals = self.signals.take()
+        if self.step == 1:
+            signals = self.initial.place(signals)
         if grads is not None:
             signals["grads"] = grads
         if params is not None:

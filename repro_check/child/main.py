@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Any
 
+from repro_check.child import clock
 from repro_check.child.exits import EXIT_ORPHANED, EXIT_RAISED, EXIT_RESOLVE, EXIT_TERMINATED
 
 
@@ -141,7 +142,7 @@ def main() -> int:
     if recorder.metrics and status != "stopped":
         emit({"metrics": recorder.metrics})
     emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
-                   "seconds": time.time() - started}})
+                   "seconds": clock.real_time() - started}})
     if config.get("distributed"):
         # a process group still alive (stopped mid-training, or a script that never destroys it):
         # its communication threads can abort the interpreter's exit with SIGABRT
@@ -177,6 +178,7 @@ def _header(config: dict[str, Any], target: Any, done: dict[str, Any],
         "probe_step": config.get("probe_step"),
         "environment": environment.fingerprint(source, seed, components),
         "started": started,
+        "clock_shift_ns": clock.shift_of(config.get("run", 1)),
     }
     if config.get("distributed"):
         from repro_check.child import rank
@@ -190,6 +192,7 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     """Emit the header, then install the step recorder (a rank's under torchrun) and the watch
     on the seeding; returns both."""
     from repro_check.child import capture
+    from repro_check.child import origin
     from repro_check.child import watch
     from repro_check.trace.format import header_line
 
@@ -211,6 +214,8 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     _flush_before_os_exit(recorder)
     overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()
     recorder.watchers.append(overrides.check)
+    origin.SITES.install()
+    clock.install(config.get("run", 1))  # a seed taken from the clock differs in every run
     return recorder, overrides
 
 
@@ -240,7 +245,7 @@ def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
         tb = targets.target_traceback(e)
         sys.stderr.write(tb)
         emit({"error": {"kind": "exit", "message": f"the target called sys.exit({e.code!r})",
-                        "traceback": tb, "time": time.time()}})
+                        "traceback": tb, "time": clock.real_time()}})
         recorder.flush()
         return EXIT_RAISED
     except BaseException as e:  # noqa: BLE001 - the target's failure, reported to the user
@@ -257,7 +262,7 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
     sys.stderr.flush()
     recorder.flush()
     emit({"error": {"kind": "raised", "type": type(e).__name__, "message": str(e)[:2000],
-                    "traceback": tb[-20000:], "time": time.time()}})
+                    "traceback": tb[-20000:], "time": clock.real_time()}})
     return EXIT_RAISED
 
 

@@ -13,9 +13,12 @@ pays nothing for the other steps. While armed it records, in execution order:
 An op in forward belongs to the innermost module whose forward is running. An op in backward
 belongs to the module that created the autograd node being executed: each module, when its
 forward returns, claims the not yet claimed nodes between its outputs and its inputs (inner
-modules return first, so they claim first). Module names are qualified names inside the root
-module (a module called while no other module's forward runs), from ``named_modules()``; the
-root itself is named by its class.
+modules return first, so they claim first). Module names are qualified by the model they belong
+to: the root module (a module called while no other module's forward runs) is named by its class,
+its submodules by that and their qualified names from ``named_modules()`` (``Generator.main.0``,
+``Discriminator.main.0``: a GAN's two models share their submodule names). A second root of a
+class already seen is named by the variable its construction line assigns to (``netD2``), or
+``Class#2``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from repro_check.child import origin
 from repro_check.trace import fingerprint
 
 Emit = Callable[[dict[str, Any]], None]
@@ -97,6 +101,7 @@ class StepProbe:
         self._stack: list[tuple[str, set[Any], str]] = []
         self._names: dict[int, str] = {}
         self._roots: list[Any] = []
+        self._labels: set[str] = set()
         self._node_module: dict[Any, str] = {}
         self._hooked: dict[int, Any] = {}
 
@@ -164,14 +169,27 @@ class StepProbe:
             return name
         if not self._stack:  # a root: name it and everything inside it
             self._roots.append(module)
-            root_label = type(module).__name__
+            root_label = self._root_label(module)
             for qual, sub in module.named_modules(remove_duplicate=False):
-                self._names.setdefault(id(sub), qual or root_label)
+                self._names.setdefault(id(sub), f"{root_label}.{qual}" if qual else root_label)
             return self._names[key]
         name = f"{self._stack[-1][0]}/{type(module).__name__}"  # not registered under the root
         self._names[key] = name
         self._roots.append(module)  # keep it alive, so its id is not reused
         return name
+
+    def _root_label(self, module: Any) -> str:
+        """The class name, unless another root took it: then the name the model was assigned
+        to where it was built, or ``Class#k``."""
+        label = type(module).__name__
+        if label in self._labels:
+            variable = origin.assigned_name(origin.SITES.site(module))
+            label = variable if variable and variable not in self._labels else label
+            k = 2
+            while label in self._labels:
+                label, k = f"{type(module).__name__}#{k}", k + 1
+        self._labels.add(label)
+        return label
 
     def _forward_pre(self, module: Any, args: Any) -> None:
         if self._quiet:

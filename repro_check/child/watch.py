@@ -1,12 +1,19 @@
-"""Notices, inside a run, when the target overrides a seeding component itself.
+"""Notices, inside a run, when the target seeds or reseeds a generator itself, or undoes a setting.
 
 A script that sets ``torch.backends.cudnn.benchmark = True``, reseeds torch (from the clock, or
 with ``torch.seed()``), changes the thread count or turns deterministic algorithms off undoes what
 repro-check set up, and the runs may differ for a reason the user does not see. The settings are
 compared with what seeding applied after every recorded step and when the target returns; calls
-that reseed a generator are observed as they happen. Each override is reported once a run as
-``{"warning": text, "component": name, "key": what, "value": seen}``, so the report can also tell
-a constant reseed from one that differs between runs (the clock, OS entropy).
+that seed a global generator (``torch.manual_seed``, ``torch.seed``, ``random.seed``,
+``numpy.random.seed``) are observed as they happen, whether or not repro-check seeded that stream
+(``--no-seed``, ``--without``): a script that seeds itself is reported too. Each is reported once
+a run as ``{"warning": text, "component": name, "key": what, "value": seen, "where": file:line,
+"source": ..., "order": n}``, so the report can also tell a constant seed from one that differs
+between runs. ``source`` says where a seed came from when that can be seen: ``"clock"`` (the
+value is the current time, see :mod:`repro_check.child.clock`), ``"entropy"`` (no value: OS
+entropy), ``"unseeded python"``/``"unseeded numpy"`` (that stream had been drawn from without a
+seed before the call, as ``seed = random.randint(...)`` does). ``order`` places the call among
+model constructions (:mod:`repro_check.child.origin`).
 """
 
 from __future__ import annotations
@@ -19,7 +26,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from repro_check.child import clock, origin, rngstate
+
 Emit = Callable[[dict[str, Any]], None]
+
+#: the global streams a seeding call can set, in words
+STREAM_NAMES: dict[str, str] = {
+    "python": "Python's random",
+    "numpy": "numpy's global generator",
+    "torch": "torch",
+}
+#: the streams whose unseeded draws can be seen (their state before any seeding is entropy)
+_DRAWN = {"python": rngstate.python_state, "numpy": rngstate.numpy_state}
 
 
 def _plain(value: Any) -> Any:
@@ -34,37 +52,48 @@ def _plain(value: Any) -> Any:
 
 
 class SeedingWatch:
-    """Reports the seeding components (of those ``applied``) that the target overrides."""
+    """Reports the seeding components (of those ``applied``) that the target overrides, and the
+    global generators it seeds itself."""
 
     def __init__(self, emit: Emit, applied: dict[str, Any], seed: int | None) -> None:
         self.emit = emit
-        self.applied = applied
+        self.applied = applied if seed is not None else {}
         self.seed = seed
         self.reported: set[str] = set()
         self.pid = os.getpid()
         #: the torch seed the default generator is expected to have (changes with torch.seed())
         self.torch_seed = seed
+        #: streams whose state follows from a seed (repro-check's, or a constant of the script's)
+        self.determined = {c for c in STREAM_NAMES if c in self.applied}
+        self.at_install = {name: state() for name, state in _DRAWN.items()}
+        #: unseeded streams seen drawn from, in the order seen (a seed may have come from them)
+        self.drawn: list[str] = []
 
-    def warn(self, component: str, key: str, value: Any, text: str) -> None:
-        if key in self.reported or os.getpid() != self.pid:
+    def warn(self, component: str, key: str, value: Any, text: str, *, where: str | None = None,
+             source: str | None = None, once: str | None = None, override: bool = True) -> None:
+        once = once or key
+        if once in self.reported or os.getpid() != self.pid:
             return  # once a run; never from a forked DataLoader worker
-        self.reported.add(key)
-        self.emit({"warning": f"{text} (overrides seeding component {component!r})",
-                   "component": component, "key": key, "value": _plain(value)})
+        self.reported.add(once)
+        if override:
+            text = f"{text} (overrides seeding component {component!r})"
+        record = {"warning": text, "component": component, "key": key, "value": _plain(value),
+                  "order": origin.tick()}
+        if where:
+            record["where"] = where
+        if source:
+            record["source"] = source
+        self.emit(record)
 
-    # ---- reseeding calls -----------------------------------------------------------------
+    # ---- seeding calls -------------------------------------------------------------------
     def install(self) -> SeedingWatch:
-        if self.seed is None:
-            return self
-        if "torch" in self.applied:
-            self._wrap_torch_seed()
-        if "python" in self.applied:
-            random.seed = self._wrap_seed_call(random.seed, "python", "random.seed",
-                                               "Python's random")  # type: ignore[assignment]
-        if "numpy" in self.applied and "numpy" in sys.modules:
-            np_random = sys.modules["numpy"].random
-            np_random.seed = self._wrap_seed_call(np_random.seed, "numpy", "numpy.random.seed",
-                                                  "numpy's global generator")
+        self._wrap_torch_seed()
+        self._wrap_torch_manual_seed()
+        random.seed = self._wrap_seed_call(  # type: ignore[assignment]
+            random.seed, "python", "random.seed")
+        np = sys.modules.get("numpy")
+        if np is not None and hasattr(np, "random"):
+            np.random.seed = self._wrap_seed_call(np.random.seed, "numpy", "numpy.random.seed")
         return self
 
     def _wrap_torch_seed(self) -> None:
@@ -78,31 +107,120 @@ class SeedingWatch:
             value = original()
             if os.getpid() == self.pid:
                 self.torch_seed = value
+                self.determined.discard("torch")
+                where = origin.caller()
+                at = f" at {where}" if where else ""
+                applied = "torch" in self.applied
                 self.warn("torch", "torch.seed", value,
-                          f"the target reseeded torch from OS entropy with torch.seed() (seed {value})")
+                          f"the target {'re' if applied else ''}seeded torch from OS entropy with "
+                          f"torch.seed() (seed {value}{at})",
+                          where=where, source="entropy", override=applied)
             return value
 
         torch.random.seed = seed
         torch.seed = seed
 
-    def _wrap_seed_call(self, original: Callable[..., Any], component: str, key: str,
-                        what: str) -> Callable[..., Any]:
+    def _wrap_torch_manual_seed(self) -> None:
+        import torch
+        import torch.random
+
+        original = torch.random.manual_seed
+
+        @functools.wraps(original)
+        def manual_seed(seed: Any) -> Any:
+            if os.getpid() != self.pid:
+                return original(seed)
+            hint = self._unseeded_draws()
+            result = original(seed)
+            self.torch_seed = torch.initial_seed()
+            self.seen("torch", "torch.manual_seed", seed, origin.caller(), hint)
+            return result
+
+        torch.random.manual_seed = manual_seed
+        torch.manual_seed = manual_seed
+
+    def _wrap_seed_call(self, original: Callable[..., Any], component: str,
+                        key: str) -> Callable[..., Any]:
         @functools.wraps(original)
         def seed(*args: Any, **kwargs: Any) -> Any:
+            if os.getpid() != self.pid:
+                return original(*args, **kwargs)
             value = args[0] if args else kwargs.get("a", kwargs.get("seed"))
-            try:
-                same = bool(value == self.seed)
-            except Exception:  # noqa: BLE001 - e.g. an array as the seed
-                same = False
-            if value is None:
-                self.warn(component, key, None, f"the target reseeded {what} from OS entropy "
-                                                f"({key}() without a seed)")
-            elif not same:
-                self.warn(component, key, value,
-                          f"the target reseeded {what} itself ({key}({_plain(value)!r}))")
-            return original(*args, **kwargs)
+            hint = self._unseeded_draws()
+            result = original(*args, **kwargs)
+            self._reseeded(component)
+            self.seen(component, key, value, origin.caller(), hint)
+            return result
 
         return seed
+
+    def _unseeded_draws(self) -> list[str]:
+        """The streams seen drawn from without any seed, so far (a seed taken from one differs
+        in every run)."""
+        for name, state in _DRAWN.items():
+            before = self.at_install.get(name)
+            if name in self.determined or name in self.drawn or before is None:
+                continue
+            try:
+                if state() != before:
+                    self.drawn.append(name)
+            except Exception:  # noqa: BLE001 - a stream that cannot be read says nothing
+                continue
+        return list(self.drawn)
+
+    def _reseeded(self, component: str) -> None:
+        """Draws from a stream count from its last seeding on."""
+        state = _DRAWN.get(component)
+        if state is not None and self.at_install.get(component) is not None:
+            try:
+                self.at_install[component] = state()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def seen(self, component: str, key: str, value: Any, where: str | None,
+             drawn: list[str]) -> None:
+        """A call seeding ``component``'s stream with ``value`` (None: OS entropy)."""
+        applied = component in self.applied
+        what = STREAM_NAMES[component]
+        shown = f"{key}({_plain(value)!r})" if value is not None else f"{key}()"
+        at = f" at {where}" if where else ""
+        unit = clock.clock_unit(value) if value is not None else None
+        if unit is not None:
+            self.determined.discard(component)
+            self.warn(component, key, value,
+                      f"the target seeded {what} from the clock ({key}{at}: the seed is the current "
+                      f"time in {unit}), so every run gets another seed (each run's clock is moved "
+                      "by a day and some seconds, so that runs started in the same second differ "
+                      "too)",
+                      where=where, source="clock", once=f"{key}:clock", override=applied)
+            return
+        if value is None:
+            self.determined.discard(component)
+            self.warn(component, key, None, f"the target {'re' if applied else ''}seeded {what} "
+                                            f"from OS entropy ({key}() without a seed{at})",
+                      where=where, source="entropy", override=applied)
+            return
+        try:
+            same = applied and bool(value == self.seed)
+        except Exception:  # noqa: BLE001 - e.g. an array as the seed
+            same = False
+        if same:
+            return
+        source = f"unseeded {drawn[0]}" if drawn else None
+        if drawn:
+            self.determined.discard(component)
+            shown = key  # its value differs in every run: one line for all runs
+            names = " and ".join(STREAM_NAMES[d] for d in drawn)
+            hint = (f"; {names} had been drawn from without a seed before this call: a seed "
+                    "taken from it (random.randint, np.random.randint) differs in every run")
+        else:
+            hint = ""
+            self.determined.add(component)
+        verb = "reseeded" if applied else "seeds"
+        instead = f", not --seed {self.seed}" if applied else ""
+        self.warn(component, key, value,
+                  f"the target {verb} {what} itself ({shown}{at}{instead}){hint}",
+                  where=where, source=source, override=applied)
 
     # ---- settings ------------------------------------------------------------------------
     def check(self) -> None:
@@ -139,19 +257,24 @@ class SeedingWatch:
 
 
 def cross_run_notes(overrides_by_run: dict[int, list[dict[str, Any]]]) -> list[str]:
-    """Overrides whose value differs between runs: the target seeds from the clock or entropy."""
+    """Seeds whose value differs between runs: the target seeds from the clock, OS entropy or an
+    unseeded stream, so the runs cannot agree."""
     seen: dict[str, dict[int, Any]] = {}
-    component: dict[str, str] = {}
-    for run, records in overrides_by_run.items():
+    first: dict[str, dict[str, Any]] = {}
+    for run, records in sorted(overrides_by_run.items()):
         for rec in records:
             key = rec.get("key")
             if isinstance(key, str):
-                seen.setdefault(key, {})[run] = rec.get("value")
-                component[key] = str(rec.get("component"))
+                seen.setdefault(key, {}).setdefault(run, rec.get("value"))
+                first.setdefault(key, rec)
     notes = []
     for key, by_run in seen.items():
         if len(by_run) > 1 and len({repr(v) for v in by_run.values()}) > 1:
+            rec = first[key]
             shown = ", ".join(f"run {r}: {v}" for r, v in sorted(by_run.items()))
-            notes.append(f"{component[key]} was reseeded differently in each run ({key}; {shown}): "
-                         "the target seeds it from the clock or OS entropy, so the runs cannot agree")
+            at = f" at {rec['where']}" if rec.get("where") else ""
+            whence = {"clock": "from the clock", "entropy": "from OS entropy"}.get(
+                str(rec.get("source")), "from the clock, OS entropy or an unseeded stream")
+            notes.append(f"{rec.get('component')} was reseeded differently in each run ({key}{at}; "
+                         f"{shown}): the target seeds it {whence}, so the runs cannot agree")
     return notes

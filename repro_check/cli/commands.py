@@ -248,11 +248,10 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
         raise UsageError("the following arguments are required: TARGET")
     if ns.json_path:
         check_writable(ns.json_path, "--json")
-    from repro_check.diagnose.diagnosis import check_options, diagnose
+    from repro_check.diagnose.diagnosis import diagnose
     from repro_check.report.diagnosis import print_diagnosis
     from repro_check.report.terminal import Progress, make_console
 
-    check_options(ns.no_seed)
     errors = make_console(stderr=True)
     options = RunOptions(target=ns.target, args=tuple(target_args or ()), seed=ns.seed,
                          without=tuple(ns.without or ()), max_steps=ns.max_steps,

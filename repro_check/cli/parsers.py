@@ -34,13 +34,16 @@ def components_list(text: str) -> list[str]:
     return [c for c in text.split(",") if c.strip()]
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of a run; unset ones (None) fall back to [tool.repro-check], then defaults."""
+def add_run_options(p: argparse.ArgumentParser, no_seed: bool = True) -> None:
+    """The options of a run; unset ones (None) fall back to [tool.repro-check], then defaults.
+    ``no_seed``: offer ``--no-seed`` (diagnose starts from seeding, so it does not)."""
     p.add_argument("target", metavar="TARGET", nargs="?", default=None,
                    help="module:function, path/to/file.py:function or path/to/file.py "
                         "(default: the targets in [tool.repro-check])")
     p.add_argument("--seed", type=int, default=None, help="seed for every component (default 0)")
-    p.add_argument("--no-seed", action="store_true", help="no seeding at all (the unseeded protocol)")
+    if no_seed:
+        p.add_argument("--no-seed", action="store_true",
+                       help="no seeding at all (the unseeded protocol)")
     p.add_argument("--without", type=components_list, default=None, metavar="A,B",
                    help="seeding components to turn off (e.g. numpy,cudnn)")
     p.add_argument("--max-steps", type=int, default=None, metavar="N",
@@ -225,7 +228,7 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                     "module that differ, the ops PyTorch flags, and which seeding components "
                     "the workload needs.",
     )
-    add_run_options(p)
+    add_run_options(p, no_seed=False)  # it starts from seeding; --without turns components off
     p.add_argument("--ablate", type=components_list, default=None, metavar="A,B",
                    help="seeding components the ablation tests (default: all)")
     p.add_argument("--no-ablation", action="store_true", help="skip the seeding ablation")

@@ -10,7 +10,15 @@ Rules, applied in this order:
 ``rng``
     the first difference is a global RNG stream's state at the start of a step (``rng.python``,
     ``rng.numpy``, ``rng.torch``, ``rng.cuda``): something draws from that stream unseeded, or a
-    different number of times, before the batch or the loss could differ.
+    different number of times, before the batch or the loss could differ. Also any divergence of
+    runs in which the target seeded a generator from the clock (the seeding watch saw a seed
+    within a day of the current time): the clock is named, with the seeding call's file:line,
+    whatever signal showed the difference first. When the seed a stream got differs between the
+    runs (OS entropy, ``random.randint`` of an unseeded stream), the seeding call is named too.
+``init``
+    the first difference is the parameters going into step 1 (``init``), the RNG states
+    agreeing: the model was initialised from a different random state in each run, typically
+    built before the script seeds itself. Where the model was built is named when known.
 ``data``
     the first difference is the batch the DataLoader yielded (shuffling, sampling, augmentation in
     the data pipeline, dataset order). Also a run that ended its loop earlier while the steps
@@ -32,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-CAUSES: tuple[str, ...] = ("data", "rng", "compute", "metrics", "environment", "none")
+CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "metrics", "environment", "none")
 
 #: environment entries that may differ between runs of one check without meaning anything
 VOLATILE: frozenset[str] = frozenset({"pid", "started", "hostname", "time", "run"})
@@ -43,6 +51,7 @@ SIGNAL_CAUSE: dict[str, str] = {
     "rng.numpy": "rng",
     "rng.torch": "rng",
     "rng.cuda": "rng",
+    "init": "init",
     "batch": "data",
     "loss": "compute",
     "grads": "compute",
@@ -54,6 +63,9 @@ EXPLANATION: dict[str, str] = {
             "or dataset order is not reproducible",
     "rng": "a global RNG stream is in a different state at the start of the step: something "
            "draws from it unseeded, or a different number of times",
+    "init": "the parameters going into step 1 differ while the RNG states agree: the model was "
+            "initialised from a different random state in each run (built before the script "
+            "seeds itself, or from an unseeded generator)",
     "compute": "same RNG states, batch and parameters going into the step, yet the loss, "
                "gradients or update differ: a nondeterministic computation",
     "metrics": "every step agrees, the final metrics do not: the evaluation is not reproducible",
@@ -95,6 +107,87 @@ def from_signal(signal: str | None, uses_dataloader: bool) -> str:
     return SIGNAL_CAUSE.get(signal, "compute")
 
 
+def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
+                  ) -> dict[str, tuple[Mapping[str, Any], dict[int, Any]]]:
+    """Per seeding call (its key): the first record seen, and each run's value."""
+    out: dict[str, tuple[Mapping[str, Any], dict[int, Any]]] = {}
+    for run, records in sorted(seedings.items()):
+        for rec in records:
+            key = rec.get("key")
+            if isinstance(key, str) and rec.get("component") in ("python", "numpy", "torch"):
+                first, values = out.setdefault(key, (rec, {}))
+                values.setdefault(run, rec.get("value"))
+                if rec.get("source") == "clock" and first.get("source") != "clock":
+                    out[key] = (rec, values)
+    return out
+
+
+#: the global streams a seeding call sets, in words
+STREAM_NAMES: dict[str, str] = {"python": "Python's random", "numpy": "numpy's global generator",
+                                "torch": "torch"}
+
+
+def _seed_text(rec: Mapping[str, Any], values: dict[int, Any]) -> str:
+    at = f" at {rec['where']}" if rec.get("where") else ""
+    shown = ", ".join(f"run {r}: {v}" for r, v in sorted(values.items()))
+    return f"{rec.get('key')}{at}; {shown}" if shown else f"{rec.get('key')}{at}"
+
+
+def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
+                   clock_only: bool, stream: str | None = None) -> str | None:
+    """Why the runs got different seeds, from the seeding watch's records (None: no such call).
+
+    The clock first: a seed taken from it is named whatever showed the difference; otherwise
+    (``clock_only`` false) a seeding call whose value differs between runs, one of ``stream``
+    (the stream that differed first) if there is one."""
+    if not seedings:
+        return None
+    calls = sorted(_seeds_by_key(seedings).values(),
+                   key=lambda call: call[0].get("component") != stream)
+    for rec, values in calls:
+        if rec.get("source") == "clock":
+            name = STREAM_NAMES.get(str(rec.get("component")), str(rec.get("component")))
+            return (f"{name} is seeded from the clock ({_seed_text(rec, values)}): "
+                    "every run gets another seed, so the runs cannot agree; seed it with a "
+                    "constant")
+    if clock_only:
+        return None
+    for rec, values in calls:
+        if len(values) > 1 and len({repr(v) for v in values.values()}) > 1:
+            component, source = str(rec.get("component")), str(rec.get("source"))
+            whence = "with a value that differs between runs"
+            if source == "entropy":
+                whence = "from OS entropy"
+            elif source == f"unseeded {component}":
+                whence = "with a value drawn from it while it was unseeded"
+            elif source.startswith("unseeded "):
+                whence = f"from {STREAM_NAMES.get(source[9:], source[9:])}, itself unseeded"
+            return (f"{STREAM_NAMES.get(component, component)} is seeded {whence} "
+                    f"({_seed_text(rec, values)}): the runs cannot agree; seed it with a constant")
+    return None
+
+
+def init_detail(models: Sequence[Mapping[str, Any]] | None,
+                seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None) -> str:
+    """The ``init`` explanation, with where the models were built and, when the script seeded
+    torch after that, where it did."""
+    why = EXPLANATION["init"]
+    if not models:
+        return why
+    torch_seeds = [rec for rec in (seedings or {}).get(1, [])
+                   if rec.get("component") == "torch" and isinstance(rec.get("order"), int)]
+    parts = []
+    for model in models:
+        text = f"{model.get('class')} built at {model.get('where') or 'an unknown place'}"
+        later = [rec for rec in torch_seeds if isinstance(model.get("order"), int)
+                 and rec["order"] > model["order"]]
+        if later:
+            at = f" at {later[0]['where']}" if later[0].get("where") else ""
+            text += f", before the script seeds torch ({later[0].get('key')}{at})"
+        parts.append(text)
+    return f"{why}: {'; '.join(parts)}"
+
+
 def classify(
     *,
     reproducible: bool,
@@ -102,8 +195,14 @@ def classify(
     divergent_signal: str | None,
     environments: Sequence[Mapping[str, Any] | None],
     uses_dataloader: bool,
+    seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    models: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[str | None, str]:
-    """``(cause, why)`` for a check's outcome; see the module docstring for the rules."""
+    """``(cause, why)`` for a check's outcome; see the module docstring for the rules.
+
+    ``seedings``: each run's seeding-watch records (``component``, ``key``, ``value``,
+    ``where``, ``source``, ``order``); ``models``: run 1's top-level models (``class``,
+    ``where``, ``order``), for the ``init`` explanation."""
     if failed:
         return None, ""
     if reproducible:
@@ -116,8 +215,16 @@ def classify(
         )
         more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
         return "environment", f"{EXPLANATION['environment']}: {shown}{more}"
+    clock = seeding_detail(seedings, clock_only=True)
+    if clock is not None:
+        return "rng", clock
     cause = from_signal(divergent_signal, uses_dataloader)
     why = EXPLANATION[cause]
+    if cause == "rng":
+        stream = divergent_signal.split(".", 1)[-1] if divergent_signal else None
+        why = seeding_detail(seedings, clock_only=False, stream=stream) or why
+    elif cause == "init":
+        why = init_detail(models, seedings)
     if divergent_signal == "steps":
         why = ("every recorded step agrees but one run made fewer steps: "
                + ("the DataLoader yielded fewer batches" if cause == "data"

@@ -33,6 +33,9 @@ CONTEXT_AFTER = 5
 SERIES_POINTS = 1024
 
 
+#: signals newer than the trace format: compared only when both sides recorded them
+LATER_SIGNALS: frozenset[str] = frozenset({"init"})
+
 #: what accepted a value (the keys of ``ComparisonResult.judged``)
 EXACT, TOLERANCE, BAND = "exact", "tolerance", "band"
 
@@ -117,6 +120,8 @@ def first_difference(
     for name in names:
         if not policy.compares(name):
             continue
+        if name in LATER_SIGNALS and (name not in ref or name not in other):
+            continue  # a trace of an older version: compared without it
         verdict = policy.judge(name, ref.get(name), other.get(name), (band or {}).get(name))
         if verdict is None:
             return name

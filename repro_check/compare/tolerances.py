@@ -135,8 +135,8 @@ class ToleranceOptions:
 
 
 #: what ``--signals`` may name (``rng`` stands for every ``rng.*`` stream)
-SIGNALS = ("rng", "rng.python", "rng.numpy", "rng.torch", "rng.cuda", "batch", "loss", "grads",
-           "params")
+SIGNALS = ("rng", "rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "batch", "loss",
+           "grads", "params")
 
 
 def parse_signals(text: str | None) -> tuple[str, ...] | None:

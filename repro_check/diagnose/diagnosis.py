@@ -8,7 +8,9 @@ Three stages, each a set of paired runs like the check's:
 2. **Localization** of a ``compute`` divergence: two fresh runs with the same seeding replay up to
    the first divergent step and record, at that step only, every op and every module's output
    and output gradient (:mod:`repro_check.child.probe`); :mod:`repro_check.diagnose.localize` names the first
-   op whose result differs and the module that ran it.
+   op whose result differs and the module that ran it. A random op that drew different numbers
+   from the same inputs makes the cause ``rng`` (its generator differs, not the op); when every
+   op agrees and the thread count was not pinned, threads are named as the likely cause.
 3. **A seeding ablation**, when the check is reproducible: for each component a pair with only
    that component off, then a pair with no seeding at all. A component is *needed* for this
    workload when the pair without it is not reproducible. Runs of the ablation stop as soon as
@@ -164,6 +166,7 @@ def diagnose(
         options = options_of(options, **run_options)
     elif run_options:
         raise TypeError("give the run options in RunOptions or as keywords, not both")
+    check_options(options.no_seed)
     say = log or (lambda text: None)
     if isinstance(max_sources, bool) or not isinstance(max_sources, int) or max_sources < 0:
         raise UsageError(f"--max-sources must be a whole number from 0, got {max_sources!r}")
@@ -190,9 +193,7 @@ def diagnose(
     if localize and report.cause == "compute" and report.first_divergent_step is not None:
         loc, note = _localize(report.first_divergent_step, folder, common, say)
         if loc is not None:
-            part.localization = loc.to_dict()
-            if loc.found:
-                part.culprit, part.culprit_op = loc.module, loc.op
+            explain_localization(report, part, loc)
         if note:
             report.warnings.append(note)
     if max_sources:
@@ -252,6 +253,33 @@ def _ablation_note(needed: dict[str, str], none_pair: PairResult, max_steps: int
             "for this workload on this machine, not in general")
 
 
+#: what a localization that found nothing adds when the thread count was not pinned
+THREADS_HINT = ("; yet the check's runs differed, and the thread count was not pinned: threads "
+                "are the likely cause (the thread team of a parallel kernel, and so the order "
+                "of its sums, can change from call to call); pin it with --threads N and keep "
+                "the threads component on")
+
+
+def explain_localization(report: Report, part: DiagnosisPart, loc: Localization) -> None:
+    """Put the localization into the report: a random op whose generator differs makes the
+    cause ``rng``; nothing found with an unpinned thread count names threads."""
+    if loc.cause == "rng":
+        report.cause, report.cause_detail = "rng", loc.detail
+    elif not loc.found and not threads_pinned(report):
+        loc.detail += THREADS_HINT
+    part.localization = loc.to_dict()
+    if loc.found:
+        part.culprit, part.culprit_op = loc.module, loc.op
+
+
+def threads_pinned(report: Report) -> bool:
+    """Whether every run had one fixed thread count: the component on, and the script did not
+    change it."""
+    if report.threads is None:
+        return False
+    return not any(o.get("component") == "threads" for r in report.results for o in r.overrides)
+
+
 def _localize(step: int, folder: Path, common: RunOptions,
               say: Log) -> tuple[Localization | None, str | None]:
     """Replay two runs up to ``step`` recording that step; if they part earlier, record that step."""
@@ -267,7 +295,9 @@ def _localize(step: int, folder: Path, common: RunOptions,
         if first is not None and first < step and attempt == 0:
             step = first
             continue
-        loc = compare(step, collector.probes.get(1, []), collector.probes.get(2, []))
+        # a compute divergence: the batch agreed (it is compared before the loss)
+        loc = compare(step, collector.probes.get(1, []), collector.probes.get(2, []),
+                      batch_agreed=True)
         if first is None or first > step:
             note = (f"the replay agreed through step {step}: the divergence did not recur, so the "
                     "localization may be incomplete")

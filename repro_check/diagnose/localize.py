@@ -5,13 +5,20 @@ Works on the ``{"probe": ...}`` records two replays of the same step wrote (see
 execute the same code on the same values, so they run the same ops in the same order.
 
 The first op whose result differs is the culprit. If its arguments agree, the op itself is not
-deterministic (a kernel using float atomics, an uninitialised buffer). If an argument differs, no
+deterministic (a kernel using float atomics), unless it is a random op (:data:`RANDOM_OPS`:
+``normal_``, ``bernoulli_``, ``randn``, dropout, ...): then the generator it draws from is in a
+different state in each run, and the cause is ``rng``, not the op. If an argument differs, no
 earlier recorded op produced that difference: the value entered from outside the recorded ops
 (Python or numpy numbers, bytes from the OS, a tensor built from them), and the op is where it
 first meets the computation. Either way the module that ran the op is the culprit module; the
 first module whose output (in forward) or whose output's gradient (in backward) differs is
-reported beside it. The result of an op that only allocates (``aten::empty``) is memory nothing
-has written yet: it is not compared.
+reported beside it.
+
+Ops that only allocate (``empty``: its bytes are whatever the memory held) are never culprits.
+When the batch agreed (``batch_agreed``), neither are the ops that only deliver it: every op of
+the DataLoader's phase (with workers, receiving a batch, ``set_`` on shared memory, happens for
+whichever batch arrives first, so its place among the step's ops depends on timing) and the ops
+outside any module that only move data (``to``, ``copy_``, ``pin_memory``, ...).
 """
 
 from __future__ import annotations
@@ -19,11 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-#: ops whose result is memory nothing has written yet (unless deterministic algorithms fill
-#: it): its bytes differ from run to run and mean nothing, so they are not compared
-UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided",
-                           "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted"})
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Localization:
     first_module_backward: str | None = None
     ops_compared: int = 0
     detail: str = ""
+    #: ``"rng"`` when a random op drew different numbers from the same inputs, else ``"compute"``
+    cause: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,7 +61,50 @@ class Localization:
             "first_module_backward": self.first_module_backward,
             "ops_compared": self.ops_compared,
             "detail": self.detail,
+            "cause": self.cause,
         }
+
+
+#: ops that draw from a random generator (ATen names without the namespace)
+RANDOM_OPS: frozenset[str] = frozenset({
+    "normal", "normal_", "uniform_", "bernoulli", "bernoulli_", "random_", "exponential_",
+    "geometric_", "cauchy_", "log_normal_", "rand", "rand_like", "randn", "randn_like",
+    "randint", "randint_like", "randperm", "multinomial", "poisson", "binomial",
+    "_standard_gamma", "_sample_dirichlet", "native_dropout", "dropout", "dropout_",
+    "feature_dropout", "feature_dropout_", "alpha_dropout", "alpha_dropout_",
+    "feature_alpha_dropout", "feature_alpha_dropout_", "_fused_dropout", "rrelu",
+    "rrelu_with_noise", "rrelu_with_noise_",
+})
+#: random ops that overwrite their first argument: what it held does not matter
+RANDOM_FILLS: frozenset[str] = frozenset({
+    "normal_", "uniform_", "bernoulli_", "random_", "exponential_", "geometric_", "cauchy_",
+    "log_normal_",
+})
+#: ops that only allocate: their result is whatever the memory held
+ALLOCATING: frozenset[str] = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+})
+#: ops that only move or receive data (outside any module, they carry a batch that agreed)
+MOVING: frozenset[str] = frozenset({
+    "set_", "to", "_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "pin_memory",
+    "_pin_memory", "is_pinned", "record_stream", "resize_", "detach", "alias", "lift_fresh",
+    "lift_fresh_copy", "clone", "contiguous", "_has_same_storage_numel",
+})
+
+
+def base_name(op: str | None) -> str:
+    """``aten::normal_`` gives ``normal_``."""
+    return (op or "").split("::", 1)[-1].split(".", 1)[0]
+
+
+def culprit_candidate(rec: dict[str, Any], batch_agreed: bool) -> bool:
+    """Whether a differing result of this op can name the culprit (see the module docstring)."""
+    name = base_name(rec.get("op"))
+    if name in ALLOCATING:
+        return False
+    if batch_agreed and (rec.get("ph") == "data" or rec.get("m") is None and name in MOVING):
+        return False
+    return True
 
 
 def split(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -96,42 +143,62 @@ def _first_module(modules_a: Sequence[dict[str, Any]], modules_b: Sequence[dict[
     return None
 
 
+def _differing_inputs(a: dict[str, Any], b: dict[str, Any],
+                      garbage: tuple[set[str], set[str]] = (set(), set())) -> list[int]:
+    """The arguments that differ, less what only held uninitialized memory on both sides (the
+    result of an allocating op) and the buffer an in-place random fill overwrites."""
+    ins_a, ins_b = a.get("in") or [], b.get("in") or []
+    skip = {0} if base_name(a.get("op")) in RANDOM_FILLS else set()
+    found = [k for k, (x, y) in enumerate(zip(ins_a, ins_b))
+             if x != y and k not in skip and not (x in garbage[0] and y in garbage[1])]
+    if len(ins_a) != len(ins_b):
+        found.append(min(len(ins_a), len(ins_b)))
+    return found
+
+
+def _allocated(ops: list[dict[str, Any]]) -> set[str]:
+    """What the allocating ops returned: fingerprints of memory nothing has written yet."""
+    return {fp for r in ops if base_name(r.get("op")) in ALLOCATING for fp in r.get("out") or []}
+
+
 def compare(step: int, records_a: Iterable[dict[str, Any]],
-            records_b: Iterable[dict[str, Any]]) -> Localization:
-    """Find the first op (and module) whose result differs between the two runs' records."""
+            records_b: Iterable[dict[str, Any]], batch_agreed: bool = False) -> Localization:
+    """Find the first op (and module) whose result differs between the two runs' records;
+    ``batch_agreed``: the step's batch was the same in both runs."""
     ops_a, mods_a = split(records_a)
     ops_b, mods_b = split(records_b)
+    garbage = (_allocated(ops_a), _allocated(ops_b))
+    ops_a = [r for r in ops_a if culprit_candidate(r, batch_agreed)]
+    ops_b = [r for r in ops_b if culprit_candidate(r, batch_agreed)]
     loc = Localization(step)
     loc.first_module_forward = _first_module(mods_a, mods_b, "forward")
     if loc.first_module_forward is None:  # once forward differs, every gradient does
         loc.first_module_backward = _first_module(mods_a, mods_b, "backward")
-    garbage_a: set[str] = set()  # what the UNINITIALIZED ops returned, on each side
-    garbage_b: set[str] = set()
     for i, (a, b) in enumerate(zip(ops_a, ops_b)):
         loc.ops_compared = i + 1
         if (a.get("op"), a.get("m"), a.get("ph")) != (b.get("op"), b.get("m"), b.get("ph")):
-            loc.found, loc.op_index = True, i
+            loc.found, loc.op_index, loc.cause = True, i, "compute"
             loc.phase, loc.module, loc.op = a.get("ph"), a.get("m"), a.get("op")
             loc.detail = (f"the runs ran different code from op {i} on: {a.get('op')} in "
                           f"{_where(a.get('m'), a.get('ph'))} vs {b.get('op')} in "
                           f"{_where(b.get('m'), b.get('ph'))} (control flow on a value that is "
                           "not reproducible)")
             return loc
-        if str(a.get("op")) in UNINITIALIZED:
-            garbage_a.update(a.get("out") or [])
-            garbage_b.update(b.get("out") or [])
-            continue
         if a.get("out") != b.get("out"):
-            ins_a, ins_b = a.get("in") or [], b.get("in") or []
             loc.found, loc.op_index = True, i
             loc.phase, loc.module, loc.op = a.get("ph"), a.get("m"), a.get("op")
-            loc.differing_inputs = [k for k, (x, y) in enumerate(zip(ins_a, ins_b))
-                                    if x != y and not (x in garbage_a and y in garbage_b)]
-            if len(ins_a) != len(ins_b):
-                loc.differing_inputs.append(min(len(ins_a), len(ins_b)))
+            loc.differing_inputs = _differing_inputs(a, b, garbage)
             loc.inputs_agree = not loc.differing_inputs
+            loc.cause = "compute"
             where = f"{_where(loc.module, loc.phase)}, {loc.phase}"
-            if loc.inputs_agree:
+            if loc.inputs_agree and base_name(loc.op) in RANDOM_OPS:
+                loc.cause = "rng"
+                loc.detail = (f"{loc.op} in {where} drew different numbers for the same inputs: "
+                              "the random generator it draws from is in a different state in "
+                              "each run (a generator of the script's own, such as a "
+                              "torch.Generator seeded from entropy, or a global stream reseeded "
+                              "during the step)")
+            elif loc.inputs_agree:
                 loc.detail = (f"{loc.op} in {where} returned different results for the same "
                               "inputs: the op is not deterministic")
             else:
@@ -144,7 +211,7 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
         i = min(len(ops_a), len(ops_b))
         longer = ops_a if len(ops_a) > len(ops_b) else ops_b
         rec = longer[i]
-        loc.found, loc.op_index = True, i
+        loc.found, loc.op_index, loc.cause = True, i, "compute"
         loc.phase, loc.module, loc.op = rec.get("ph"), rec.get("m"), rec.get("op")
         loc.detail = (f"one run stopped after {i} ops, the other went on with {rec.get('op')} "
                       f"in {_where(rec.get('m'), rec.get('ph'))}")

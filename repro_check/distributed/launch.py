@@ -167,6 +167,7 @@ class RankResult:
     header: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    models: list[dict[str, Any]] = field(default_factory=list)
     trace_path: str | None = None
     pid: int | None = None
     pgid: int | None = None

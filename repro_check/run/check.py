@@ -31,7 +31,8 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
         from repro_check.distributed.launch import Distributed
 
         dist = Distributed(options.distributed, options.runs)
-    session = Session(options, launcher=dist)
+    # runs compared with each other go in parallel even without a fixed thread count
+    session = Session(options, launcher=dist, share_threads=True)
     comparison: Any
     if dist is None:
         comparison = Comparison(options.runs, policy)
@@ -75,6 +76,8 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
         divergent_signal=report.divergent_signal,
         environments=[(r.header or {}).get("environment") for r in outcome.results],
         uses_dataloader=uses_dataloader,
+        seedings={r.index: r.overrides for r in outcome.results},
+        models=outcome.results[0].models if outcome.results else None,
     )
     report.cause_detail = why or None
     return report

@@ -101,8 +101,11 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     trace_path: str | None = None
-    #: seeding components the target overrode itself: {"component", "key", "value"} records
+    #: seeding components the target overrode, and seeds it set itself: the seeding watch's
+    #: {"component", "key", "value", "where", "source", "order"} records
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    #: the top-level models whose parameters went into step 1: {"class", "where", ...}
+    models: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -243,7 +246,11 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
     elif "warning" in ev:
         res.warnings.append(ev["warning"])
         if isinstance(ev.get("component"), str):
-            res.overrides.append({k: ev.get(k) for k in ("component", "key", "value")})
+            res.overrides.append({k: ev.get(k) for k in ("component", "key", "value", "where",
+                                                         "source", "order") if k in ev})
+    elif "info" in ev and isinstance(ev["info"], dict) and isinstance(ev["info"].get("models"),
+                                                                        list):
+        res.models = [m for m in ev["info"]["models"] if isinstance(m, dict)]
     elif "info" in ev and isinstance(ev["info"], dict) and "status" in ev["info"]:
         res.status = str(ev["info"]["status"])
         return True

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import watch
+from repro_check.child import seeding, watch
 from repro_check.child.pin import PLAN_VAR
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import signals
@@ -131,10 +131,37 @@ def _create_trace_root(root: Path) -> None:
         raise UsageError(f"cannot create --trace-dir {str(root)!r}: {e.strerror}") from None
 
 
-def default_jobs(runs: int, threads: int | None) -> int:
-    """As many runs at once as the CPUs hold at the fixed thread count."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(runs, cpus // max(1, threads or cpus)))
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def default_jobs(runs: int, threads: int | None, shared: bool = False) -> int:
+    """As many runs at once as the CPUs hold at the fixed thread count. Without one (the
+    ``threads`` component off): one at a time, or, ``shared``, as many as the CPUs hold at the
+    thread count the environment sets, else one a CPU (see :func:`shared_thread_env`)."""
+    if threads is None and shared:
+        threads = _inherited_threads() or 1
+    return max(1, min(runs, _cpus() // max(1, threads or _cpus())))
+
+
+def _inherited_threads() -> int | None:
+    text = os.environ.get("OMP_NUM_THREADS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def shared_thread_env(jobs: int) -> dict[str, str]:
+    """The thread count runs get when the ``threads`` component is off and several go at once.
+
+    Unpinned, torch takes one thread per core in every run, so parallel runs would fight over
+    the cores; and the thread count changes result bits, so every run must get the same one for
+    the runs to be comparable. Each gets the CPUs shared out among the runs at once (through
+    ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``, read when torch starts: the script may still set
+    its own). An ``OMP_NUM_THREADS`` the user set is kept (every run inherits it alike); one run
+    at a time keeps torch's default."""
+    if jobs <= 1 or _inherited_threads() is not None:
+        return {}
+    share = str(max(1, _cpus() // jobs))
+    return {name: share for name in seeding.THREAD_ENV_VARS}
 
 
 @contextlib.contextmanager
@@ -202,7 +229,7 @@ class Session:
     """
 
     def __init__(self, options: RunOptions, *, runs: int | None = None,
-                 launcher: Any = None) -> None:
+                 launcher: Any = None, share_threads: bool = False) -> None:
         if not options.target:
             raise UsageError("the following arguments are required: TARGET")
         self.options = options
@@ -210,22 +237,27 @@ class Session:
         self.target = targets.parse(options.target)
         targets.check(self.target)
         self.launcher = launcher
+        #: runs without a fixed thread count go in parallel, sharing out the CPUs alike
+        self.share_threads = share_threads and launcher is None
         self.folder = make_trace_dir(options.trace_dir)
 
-    def specs(self) -> list[RunSpec]:
+    def specs(self, jobs: int = 1) -> list[RunSpec]:
         o = self.options
+        env = shared_thread_env(min(jobs, self.runs)) \
+            if self.share_threads and o.run_threads is None else {}
         return [
             RunSpec(index=i, target=self.target, args=o.target_args, seed=o.run_seed,
                     components=o.components, threads=o.run_threads, max_steps=o.max_steps,
                     timeout=o.timeout, trace_path=self.folder / f"run-{i}.jsonl",
                     launcher=self.launcher, warn_only=o.warn_only, probe_step=o.probe_step,
-                    extra_env={PLAN_VAR: o.pin_plan} if o.pin_plan else {})
+                    extra_env={**env, **({PLAN_VAR: o.pin_plan} if o.pin_plan else {})})
             for i in range(1, self.runs + 1)
         ]
 
     def default_jobs(self, ranks_per_run: int = 1) -> int:
         return default_jobs(self.runs, (self.options.run_threads or 1) * ranks_per_run
-                            if ranks_per_run > 1 else self.options.run_threads)
+                            if ranks_per_run > 1 else self.options.run_threads,
+                            shared=self.share_threads)
 
     def run(self, feed: Any, jobs: int | None = None,
             should_stop: Callable[[], bool] | None = None,
@@ -240,7 +272,7 @@ class Session:
         interrupted = False
         try:
             with sigterm_as_interrupt():
-                results = run_all(self.specs() if specs is None else specs, feed, n_jobs,
+                results = run_all(self.specs(n_jobs) if specs is None else specs, feed, n_jobs,
                                   should_stop=should_stop or (lambda: False), fits=fits)
         except Interrupted as e:
             interrupted, results = True, list(e.results)
