@@ -1,0 +1,118 @@
+"""Causes that come from how a script seeds itself, on ordinary training scripts of the zoo:
+a seed from the clock, a model built before the script seeds, a seed drawn from an unseeded
+stream under ``--no-seed``. One check per fixture (module-scoped) serves every assertion."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from repro_check.api import check
+from repro_check.report.model import Report
+from repro_check.run import session
+from repro_check.trace.format import load_trace
+
+from ..conftest import FIXTURES, CliResult, run_cli, run_plain
+
+ZOO = FIXTURES / "zoo"
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("seeding-causes")
+
+
+@pytest.fixture(scope="module")
+def clock_checks(tmp: Path) -> list[Report]:
+    """The same clock-seeded check three times, its two runs in parallel (they start within the
+    same second): the verdict must not depend on that."""
+    return [check(f"{ZOO / 'clock_seeded.py'}:main", jobs=2, trace_dir=tmp / f"clock-{k}")
+            for k in range(3)]
+
+
+@pytest.fixture(scope="module")
+def built_before_seeding(tmp: Path) -> Report:
+    return check(f"{ZOO / 'model_before_seed.py'}:main", no_seed=True, trace_dir=tmp / "init")
+
+
+@pytest.fixture(scope="module")
+def randint_unseeded(tmp: Path) -> CliResult:
+    return run_cli("zoo/randint_seed.py:main", "--no-seed", tmp=tmp / "randint")
+
+
+def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(
+        clock_checks: list[Report]) -> None:
+    where = f"{ZOO / 'clock_seeded.py'}:15"
+    for report in clock_checks:
+        d = report.to_dict()
+        assert d["reproducible"] is False and d["exit_code"] == 1
+        assert d["cause"] == "rng" and "seeded from the clock" in d["cause_detail"]
+        assert where in d["cause_detail"]
+        assert d["first_divergent_step"] == 1 and d["divergent_signal"] == "rng.torch"
+        assert any("from the clock" in w and where in w for w in d["warnings"])
+        assert "--seed 0" in (d["replay"] or "")
+        headers = [load_trace(r["trace"]).header for r in d["run_results"]]
+        assert [h["clock_shift_ns"] for h in headers] == [0, 86_407_001_234_567]
+
+
+def test_a_model_built_before_the_script_seeds_is_init(built_before_seeding: Report) -> None:
+    d = built_before_seeding.to_dict()
+    assert d["cause"] == "init" and d["first_divergent_step"] == 1
+    assert d["divergent_signal"] == "init"
+    detail = d["cause_detail"]
+    assert f"Net built at {ZOO / 'model_before_seed.py'}:54" in detail
+    assert "before the script seeds torch (torch.manual_seed at" in detail
+    # the watch stays on without seeding: the script's own seeds are reported
+    assert any("seeds torch itself (torch.manual_seed(42)" in w for w in d["warnings"])
+
+
+def test_no_seed_runs_go_in_parallel_with_one_thread_count(built_before_seeding: Report) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    headers = [load_trace(r.trace_path).header for r in built_before_seeding.results]
+    envs = [h["environment"] for h in headers]
+    assert envs[0]["threads"] == envs[1]["threads"]
+    if cpus >= 2 and "OMP_NUM_THREADS" not in os.environ:
+        assert envs[0]["OMP_NUM_THREADS"] == str(cpus // 2)
+        first, second = sorted(headers, key=lambda h: h["started"])
+        took = built_before_seeding.results[0].seconds
+        assert second["started"] - first["started"] < took  # the second did not wait
+
+
+def test_shared_thread_counts() -> None:
+    assert session.default_jobs(2, None) == 1  # record: one at a time, torch's default
+    cpus = len(os.sched_getaffinity(0))
+    assert session.default_jobs(2, None, shared=True) == min(2, cpus)
+    if "OMP_NUM_THREADS" not in os.environ:
+        assert session.shared_thread_env(1) == {}
+        if cpus >= 2:
+            env = session.shared_thread_env(2)
+            assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(cpus // 2)
+
+
+def test_no_seed_still_reports_a_seed_from_random_randint(randint_unseeded: CliResult) -> None:
+    res = randint_unseeded
+    assert res.code == 1, res.stdout + res.stderr
+    r = res.report
+    assert r is not None and r["cause"] == "rng"
+    # Python's random is the first stream that differs: its seeding call is named
+    assert r["divergent_signal"] == "rng.python"
+    assert r["cause_detail"].startswith(
+        "Python's random is seeded with a value drawn from it while it was unseeded (random.seed "
+        f"at {ZOO / 'randint_seed.py'}:16; run 1: ")
+    where = f"{ZOO / 'randint_seed.py'}:18"
+    assert any(w.startswith(f"the target seeds torch itself (torch.manual_seed at {where})")
+               and "Python's random had been drawn from without a seed" in w
+               for w in r["warnings"]), r["warnings"]
+    assert any(w.startswith("torch was reseeded differently in each run") for w in r["warnings"])
+    assert "the target seeds torch itself" in " ".join(res.stdout.split())
+
+
+def test_diagnose_has_no_no_seed_flag() -> None:
+    res = run_plain("diagnose", "tiny:main", "--no-seed")
+    assert res.code == 2 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unrecognized arguments: --no-seed" in lines[0]
+    assert "--no-seed" not in run_plain("diagnose", "--help").stdout
+    assert "--no-seed" in run_plain("check", "--help").stdout

@@ -1,0 +1,206 @@
+"""``diagnose`` on the zoo of broken workloads: each one's known source is named.
+
+One diagnose run per fixture (module-scoped) serves every assertion about it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from repro_check.api import check
+from repro_check.errors import UsageError
+from repro_check.diagnose.diagnosis import (
+    THREADS_HINT,
+    PairResult,
+    diagnose,
+    explain_localization,
+    verdicts,
+)
+from repro_check.diagnose.localize import Localization
+from repro_check.report.model import DiagnosisPart, Report
+from repro_check.run.runner import RunResult
+
+from ..conftest import FIXTURES, CliResult, run_cli, run_plain
+
+ZOO = FIXTURES / "zoo"
+
+
+def target(name: str) -> str:
+    return f"{ZOO / name}.py:main"
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("diagnose")
+
+
+def run(name: str, tmp: Path, **options: Any) -> Report:
+    options.setdefault("ablate", [])
+    return diagnose(target(name), trace_dir=tmp / name, **options)
+
+
+@pytest.fixture(scope="module")
+def clock_shuffle(tmp: Path) -> Report:
+    return run("clock_shuffle", tmp, ablate=None)  # all components: skipped, not reproducible
+
+
+@pytest.fixture(scope="module")
+def default_rng(tmp: Path) -> Report:
+    return run("numpy_default_rng", tmp)
+
+
+@pytest.fixture(scope="module")
+def urandom(tmp: Path) -> Report:
+    return run("urandom_noise", tmp)
+
+
+@pytest.fixture(scope="module")
+def eval_noise(tmp: Path) -> Report:
+    return run("eval_noise", tmp)
+
+
+@pytest.fixture(scope="module")
+def control(tmp: Path) -> Report:
+    return run("control", tmp)
+
+
+@pytest.fixture(scope="module")
+def unpool(tmp: Path) -> Report:
+    return run("unpool", tmp)
+
+
+@pytest.fixture(scope="module")
+def own_generator(tmp: Path) -> Report:
+    return run("own_generator", tmp)
+
+
+@pytest.fixture(scope="module")
+def gan_workers(tmp: Path) -> Report:
+    return run("gan_workers", tmp)
+
+
+@pytest.fixture(scope="module")
+def hash_order(tmp: Path) -> CliResult:
+    # the components a dataset order could plausibly depend on (all nine would triple the cost)
+    return run_cli("diagnose", "zoo/hash_order.py:main", "--max-steps", "2", "--ablate",
+                   "hashseed,python,numpy,dataloader", tmp=tmp / "hash")
+
+
+def test_clock_seeded_shuffle_is_data(clock_shuffle: Report) -> None:
+    d = clock_shuffle.to_dict()
+    assert d["cause"] == "data" and d["divergent_signal"] == "batch"
+    assert d["first_divergent_step"] == 1 and d["culprit"] is None
+    assert d["necessary_components"] is None and "ablation skipped" in d["ablation_note"]
+
+
+def test_default_rng_in_the_data_pipeline_is_data(default_rng: Report) -> None:
+    d = default_rng.to_dict()
+    assert d["cause"] == "data" and d["divergent_signal"] == "batch"
+
+
+def test_urandom_module_is_compute_and_the_culprit(urandom: Report) -> None:
+    d = urandom.to_dict()
+    assert d["cause"] == "compute" and d["first_divergent_step"] == 1
+    assert d["divergent_signal"] in ("loss", "grads")
+    assert d["culprit"] == "Net.encoder.2" and d["culprit_op"].startswith("aten::")
+    loc = d["localization"]
+    assert loc["phase"] == "forward" and loc["step"] == 1 and loc["inputs_agree"] is False
+    assert loc["first_module_forward"] == "Net.encoder.2"
+
+
+def test_a_random_op_whose_generator_differs_is_rng_not_compute(own_generator: Report) -> None:
+    d = own_generator.to_dict()
+    assert d["divergent_signal"] == "loss" and d["first_divergent_step"] == 1
+    assert d["cause"] == "rng" and "not deterministic" not in d["cause_detail"]
+    assert d["culprit"] == "Net.encoder.2" and d["culprit_op"] == "aten::randn"
+    loc = d["localization"]
+    assert loc["cause"] == "rng" and loc["inputs_agree"] is True
+    assert "random generator it draws from is in a different state" in loc["detail"]
+
+
+def test_workers_batches_are_not_the_culprit_and_modules_are_qualified(
+        gan_workers: Report) -> None:
+    """Two DataLoader workers deliver the batches; both models have a ``main.1``."""
+    d = gan_workers.to_dict()
+    assert d["cause"] == "compute" and d["first_divergent_step"] == 1
+    assert d["culprit"] == "Discriminator.main.1", d["localization"]
+    assert d["culprit_op"] not in ("aten::set_", "aten::empty")
+    assert d["localization"]["phase"] == "forward"
+
+
+def test_threads_are_named_when_every_op_agrees_and_threads_were_not_pinned() -> None:
+    def explained(threads: int | None, overrides: list[dict[str, Any]]) -> str:
+        result = RunResult(1, overrides=overrides)
+        report = Report("t:main", [], 0, [], 2, [result], None, threads=threads)
+        loc = Localization(4, detail="all 120 recorded ops of step 4 agree in both replays")
+        explain_localization(report, DiagnosisPart(), loc)
+        assert report.diagnosis is None and report.cause is None
+        return loc.detail
+
+    assert explained(None, []).endswith(THREADS_HINT) and "--threads" in THREADS_HINT
+    assert explained(2, [{"component": "threads", "key": "set_num_threads", "value": 8}]) \
+        .endswith(THREADS_HINT)
+    assert THREADS_HINT not in explained(1, [])
+
+
+def test_nondeterministic_evaluation_is_metrics(eval_noise: Report) -> None:
+    d = eval_noise.to_dict()
+    assert d["cause"] == "metrics" and d["first_divergent_step"] is None
+    assert d["divergent_signal"] == "metric:eval_mse" and d["steps"] == [6, 6]
+
+
+def test_deterministic_control_is_none(control: Report) -> None:
+    d = control.to_dict()
+    assert d["reproducible"] is True and d["cause"] == "none" and d["exit_code"] == 0
+    assert d["flagged_ops"] == [] and d["culprit"] is None
+
+
+def test_flagged_op_listed_with_its_first_step(unpool: Report) -> None:
+    flagged = unpool.to_dict()["flagged_ops"]
+    assert [f["op"] for f in flagged] == ["max_unpooling2d_forward_out"]
+    assert flagged[0]["step"] == 1 and flagged[0]["runs"] == [1, 2]
+    assert flagged[0]["where"].endswith("unpool.py:17")
+    assert unpool.reproducible  # flagged is not the same as diverging
+
+
+def test_hash_order_needs_hashseed(hash_order: CliResult) -> None:
+    assert hash_order.code == 0, hash_order.stdout + hash_order.stderr
+    r = hash_order.report
+    assert r["reproducible"] is True and r["cause"] == "none"
+    assert r["necessary_components"] == ["hashseed"]
+    rows = {row["component"]: row for row in r["ablation"]}
+    assert rows["hashseed"]["reproducible"] is False and rows["hashseed"]["cause"] == "data"
+    assert rows["hashseed"]["divergent_signal"] == "batch"
+    assert all(rows[c]["reproducible"] for c in rows if c not in ("hashseed", None))
+    assert list(rows) == ["hashseed", "python", "numpy", "dataloader", None]
+    assert rows[None]["reproducible"] is False  # the pair without any seeding
+    assert all(row["off"] for row in r["ablation"])
+    out = hash_order.stdout
+    assert "Seeding ablation" in out and "necessary components: hashseed" in out
+    assert any(line.split()[:2] == ["hashseed", "needed"] for line in out.splitlines())
+
+
+def test_global_numpy_without_its_seed_is_rng(tmp: Path) -> None:
+    rep = check(target("global_numpy"), without=["numpy"], trace_dir=tmp / "gn")
+    assert rep.cause == "rng" and rep.divergent_signal == "rng.numpy"
+    assert rep.first_divergent_step == 1
+
+
+def test_verdicts_need_a_reproducible_baseline() -> None:
+    ok = PairResult("full", [], True)
+    off = {"numpy": PairResult("w/o numpy", ["numpy"], False),
+           "python": PairResult("w/o python", ["python"], True),
+           "cuda": PairResult("w/o cuda", ["cuda"], False, error="boom")}
+    assert verdicts(ok, off) == {"numpy": "needed", "python": "not needed", "cuda": "unknown"}
+    broken = PairResult("full", [], False)
+    assert set(verdicts(broken, off).values()) == {"unknown"}
+
+
+def test_diagnose_usage_errors() -> None:
+    with pytest.raises(UsageError, match="full seeding"):  # the Python API says why
+        diagnose("tiny:main", no_seed=True)
+    res = run_plain("diagnose", "tiny:main", "--ablate", "numpi")
+    assert res.code == 2 and "did you mean 'numpy'" in res.stderr

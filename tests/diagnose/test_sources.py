@@ -1,0 +1,144 @@
+"""``diagnose`` pins each source it finds and goes on: every source of a zoo fixture is listed,
+in order, with its step, cause and line; a pin hides nothing but its own source.
+
+One diagnose run per fixture (module-scoped) serves every assertion about it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from repro_check.diagnose.diagnosis import diagnose
+from repro_check.diagnose.sources import identify
+from repro_check.errors import UsageError
+from repro_check.report.model import Report
+
+from ..conftest import FIXTURES, CliResult, run_cli
+
+def zoo(name: str) -> str:
+    """The TARGET of a zoo fixture."""
+    return f"{FIXTURES / 'zoo' / name}.py:main"
+
+
+def summary(sources: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """(step, signal, cause, file name, line) of each source."""
+    return [(s["step"], s["signal"], s["cause"],
+             Path(s["location"]["file"]).name if s["location"] else None,
+             s["location"]["line"] if s["location"] else None) for s in sources]
+
+
+Temp = pytest.TempPathFactory
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("two_sources"), ablate=[], trace_dir=tmp_path_factory.mktemp("two"))
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: Temp) -> CliResult:
+    return run_cli("diagnose", "zoo/three_sources.py:main", "--without", "hashseed",
+                   "--no-ablation", tmp=tmp_path_factory.mktemp("three"))
+
+
+@pytest.fixture(scope="module")
+def compute(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("compute_then_rng"), ablate=[], keep_replay=True,
+                    trace_dir=tmp_path_factory.mktemp("compute"))
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("control"), ablate=[], trace_dir=tmp_path_factory.mktemp("control"))
+
+
+def test_a_clock_shuffle_hides_an_unseeded_default_rng(two: Report) -> None:
+    x = two.diagnosis
+    assert x is not None
+    assert summary(x.sources) == [(1, "batch", "rng", "two_sources.py", 19),
+                                  (3, "loss", "rng", "two_sources.py", 22)]
+    assert "torch.Generator" in x.sources[0]["detail"] and "two_sources.py:20" in \
+        x.sources[0]["detail"]  # where the clock seed goes in
+    assert "default_rng" in x.sources[1]["detail"] and "entropy" in x.sources[1]["detail"]
+    assert all(s["pinned_by"] for s in x.sources)
+    assert x.sources_cost is not None and x.sources_cost["runs"] == 4
+    assert x.sources_note == "with the 2 source(s) above pinned, the runs agree"
+    d = two.to_dict()
+    assert d["cause"] == "data" and d["first_divergent_step"] == 1  # today's keys, unchanged
+    assert [s["step"] for s in d["sources"]] == [1, 3]
+    assert not list(Path(two.trace_dir or "").parent.glob("**/replay"))  # replays deleted
+
+
+def test_three_sources_at_the_same_step(three: CliResult) -> None:
+    assert three.code == 1, three.stdout + three.stderr
+    r = three.report
+    assert r is not None
+    # pinning numpy's stream hides neither the dropout generator nor the hash order, all step 1
+    assert summary(r["sources"]) == [(1, "rng.numpy", "rng", "three_sources.py", 16),
+                                     (1, "batch", "rng", "three_sources.py", 22),
+                                     (1, "batch", "data", None, None)]
+    assert [s["pinned_by"] is not None for s in r["sources"]] == [True, True, True]
+    assert set(r["sources"][0]) >= {"step", "signal", "cause", "culprit", "culprit_op",
+                                    "location", "pinned_by"}
+    assert r["sources"][0]["location"]["function"] == "main"
+    assert r["sources_cost"]["runs"] == 6
+    out = three.stdout
+    assert "Sources of non-determinism, in the order found (3;" in out
+    assert "1. rng · step 1 · rng.numpy" in out and "3. data · step 1 · batch" in out
+    assert "three_sources.py:16 in main" in out
+    assert r["sources_note"].startswith("with the 3 source(s) above pinned, the runs agree "
+                                        "(replayed batches stand for everything")
+
+
+def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:
+    x = compute.diagnosis
+    assert x is not None
+    assert summary(x.sources) == [(1, "loss", "compute", "compute_then_rng.py", 15),
+                                  (2, "loss", "rng", "compute_then_rng.py", 24)]
+    assert x.sources[0]["culprit"] == "1" and x.sources[0]["culprit_op"] == "aten::_to_copy"
+    assert x.sources[0]["culprit_op"] == x.culprit_op
+    assert "random.Random" in x.sources[1]["detail"]
+    kept = [Path(p) for p in x.replay_dirs]
+    assert len(kept) == 3 and any(kept[1].glob("op-1-*.pt"))  # --keep-replay: on disk
+
+
+def test_control_has_no_source_and_no_pinned_run(control: Report) -> None:
+    assert control.reproducible
+    x = control.diagnosis
+    assert x is not None and x.sources == []
+    assert x.sources_cost is not None and x.sources_cost["runs"] == 0
+    assert control.to_dict()["sources"] == []
+
+
+def test_max_sources_bounds_the_runs(tmp_path: Path) -> None:
+    rep = diagnose(zoo("two_sources"), ablate=[], trace_dir=tmp_path, max_sources=1)
+    x = rep.diagnosis
+    assert x is not None and len(x.sources) == 1 and x.sources_cost["runs"] == 0
+    assert "--max-sources 1" in (x.sources_note or "")
+    with pytest.raises(UsageError):
+        diagnose(zoo("two_sources"), ablate=[], max_sources=-1)
+
+
+def test_an_undrawn_generator_is_no_source(tmp_path: Path) -> None:
+    """A private generator seeded differently counts only once it was drawn from by the step."""
+    replay = tmp_path
+    for run, fp in ((1, "a"), (2, "b")):
+        recs = [{"key": "f.py:3#0", "kind": "torch", "event": 0, "how": "entropy",
+                 "created": True, "fp": fp, "location": {"file": "f.py", "line": 3,
+                                                         "function": "main"}},
+                {"key": "f.py:3#0", "drawn": 4}]
+        (replay / f"generators-{run}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in recs))
+    report: Any = SimpleNamespace(reproducible=False, error=None, interrupted=False,
+                                  first_divergent_step=2, divergent_signal="batch",
+                                  cause="data", cause_detail=None)
+    src = identify(report, replay, [], lambda step: None)
+    assert src is not None and src.cause == "data" and src.pin == {"kind": "data", "step": 2}
+    report.first_divergent_step = 4
+    src = identify(report, replay, [], lambda step: None)
+    assert src is not None and src.cause == "rng" and src.location["line"] == 3

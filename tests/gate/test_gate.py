@@ -1,0 +1,250 @@
+"""The documented pre-merge gate end to end, through the command line as CI runs it.
+
+A project configures its target and golden path in pyproject.toml; ``repro-check record`` saves
+the golden, ``repro-check verify`` passes on the unchanged code and fails at step 2 once the
+learning rate is changed in the code when only losses are compared (step 1's loss is computed
+before the first update), with JUnit, JSON, GitHub annotation and step summary saying so; with
+every signal compared it fails at step 1, where the parameters after the first update differ.
+Then the band of repeated runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from repro_check.trace.format import dumps, header_line, iter_trace, load_trace
+
+from ..conftest import FIXTURES, cli_env, with_options
+
+PUBLIC_KEYS = {"reproducible", "first_divergent_step", "divergent_signal", "steps", "metrics",
+               "runs", "seed", "error"}
+
+PYPROJECT = """\
+[project]
+name = "demo"
+
+[tool.repro-check]
+seed = 7
+json = "reports/verify.json"
+targets = [
+    { target = "tiny.py:main", golden = "golden/tiny.json", args = ["--steps", "5"] },
+]
+"""
+
+
+@dataclass
+class Res:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, cwd: Path, **env: str) -> Res:
+    proc = subprocess.run([sys.executable, "-m", "repro_check", *args], cwd=cwd,
+                          env=cli_env(**env), capture_output=True, text=True, timeout=300)
+    return Res(proc.returncode, proc.stdout, proc.stderr)
+
+
+def set_torch_version(golden: Path, version: str) -> None:
+    """Pretend the golden was recorded with another torch (a valid trace all the same)."""
+    lines = golden.read_text().splitlines(keepends=True)
+    head = json.loads(lines[0])
+    head["header"]["environment"]["torch"] = version
+    golden.write_text(dumps(head) + "".join(lines[1:]))
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    project = tmp_path_factory.mktemp("project")
+    shutil.copy(FIXTURES / "tiny.py", project / "tiny.py")
+    (project / "pyproject.toml").write_text(PYPROJECT)
+    (project / "reports").mkdir()
+    (project / "notebooks").mkdir()
+    summary = project / "step-summary.md"
+    gh = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    out: dict[str, Any] = {"project": project, "summary": summary}
+
+    out["record"] = cli("record", cwd=project)
+    out["golden_header"] = load_trace(project / "golden" / "tiny.json").header
+    out["same"] = cli("verify", "--junit", "reports/same.xml", cwd=project, **gh)
+    out["same_json"] = json.loads((project / "reports" / "verify.json").read_text())
+    out["summary_after_same"] = summary.read_text() if summary.exists() else ""
+
+    # the pull request: a new default learning rate, and (pretend) a torch upgrade since
+    tiny = project / "tiny.py"
+    source = tiny.read_text()
+    assert 'default=0.05' in source
+    tiny.write_text(source.replace('p.add_argument("--lr", type=float, default=0.05)',
+                                   'p.add_argument("--lr", type=float, default=0.08)'))
+    set_torch_version(project / "golden" / "tiny.json", "2.13.0")
+    # from a subfolder: the config is found upward and its target runs from the config's folder
+    out["changed"] = cli("verify", "--signals", "loss", "--junit", "changed.xml",
+                         cwd=project / "notebooks", **gh)
+    out["changed_json"] = json.loads((project / "reports" / "verify.json").read_text())
+    out["changed_all"] = cli("verify", "--json", "all.json", cwd=project)
+    out["changed_all_json"] = json.loads((project / "all.json").read_text())
+    out["changed_junit"] = project / "notebooks" / "changed.xml"
+    return out
+
+
+def test_record_writes_a_golden_trace_with_the_configured_settings(gate: dict[str, Any]) -> None:
+    assert gate["record"].code == 0, gate["record"].stdout + gate["record"].stderr
+    head = gate["golden_header"]
+    assert head["golden"]["runs"] == 1 and head["golden"]["band"] is False
+    assert head["seed"] == 7 and head["args"] == ["--steps", "5"] and head["target"] == "tiny.py:main"
+    env = head["environment"]
+    for key in ("python", "torch", "cuda", "cudnn", "device_name", "threads", "seed_components",
+                "deterministic_algorithms", "target_sha256"):
+        assert key in env, key
+    assert env["threads"] == 1 and env["seed"] == 7
+    assert len(load_trace(gate["project"] / "golden" / "tiny.json").steps) == 5
+
+
+def test_unchanged_code_verifies(gate: dict[str, Any]) -> None:
+    res, report = gate["same"], gate["same_json"]
+    assert res.code == 0, res.stdout + res.stderr
+    assert PUBLIC_KEYS <= set(report)
+    assert report["reproducible"] is True and report["first_divergent_step"] is None
+    assert report["steps"] == [5, 5] and report["runs"] == 2 and report["seed"] == 7
+    assert report["judged"]["exact"] >= 5 and report["environment_differences"] == []
+    assert "MATCHES GOLDEN" in res.stdout and "::error" not in res.stdout
+    suite = ET.parse(gate["project"] / "reports" / "same.xml").getroot()
+    cases = suite.findall(".//testcase")
+    assert [c.get("name") for c in cases] == ["tiny.py:main"]
+    assert cases[0].find("failure") is None and suite.get("failures") == "0"
+    assert "✅" in gate["summary_after_same"] and "tiny.py:main" in gate["summary_after_same"]
+
+
+def test_changed_learning_rate_fails_at_step_2(gate: dict[str, Any]) -> None:
+    res, report = gate["changed"], gate["changed_json"]
+    assert res.code == 1, res.stdout + res.stderr
+    assert report["reproducible"] is False
+    assert report["first_divergent_step"] == 2 and report["divergent_signal"] == "loss"
+    assert report["divergence"]["policy"] == "exact bits"
+    assert report["steps"] == [5, 5] and report["divergence"]["later_divergent_steps"] == 3
+    assert "First divergence: step 2, signal loss, this run vs golden" in res.stdout
+
+
+def test_every_signal_compared_sees_the_first_update_at_step_1(gate: dict[str, Any]) -> None:
+    res, report = gate["changed_all"], gate["changed_all_json"]
+    assert res.code == 1, res.stdout + res.stderr
+    assert report["first_divergent_step"] == 1 and report["divergent_signal"] == "params"
+    # the golden was recorded from other code (and, pretended, another torch): the environment
+    assert report["cause"] == "environment" and "target source" in report["cause_detail"]
+
+
+def test_the_divergence_names_the_environment_differences(gate: dict[str, Any]) -> None:
+    import torch
+
+    res, report = gate["changed"], gate["changed_json"]
+    keys = [d["key"] for d in report["environment_differences"]]
+    assert keys[:2] == ["target_sha256", "torch"]
+    expected = f"golden recorded with torch 2.13.0, this run {torch.__version__}"
+    assert expected in res.stdout
+    assert "The divergence comes with 2 environment difference(s)" in res.stdout
+    assert expected in report["environment_note"]
+
+
+def test_ci_outputs_of_the_failure(gate: dict[str, Any]) -> None:
+    res = gate["changed"]
+    errors = [line for line in res.stdout.splitlines() if line.startswith("::error")]
+    assert len(errors) == 1 and "first divergent step 2" in errors[0]
+    assert "%0AReplay: cd " in errors[0] and "repro-check verify tiny.py:main" in errors[0]
+    case = ET.parse(gate["changed_junit"]).getroot().find(".//testcase")
+    failure = case.find("failure") if case is not None else None
+    assert failure is not None and "first divergent step 2" in failure.get("message", "")
+    assert "First divergence: step 2" in (failure.text or "")
+    summary = gate["summary"].read_text()
+    assert summary.startswith(gate["summary_after_same"])  # appended, not replaced
+    added = summary[len(gate["summary_after_same"]):]
+    assert "❌" in added and "| 2 | loss |" in added and "```sh" in added
+
+
+def test_the_replay_line_reproduces_the_failure(gate: dict[str, Any]) -> None:
+    replay = gate["changed_json"]["replay"]
+    # run from a subfolder, the configured target ran from the config's folder: so does the replay
+    cd = f"cd {shlex.quote(str(gate['project']))} && "
+    assert replay.startswith(cd + "repro-check verify tiny.py:main --golden golden/tiny.json ")
+    assert "--seed 7" in replay and "--max-steps 2" in replay and replay.endswith("-- --steps 5")
+    assert "--signals loss" in replay
+    assert replay in gate["changed"].stdout  # printed whole, on one line
+    argv = shlex.split(replay[len(cd):])[1:]
+    res = cli(*with_options(tuple(argv), ["--json", "replay.json"]), cwd=gate["project"])
+    assert res.code == 1, res.stdout + res.stderr
+    again = json.loads((gate["project"] / "replay.json").read_text())
+    assert again["first_divergent_step"] == 2 and again["steps"] == [5, 2]
+
+
+# ---- a band from repeated runs ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def band(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("band")
+    target = f"{FIXTURES / 'jitter.py'}:main"
+    out: dict[str, Any] = {"tmp": tmp}
+    out["record"] = cli("record", target, "--runs", "2", "-o", "goldens/band.json",
+                        "--json", "record.json", cwd=tmp)
+    out["inside"] = cli("verify", "--golden", "goldens/band.json", "--json", "inside.json",
+                        "--", "--shift", "0.5", cwd=tmp)
+    out["outside"] = cli("verify", "--golden", "goldens/band.json", "--json", "outside.json",
+                         "--", "--shift", "5", cwd=tmp)
+    for name in ("record", "inside", "outside"):
+        path = tmp / f"{name}.json"
+        out[f"{name}_json"] = json.loads(path.read_text()) if path.exists() else None
+    return out
+
+
+def test_record_runs_stores_the_spread_of_each_step(band: dict[str, Any]) -> None:
+    assert band["record"].code == 0, band["record"].stdout + band["record"].stderr
+    assert band["record_json"]["spread_steps"] == 6
+    events = list(iter_trace(band["tmp"] / "goldens" / "band.json"))
+    assert events[0]["golden"] == {**events[0]["golden"], "runs": 2, "band": True}
+    steps = [e for e in events if "step" in e]
+    assert len(steps) == 6 and all("loss" in s["band"] for s in steps)
+    lo, hi = (steps[0]["band"]["loss"][k]["value"] for k in ("min", "max"))
+    assert hi - lo == pytest.approx(1e-4, rel=0.01)  # runs 1 and 2 offset by 1e-4 and 2e-4
+
+
+def test_verify_accepts_values_inside_the_band(band: dict[str, Any]) -> None:
+    res, report = band["inside"], band["inside_json"]
+    assert res.code == 0, res.stdout + res.stderr
+    assert report["judged"]["band"] == 6
+    assert report["divergence"] is None
+
+
+def test_verify_rejects_values_outside_the_band(band: dict[str, Any]) -> None:
+    res, report = band["outside"], band["outside_json"]
+    assert res.code == 1
+    assert report["first_divergent_step"] == 1
+    assert "band [" in report["divergence"]["policy"]
+
+
+def test_a_widened_band_accepts_them(band: dict[str, Any]) -> None:
+    trace = band["outside_json"]["run_results"][1]["trace"]
+    golden = str(band["tmp"] / "goldens" / "band.json")
+    narrow = cli("diff", golden, trace, "--band-widen", "1.5", cwd=band["tmp"])
+    assert narrow.code == 1  # offset 6e-4 is outside [0.75e-4, 2.25e-4]
+    wide = cli("diff", golden, trace, "--band-widen", "20", cwd=band["tmp"])
+    assert wide.code == 0, wide.stdout  # [-8.5e-4, 11.5e-4]
+    assert "6 by band" in wide.stdout
+
+
+def test_verify_refuses_a_golden_that_is_not_a_trace(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"reproducible": True}, indent=2))
+    res = cli("verify", "tiny:main", "--golden", str(report), cwd=FIXTURES)
+    assert res.code == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "not a trace" in res.stderr and "started" not in res.stderr
+    stub = tmp_path / "header-only.json"
+    stub.write_text(dumps(header_line({"target": "tiny:main"})) + dumps({"end": {}}))
+    res = cli("verify", "--golden", str(stub), cwd=FIXTURES)
+    assert res.code == 2 and "nothing to verify against" in res.stderr

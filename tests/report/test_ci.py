@@ -1,0 +1,90 @@
+"""CI outputs: JUnit XML, GitHub annotations and the step summary, from real reports of diff."""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from repro_check.report import ci
+from repro_check.api import diff
+from repro_check.report.model import Report
+from repro_check.trace.format import TraceWriter, header_line
+
+from ..gate.test_golden import LOSSES, f32, write
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> list[Report]:
+    a = write(tmp_path / "a.jsonl", LOSSES)
+    same = diff(a, write(tmp_path / "same.jsonl", LOSSES))
+    changed = diff(a, write(tmp_path / "b.jsonl", LOSSES[:9] + [5.0] * 31))
+    changed.target = "train.py:main,100%"
+    broken = tmp_path / "broken.jsonl"
+    w = TraceWriter(broken)
+    w.write(header_line({"target": "bad.py:main", "seed": 1}))
+    w.write({"step": 1, "signals": {"loss": f32(2.0)}})
+    w.write({"error": {"kind": "raised", "type": "RuntimeError", "message": "boom \x00\x1b[31m"}})
+    w.write({"end": {"status": "failed", "returncode": 98}})
+    w.close()
+    failed = diff(a, broken)
+    return [same, changed, failed]
+
+
+def test_junit_has_a_testcase_per_target(reports: list[Report], tmp_path: Path) -> None:
+    path = tmp_path / "junit.xml"
+    ci.write_junit(path, reports, "verify")
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites" and root.get("tests") == "3"
+    assert root.get("failures") == "1" and root.get("errors") == "1"
+    cases = root.findall("./testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["train.py:main", "train.py:main,100%", "bad.py:main"]
+    assert all(c.get("classname") == "repro-check.verify" for c in cases)
+    assert cases[0].find("failure") is None and cases[0].find("error") is None
+    failure = cases[1].find("failure")
+    assert failure is not None and "first divergent step 10 (signal loss)" in failure.get("message", "")
+    assert "First divergence: step 10" in (failure.text or "")
+    assert "replay: repro-check verify" in (cases[1].findtext("system-out") or "")
+    error = cases[2].find("error")
+    assert error is not None and "target failed" in error.get("message", "")
+    assert "boom" in error.get("message", "") and "\x00" not in path.read_text()
+
+
+def test_annotation_escapes_workflow_command_syntax(reports: list[Report]) -> None:
+    assert ci.annotation(reports[0], "verify") is None
+    line = ci.annotation(reports[1], "verify")
+    assert line is not None and line.startswith("::error title=repro-check verify::")
+    assert "\n" not in line and "train.py:main,100%25" in line and "%0AReplay: " in line
+
+
+def test_emit_only_under_github_actions(reports: list[Report], tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n")
+    out = io.StringIO()
+    ci.emit(reports, "verify", environ={}, stdout=out)
+    assert out.getvalue() == "" and summary.read_text() == "# earlier step\n"
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    ci.emit(reports, "verify", environ=env, stdout=out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(line.startswith("::error ") for line in lines)
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n## repro-check verify")
+    assert "| `train.py:main` | ✅ reproducible |" in text
+    assert "| `train.py:main,100%` | ❌ not reproducible | 10 | loss |" in text
+    assert "❌ target failed" in text and "```sh\nrepro-check verify" in text
+
+
+def test_step_summary_stays_under_the_limit(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_bytes(b"x" * 900)
+    text = "".join(f"| line {i} | ✅ |\n" for i in range(200))
+    assert ci.append_step_summary(summary, text, limit=2000)
+    data = summary.read_bytes()
+    assert len(data) < 2000 and data.startswith(b"x" * 900)
+    assert b"truncated to stay under the 1 MiB" in data
+    data.decode("utf-8")  # never cut inside a character
+    before = summary.read_bytes()
+    assert not ci.append_step_summary(summary, text, limit=len(before) + 10)
+    assert summary.read_bytes() == before

@@ -1,0 +1,138 @@
+"""The runner: parallel runs give the same bits as sequential ones; bounded output tail, line
+splitting, and a run that will not exit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import repro_check
+from repro_check.run import runner
+from repro_check import targets
+from repro_check.run.procs import Tail, is_alive
+from repro_check.trace.format import MAX_LINE_BYTES, load_trace
+
+from ..conftest import FIXTURES
+
+
+def test_parallel_runs_give_the_same_bits_as_sequential(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(FIXTURES)
+    reports = {
+        jobs: repro_check.check("tiny:main", seed=3, threads=2, jobs=jobs, args=["--steps", "25"],
+                                trace_dir=tmp_path / f"jobs{jobs}")
+        for jobs in (1, 2)
+    }
+    steps = {}
+    for jobs, report in reports.items():
+        assert report.exit_code == 0
+        traces = [load_trace(r.trace_path) for r in report.results]
+        steps[jobs] = [[s.signals for s in t.steps] for t in traces]
+        assert all(t.header["environment"]["threads"] == 2 for t in traces)
+    assert steps[1][0] == steps[2][0] == steps[2][1]
+
+
+def test_tail_keeps_the_last_bytes_in_bounded_memory() -> None:
+    tail = Tail(limit=1000)
+    for i in range(10_000):
+        tail.add(f"line {i}\n".encode())
+        assert tail.size <= 1000 + 16 and len(tail.chunks) <= 257
+    text = tail.text()
+    assert text.endswith("line 9999\n") and "earlier bytes not kept" in text.splitlines()[0]
+
+
+def test_lines_are_split_across_chunks_and_oversized_ones_dropped() -> None:
+    got: list[bytes] = []
+    lines = runner._Lines(got.append)
+    lines.add(b'{"a"')
+    lines.add(b': 1}\n{"b": 2}\n{"c"')
+    assert got == [b'{"a": 1}', b'{"b": 2}']
+    lines.add(b"x" * (MAX_LINE_BYTES + 10))  # a runaway line is dropped, not kept in memory
+    assert len(lines.partial) == 0
+    lines.add(b"still the same line\nnext\n")
+    assert got[2:] == [b"next"]
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.finished: list[runner.RunResult] = []
+
+    def run_started(self, index: int) -> None:
+        pass
+
+    def event(self, index: int, event: dict[str, Any]) -> None:
+        pass
+
+    def run_finished(self, result: runner.RunResult) -> None:
+        self.finished.append(result)
+
+
+def test_a_run_that_does_not_exit_after_returning_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-daemon thread keeps the interpreter alive after the target returned: what it
+    recorded is complete, so it is stopped after a grace period and reported as completed."""
+    monkeypatch.setattr(runner, "FINISH_GRACE", 1.0)
+    pid_file = tmp_path / "pids.txt"
+    spec = runner.RunSpec(
+        index=1, target=targets.parse(f"{FIXTURES / 'failures' / 'leaky.py'}:main"),
+        args=["--linger", "--pid-file", str(pid_file)], timeout=120,
+        trace_path=tmp_path / "run-1.jsonl",
+    )
+    events = _Events()
+    [result] = runner.run_all([spec], events)
+    assert result.status == "completed" and result.steps == 3
+    assert any("did not exit within 1 s after the target returned" in w for w in result.warnings)
+    assert events.finished == [result]
+    pids = [int(line.split()[-1]) for line in pid_file.read_text().splitlines()]
+    assert len(pids) == 3 and not any(is_alive(p) for p in pids)
+
+
+def test_pacer_holds_a_run_that_gets_ahead_until_the_other_catches_up() -> None:
+    import threading
+    import time
+
+    pacer = runner._Pacer(limit=2)
+    pacer.start(1)
+    pacer.start(2)
+    abandon = threading.Event()
+    done = threading.Event()
+
+    def fast() -> None:
+        for step in range(1, 6):
+            pacer.advance(1, step, abandon)
+        done.set()
+
+    t = threading.Thread(target=fast, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while pacer.steps.get(1) != 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pacer.steps[1] == 3 and not done.is_set()  # 3 steps ahead of run 2: it waits
+    pacer.advance(2, 3, abandon)
+    assert done.wait(10) and pacer.steps[1] == 5
+    pacer.finish(2)  # an ended run holds nobody back
+    pacer.advance(1, 100, abandon)
+    assert pacer.steps[1] == 100
+
+
+def test_a_plain_run_and_a_torchrun_job_are_both_what_the_runner_drives() -> None:
+    """Both classes have every member of :class:`runner.LiveRun`, with the same parameters."""
+    import inspect
+
+    from repro_check.distributed.launch import Job
+
+    members = [n for n in vars(runner.LiveRun) if not n.startswith("_")]
+    assert {"ready", "handle", "stop", "tick", "finish", "kill_now", "give_up"} <= set(members)
+    for cls in (runner._LiveRun, Job):
+        for name in members:
+            want, got = getattr(runner.LiveRun, name), getattr(cls, name)
+            if isinstance(want, property):
+                assert isinstance(got, property), (cls, name)
+            else:
+                assert list(inspect.signature(got).parameters) == \
+                    list(inspect.signature(want).parameters), (cls, name)
+        for name in runner.LiveRun.__annotations__:  # attributes set by the constructor
+            assert f"self.{name} = " in inspect.getsource(cls.__init__), (cls, name)
