@@ -168,3 +168,12 @@ def test_importing_the_package_loads_neither_torch_nor_rich(module: str) -> None
             "if m in sys.modules]; print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_tests_mirror_the_package() -> None:
+    tests = Path(__file__).resolve().parent
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders <= packages, f"test folders with no subpackage: {sorted(folders - packages)}"
+    missing = sorted(packages - folders - {"workloads"})
+    assert not missing, f"subpackages without a test folder: {missing}"
