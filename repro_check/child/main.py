@@ -175,6 +175,7 @@ def _header(config: dict[str, Any], target: Any, done: dict[str, Any],
         "max_steps": config.get("max_steps"),
         "threads": config.get("threads"),
         "probe_step": config.get("probe_step"),
+        "printed_metrics": config.get("printed_metrics", []),
         "environment": environment.fingerprint(source, seed, components),
         "started": started,
     }
@@ -190,6 +191,7 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     """Emit the header, then install the step recorder (a rank's under torchrun) and the watch
     on the seeding; returns both."""
     from repro_check.child import capture
+    from repro_check.child import metric_hooks
     from repro_check.child import watch
     from repro_check.trace.format import header_line
 
@@ -204,6 +206,7 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     recorder = recorder_class(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
                               flag_ops=flag_ops).install()
     _flush_before_os_exit(recorder)
+    metric_hooks.install(recorder)  # what the target logs to TensorBoard, Lightning, ...
     overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()
     recorder.watchers.append(overrides.check)
     return recorder, overrides

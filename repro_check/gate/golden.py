@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import environment, seeding
-from repro_check.compare import cause
+from repro_check.compare import cause, printed
 from repro_check.compare.steps import ComparisonResult
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
@@ -56,7 +56,11 @@ def header_settings(header: dict[str, Any], path: str) -> RecordedSettings:
         raise bad("max_steps")
     if seed is None:
         comps = []
-    return RecordedSettings(target, list(args), seed, list(comps), threads, max_steps)
+    try:
+        rules = printed.rules_of(header.get("printed_metrics") or [])
+    except UsageError:
+        raise bad("printed_metrics") from None
+    return RecordedSettings(target, list(args), seed, list(comps), threads, max_steps, rules)
 
 
 def is_int(x: Any) -> bool:

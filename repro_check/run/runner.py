@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from repro_check.compare import printed
 from repro_check.run import procs
 from repro_check.child import seeding
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
@@ -56,6 +57,8 @@ _POLL = 0.05
 #: the statuses of a run (or a rank) that failed: the target raised, crashed, hung or could not
 #: be found (a cancelled, stopped or early-exited run did not fail)
 FAILED_STATUSES = frozenset({"failed", "crashed", "timeout", "unresolved"})
+#: the statuses of a run whose printed metrics count (as its own metrics do): it ran to its end
+PRINTED_STATUSES = frozenset({"completed", "exited"})
 
 
 @dataclass
@@ -75,6 +78,8 @@ class RunSpec:
     probe_step: int | None = None
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: ``--metric NAME=REGEX`` rules for the printed metrics, beside the default rule
+    printed_metrics: Sequence[tuple[str, str]] = ()
     #: starts the run some other way (e.g. as a torchrun job)
     launcher: Launcher | None = None
 
@@ -98,6 +103,8 @@ class RunResult:
     trace_path: str | None = None
     #: seeding components the target overrode itself: {"component", "key", "value"} records
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    #: metrics picked from the run's output (``printed:NAME``), encoded
+    printed_metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -209,6 +216,7 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
         "run": spec.index,
         "warn_only": spec.warn_only,
         "probe_step": spec.probe_step,
+        "printed_metrics": [list(rule) for rule in spec.printed_metrics],
     }
 
 
@@ -286,6 +294,7 @@ class _LiveRun:
         self.pacer = pacer
         self.result = RunResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
+        self.printed = printed.Scanner(spec.printed_metrics)
         self.open_streams = 2
         self.started = time.monotonic()
         self.killed_for: str | None = None
@@ -318,7 +327,7 @@ class _LiveRun:
             pacer.start(spec.index)
         self.readers = [
             threading.Thread(target=self._pump, args=(read_fd, lines.add, True), daemon=True),
-            threading.Thread(target=self._pump, args=(out_fd, self.tail.add, False), daemon=True),
+            threading.Thread(target=self._pump, args=(out_fd, self._output, False), daemon=True),
         ]
         for t in self.readers:
             t.start()
@@ -346,6 +355,12 @@ class _LiveRun:
                 assert self.proc.stdout is not None
                 self.proc.stdout.close()
             self.events.put(("eof", self.spec.index))
+
+    def _output(self, chunk: bytes) -> None:
+        """The run's stdout and stderr: every byte is scanned for printed metrics, the last
+        64 KB are kept."""
+        self.tail.add(chunk)
+        self.printed.add(chunk)
 
     def _line(self, raw: bytes) -> None:
         try:
@@ -458,7 +473,11 @@ class _LiveRun:
                 res.error = {"kind": "exit", "message": f"exited with status {returncode}"}
         elif res.status == "pending":
             res.status = "exited"  # os._exit(0) or similar before the target returned
+        if res.status in PRINTED_STATUSES:
+            res.printed_metrics = self.printed.finish()
         if self.writer is not None:
+            if res.printed_metrics:
+                self.writer.write_raw(dumps({"metrics": res.printed_metrics}))
             end = {
                 "status": res.status, "returncode": returncode, "signal": res.signal,
                 "seconds": round(res.seconds, 3), "steps": res.steps,
@@ -579,6 +598,8 @@ class _Runs:
                 continue
             result = self.results[idx] = run.finish()
             del self.live[idx]
+            if result.printed_metrics:  # compared like the metrics the run itself recorded
+                self.listener.event(idx, {"metrics": result.printed_metrics})
             if result.status == "unresolved":
                 self.cancel_all()
             elif result.status == "timeout":
