@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import seeding
+from repro_check.compare import printed
 from repro_check.errors import UsageError
 from repro_check.compare.tolerances import ToleranceOptions, parse_config
 from repro_check.doctor.codes import parse_codes
@@ -83,6 +84,13 @@ def _seed(v: Any) -> int:
     return v
 
 
+def _metric(v: Any) -> tuple[tuple[str, str], ...]:
+    """``metric = { NAME = "REGEX" }`` or ``["NAME=REGEX", ...]``: printed metrics to pick."""
+    if not isinstance(v, (dict, list)):
+        raise ValueError('expected a table of NAME = "REGEX" or a list of "NAME=REGEX" strings')
+    return printed.rules_of(v, "")
+
+
 def _without(v: Any) -> list[str]:
     names = [c.strip() for c in v.split(",")] if isinstance(v, str) else _str_list(v)
     seeding.select_components(names)  # unknown names raise with a suggestion
@@ -100,6 +108,7 @@ RUN_KEYS: dict[str, Any] = {
     "max-steps": _int(1),
     "timeout": _positive,
     "threads": _int(1),
+    "metric": _metric,
 }
 PATH_KEYS = ("golden", "golden-dir", "trace-dir", "junit", "json")
 KEYS: dict[str, Any] = {

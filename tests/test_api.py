@@ -58,13 +58,16 @@ def test_check_of_a_seeded_script_is_reproducible(same_check: Any) -> None:
 def test_log_metric_inside_a_run_becomes_the_final_metric(same_check: Any) -> None:
     metrics = same_check.to_dict()["metrics"]
     assert len(metrics) == 2 and metrics[0] == metrics[1]
-    # printed_metric.py logs "accuracy" (a fraction) and a string that must be ignored
-    assert set(metrics[0]) == {"accuracy"}
+    # printed_metric.py logs "accuracy" (a fraction) and a string that must be ignored; it
+    # also prints the accuracy, which repro-check picks from its output
+    assert set(metrics[0]) == {"accuracy", "printed:accuracy"}
     assert 0.0 <= metrics[0]["accuracy"] <= 1.0
+    assert metrics[0]["printed:accuracy"] == metrics[0]["accuracy"]
     for trace in traces_of(same_check):
-        (line,) = [x for x in read_lines(trace) if "metrics" in x]
-        assert set(line["metrics"]) == {"accuracy"}
-        assert line["metrics"]["accuracy"]["value"] == metrics[0]["accuracy"]
+        logged, shown = [x for x in read_lines(trace) if "metrics" in x]
+        assert set(logged["metrics"]) == {"accuracy"}
+        assert logged["metrics"]["accuracy"]["value"] == metrics[0]["accuracy"]
+        assert set(shown["metrics"]) == {"printed:accuracy"}
 
 
 def test_log_metric_outside_repro_check_does_nothing_and_returns_its_value() -> None:

@@ -176,6 +176,7 @@ def _header(config: dict[str, Any], target: Any, done: dict[str, Any],
         "max_steps": config.get("max_steps"),
         "threads": config.get("threads"),
         "probe_step": config.get("probe_step"),
+        "printed_metrics": config.get("printed_metrics", []),
         "environment": environment.fingerprint(source, seed, components),
         "started": started,
         "clock_shift_ns": clock.shift_of(config.get("run", 1)),
@@ -193,6 +194,7 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     on the seeding; returns both."""
     from repro_check.child import capture
     from repro_check.child import origin
+    from repro_check.child import metric_hooks
     from repro_check.child import watch
     from repro_check.trace.format import header_line
 
@@ -212,6 +214,7 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     if pins is not None:
         pins.attach(recorder)
     _flush_before_os_exit(recorder)
+    metric_hooks.install(recorder)  # what the target logs to TensorBoard, Lightning, ...
     overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()
     recorder.watchers.append(overrides.check)
     origin.SITES.install()

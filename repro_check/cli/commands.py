@@ -22,6 +22,7 @@ from repro_check.cli.plan import (
     first,
     html_report,
     in_folder,
+    metric_rules,
     options_for,
     outputs,
     planned,
@@ -256,7 +257,8 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
     options = RunOptions(target=ns.target, args=tuple(target_args or ()), seed=ns.seed,
                          without=tuple(ns.without or ()), max_steps=ns.max_steps,
                          timeout=ns.timeout, threads=ns.threads, jobs=ns.jobs,
-                         trace_dir=ns.trace_dir)
+                         trace_dir=ns.trace_dir,
+                         printed_metrics=metric_rules(ns, Config(), None))
     report = diagnose(
         options, ablate=[] if ns.no_ablation else ns.ablate, localize=not ns.no_localize,
         max_sources=ns.max_sources, keep_replay=ns.keep_replay, listener=Progress(2, quiet=ns.quiet),

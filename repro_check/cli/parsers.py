@@ -51,6 +51,9 @@ def add_run_options(p: argparse.ArgumentParser, no_seed: bool = True) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds allowed per run")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch intra-op threads in every run (default 1: thread count changes bits)")
+    p.add_argument("--metric", action="append", default=None, metavar="NAME=REGEX",
+                   help="also compare the number REGEX finds in the run's output (its first "
+                        "group, or the group named value) as metric printed:NAME; repeatable")
     p.add_argument("--json", dest="json_path", default=None, metavar="PATH",
                    help="write the machine-readable report to PATH")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro_check.compare import printed
 from repro_check.config import Config, TargetEntry
 from repro_check.errors import ExitCode, UsageError
 from repro_check.report import ci
@@ -45,12 +46,20 @@ def options_for(ns: argparse.Namespace, cfg: Config, target: str | None,
         "fail_fast": bool(getattr(ns, "fail_fast", False) or cfg.get("fail-fast", None, False)),
         "trace_dir": absolute(getattr(ns, "trace_dir", None)) or cfg_path(cfg, "trace-dir"),
         "runs": runs,
+        "printed_metrics": metric_rules(ns, cfg, entry),
         **more,
     }
     for name in ("args", "without"):
         if given[name] is not None:
             given[name] = tuple(given[name])
     return RunOptions(target=target, **{k: v for k, v in given.items() if v is not None})
+
+
+def metric_rules(ns: argparse.Namespace, cfg: Config,
+                 entry: TargetEntry | None) -> tuple[tuple[str, str], ...]:
+    """The printed-metric rules: ``metric`` of the config, each ``--metric`` over its name."""
+    flags = [printed.parse_flag(text) for text in getattr(ns, "metric", None) or ()]
+    return printed.merge_rules(cfg.get("metric", entry) or (), flags)
 
 
 @dataclass

@@ -207,6 +207,14 @@ class ComparisonResult:
     def metrics_of(self, run: int) -> dict[str, Any]:
         return self.metrics.get(run, {})
 
+    @property
+    def metrics_compared(self) -> int:
+        """How many metric names were compared between runs (any run's): 0 when there was no
+        second run or no run recorded a metric, so that agreement is never claimed of nothing."""
+        if not self.per_run:
+            return 0
+        return len({name for metrics in self.metrics.values() for name in metrics})
+
 
 @dataclass
 class _Spread:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import environment, seeding
-from repro_check.compare import cause
+from repro_check.compare import cause, printed
 from repro_check.compare.steps import ComparisonResult
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
@@ -38,8 +38,13 @@ def header_settings(header: dict[str, Any], path: str) -> RecordedSettings:
         comps = list(seeding.COMPONENTS) if seed is not None else []
     if seed is None:
         comps = []
+    try:
+        rules = printed.rules_of(header.get("printed_metrics") or [])
+    except UsageError:
+        raise TraceFileError(f"{path}: not a valid repro-check trace (malformed printed_metrics "
+                             "in header)") from None
     return RecordedSettings(header.get("target"), list(header.get("args") or []), seed,
-                            list(comps), header.get("threads"), header.get("max_steps"))
+                            list(comps), header.get("threads"), header.get("max_steps"), rules)
 
 
 def result_from_trace(index: int, stream: TraceStream) -> RunResult:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from repro_check.report.model import Report
 from repro_check.report.terminal import Unwrapped, failure_parts, make_console, verdict
-from repro_check.report.text import Visible, diff_text, value_text
+from repro_check.report.text import Visible, agreement, diff_text, value_text
 
 
 def judged_text(judged: dict[str, int]) -> str:
@@ -101,8 +101,7 @@ def summary(report: Report) -> Group:
             if div.step is not None:
                 parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
         elif report.error is None and not report.interrupted and cmp is not None:
-            parts.append(Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} "
-                              "metric(s) agree."))
+            parts.append(Text(agreement(cmp)))
         if cmp is not None and cmp.judged:
             parts.append(Text(f"values accepted: {judged_text(cmp.judged)}", style="dim"))
         diffs = gate.environment_differences

@@ -28,6 +28,7 @@ from repro_check.compare.series import Thinned
 from repro_check.compare.steps import spread_of
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
+from repro_check.report.text import agreement
 from repro_check.trace.format import iter_trace
 
 #: points kept of each run's loss curve
@@ -294,8 +295,7 @@ def _outcome_section(report: Report) -> list[str]:
         if div.detail:
             out.append(f"<p>{_e(div.detail)}</p>")
     elif cmp is not None and report.error is None and not report.interrupted:
-        out.append(f"<p>All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
-                   "agree.</p>")
+        out.append(f"<p>{_e(agreement(cmp))}</p>")
     return out
 
 

@@ -391,6 +391,7 @@ class Report:
             "divergences": [d.to_dict() for d in (cmp.per_run.values() if cmp else []) if d],
             "metric_divergences": [d.to_dict() for d in (cmp.metric_divergences if cmp else [])],
             "steps_compared": cmp.steps_compared if cmp else 0,
+            "metrics_compared": cmp.metrics_compared if cmp else 0,
             "identical_groups": cmp.groups if cmp else [],
             "judged": dict(cmp.judged) if cmp else {},
             "run_results": [

@@ -18,7 +18,14 @@ from rich.text import Text
 
 from repro_check.trace import values
 from repro_check.report.model import Report
-from repro_check.report.text import Visible, diff_text, failure_output, value_text, verdict_style
+from repro_check.report.text import (
+    Visible,
+    agreement,
+    diff_text,
+    failure_output,
+    value_text,
+    verdict_style,
+)
 from repro_check.run.runner import RunResult
 
 
@@ -252,8 +259,7 @@ def _outcome_parts(report: Report) -> list[Any]:
     if report.runs == 1 and report.error is None and not report.interrupted:
         return [Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare.")]
     if div is None and report.error is None and not report.interrupted and cmp is not None:
-        return [Text(f"All {cmp.steps_compared} steps and {len(cmp.metrics_of(1))} metric(s) "
-                     "agree.")]
+        return [Text(agreement(cmp))]
     if report.interrupted:
         compared = cmp.steps_compared if cmp else 0
         return [Text(f"Interrupted: the runs were stopped; the {compared} step(s) compared "
@@ -289,6 +295,8 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
         parts.append(context)
     if div.step is not None:
         parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+    if report.comparison is not None and not report.comparison.metrics_compared:
+        parts.append(Text("  no metric was compared", style="dim"))
     if report.distributed is not None:
         parts += rank_value_parts(report)
     return parts

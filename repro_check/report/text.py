@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from repro_check.compare.printed import HOW_TO_GET_A_METRIC
 from repro_check.report.model import Report
 from repro_check.run.runner import RunResult
 from repro_check.trace import values
@@ -27,6 +28,14 @@ def value_text(v: Any) -> str:
 
 def diff_text(d: float | None) -> str:
     return "—" if d is None else f"{d:.3g}"
+
+
+def agreement(cmp: Any) -> str:
+    """What agreed, in one sentence; a check that compared no metric says so, and how to get
+    one compared."""
+    if cmp.metrics_compared:
+        return f"All {cmp.steps_compared} steps and {cmp.metrics_compared} metric(s) agree."
+    return f"All {cmp.steps_compared} steps agree; no metric was compared: {HOW_TO_GET_A_METRIC}."
 
 
 def verdict_style(report: Report) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from repro_check.child import seeding
+from repro_check.compare import printed
 from repro_check.compare.tolerances import ToleranceOptions
 from repro_check.errors import UsageError
 from repro_check.run import axes as across_axes
@@ -63,6 +64,9 @@ class RunOptions:
     across: tuple[str, ...] | None = None
     #: a pin plan of ``diagnose`` (:mod:`repro_check.child.pin`): a JSON file the runs read
     pin_plan: str | None = None
+    #: printed metrics to pick beside the default rule: (NAME, REGEX) pairs (``--metric``); a
+    #: mapping NAME -> REGEX or ``"NAME=REGEX"`` strings are accepted too
+    printed_metrics: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("args", "without", "across"):
@@ -71,6 +75,8 @@ class RunOptions:
                 if isinstance(value, str):
                     raise UsageError(f"{name} must be a list of strings, got {value!r}")
                 object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "printed_metrics",
+                           printed.rules_of(self.printed_metrics, "printed_metrics"))
         self.validate()
 
     # ---- validation --------------------------------------------------------------------------
@@ -193,6 +199,7 @@ class RunOptions:
             without=without,
             threads=self.threads if self.threads is not None else recorded.threads,
             max_steps=self.max_steps if self.max_steps is not None else recorded.max_steps,
+            printed_metrics=printed.merge_rules(recorded.printed_metrics, self.printed_metrics),
         )
 
 
@@ -206,6 +213,8 @@ class RecordedSettings:
     components: list[str]
     threads: int | None
     max_steps: int | None
+    #: the ``--metric`` rules it was recorded with
+    printed_metrics: tuple[tuple[str, str], ...] = ()
 
 
 def _whole(flag: str, value: Any, minimum: int, maximum: int | None = None) -> None:

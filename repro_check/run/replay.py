@@ -51,6 +51,8 @@ def replay_line(
         parts += ["--max-steps", str(max_steps)]
     if options.timeout is not None:
         parts += ["--timeout", f"{options.timeout:g}"]
+    for name, regex in options.printed_metrics:
+        parts += ["--metric", f"{name}={regex}"]
     parts += list(extra)
     if options.args:
         parts += ["--", *options.args]

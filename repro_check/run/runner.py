@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from repro_check.compare import printed
 from repro_check.run import procs
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import seeding
@@ -59,6 +60,8 @@ _POLL = 0.05
 #: the statuses of a run (or a rank) that failed: the target raised, crashed, hung or could not
 #: be found (a cancelled, stopped or early-exited run did not fail)
 FAILED_STATUSES = frozenset({"failed", "crashed", "timeout", "unresolved"})
+#: the statuses of a run whose printed metrics count (as its own metrics do): it ran to its end
+PRINTED_STATUSES = frozenset({"completed", "exited"})
 
 
 @dataclass
@@ -80,6 +83,8 @@ class RunSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
     #: the interpreter the run starts with (None: this one); it must import this package
     executable: str | None = None
+    #: ``--metric NAME=REGEX`` rules for the printed metrics, beside the default rule
+    printed_metrics: Sequence[tuple[str, str]] = ()
     #: starts the run some other way (e.g. as a torchrun job)
     launcher: Launcher | None = None
 
@@ -106,6 +111,8 @@ class RunResult:
     overrides: list[dict[str, Any]] = field(default_factory=list)
     #: the top-level models whose parameters went into step 1: {"class", "where", ...}
     models: list[dict[str, Any]] = field(default_factory=list)
+    #: metrics picked from the run's output (``printed:NAME``), encoded
+    printed_metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -219,6 +226,7 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
         "run": spec.index,
         "warn_only": spec.warn_only,
         "probe_step": spec.probe_step,
+        "printed_metrics": [list(rule) for rule in spec.printed_metrics],
     }
 
 
@@ -300,6 +308,7 @@ class _LiveRun:
         self.pacer = pacer
         self.result = RunResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
+        self.printed = printed.Scanner(spec.printed_metrics)
         self.open_streams = 2
         self.started = time.monotonic()
         self.killed_for: str | None = None
@@ -334,7 +343,7 @@ class _LiveRun:
             pacer.start(spec.index)
         self.readers = [
             threading.Thread(target=self._pump, args=(read_fd, lines.add, True), daemon=True),
-            threading.Thread(target=self._pump, args=(out_fd, self.tail.add, False), daemon=True),
+            threading.Thread(target=self._pump, args=(out_fd, self._output, False), daemon=True),
         ]
         for t in self.readers:
             t.start()
@@ -362,6 +371,12 @@ class _LiveRun:
                 assert self.proc.stdout is not None
                 self.proc.stdout.close()
             self.events.put(("eof", self.spec.index))
+
+    def _output(self, chunk: bytes) -> None:
+        """The run's stdout and stderr: every byte is scanned for printed metrics, the last
+        64 KB are kept."""
+        self.tail.add(chunk)
+        self.printed.add(chunk)
 
     def _line(self, raw: bytes) -> None:
         try:
@@ -479,7 +494,11 @@ class _LiveRun:
                 res.error = {"kind": "exit", "message": f"exited with status {returncode}"}
         elif res.status == "pending":
             res.status = "exited"  # os._exit(0) or similar before the target returned
+        if res.status in PRINTED_STATUSES:
+            res.printed_metrics = self.printed.finish()
         if self.writer is not None:
+            if res.printed_metrics:
+                self.writer.write_raw(dumps({"metrics": res.printed_metrics}))
             end = {
                 "status": res.status, "returncode": returncode, "signal": res.signal,
                 "seconds": round(res.seconds, 3), "steps": res.steps,
@@ -576,6 +595,8 @@ class _Runs:
                 continue
             result = self.results[idx] = run.finish()
             del self.live[idx]
+            if result.printed_metrics:  # compared like the metrics the run itself recorded
+                self.listener.event(idx, {"metrics": result.printed_metrics})
             if result.status == "unresolved":
                 self.cancel_all()
             elif result.status == "timeout":

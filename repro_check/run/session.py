@@ -23,6 +23,7 @@ from typing import Any
 from repro_check import targets
 from repro_check.child import seeding, watch
 from repro_check.child.pin import PLAN_VAR
+from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import signals
 from repro_check.run.options import RunOptions
@@ -190,7 +191,7 @@ def failure(results: Sequence[RunResult], result: Any) -> str | None:
         return "; ".join(r.describe_failure() for r in failed)
     if all(r.steps == 0 for r in results) and not any(result.metrics_of(r.index) for r in results):
         return ("the target recorded no optimizer step, no backward call and no metric: nothing to "
-                "compare (return a metric from the function or call repro_check.log_metric)")
+                f"compare ({printed.HOW_TO_GET_A_METRIC})")
     return None
 
 
@@ -250,7 +251,8 @@ class Session:
                     components=o.components, threads=o.run_threads, max_steps=o.max_steps,
                     timeout=o.timeout, trace_path=self.folder / f"run-{i}.jsonl",
                     launcher=self.launcher, warn_only=o.warn_only, probe_step=o.probe_step,
-                    extra_env={**env, **({PLAN_VAR: o.pin_plan} if o.pin_plan else {})})
+                    extra_env={**env, **({PLAN_VAR: o.pin_plan} if o.pin_plan else {})},
+                    printed_metrics=o.printed_metrics)
             for i in range(1, self.runs + 1)
         ]
 

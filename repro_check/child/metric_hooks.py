@@ -1,0 +1,265 @@
+"""Final metrics from what the script already logs: TensorBoard, Lightning, the HF Trainer,
+wandb and mlflow, each hooked only if the script imports it.
+
+Nothing here imports any of them (none is a dependency): a finder first on ``sys.meta_path``
+waits for the module that defines the logging call and patches it as soon as that module has
+run, before the script can touch it; a module already imported is patched at once. Every number
+logged goes through the recorder's metric path under a prefixed name, the last value of a name
+winning:
+
+==============================================  =============================================
+``SummaryWriter.add_scalar(tag, v)``             ``tb:TAG`` (``add_scalars``: ``tb:MAIN/TAG``)
+Lightning ``self.log``                           ``lightning:NAME``: ``trainer.callback_metrics``
+                                                 when ``fit``, ``validate`` or ``test`` return
+HF ``Trainer.log(logs)``, ``evaluate()``         ``hf:NAME``
+``wandb.log(data)`` / ``Run.log``                ``wandb:NAME`` (nested dicts joined with ``.``)
+``mlflow.log_metric(k, v)``, ``log_metrics``     ``mlflow:NAME``
+==============================================  =============================================
+
+Timing values (``train_runtime``, ``eval_samples_per_second``, ``*_time``) are left out: they
+differ in every run and say nothing about the training. Values that are not numbers (images,
+histograms, text) are skipped. A hook that fails to install is a warning, never an error of the
+run; a hook never changes what the logging call does or returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import re
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from repro_check.trace import values
+
+#: record(prefix, name, value): what every hook calls
+Record = Callable[[str, str, Any], None]
+#: names of timing values, never recorded
+TIMING = re.compile(r"(?:^|[_/.\-])(?:runtime|time|timestamp|duration|seconds|secs|elapsed)$"
+                    r"|per_second|per_sec|throughput", re.IGNORECASE)
+
+
+class Sink:
+    """Turns logged values into recorder metrics: numbers only, timing left out."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+
+    def record(self, prefix: str, name: Any, value: Any) -> None:
+        name = str(name)
+        if TIMING.search(name):
+            return
+        try:
+            number = values.encode(value) is not None
+        except Exception:  # noqa: BLE001 - a value we cannot read is not a metric
+            return
+        if number:
+            self.recorder.metric(f"{prefix}{name}", value)
+
+    def record_all(self, prefix: str, logged: Any, nested: str = "") -> None:
+        if not isinstance(logged, Mapping):
+            return
+        for key, value in list(logged.items()):
+            if isinstance(value, Mapping):
+                self.record_all(prefix, value, f"{nested}{key}.")
+            else:
+                self.record(prefix, f"{nested}{key}", value)
+
+
+def _after(owner: Any, attr: str, then: Callable[..., None]) -> Callable[[], None] | None:
+    """Wrap ``owner.attr`` so that ``then(result, *args, **kwargs)`` runs after each call that
+    returns; returns the undo (None when there is nothing to wrap or it is wrapped already)."""
+    original = getattr(owner, attr, None)
+    if not callable(original) or getattr(original, "__repro_check_hook__", False):
+        return None
+
+    @functools.wraps(original)
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            then(result, *args, **kwargs)
+        except Exception:  # noqa: BLE001 - recording never breaks the logging call
+            pass
+        return result
+
+    hooked.__repro_check_hook__ = True  # type: ignore[attr-defined]
+    setattr(owner, attr, hooked)
+    return lambda: setattr(owner, attr, original)
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    """Argument ``name`` of a call, given by position ``index`` or by keyword."""
+    return kwargs.get(name, args[index] if len(args) > index else None)
+
+
+# ---- the hooks: each takes the imported module and the sink, returns its undos -------------------
+Undos = list[Callable[[], None] | None]
+
+
+def _tensorboard(module: Any, sink: Sink) -> Undos:
+    writer = module.SummaryWriter
+
+    def scalar(result: Any, *args: Any, **kwargs: Any) -> None:  # (self, tag, scalar_value)
+        sink.record("tb:", _arg(args, kwargs, 1, "tag"), _arg(args, kwargs, 2, "scalar_value"))
+
+    def scalars(result: Any, *args: Any, **kwargs: Any) -> None:  # (self, main_tag, dict)
+        main = _arg(args, kwargs, 1, "main_tag")
+        sink.record_all("tb:", _arg(args, kwargs, 2, "tag_scalar_dict"), f"{main}/")
+
+    return [_after(writer, "add_scalar", scalar), _after(writer, "add_scalars", scalars)]
+
+
+def _lightning(module: Any, sink: Sink) -> Undos:
+    def logged(result: Any, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        sink.record_all("lightning:", dict(trainer.callback_metrics))
+
+    return [_after(module.Trainer, name, logged) for name in ("fit", "validate", "test")]
+
+
+def _hf_trainer(module: Any, sink: Sink) -> Undos:
+    def logged(result: Any, *args: Any, **kwargs: Any) -> None:  # (self, logs, start_time)
+        sink.record_all("hf:", _arg(args, kwargs, 1, "logs"))
+
+    def evaluated(result: Any, *args: Any, **kwargs: Any) -> None:
+        sink.record_all("hf:", result)
+
+    return [_after(module.Trainer, "log", logged), _after(module.Trainer, "evaluate", evaluated)]
+
+
+def _wandb(module: Any, sink: Sink) -> Undos:
+    def logged(result: Any, *args: Any, **kwargs: Any) -> None:  # (data, step, commit)
+        sink.record_all("wandb:", _arg(args, kwargs, 0, "data"))
+
+    def run_logged(result: Any, run: Any, *args: Any, **kwargs: Any) -> None:
+        logged(result, *args, **kwargs)
+
+    undo = [_after(module, "log", logged)]  # wandb.init() then binds wandb.log to a Run's log
+    run_class = getattr(module, "Run", None) or getattr(
+        sys.modules.get("wandb.sdk.wandb_run"), "Run", None)
+    if run_class is not None:
+        undo.append(_after(run_class, "log", run_logged))
+    return undo
+
+
+def _mlflow(module: Any, sink: Sink) -> Undos:
+    def one(result: Any, *args: Any, **kwargs: Any) -> None:  # (key, value, step)
+        sink.record("mlflow:", _arg(args, kwargs, 0, "key"), _arg(args, kwargs, 1, "value"))
+
+    def many(result: Any, *args: Any, **kwargs: Any) -> None:  # (metrics, step)
+        sink.record_all("mlflow:", _arg(args, kwargs, 0, "metrics"))
+
+    return [_after(module, "log_metric", one), _after(module, "log_metrics", many)]
+
+
+#: module -> the hook applied once it is imported (the module that defines what is patched)
+HOOKS: dict[str, Callable[[Any, Sink], Undos]] = {
+    "torch.utils.tensorboard.writer": _tensorboard,
+    "lightning.pytorch": _lightning,
+    "pytorch_lightning": _lightning,
+    "transformers.trainer": _hf_trainer,
+    "wandb": _wandb,
+    "mlflow": _mlflow,
+}
+
+
+# ---- patching on first import ------------------------------------------------------------------
+class _ThenLoader(importlib.abc.Loader):
+    """The module's own loader, with ``then(module)`` once the module has run; it gives the module
+    its own loader back, and answers everything else as that loader does."""
+
+    def __init__(self, loader: Any, then: Callable[[Any], None]) -> None:
+        self._loader = loader
+        self._then = then
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        try:
+            self._loader.exec_module(module)
+        finally:
+            module.__loader__ = self._loader
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._loader
+        self._then(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class PatchOnImport(importlib.abc.MetaPathFinder):
+    """Calls ``patches[name](module)`` when module ``name`` has been imported (at once if it
+    already is); imports nothing itself."""
+
+    def __init__(self, patches: Mapping[str, Callable[[Any], None]]) -> None:
+        self.patches = dict(patches)
+        self.done: set[str] = set()
+
+    def install(self) -> PatchOnImport:
+        sys.meta_path.insert(0, self)
+        for name in list(self.patches):
+            module = sys.modules.get(name)
+            if module is not None:
+                self._apply(name, module)
+        return self
+
+    def uninstall(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.patches or fullname in self.done:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenLoader(spec.loader, lambda module: self._apply(fullname, module))
+        return spec
+
+    def _apply(self, name: str, module: Any) -> None:
+        if name in self.done:
+            return
+        self.done.add(name)
+        self.patches[name](module)
+
+
+class MetricHooks:
+    """The hooks of one run: installed with the recorder, undone with :meth:`uninstall`."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+        self.sink = Sink(recorder)
+        self.undo: list[Callable[[], None]] = []
+        self.finder = PatchOnImport({name: functools.partial(self._hook, name, hook)
+                                     for name, hook in HOOKS.items()})
+
+    def _hook(self, name: str, hook: Callable[[Any, Sink], Undos], module: Any) -> None:
+        try:
+            self.undo += [u for u in hook(module, self.sink) if u is not None]
+        except Exception as e:  # noqa: BLE001 - a version we do not know: say so, run on
+            self.recorder.emit({"warning": f"metrics logged through {name} are not recorded: "
+                                           f"{type(e).__name__}: {e}"})
+
+    def install(self) -> MetricHooks:
+        self.finder.install()
+        return self
+
+    def uninstall(self) -> None:
+        self.finder.uninstall()
+        for undo in reversed(self.undo):
+            undo()
+        self.undo.clear()
+
+
+def install(recorder: Any) -> MetricHooks:
+    """Hook, for ``recorder``, every logging library the run imports from now on (or already has)."""
+    return MetricHooks(recorder).install()

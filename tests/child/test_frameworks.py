@@ -1,0 +1,61 @@
+"""What TensorBoard, Lightning and the Hugging Face Trainer log, recorded and compared as metrics
+of unmodified scripts (fixtures/metrics/). None of these is a dependency of repro-check: each
+test is skipped when its package is missing (``make test-frameworks`` installs them)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from ..conftest import FIXTURES, run_cli
+
+METRICS = FIXTURES / "metrics"
+
+
+def test_tensorboard_scalars_are_metrics(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    res = run_cli(str(METRICS / "tensorboard_log.py"), tmp=tmp_path / "same")
+    r = res.report
+    assert res.code == 0 and r is not None, res.stdout + res.stderr
+    # the last value of each tag; a timing tag and text are no metric
+    assert set(r["metrics"][0]) == {"tb:train/loss", "tb:eval/accuracy", "tb:eval/error"}
+    assert r["metrics"][0] == r["metrics"][1] and r["metrics_compared"] == 3
+    assert r["metrics"][0]["tb:eval/accuracy"] + r["metrics"][0]["tb:eval/error"] == \
+        pytest.approx(1.0)
+    clock = run_cli(str(METRICS / "tensorboard_log.py"), "--", "--clock-eval",
+                    tmp=tmp_path / "clock")
+    c = clock.report
+    assert clock.code == 1 and c is not None, clock.stdout + clock.stderr
+    assert c["first_divergent_step"] is None
+    assert {d["signal"] for d in c["metric_divergences"]} == {"metric:tb:eval/accuracy",
+                                                              "metric:tb:eval/error"}
+
+
+def test_lightning_self_log_is_compared(tmp_path: Path) -> None:
+    if importlib.util.find_spec("lightning") is None:
+        pytest.importorskip("pytorch_lightning")
+    res = run_cli(str(METRICS / "lightning_fit.py"), tmp=tmp_path, timeout=600)
+    r = res.report
+    assert res.code == 0 and r is not None, res.stdout + res.stderr
+    lightning = {n for n in r["metrics"][0] if n.startswith("lightning:")}
+    assert lightning == {"lightning:train_loss", "lightning:val_loss", "lightning:val_acc",
+                         "lightning:test_loss", "lightning:test_acc"}
+    assert r["metrics"][0] == r["metrics"][1] and r["steps"] == [4, 4]
+    assert r["metrics_compared"] == len(r["metrics"][0])
+
+
+def test_hf_trainer_logs_and_evaluation_are_compared(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    res = run_cli(str(METRICS / "hf_trainer.py"), tmp=tmp_path, timeout=600)
+    r = res.report
+    assert res.code == 0 and r is not None, res.stdout + res.stderr
+    names = set(r["metrics"][0])
+    assert {"hf:loss", "hf:grad_norm", "hf:learning_rate", "hf:epoch", "hf:train_loss",
+            "hf:eval_loss"} <= names
+    assert not any("runtime" in n or "per_second" in n for n in names)
+    # the Trainer also prints its logs: {'loss': '0.9445', ...}
+    assert {"printed:loss", "printed:train_loss", "printed:eval_loss"} <= names
+    assert r["metrics"][0] == r["metrics"][1] and r["steps"] == [4, 4]

@@ -1,0 +1,409 @@
+"""Metrics a script never returns: what it prints (the default rule, ``--metric NAME=REGEX``,
+``metric`` in ``[tool.repro-check]``) and what it logs to wandb and mlflow; and a check that
+compared no metric saying so (``metrics_compared``).
+
+The scanner, the rules, the import hooks and the reports are tested in this process; the runs
+(tests at the end) use the training-script fixtures in fixtures/metrics/, one check serving
+several assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+import repro_check
+from repro_check.child import metric_hooks
+from repro_check.cli import parsers
+from repro_check.cli.plan import options_for
+from repro_check.compare import printed
+from repro_check.compare.steps import Comparison, Policy
+from repro_check.config import load
+from repro_check.errors import UsageError
+from repro_check.gate.golden import header_settings
+from repro_check.report import gate as gate_render
+from repro_check.report import html
+from repro_check.report.model import GatePart, Report
+from repro_check.report.terminal import print_summary
+from repro_check.run.options import RunOptions
+from repro_check.run.replay import replay_line
+from repro_check.run.runner import RunResult
+from repro_check.trace import values
+from repro_check.trace.values import Tolerance
+
+from ..conftest import FIXTURES, ROOT, cli_env, run_cli
+
+METRICS = FIXTURES / "metrics"
+MNIST_STYLE = str(METRICS / "mnist_style.py")
+CLOCK = str(METRICS / "eval_from_clock.py")
+PCT = r"\((\d+)%\)"
+
+
+def scan(*chunks: bytes | str, rules: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    s = printed.Scanner(rules)
+    for c in chunks:
+        s.add(c.encode() if isinstance(c, str) else c)
+    return s.finish()
+
+
+def texts(found: dict[str, Any]) -> dict[str, str]:
+    return {name: enc["text"] for name, enc in found.items()}
+
+
+# ---- the default rule --------------------------------------------------------------------------
+def test_the_examples_prints_are_picked() -> None:
+    found = scan(
+        "Train Epoch: 1 [0/60000 (0%)]\tLoss: 2.305\n",
+        "\nTest set: Average loss: 0.0345, Accuracy: 9876/10000 (99%)\n",
+        "Accurecy: 0.9501\n",  # the reproducibility write-up's spelling
+        "| end of epoch   1 | time: 20.11s | valid loss  5.62 | valid ppl   275.85\n",
+        " * Acc@1 76.130 Acc@5 92.862\n",
+        "{'loss': '0.6931', 'grad_norm': '1.2', 'learning_rate': 5e-05, 'epoch': 1.0}\n",
+        "{'train_runtime': 1.2, 'train_loss': 0.69, 'epoch': 1.0}\n",
+        "Epoch 0: 100%|###| 4/4 [00:00<00:00, 50.21it/s, v_num=0, train_loss=0.693]\r",
+        "val_acc = nan; F1: 1e-3. top1 acc 3\n",
+        "bleu: 31.2",  # the last line, without its newline
+    )
+    assert texts(found) == {
+        "printed:loss": "0.6931", "printed:average_loss": "0.0345",
+        "printed:accuracy": "9876/10000", "printed:accurecy": "0.9501",
+        "printed:valid_loss": "5.62", "printed:valid_ppl": "275.85", "printed:acc@1": "76.130",
+        "printed:acc@5": "92.862", "printed:train_loss": "0.693", "printed:val_acc": "nan",
+        "printed:f1": "1e-3", "printed:top1_acc": "3", "printed:bleu": "31.2",
+    }
+    assert found["printed:accuracy"]["value"] == 0.9876
+    assert found["printed:val_acc"]["value"] == "nan" and found["printed:top1_acc"]["value"] == 3
+
+
+def test_a_value_without_a_digit() -> None:
+    assert texts(scan("loss: nan\n", "ACC: Inf\n")) == {"printed:loss": "nan", "printed:acc": "Inf"}
+
+
+def test_what_is_not_a_metric_is_left() -> None:
+    found = scan("my_loss: 4 interval_acc=3 lossy: 3 loss 2.5s Accuracy: high\n"
+                 "time: 20.1 ms/batch 11.5 learning rate: 0.1 loss of 3x\n")
+    assert found == {}
+
+
+def test_the_last_occurrence_wins_in_the_order_names_first_appeared() -> None:
+    found = scan("loss: 3\nacc: 0.1\nloss: 2\n", "loss: 1.50\n")
+    assert list(found) == ["printed:loss", "printed:acc"]
+    assert texts(found)["printed:loss"] == "1.50"
+
+
+def test_chunks_may_split_anywhere() -> None:
+    text = ("Train Epoch: 2 [128/256 (50%)]\tLoss: 0.690556\n\nTest set: Average loss: 0.6552, "
+            "Accuracy: 12818/20000 (64%)\n").encode()
+    whole = scan(text)
+    assert scan(*[text[i:i + 1] for i in range(len(text))]) == whole
+    assert scan(text[:50], text[50:]) == whole and len(whole) == 3
+
+
+def test_a_very_long_line_is_scanned_in_pieces() -> None:
+    long_line = b"x " * (printed.MAX_LINE) + b"loss: 0.25 " + b"y" * 100 + b" acc: 0.5"
+    found = scan(*[long_line[i:i + 4096] for i in range(0, len(long_line), 4096)])
+    assert texts(found) == {"printed:loss": "0.25", "printed:acc": "0.5"}
+
+
+def test_every_name_has_a_keyword_of_the_quick_test() -> None:
+    for base in printed.BASES:
+        assert any(k.decode() in base for k in printed.KEYWORDS), base
+
+
+# ---- values: the text as printed ---------------------------------------------------------------
+def test_printed_values_are_compared_on_their_text() -> None:
+    a, b, c = printed.encode("0.50"), printed.encode("0.50"), printed.encode("0.5")
+    assert a is not None and b is not None and c is not None
+    policy = Policy()
+    assert policy.judge("metric:printed:acc", a, b) == "exact"
+    assert policy.judge("metric:printed:acc", a, c) is None  # same number, other text
+    near = Policy(per_name={"metric:printed:acc": Tolerance(atol=0.01)})
+    assert near.judge("metric:printed:acc", a, printed.encode("0.505")) == "tolerance"
+    assert values.to_float(printed.encode("9876/10000")) == 0.9876  # type: ignore[arg-type]
+    assert values.readable(printed.encode("9876/10000")) == "0.9876"
+    long = printed.encode("0." + "1" * 40)
+    assert long is not None and len(long["bits"]) == 64 and values.is_valid(long)
+    assert all(values.is_valid(printed.encode(t)) for t in ("1", "-2.5e-3", "nan", "3/4", "inf"))
+    assert printed.encode("abc") is None and math.isnan(printed.number_of("1/0") or 0.0)
+
+
+# ---- --metric rules ----------------------------------------------------------------------------
+def test_a_rule_takes_its_value_group_or_its_first_group() -> None:
+    found = scan("BLEU = 27.3, chrF2 = 55.1\n", "Acc@1 (val) 76.1\n", "steps done: many\n",
+                 rules=(("bleu", r"BLEU = (\S+),"), ("top1", r"Acc@1 \((\w+)\) (?P<value>\S+)"),
+                        ("steps", r"steps done: (\S+)")))
+    assert texts(found) == {"printed:bleu": "27.3", "printed:top1": "76.1"}  # "many": no number
+
+
+def test_a_rule_replaces_the_default_for_its_name_and_stays_in_its_line() -> None:
+    found = scan("loss: 1.0 (smoothed 0.9)\nloss\n0.5\n",
+                 rules=(("loss", r"smoothed ([\d.]+)"), ("split", r"loss\s+([\d.]+)")))
+    assert texts(found) == {"printed:loss": "0.9"}  # "loss\n0.5" is two lines
+
+
+@pytest.mark.parametrize("text, why", [
+    ("accuracy", "expected NAME=REGEX"),
+    ("acc=(", "does not compile"),
+    ("acc=\\d+", "needs a group"),
+    ("bad name=(\\d)", "invalid metric name"),
+    ("acc=", "non-empty"),
+])
+def test_bad_rules_are_one_line(text: str, why: str) -> None:
+    with pytest.raises(UsageError, match=why):
+        printed.parse_flag(text)
+
+
+def test_rules_from_python_and_their_order() -> None:
+    assert RunOptions("t.py", printed_metrics={"a": "a (\\d)"}).printed_metrics == (("a", "a (\\d)"),)
+    opts = RunOptions("t.py", printed_metrics=["a=x(\\d)", ("b", "y(\\d)"), "a=z(\\d)"])
+    assert opts.printed_metrics == (("b", "y(\\d)"), ("a", "z(\\d)"))
+    with pytest.raises(UsageError, match="printed_metrics: the regex of metric 'a'"):
+        RunOptions("t.py", printed_metrics={"a": "a"})
+    line = replay_line(opts)
+    assert "--metric 'b=y(\\d)' --metric 'a=z(\\d)'" in line
+
+
+def test_config_rules_and_flags_over_them(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""\
+        [tool.repro-check]
+        metric = { pct = '\\((\\d+)%\\)', lr = 'lr (\\S+)' }
+        targets = [{ target = "b.py", metric = ["steps=(\\\\d+) steps"] }]
+        """))
+    cfg = load(start=tmp_path)
+    ns = parsers.build_parser().parse_args(["a.py", "--metric", "lr=LR=(\\S+)"])
+    opts = options_for(ns, cfg, "a.py", None, None)
+    assert opts.printed_metrics == (("pct", r"\((\d+)%\)"), ("lr", r"LR=(\S+)"))
+    entry = cfg.entry("b.py")
+    assert options_for(ns, cfg, "b.py", entry, None).printed_metrics == (
+        ("steps", r"(\d+) steps"), ("lr", r"LR=(\S+)"))
+    for bad, why in (("metric = 3", "expected a table"), ("metric = { a = 'a' }", "needs a group"),
+                     ("metric = ['a']", "expected NAME=REGEX")):
+        (tmp_path / "pyproject.toml").write_text(f"[tool.repro-check]\n{bad}\n")
+        with pytest.raises(UsageError, match=rf"\[tool.repro-check\] metric: .*{why}"):
+            load(start=tmp_path)
+
+
+def test_verify_repeats_the_goldens_rules() -> None:
+    header = {"target": "t.py", "args": [], "seed": 1, "components": ["torch"],
+              "printed_metrics": [["pct", r"\((\d+)%\)"], ["lr", "lr (\\S+)"]]}
+    recorded = header_settings(header, "golden.json")
+    opts = RunOptions(printed_metrics={"lr": "LR (\\S+)"}).inherit(recorded)
+    assert opts.printed_metrics == (("pct", r"\((\d+)%\)"), ("lr", "LR (\\S+)"))
+    with pytest.raises(Exception, match="malformed printed_metrics"):
+        header_settings({**header, "printed_metrics": [["x", "("]]}, "golden.json")
+
+
+# ---- no metric compared ------------------------------------------------------------------------
+def report_of(metrics: list[dict[str, Any]], gate: GatePart | None = None) -> Report:
+    cmp = Comparison(len(metrics))
+    for k, m in enumerate(metrics, 1):
+        for s in (1, 2, 3):
+            cmp.add_step(k, s, {"loss": values.encode(np.float32(1.0 / s))})
+        cmp.end(k, 3)
+        cmp.set_metrics(k, m)
+    results = [RunResult(k, status="completed", returncode=0, steps=3) for k in (1, 2)]
+    return Report(target="t.py", args=[], seed=1, components=["torch"], runs=len(metrics),
+                  results=results, comparison=cmp.result(), gate=gate)
+
+
+def summary_text(report: Report, render: Any = print_summary) -> str:
+    buf = StringIO()
+    render(report, Console(file=buf, width=200, color_system=None, highlight=False))
+    return buf.getvalue()
+
+
+def test_a_check_without_metrics_says_so() -> None:
+    report = report_of([{}, {}])
+    text = summary_text(report)
+    assert "All 3 steps agree; no metric was compared: return a number" in text
+    assert "--metric NAME=REGEX" in text and "metric(s) agree" not in text
+    assert report.to_dict()["metrics_compared"] == 0 and report.exit_code == 0
+    gated = report_of([{}, {}], GatePart("verify", ["golden", "this run"], golden="g.json"))
+    assert "no metric was compared" in summary_text(gated, gate_render.print_summary)
+    assert "no metric was compared" in html.render_html(report)
+
+
+def test_the_count_of_metrics_compared() -> None:
+    acc = printed.encode("0.75")
+    same = report_of([{"printed:acc": acc, "loss": values.encode(0.5)}] * 2)
+    assert same.to_dict()["metrics_compared"] == 2
+    assert "All 3 steps and 2 metric(s) agree." in summary_text(same)
+    one_sided = report_of([{"printed:acc": acc}, {}])
+    d = one_sided.to_dict()
+    assert d["metrics_compared"] == 1 and d["divergent_signal"] == "metric:printed:acc"
+    assert not one_sided.reproducible
+    single = Report(target="t.py", args=[], seed=1, components=[], runs=1,
+                    results=[RunResult(1, status="completed")], comparison=Comparison(1).result())
+    assert single.to_dict()["metrics_compared"] == 0
+
+
+# ---- hooks on first import ---------------------------------------------------------------------
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.metrics: dict[str, Any] = {}
+        self.events: list[dict[str, Any]] = []
+
+    def metric(self, name: str, value: Any) -> None:
+        self.metrics[name] = values.encode(value)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+
+def test_a_module_is_patched_when_imported_and_keeps_its_loader(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "rc_fake_logger.py").write_text("def log(x):\n    return x * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[Any] = []
+    finder = metric_hooks.PatchOnImport({"rc_fake_logger": seen.append}).install()
+    try:
+        assert "rc_fake_logger" not in sys.modules and seen == []
+        import rc_fake_logger  # type: ignore[import-not-found]
+
+        assert seen == [rc_fake_logger]
+        assert type(rc_fake_logger.__loader__).__name__ == "SourceFileLoader"
+        assert rc_fake_logger.__spec__.loader is rc_fake_logger.__loader__
+    finally:
+        finder.uninstall()
+        sys.modules.pop("rc_fake_logger", None)
+    again = metric_hooks.PatchOnImport({"json": seen.append}).install()  # already imported
+    again.uninstall()
+    assert seen[-1] is json
+
+
+def test_wandb_and_mlflow_calls_become_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(METRICS / "loggers"))
+    rec = FakeRecorder()
+    hooks = metric_hooks.install(rec)
+    try:
+        import mlflow  # the stand-ins in fixtures/metrics/loggers
+        import wandb
+
+        with pytest.raises(RuntimeError):
+            wandb.log({"early": 1})
+        run = wandb.init()
+        wandb.log({"train/loss": 0.5, "img": object(), "nested": {"acc": 0.75}}, step=1)
+        run.log(data={"_runtime": 3.0, "eval_samples_per_second": 9.0, "ok": True})
+        mlflow.log_metric("loss", 0.25, step=2)
+        mlflow.log_metric(key="k", value=np.float32(0.5))
+        mlflow.log_metrics({"a": 1, "epoch_time": 2.0, "text": "x"})
+        assert set(rec.metrics) == {"wandb:train/loss", "wandb:nested.acc", "wandb:ok",
+                                    "mlflow:loss", "mlflow:k", "mlflow:a"}
+        assert run.history[0]["train/loss"] == 0.5 and mlflow.logged[0] == ("loss", 0.25, 2)
+    finally:
+        hooks.uninstall()
+        for name in ("wandb", "mlflow"):
+            sys.modules.pop(name, None)
+    assert not getattr(wandb.Run.log, "__repro_check_hook__", False)
+
+
+def test_a_hook_that_does_not_fit_is_a_warning(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    (tmp_path / "mlflow.py").write_text("log_metric = 3\n")  # nothing to wrap: left alone
+    (tmp_path / "wandb.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def unknown_version(module: Any, sink: Any) -> list[Any]:
+        raise AttributeError("module 'wandb' has no attribute 'log'")
+
+    monkeypatch.setitem(metric_hooks.HOOKS, "wandb", unknown_version)
+    rec = FakeRecorder()
+    hooks = metric_hooks.install(rec)
+    try:
+        import mlflow
+        import wandb  # noqa: F401
+
+        assert mlflow.log_metric == 3
+    finally:
+        hooks.uninstall()
+        for name in ("wandb", "mlflow"):
+            sys.modules.pop(name, None)
+    assert [e["warning"] for e in rec.events] == [
+        "metrics logged through wandb are not recorded: AttributeError: module 'wandb' has no "
+        "attribute 'log'"]
+
+
+def test_installing_the_hooks_imports_none_of_them() -> None:
+    code = ("import sys; from repro_check.child import metric_hooks as h; "
+            "before = set(sys.modules); h.install(None); "
+            "print(sorted(m for m in set(sys.modules) - before "
+            "if m.split('.')[0] in ('torch', 'lightning', 'pytorch_lightning', 'transformers', "
+            "'wandb', 'mlflow', 'tensorboard')))")
+    out = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_timing_values_are_left_out() -> None:
+    for name in ("train_runtime", "eval_samples_per_second", "epoch_time", "time", "train/time",
+                 "duration", "throughput"):
+        assert metric_hooks.TIMING.search(name), name
+    for name in ("loss", "timesteps", "eval_loss", "train/accuracy", "lr", "epoch"):
+        assert not metric_hooks.TIMING.search(name), name
+
+
+# ---- runs of training scripts ------------------------------------------------------------------
+def trace_lines(path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def test_an_argparse_script_that_prints_its_accuracy(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.repro-check]\nmetric = {{ pct = '{PCT}' }}\n")
+    res = run_cli(MNIST_STYLE, "--metric", r"epoch=Train Epoch: (\d+)", "--", "--epochs", "2",
+                  tmp=tmp_path / "out", cwd=tmp_path)
+    r = res.report
+    assert res.code == 0 and r is not None, res.stdout + res.stderr
+    names = {"printed:loss", "printed:average_loss", "printed:accuracy", "printed:pct",
+             "printed:epoch"}
+    assert set(r["metrics"][0]) == names and r["metrics"][0] == r["metrics"][1]
+    assert r["metrics_compared"] == 5
+    assert 0 < r["metrics"][0]["printed:accuracy"] < 1 and r["metrics"][0]["printed:epoch"] == 2
+    assert f"All {r['steps'][0]} steps and 5 metric(s) agree." in res.stdout
+    lines = trace_lines(r["run_results"][0]["trace"])
+    assert lines[0]["header"]["printed_metrics"] == [["pct", PCT], ["epoch", r"Train Epoch: (\d+)"]]
+    assert list(lines[-2]) == ["metrics"] and list(lines[-1]) == ["end"]  # written by repro-check
+    acc = lines[-2]["metrics"]["printed:accuracy"]
+    assert acc["dtype"] == "printed" and "/" in acc["text"] and acc["text"].endswith("/20000")
+    # the traces compare as well on their own, printed metrics included
+    diffed = repro_check.diff(r["run_results"][0]["trace"], r["run_results"][1]["trace"])
+    assert diffed.reproducible and diffed.to_dict()["metrics_compared"] == 5
+
+
+def test_an_evaluation_subset_from_the_clock_is_not_reproducible(tmp_path: Path) -> None:
+    res = run_cli(CLOCK, "--metric", f"pct={PCT}", "--", "--epochs", "1", tmp=tmp_path)
+    r = res.report
+    assert res.code == 1 and r is not None, res.stdout + res.stderr
+    assert r["first_divergent_step"] is None and r["steps"][0] == r["steps_compared"] > 0
+    differing = {d["signal"] for d in r["metric_divergences"]}
+    assert "metric:printed:accuracy" in differing and r["divergent_signal"] in differing
+    assert r["cause"] == "metrics" and "NOT REPRODUCIBLE" in res.stdout
+    assert "--metric" in r["replay"] and f"pct={PCT}" in r["replay"]
+
+
+def test_a_run_stopped_early_compares_no_printed_metric(tmp_path: Path) -> None:
+    res = run_cli(MNIST_STYLE, "--max-steps", "2", tmp=tmp_path)
+    r = res.report
+    assert res.code == 0 and r is not None, res.stdout + res.stderr
+    assert r["metrics"] == [{}, {}] and r["metrics_compared"] == 0
+    assert "All 2 steps agree; no metric was compared:" in " ".join(res.stdout.split())
+
+
+def test_wandb_and_mlflow_logs_are_compared(tmp_path: Path) -> None:
+    res = run_cli(str(METRICS / "loggers" / "log_to_trackers.py"), tmp=tmp_path)
+    r = res.report
+    assert res.code == 0 and r is not None, res.stdout + res.stderr
+    assert set(r["metrics"][0]) == {"wandb:train/loss", "wandb:eval.mse", "mlflow:loss",
+                                    "mlflow:final_loss", "mlflow:steps"}
+    assert r["metrics"][0] == r["metrics"][1] and r["metrics_compared"] == 5
