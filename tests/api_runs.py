@@ -48,8 +48,8 @@ def golden(api_tmp: Path) -> Golden:
 
 @pytest.fixture(scope="session")
 def verify_same(golden: Golden, api_tmp: Path) -> Any:
-    """The golden's target verified with nothing given but the golden: its settings are used."""
-    return repro_check.verify(None, golden.path, trace_dir=api_tmp / "verify-same")
+    """The golden's target verified with nothing else given: the golden's settings are used."""
+    return repro_check.verify(TINY, golden.path, trace_dir=api_tmp / "verify-same")
 
 
 @pytest.fixture(scope="session")

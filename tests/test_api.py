@@ -262,11 +262,11 @@ def test_verify_rejects_a_golden_that_is_not_a_complete_trace(tmp_path: Path) ->
 def test_verify_rejects_bad_overrides(tmp_path: Path) -> None:
     good = write_trace(tmp_path / "g.json", LOSSES[:3], target=TINY)
     with pytest.raises(repro_check.UsageError, match="--seed"):
-        repro_check.verify(None, good, seed=-1)
+        repro_check.verify(TINY, good, seed=-1)
     with pytest.raises(repro_check.UsageError, match="--max-steps"):
-        repro_check.verify(None, good, max_steps=0)
+        repro_check.verify(TINY, good, max_steps=0)
     with pytest.raises(repro_check.UsageError, match="--threads"):
-        repro_check.verify(None, good, threads=0)
+        repro_check.verify(TINY, good, threads=0)
 
 
 def test_diff_rejects_files_that_are_not_traces(tmp_path: Path) -> None:

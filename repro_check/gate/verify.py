@@ -16,6 +16,7 @@ from repro_check.gate.golden import (
     result_from_trace,
 )
 from repro_check.report.model import GatePart, Report
+from repro_check.report.text import visible
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.run.runner import Listener, RunResult
@@ -83,9 +84,12 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     """
     golden_path = str(golden)
     scanned = check_golden(golden_path)
-    options = options.inherit(header_settings(scanned.header, golden_path))
+    recorded = header_settings(scanned.header, golden_path)
     if not options.target:
-        raise UsageError(f"{golden_path} does not name its target; give TARGET")
+        named = f" (it was recorded from {visible(recorded.target)!r})" if recorded.target else ""
+        raise UsageError(f"verify needs TARGET, or a target in [tool.repro-check]: a golden never "
+                         f"decides what runs{named}")
+    options = options.inherit(recorded)
     policy = options.policy()
     session = Session(options, runs=1)
     comparison = Comparison(2, policy)
@@ -108,6 +112,9 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
                     gate=GatePart("verify", labels=list(LABELS), golden=golden_path))
     report.error = failure([run], result)
     report.warnings += [f"this run: {w}" for w in run.warnings]
+    if recorded.target and recorded.target != options.target:
+        report.warnings.append(f"the golden was recorded from {recorded.target}, this run is "
+                               f"{options.target}")
     attach_environment(report, scanned.header, run.header, LABELS)
     if not report.reproducible:
         report.replay = replay_line(options, subcommand="verify", golden=golden_path,

@@ -179,7 +179,8 @@ class RunOptions:
         return dataclasses.replace(self, **changes)
 
     def inherit(self, recorded: RecordedSettings) -> RunOptions:
-        """These options with what was not given taken from a recorded run (a golden's header).
+        """These options with what was not given taken from a recorded run (a golden's header):
+        seeding, threads, max steps and the target's arguments; never the target itself.
 
         Seeding: ``--no-seed`` or ``--without`` choose the components; a seed given for a golden
         recorded without seeding turns full seeding on; otherwise the golden's components."""
@@ -192,7 +193,7 @@ class RunOptions:
             without = tuple(c for c in seeding.COMPONENTS if c not in recorded.components)
         seed = self.seed if self.seed is not None else recorded.seed
         return self.replace(
-            target=self.target or recorded.target,
+            target=self.target,  # never from the file: a file given to us decides nothing that runs
             args=self.args if self.args is not None else tuple(recorded.args),
             seed=None if no_seed else seed,
             no_seed=no_seed,

@@ -296,3 +296,22 @@ def test_json_dash_is_standard_output_and_the_summary_goes_to_stderr(tmp_path: P
     assert json.loads(proc.stdout)["first_divergent_step"] == 1  # stdout is one JSON document
     assert "NOT REPRODUCIBLE" in proc.stderr
     assert not (tmp_path / "-").exists()
+
+
+def test_a_golden_never_decides_what_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro_check.trace import values
+    from repro_check.trace.format import TraceWriter, header_line
+
+    marker = tmp_path / "ran.txt"
+    golden = tmp_path / "crafted.json"
+    w = TraceWriter(golden)
+    w.write(header_line({"target": "zipfile", "args": ["-c", str(marker), __file__], "seed": 1}))
+    w.write({"step": 1, "signals": {"loss": values.encode_float64(1.0)}})
+    w.write({"end": {"status": "completed"}})
+    w.close()
+    monkeypatch.chdir(tmp_path)
+    assert cli.console_main(["verify", "--golden", str(golden)]) == 2
+    err = capsys.readouterr().err
+    assert "verify needs TARGET" in err and "recorded from 'zipfile'" in err
+    assert not marker.exists(), "the golden's header ran code"

@@ -193,9 +193,10 @@ def band(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out: dict[str, Any] = {"tmp": tmp}
     out["record"] = cli("record", target, "--runs", "2", "-o", "goldens/band.json",
                         "--json", "record.json", cwd=tmp)
-    out["inside"] = cli("verify", "--golden", "goldens/band.json", "--json", "inside.json",
+    out["inside"] = cli("verify", target, "--golden", "goldens/band.json", "--json", "inside.json",
                         "--", "--shift", "0.5", cwd=tmp)
-    out["outside"] = cli("verify", "--golden", "goldens/band.json", "--json", "outside.json",
+    out["outside"] = cli("verify", target, "--golden", "goldens/band.json", "--json",
+                         "outside.json",
                          "--", "--shift", "5", cwd=tmp)
     for name in ("record", "inside", "outside"):
         path = tmp / f"{name}.json"
@@ -246,5 +247,5 @@ def test_verify_refuses_a_golden_that_is_not_a_trace(tmp_path: Path) -> None:
     assert "not a trace" in res.stderr and "started" not in res.stderr
     stub = tmp_path / "header-only.json"
     stub.write_text(dumps(header_line({"target": "tiny:main"})) + dumps({"end": {}}))
-    res = cli("verify", "--golden", str(stub), cwd=FIXTURES)
+    res = cli("verify", "tiny:main", "--golden", str(stub), cwd=FIXTURES)
     assert res.code == 2 and "nothing to verify against" in res.stderr
