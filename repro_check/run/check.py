@@ -4,23 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro_check.compare import cause
-from repro_check.compare.steps import Comparison
+from repro_check.compare import cause, processes
+from repro_check.compare.processes import ProcessComparison, ProcessFeed
 from repro_check.errors import UsageError
 from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import Listener
-from repro_check.run.session import Feed, Session, failure, merge_warnings
+from repro_check.run.session import Session, failure, merge_warnings
 
 
 def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
     """Run ``options.target`` ``options.runs`` times and compare the runs step by step.
 
     With ``options.distributed`` every run is a torchrun job, each rank compared across runs and
-    the ranks of each run with each other. Raises :class:`~repro_check.errors.UsageError` (exit 2)
-    for bad options or a TARGET that cannot be resolved; a target that fails is reported
-    (``report.error``, exit 3), not raised.
+    the ranks of each run with each other; otherwise each process the target starts is compared
+    across runs too (a stream each, see :mod:`repro_check.compare.processes`). Raises
+    :class:`~repro_check.errors.UsageError` (exit 2) for bad options or a TARGET that cannot be
+    resolved; a target that fails is reported (``report.error``, exit 3), not raised.
     """
     if options.runs < 2:
         raise UsageError(f"a check compares runs: --runs must be at least 2, got {options.runs} "
@@ -31,11 +32,11 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
         from repro_check.distributed.launch import Distributed
 
         dist = Distributed(options.distributed, options.runs)
-    session = Session(options, launcher=dist)
+    session = Session(options, launcher=dist, processes=dist is None)
     comparison: Any
     if dist is None:
-        comparison = Comparison(options.runs, policy)
-        feed: Any = Feed(comparison, listener)
+        comparison = ProcessComparison(options.runs, policy)
+        feed: Any = ProcessFeed(comparison, listener)
         jobs = options.jobs or session.default_jobs()
     else:
         comparison = dist.comparison(policy)
@@ -69,4 +70,6 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
                                     if options.distributed else ())
     if dist is not None:
         dist.finish_report(report, comparison)
+    else:
+        processes.finish_report(report, comparison)
     return report

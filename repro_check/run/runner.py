@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from repro_check.run import procs
+from repro_check.run import procs, streams
 from repro_check.child import seeding
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import Interrupted, TargetNotFound
@@ -77,6 +77,8 @@ class RunSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
     #: starts the run some other way (e.g. as a torchrun job)
     launcher: Launcher | None = None
+    #: record the processes the target starts, a stream each (see :mod:`repro_check.run.streams`)
+    processes: bool = False
 
 
 @dataclass
@@ -98,6 +100,8 @@ class RunResult:
     trace_path: str | None = None
     #: seeding components the target overrode itself: {"component", "key", "value"} records
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    #: the processes the target started, in index order (with ``RunSpec.processes``)
+    processes: list[streams.ProcessResult] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -286,7 +290,9 @@ class _LiveRun:
         self.pacer = pacer
         self.result = RunResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
-        self.open_streams = 2
+        self.streams = streams.ProcessStreams(spec.index, spec.trace_path, events) \
+            if spec.processes else None
+        self.open_streams = 2 if self.streams is None else 3
         self.started = time.monotonic()
         self.killed_for: str | None = None
         self.stop_deadline: float | None = None
@@ -298,6 +304,8 @@ class _LiveRun:
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
         read_fd, write_fd = os.pipe()
         config = run_config(spec, write_fd)
+        if self.streams is not None:
+            config["processes"] = self.streams.config
         env = run_environment(spec, config)
         try:
             self.supervised = procs.Supervised([sys.executable, "-m", "repro_check.child"], env,
@@ -306,6 +314,8 @@ class _LiveRun:
             os.close(read_fd)
             if self.writer is not None:
                 self.writer.abort()
+            if self.streams is not None:
+                self.streams.discard()
             raise
         finally:
             os.close(write_fd)
@@ -385,6 +395,8 @@ class _LiveRun:
 
     def give_up(self) -> None:
         self.abandon.set()
+        if self.streams is not None:
+            self.streams.stop()
         self.supervised.end(ABANDON)
 
     def tick(self, now: float) -> None:
@@ -408,6 +420,8 @@ class _LiveRun:
             self.exited_at = now
             # DataLoader workers or anything else it left running
             self.killed.update(self.supervised.kill())
+            if self.streams is not None:
+                self.streams.last_pass(self.killed)
         elif self.open_streams and not self.swept and now - self.exited_at > LINGER:
             self.swept = True  # something outside its tree holds its pipes
             self.killed.update(self.supervised.kill(self.pipes))
@@ -420,6 +434,9 @@ class _LiveRun:
 
     # ---- results -------------------------------------------------------------------------
     def handle(self, event: dict[str, Any], raw: bytes) -> None:
+        if self.streams is not None and "proc" in event:
+            self.streams.handle(event, raw)
+            return
         if apply_event(self.result, event):
             self.done_at = time.monotonic()
         if self.writer is not None:
@@ -458,6 +475,8 @@ class _LiveRun:
                 res.error = {"kind": "exit", "message": f"exited with status {returncode}"}
         elif res.status == "pending":
             res.status = "exited"  # os._exit(0) or similar before the target returned
+        if self.streams is not None:
+            res.processes = self.streams.finish(res)
         if self.writer is not None:
             end = {
                 "status": res.status, "returncode": returncode, "signal": res.signal,
