@@ -7,7 +7,10 @@ own: its steps are numbered from 1, and its lines go to a file of its own in the
 folder (``proc-K.events``), which the runner tails. K, the process index, is the order in which
 the main process called ``Process.start`` (1, 2, ...; numbered under a lock), so a deterministic
 script gives every process the same index in every run. DataLoader workers and multiprocessing's
-manager servers never train and get no index; processes started by a child are not recorded.
+manager servers never train and get no index; processes started by a child are not recorded. A
+pool's workers (``multiprocessing.Pool``, ``ProcessPoolExecutor``) are recorded like any process,
+but each runs whichever task comes next: their streams agree across runs only if the tasks reach
+the same workers in the same order.
 
 How a child is reached, whatever the start method:
 
