@@ -22,11 +22,11 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from typing import Any
 
 from repro_check.child import clock
+from repro_check.child.emit import Emitter
 from repro_check.child.exits import EXIT_ORPHANED, EXIT_RAISED, EXIT_RESOLVE, EXIT_TERMINATED
 
 
@@ -61,30 +61,6 @@ def _die_with_parent() -> None:
             pass
     if parent is not None and os.getppid() != int(parent):
         os._exit(EXIT_ORPHANED)
-
-
-class Emitter:
-    """Writes one trace line at a time to the runner's pipe."""
-
-    def __init__(self, fd: int) -> None:
-        from repro_check.trace.format import dumps
-
-        self.fd = fd
-        self.lock = threading.Lock()
-        self.pid = os.getpid()
-        self._dumps = dumps
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        if os.getpid() != self.pid:
-            return  # a forked DataLoader worker: only the run's own process records
-        data = self._dumps(event).encode("utf-8")
-        with self.lock:
-            try:
-                while data:
-                    n = os.write(self.fd, data)
-                    data = data[n:]
-            except (BrokenPipeError, OSError):
-                os._exit(EXIT_RAISED)  # the runner is gone: nobody reads our results
 
 
 def _flush_before_os_exit(recorder: Any) -> None:
@@ -190,8 +166,9 @@ def _header(config: dict[str, Any], target: Any, done: dict[str, Any],
 
 def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
              done: dict[str, Any]) -> tuple[Any, Any]:
-    """Emit the header, then install the step recorder (a rank's under torchrun) and the watch
-    on the seeding; returns both."""
+    """Emit the header, then install the step recorder (a rank's under torchrun), the watch on the
+    seeding and, when asked, the recording of the processes the target starts; returns the first
+    two."""
     from repro_check.child import capture
     from repro_check.child import origin
     from repro_check.child import metric_hooks
@@ -219,6 +196,10 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     recorder.watchers.append(overrides.check)
     origin.SITES.install()
     clock.install(config.get("run", 1))  # a seed taken from the clock differs in every run
+    if config.get("processes"):  # the processes the target starts record streams of their own
+        from repro_check.child import processes
+
+        processes.install(config, header, done)
     return recorder, overrides
 
 

@@ -47,6 +47,7 @@ from repro_check.run.runner import (
     run_config,
     run_environment,
 )
+from repro_check.run.streams import EventFiles
 from repro_check.trace.format import TraceWriter, dumps, parse_event
 
 #: seconds between looks at the ranks' events files when nothing new arrived
@@ -276,26 +277,12 @@ class Job:
             return self.ranks[rank]
 
     def _tail_ranks(self, events: Any) -> None:
-        files: dict[int, tuple[Any, bytearray]] = {}
+        files = EventFiles(self.events_dir, _EVENTS_FILE)
         last_pass = False
         try:
             while True:
                 over = self.proc.poll() is not None
-                for path in self.events_dir.glob("rank-*.events"):
-                    m = _EVENTS_FILE.fullmatch(path.name)
-                    if m and int(m.group(1)) not in files:
-                        files[int(m.group(1))] = (open(path, "rb"), bytearray())
-                got = False
-                for rank, (fh, buf) in files.items():
-                    data = fh.read()
-                    if not data:
-                        continue
-                    got = True
-                    buf += data
-                    *lines, rest = bytes(buf).split(b"\n")
-                    buf[:] = rest
-                    for line in lines:
-                        self._dispatch(rank, line, events)
+                got = files.read(lambda rank, line: self._dispatch(rank, line, events))
                 if last_pass:
                     break
                 if over:
@@ -303,8 +290,7 @@ class Job:
                 elif not got:
                     time.sleep(_TAIL_POLL)
         finally:
-            for fh, _ in files.values():
-                fh.close()
+            files.close()
             self._kill_ranks()  # anything of a rank still there once torchrun is gone
             events.put(("eof", self.spec.index))
 

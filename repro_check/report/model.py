@@ -271,6 +271,31 @@ def _rounded(x: float | None, digits: int = 6) -> float | None:
 
 
 @dataclass
+class ProcessesPart:
+    """What a check adds when processes the target started recorded steps: the process where the
+    first divergence is (0: the main process), and each process's steps, end and trace in every
+    run. ``ignored``: processes that recorded nothing in any run (helpers)."""
+
+    first_divergent_process: int | None
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    ignored: list[int] = field(default_factory=list)
+    #: every process each run started (ignored ones too): status, steps, exit code, error, trace
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for the report's head: the processes compared and their steps per run."""
+        shown = "; ".join(f"{row['process']}: {', '.join(map(str, row['steps']))}"
+                          for row in self.processes)
+        ignored = f" ({len(self.ignored)} that recorded nothing ignored)" if self.ignored else ""
+        return f"processes the target started, steps recorded: {shown}{ignored}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first_divergent_process": self.first_divergent_process,
+                "processes": self.processes, "ignored_processes": self.ignored,
+                "process_results": self.results}
+
+
+@dataclass
 class Report:
     """What ``repro_check.check`` returns and the CLI prints."""
 
@@ -295,6 +320,7 @@ class Report:
     diagnosis: DiagnosisPart | None = None
     distributed: DistributedPart | None = None
     across: AcrossPart | None = None
+    processes: ProcessesPart | None = None
 
     @property
     def labels(self) -> list[str]:
@@ -418,6 +444,7 @@ class Report:
             **(self.diagnosis.to_dict() if self.diagnosis else {}),
             **(self.distributed.to_dict() if self.distributed else {}),
             **(self.across.to_dict() if self.across else {}),
+            **(self.processes.to_dict() if self.processes else {}),
         }
 
     def to_json(self) -> str:

@@ -233,6 +233,8 @@ def _head_panel(report: Report) -> Panel:
     if dist is not None:
         head.append(f"\ntorchrun: {len(dist.ranks)} ranks a run ({dist.launch.get('nproc_per_node')}"
                     f" per node, {dist.launch.get('nnodes')} node(s))")
+    if report.processes is not None:
+        head.append(f"\n{report.processes.summary()}")
     return Panel(head, box=box.ROUNDED, expand=False, border_style=verdict_style(report))
 
 
@@ -273,6 +275,8 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
                          f", run {div.run} vs run 1")
     if getattr(div, "rank", None) is not None:
         line.append(f", rank {div.rank}")
+    if getattr(div, "process", None) is not None:
+        line.append(f", {div.where}")
     parts: list[Any] = [line]
     if div.detail:
         parts.append(Text(f"  {div.detail}"))
@@ -498,16 +502,16 @@ class Progress:
             self._bars.update(self._tasks[index], total=total)
 
     def run_finished(self, result: RunResult) -> None:
+        steps = result.steps + sum(p.steps for p in getattr(result, "processes", ()))
         if self.live:
             bars = self._ensure()
             task_id = self._tasks[result.index]
             bars.start_task(task_id)  # no-op when it has started
-            bars.update(task_id, completed=result.steps, total=result.steps or None,
-                        status=result.status)
+            bars.update(task_id, completed=steps, total=steps or None, status=result.status)
             bars.stop_task(task_id)
         elif not self.quiet:
             self.console.print(
-                f"run {result.index}/{self.runs} {result.status}: {result.steps} steps in "
+                f"run {result.index}/{self.runs} {result.status}: {steps} steps in "
                 f"{result.seconds:.1f} s", style="dim"
             )
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro_check.compare import cause
-from repro_check.compare.steps import Comparison, ComparisonResult, Policy
+from repro_check.compare import cause, processes
+from repro_check.compare.processes import ProcessComparison, ProcessFeed
+from repro_check.compare.steps import ComparisonResult, Policy
 from repro_check.errors import UsageError
 from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import Listener
-from repro_check.run.session import Feed, Outcome, Session, failure, merge_warnings
+from repro_check.run.session import Outcome, Session, failure, merge_warnings
 
 
 def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
@@ -32,11 +33,13 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
 
         dist = Distributed(options.distributed, options.runs)
     # runs compared with each other go in parallel even without a fixed thread count
-    session = Session(options, launcher=dist, share_threads=True)
+    # runs compared with each other go in parallel even without a fixed thread count; the
+    # processes the target starts are compared across runs too (a stream each)
+    session = Session(options, launcher=dist, share_threads=True, processes=dist is None)
     comparison: Any
     if dist is None:
-        comparison = Comparison(options.runs, policy)
-        feed: Any = Feed(comparison, listener)
+        comparison = ProcessComparison(options.runs, policy)
+        feed: Any = ProcessFeed(comparison, listener)
         jobs = options.jobs or session.default_jobs()
     else:
         comparison = dist.comparison(policy)
@@ -53,6 +56,8 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
                                     if options.distributed else ())
     if dist is not None:
         dist.finish_report(report, comparison)
+    else:
+        processes.finish_report(report, comparison)
     return report
 
 

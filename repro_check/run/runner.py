@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from repro_check.compare import printed
-from repro_check.run import procs
+from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import seeding
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
@@ -87,6 +87,8 @@ class RunSpec:
     printed_metrics: Sequence[tuple[str, str]] = ()
     #: starts the run some other way (e.g. as a torchrun job)
     launcher: Launcher | None = None
+    #: record the processes the target starts, a stream each (see :mod:`repro_check.run.streams`)
+    processes: bool = False
 
 
 @dataclass
@@ -113,6 +115,8 @@ class RunResult:
     models: list[dict[str, Any]] = field(default_factory=list)
     #: metrics picked from the run's output (``printed:NAME``), encoded
     printed_metrics: dict[str, Any] = field(default_factory=dict)
+    #: the processes the target started, in index order (with ``RunSpec.processes``)
+    processes: list[streams.ProcessResult] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -309,7 +313,9 @@ class _LiveRun:
         self.result = RunResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.printed = printed.Scanner(spec.printed_metrics)
-        self.open_streams = 2
+        self.streams = streams.ProcessStreams(spec.index, spec.trace_path, events) \
+            if spec.processes else None
+        self.open_streams = 2 if self.streams is None else 3
         self.started = time.monotonic()
         self.killed_for: str | None = None
         self.stop_deadline: float | None = None
@@ -322,6 +328,8 @@ class _LiveRun:
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
         read_fd, write_fd = os.pipe()
         config = run_config(spec, write_fd)
+        if self.streams is not None:
+            config["processes"] = self.streams.config
         env = run_environment(spec, config)
         try:
             self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
@@ -331,6 +339,8 @@ class _LiveRun:
             os.close(read_fd)
             if self.writer is not None:
                 self.writer.abort()
+            if self.streams is not None:
+                self.streams.discard()
             raise
         finally:
             os.close(write_fd)
@@ -421,6 +431,8 @@ class _LiveRun:
 
     def give_up(self) -> None:
         self.abandon.set()
+        if self.streams is not None:
+            self.streams.stop()
         self.supervised.end(ABANDON)
 
     def tick(self, now: float) -> None:
@@ -444,6 +456,8 @@ class _LiveRun:
             self.exited_at = now
             # DataLoader workers or anything else it left running
             self.killed.update(self.supervised.kill())
+            if self.streams is not None:
+                self.streams.last_pass(self.killed)
         elif self.open_streams and not self.swept and now - self.exited_at > LINGER:
             self.swept = True  # something outside its tree holds its pipes
             self.killed.update(self.supervised.kill(self.pipes))
@@ -456,6 +470,9 @@ class _LiveRun:
 
     # ---- results -------------------------------------------------------------------------
     def handle(self, event: dict[str, Any], raw: bytes) -> None:
+        if self.streams is not None and "proc" in event:
+            self.streams.handle(event, raw)
+            return
         if apply_event(self.result, event):
             self.done_at = time.monotonic()
         if self.writer is not None:
@@ -496,6 +513,8 @@ class _LiveRun:
             res.status = "exited"  # os._exit(0) or similar before the target returned
         if res.status in PRINTED_STATUSES:
             res.printed_metrics = self.printed.finish()
+        if self.streams is not None:
+            res.processes = self.streams.finish(res)
         if self.writer is not None:
             if res.printed_metrics:
                 self.writer.write_raw(dumps({"metrics": res.printed_metrics}))

@@ -48,8 +48,8 @@ class NullListener:
 class Feed:
     """Passes run events to the streaming comparison and to the caller's listener.
 
-    ``add_step``, ``add_metrics`` and ``end`` are what a comparison of another shape (one per
-    rank, the golden's) overrides; the rest is shared.
+    ``add_step``, ``add_metrics``, ``add_process_event`` and ``end`` are what a comparison of
+    another shape (one per rank, one per process, the golden's) overrides; the rest is shared.
     """
 
     def __init__(self, comparison: Any, listener: Listener | None = None) -> None:
@@ -61,7 +61,10 @@ class Feed:
         self.listener.run_started(index)
 
     def event(self, index: int, event: dict[str, Any]) -> None:
-        if "step" in event:
+        if "proc" in event:
+            self.add_process_event(index, event)
+            self.uses_dataloader = self.uses_dataloader or "batch" in event.get("signals", ())
+        elif "step" in event:
             self.add_step(index, event)
             self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
         elif "metrics" in event:
@@ -77,6 +80,10 @@ class Feed:
 
     def add_metrics(self, index: int, event: dict[str, Any]) -> None:
         self.comparison.set_metrics(index, event["metrics"])
+
+    def add_process_event(self, index: int, event: dict[str, Any]) -> None:
+        """A record of a process the target started (``event["proc"]``): a comparison of the
+        main process alone has no use for it."""
 
     def end(self, result: RunResult) -> None:
         # a run that failed or was stopped by us is cut short: its missing steps are no divergence
@@ -189,7 +196,8 @@ def failure(results: Sequence[RunResult], result: Any) -> str | None:
     failed = [r for r in results if r.failed]
     if failed:
         return "; ".join(r.describe_failure() for r in failed)
-    if all(r.steps == 0 for r in results) and not any(result.metrics_of(r.index) for r in results):
+    if all(r.steps == 0 and not any(p.recorded for p in r.processes) for r in results) \
+            and not any(result.metrics_of(r.index) for r in results):
         return ("the target recorded no optimizer step, no backward call and no metric: nothing to "
                 f"compare ({printed.HOW_TO_GET_A_METRIC})")
     return None
@@ -230,7 +238,8 @@ class Session:
     """
 
     def __init__(self, options: RunOptions, *, runs: int | None = None,
-                 launcher: Any = None, share_threads: bool = False) -> None:
+                 launcher: Any = None, share_threads: bool = False,
+                 processes: bool = False) -> None:
         if not options.target:
             raise UsageError("the following arguments are required: TARGET")
         self.options = options
@@ -240,6 +249,8 @@ class Session:
         self.launcher = launcher
         #: runs without a fixed thread count go in parallel, sharing out the CPUs alike
         self.share_threads = share_threads and launcher is None
+        #: record the processes the target starts (a stream each)
+        self.processes = processes
         self.folder = make_trace_dir(options.trace_dir)
 
     def specs(self, jobs: int = 1) -> list[RunSpec]:
@@ -252,7 +263,7 @@ class Session:
                     timeout=o.timeout, trace_path=self.folder / f"run-{i}.jsonl",
                     launcher=self.launcher, warn_only=o.warn_only, probe_step=o.probe_step,
                     extra_env={**env, **({PLAN_VAR: o.pin_plan} if o.pin_plan else {})},
-                    printed_metrics=o.printed_metrics)
+                    printed_metrics=o.printed_metrics, processes=self.processes)
             for i in range(1, self.runs + 1)
         ]
 

@@ -1,0 +1,202 @@
+"""Comparison of runs whose target trains in processes it starts: each process across runs.
+
+A run is several streams: the main process's steps (stream 0, the run's own trace) and one stream
+for each process the target started (stream K, the K-th process it started; see
+:mod:`repro_check.child.processes`). Stream K of run N is compared with stream K of run 1 by the
+usual streaming :class:`~repro_check.compare.steps.Comparison`, one per stream, like the ranks of
+a torchrun job. The first divergence is the earliest step of any stream (the lower stream at the
+same step). A process that recorded nothing in any run (a helper that only waits or serves) has
+no stream: it is not compared, and does not count.
+
+A run whose started processes recorded nothing is compared exactly as before: the result is the
+main stream's own, and the report has no part about processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy
+from repro_check.report.model import ProcessesPart, Report
+from repro_check.run.session import Feed
+
+#: the stream of the run's main process
+MAIN = 0
+
+
+@dataclass
+class ProcessDivergence(Divergence):
+    """A divergence in one stream: ``process`` 0 is the main process, K the K-th it started."""
+
+    process: int = MAIN
+
+    @property
+    def where(self) -> str:
+        return "the main process" if self.process == MAIN else f"process {self.process}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "process": self.process}
+
+
+def _in_process(d: Divergence, process: int) -> ProcessDivergence:
+    values = {f.name: getattr(d, f.name) for f in dataclasses.fields(Divergence)}
+    return ProcessDivergence(**values, process=process)
+
+
+def _key(d: Divergence, process: int) -> tuple[float, int]:
+    """Earliest step first (a final metric after every step), then the lower stream."""
+    return (d.step if d.step is not None else float("inf"), process)
+
+
+class ProcessComparison:
+    """Feed it each stream's steps, metrics and ends in any interleaving; ask for the result."""
+
+    def __init__(self, runs: int, policy: Policy | None = None) -> None:
+        self.runs = runs
+        self.policy = policy or Policy()
+        self.main = Comparison(runs, self.policy)
+        self.by_process: dict[int, Comparison] = {}
+        self.ended: dict[int, tuple[dict[int, int], bool, frozenset[int]]] = {}
+
+    def stream(self, process: int) -> Comparison:
+        if process == MAIN:
+            return self.main
+        comp = self.by_process.get(process)
+        if comp is None:
+            comp = self.by_process[process] = Comparison(self.runs, self.policy)
+            for run, (steps, complete, cut) in sorted(self.ended.items()):
+                comp.end(run, steps.get(process, 0), complete and process not in cut)
+        return comp
+
+    # ---- feeding -----------------------------------------------------------------------------
+    def add_step(self, run: int, process: int, step: int, signals: dict[str, Any]) -> None:
+        self.stream(process).add_step(run, step, signals)
+
+    def set_metrics(self, run: int, process: int, metrics: dict[str, Any]) -> None:
+        self.stream(process).set_metrics(run, metrics)
+
+    def end(self, run: int, steps: Mapping[int, int], complete: bool = True,
+            cut: Collection[int] = ()) -> None:
+        """Run ``run`` ended with ``steps`` per stream (a stream it lacks recorded none);
+        ``complete=False`` when the run was cut short by us, ``cut`` the streams cut short with
+        the run (a process killed when the run stopped at ``--max-steps``)."""
+        self.ended[run] = (dict(steps), complete, frozenset(cut))
+        self.main.end(run, steps.get(MAIN, 0), complete)
+        for process, comp in self.by_process.items():
+            comp.end(run, steps.get(process, 0), complete and process not in cut)
+
+    # ---- results -----------------------------------------------------------------------------
+    def streams(self) -> dict[int, Comparison]:
+        return {MAIN: self.main, **dict(sorted(self.by_process.items()))}
+
+    def settled_divergence(self) -> bool:
+        """For fail-fast: a divergence that no stream with steps so far can precede any more (a
+        process that has not recorded a step yet in any run holds nothing back)."""
+        if not self.by_process:
+            return self.main.settled_divergence()
+        pairs = [p for comp in self.streams().values() if any(comp.counts.values())
+                 for p in comp.pairs.values()]
+        firsts = [p.first.step for p in pairs if p.first and p.first.step]
+        if not firsts:
+            return False
+        s = min(firsts)
+        return all((p.first is not None and p.first.step is not None and p.first.step <= s)
+                   or p.compared >= s - 1 for p in pairs)
+
+    def result(self) -> ComparisonResult:
+        main = self.main.result()
+        if not self.by_process:
+            return main
+        results = {MAIN: main, **{k: comp.result() for k, comp in sorted(self.by_process.items())}}
+        per_run: dict[int, Divergence | None] = {}
+        for run in range(2, self.runs + 1):
+            found = [(_key(d, k), _in_process(d, k)) for k, res in results.items()
+                     if (d := res.per_run.get(run)) is not None]
+            per_run[run] = min(found, key=lambda f: f[0])[1] if found else None
+        steps = [(_key(res.divergence, k), k) for k, res in results.items()
+                 if res.divergence is not None and res.divergence.step is not None]
+        metric_divs: list[Divergence] = [_in_process(d, k) for k, res in results.items()
+                                         for d in res.metric_divergences]
+        judged: dict[str, int] = {}
+        for res in results.values():
+            for name, n in res.judged.items():
+                judged[name] = judged.get(name, 0) + n
+        compared = sum(res.steps_compared for res in results.values())
+        if steps:
+            k = min(steps)[1]
+            focus, div = results[k], _in_process(results[k].divergence, k)  # type: ignore[arg-type]
+        else:
+            trained = [k for k, comp in self.streams().items() if any(comp.counts.values())]
+            focus = results[trained[0] if trained else MAIN]
+            div = metric_divs[0] if metric_divs else None  # type: ignore[assignment]
+        return dataclasses.replace(
+            focus, first_divergent_step=div.step if div else None,
+            divergent_signal=div.signal if div else None, divergence=div, per_run=per_run,
+            metric_divergences=metric_divs, steps_compared=compared, metrics=main.metrics,
+            groups=self.groups(), judged=judged)
+
+    def groups(self) -> list[list[int]]:
+        """Runs whose streams (steps, step counts and metrics) are all bit-identical, together."""
+        by_key: dict[tuple[Any, ...], list[int]] = {}
+        for k in range(1, self.runs + 1):
+            key = tuple((comp.hashes[k].hexdigest(), comp.counts[k],
+                         json.dumps(comp.metrics.get(k, {}), sort_keys=True))
+                        for comp in self.streams().values())
+            by_key.setdefault(key, []).append(k)
+        return sorted(by_key.values())
+
+
+class ProcessFeed(Feed):
+    """Passes the main process's events and those of the processes the target started to the
+    per-stream comparison, and everything to the caller's listener."""
+
+    def add_step(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.add_step(index, MAIN, event["step"], event["signals"])
+
+    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
+        self.comparison.set_metrics(index, MAIN, event["metrics"])
+
+    def add_process_event(self, index: int, event: dict[str, Any]) -> None:
+        if "step" in event:
+            self.comparison.add_step(index, event["proc"], event["step"], event["signals"])
+        elif "metrics" in event:
+            self.comparison.set_metrics(index, event["proc"], event["metrics"])
+
+    def end(self, result: Any) -> None:
+        # a run that failed or was stopped by us is cut short: its missing steps are no divergence,
+        # nor are those of a process that was killed because the run stopped (--max-steps)
+        cut_short = result.failed or result.status == "cancelled"
+        steps = {MAIN: result.steps, **{p.index: p.steps for p in result.processes}}
+        cut = [p.index for p in result.processes
+               if not p.ended_itself and result.status not in ("completed", "exited")]
+        self.comparison.end(result.index, steps, complete=not cut_short, cut=cut)
+
+
+def finish_report(report: Report, comparison: ProcessComparison) -> None:
+    """Add the part about processes when any process the target started recorded something:
+    where the first divergence is, and each process's steps and end in every run."""
+    if not comparison.by_process:
+        return
+    div = report.comparison.divergence if report.comparison else None
+    by_run = {r.index: {p.index: p for p in r.processes} for r in report.results}
+    rows = []
+    for k in sorted(comparison.by_process):
+        got = [by_run.get(r.index, {}).get(k) for r in report.results]
+        rows.append({
+            "process": k,
+            "steps": [p.steps if p else 0 for p in got],
+            "status": [p.status if p else None for p in got],
+            "traces": [p.trace_path if p else None for p in got],
+        })
+    started = {k for procs in by_run.values() for k in procs}
+    report.processes = ProcessesPart(
+        first_divergent_process=getattr(div, "process", None),
+        processes=rows,
+        ignored=sorted(started - set(comparison.by_process)),
+        results=[{"run": r.index, "processes": [p.to_dict() for p in r.processes]}
+                 for r in report.results],
+    )
