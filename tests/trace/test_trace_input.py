@@ -26,6 +26,7 @@ from repro_check.trace.format import (
     TraceStream,
     check_header,
     dumps,
+    header_line,
     load_trace,
     scan,
 )
@@ -326,3 +327,17 @@ def test_diff_peak_memory_does_not_grow_with_error_lines(tmp_path: Path) -> None
 
     base, grown = peak_rss_kib(small), peak_rss_kib(big)
     assert grown - base < 16 * 1024, f"{base} KiB for no error line, {grown} KiB for 60,000"
+
+
+def test_the_run_s_metrics_and_the_printed_ones_are_two_lines_of_one_trace(tmp_path: Path) -> None:
+    one = {"dtype": "int", "bits": "1", "value": 1}
+    path = tmp_path / "t.jsonl"
+    lines = [header_line({"target": "t:main"}), {"step": 1, "signals": {}},
+             {"metrics": {"acc": one}}, {"metrics": {"printed:accuracy": one}},
+             {"end": {"status": "completed"}}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert set(load_trace(path).metrics) == {"acc", "printed:accuracy"}
+    lines.insert(4, {"metrics": {"printed:loss": one}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(TraceFileError, match="more than one metrics line"):
+        load_trace(path)
