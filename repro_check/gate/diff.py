@@ -49,7 +49,7 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
                                  for label, r in failed)
     attach_environment(report, sa.header, sb.header, labels)
     if not report.reproducible and hb.target:
-        report.replay = replay_line(RunOptions().inherit(hb), subcommand="verify", golden=pa,
+        report.replay = replay_line(RunOptions(target=hb.target).inherit(hb), subcommand="verify", golden=pa,
                                     upto=result.first_divergent_step or hb.max_steps,
                                     extra=tolerances.to_args())
     return report

@@ -100,7 +100,7 @@ def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:
     assert x is not None
     assert summary(x.sources) == [(1, "loss", "compute", "compute_then_rng.py", 15),
                                   (2, "loss", "rng", "compute_then_rng.py", 24)]
-    assert x.sources[0]["culprit"] == "1" and x.sources[0]["culprit_op"] == "aten::_to_copy"
+    assert x.sources[0]["culprit"] == "Sequential.1" and x.sources[0]["culprit_op"] == "aten::_to_copy"
     assert x.sources[0]["culprit_op"] == x.culprit_op
     assert "random.Random" in x.sources[1]["detail"]
     kept = [Path(p) for p in x.replay_dirs]

@@ -360,7 +360,7 @@ def test_an_environment_variable_gives_a_controlled_divergence(jitter: Report) -
         "env:ACROSS_JITTER=0", "env:ACROSS_JITTER=1e-3"]
     pair = part.pairs[0]
     assert (pair.first_divergent_step, pair.signal) == (3, "loss")
-    assert (pair.culprit, pair.culprit_op) == ("jitter", "aten::mul")
+    assert (pair.culprit, pair.culprit_op) == ("Net.jitter", "aten::mul")
     assert pair.localization is not None and pair.localization["inputs_agree"] is False
     assert pair.drift is not None and pair.drift.exceeds_at == 3 and pair.drift.max_abs > 1e-6
     assert pair.drift.series[:2] == [(1, 0.0), (2, 0.0)]
