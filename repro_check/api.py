@@ -29,10 +29,8 @@ def _options(options: RunOptions | None, target: str | None, **given: Any) -> Ru
         return options_of(target, **given)
     if target is not None:
         given["target"] = target
-    for name in ("args", "without", "across"):
-        if name in given:
-            given[name] = tuple(given[name])
-    return options.replace(**given)  # an unknown keyword is a TypeError here too
+    # an unknown keyword is a TypeError here too; RunOptions makes sequences tuples itself
+    return options.replace(**given)
 
 
 def check(

@@ -235,7 +235,5 @@ def options_of(target: str | None, args: Sequence[str] | None = None, **given: A
     if unknown:
         raise TypeError(f"unexpected option(s): {', '.join(unknown)}")
     if args is not None:
-        given["args"] = tuple(args)
-    if given.get("without") is not None:
-        given["without"] = tuple(given["without"])
+        given["args"] = args  # a sequence: RunOptions makes it a tuple
     return RunOptions(target=target, **{k: v for k, v in given.items() if v is not None})
