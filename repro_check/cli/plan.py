@@ -49,9 +49,6 @@ def options_for(ns: argparse.Namespace, cfg: Config, target: str | None,
         "printed_metrics": metric_rules(ns, cfg, entry),
         **more,
     }
-    for name in ("args", "without"):
-        if given[name] is not None:
-            given[name] = tuple(given[name])
     return RunOptions(target=target, **{k: v for k, v in given.items() if v is not None})
 
 
