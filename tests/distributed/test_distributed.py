@@ -212,7 +212,7 @@ def test_two_nodes_meet_run_by_run_through_the_static_rendezvous(tmp: Path) -> N
 WORKER_SEEDS = """
 import os, torch
 from torch.utils.data import DataLoader, Dataset
-from repro_check import seeding
+from repro_check.child import seeding
 
 class Probe(Dataset):
     def __len__(self): return 4
