@@ -439,6 +439,7 @@ class Recorder:
         self.progress = Progress(emit)
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
+        self._own = threading.local()
 
     @property
     def expected_steps(self) -> int | None:
@@ -475,9 +476,21 @@ class Recorder:
         if _ACTIVE is self:
             _ACTIVE = None
 
-    def quiet(self) -> Any:
-        """Our own tensor work is kept out of the step probe's op record."""
-        return self.probe.quiet() if self.probe is not None else _NO_PROBE
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Our own tensor work: kept out of the step probe's op record, and never given a pinned
+        op's replayed outputs (:attr:`own_work`: whether this thread is inside one)."""
+        self._own.depth = getattr(self._own, "depth", 0) + 1
+        try:
+            with self.probe.quiet() if self.probe is not None else _NO_PROBE:
+                yield
+        finally:
+            self._own.depth -= 1
+
+    @property
+    def own_work(self) -> bool:
+        """Whether this thread is doing repro-check's own tensor work (inside :meth:`quiet`)."""
+        return getattr(self._own, "depth", 0) > 0
 
     # ---- what the hooks report -----------------------------------------------------------
     def on_step_activity(self) -> None:

@@ -185,11 +185,12 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     flag_ops = bool(config.get("warn_only")) and "deterministic_algorithms" in components
     from repro_check.child import pin
 
-    pins = pin.from_environment()  # diagnose's pins: before the recorder, which sees their batches
+    # the private generators, and diagnose's pins: before the recorder, which sees their batches
+    rank = header.get("distributed", {}).get("rank") if config.get("distributed") else None
+    pins = pin.from_environment(emit, rank)
     recorder = recorder_class(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
                               flag_ops=flag_ops).install()
-    if pins is not None:
-        pins.attach(recorder)
+    pins.attach(recorder)
     _flush_before_os_exit(recorder)
     metric_hooks.install(recorder)  # what the target logs to TensorBoard, Lightning, ...
     overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()

@@ -14,6 +14,11 @@ the pins need into the pair's replay folder, run 2 loads it at the same point.
 Both runs also note where the script creates and seeds private generators and reseeds the
 global streams (``generators-N.jsonl``): a generator seeded from entropy or the clock is a source
 no global-stream fingerprint sees. Only calls made directly from the script's own code count.
+
+The generators are tracked in every run, not only diagnose's: each creation, seeding and first
+draw is also sent on the trace as ``{"info": {"generator": {...}}}`` (without the state), so a
+check can name a private generator as the cause of a divergence (``rng``, with where the script
+made it). At most :data:`MAX_TRACKED` generators and :data:`MAX_SENT` records a run.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ from typing import Any
 PLAN_VAR = "REPRO_CHECK_PINS"
 #: the file of a run's generator and reseeding records, in the replay folder
 RECORDS = "generators-{run}.jsonl"
+#: generators tracked in a run (a script making one a step would otherwise grow the set)
+MAX_TRACKED = 1000
+#: generator records a run sends on its trace
+MAX_SENT = 2000
 
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARY = tuple(p + os.sep for p in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib",
@@ -68,6 +77,15 @@ def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
             for f in frames if user_file(f.filename)][-8:]
 
 
+def rank_file(file: str, rank: int | None) -> str:
+    """A replay file's name for a torchrun rank (``x-1.jsonl`` stays for rank 0 and single
+    runs; ``x-1.rank-2.jsonl`` for rank 2): the ranks of a run share its replay folder."""
+    if not rank:
+        return file
+    stem, dot, ext = file.partition(".")
+    return f"{stem}.rank-{rank}{dot}{ext}"
+
+
 def _digest(value: Any) -> str:
     return f"{zlib.crc32(json.dumps(value, default=str).encode()) & 0xFFFFFFFF:08x}"
 
@@ -75,14 +93,23 @@ def _digest(value: Any) -> str:
 class Pins:
     """The pins and records of one run (see the module docstring)."""
 
-    def __init__(self, plan: dict[str, Any], run: int) -> None:
-        self.dir = Path(plan["dir"])
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, plan: dict[str, Any] | None, run: int, emit: Any = None,
+                 rank: int | None = None) -> None:
+        plan = plan or {}
+        self.dir = Path(plan["dir"]) if plan.get("dir") else None
         self.run = run
+        self.rank = rank
         self.pid = os.getpid()  # a forked DataLoader worker notes nothing
-        self.records = self.dir / RECORDS.format(run=run)
-        self.records.write_text("")
-        self.pins: list[dict[str, Any]] = list(plan.get("pins", []))
+        self.emit = emit
+        self.sent = 0
+        self.records: Path | None = None
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.records = self.path(RECORDS.format(run=run))
+            self.records.write_text("")
+        # a pin made under torchrun holds on the rank where its difference entered
+        self.pins: list[dict[str, Any]] = [p for p in plan.get("pins", [])
+                                           if p.get("rank") in (None, rank or 0)]
         self.lock = threading.RLock()
         self.recorder: Any = None
         #: tracked generators: id -> [key, kind, object, state after seeding, drawn]
@@ -94,12 +121,26 @@ class Pins:
         self.fetches: dict[int, int] = {}
         self.op_calls: dict[int, int] = {}
 
+    def path(self, file: str) -> Path:
+        assert self.dir is not None
+        return self.dir / rank_file(file, self.rank)
+
     # ---- records -------------------------------------------------------------------------
     def note(self, record: dict[str, Any]) -> None:
         if os.getpid() != self.pid:
             return
-        with self.lock, self.records.open("a") as f:
-            f.write(json.dumps(record, default=str) + "\n")
+        with self.lock:
+            if self.records is not None:
+                with self.records.open("a") as f:
+                    f.write(json.dumps(record, default=str) + "\n")
+            if self.emit is not None and "key" in record and self.sent < MAX_SENT:
+                self.sent += 1
+                sent = {k: v for k, v in record.items() if k != "state"}
+                self.emit({"info": {"generator": sent}})
+
+    def own_work(self) -> bool:
+        """Whether repro-check's own tensor work (fingerprints) is running: never replayed."""
+        return self.recorder is not None and bool(self.recorder.own_work)
 
     def step(self) -> int:
         """The step in progress."""
@@ -108,7 +149,9 @@ class Pins:
     def _source_states(self) -> dict[tuple[str, int], Any]:
         """Run 1's state of each pinned generator after each of its seedings."""
         out: dict[tuple[str, int], Any] = {}
-        path = self.dir / RECORDS.format(run=1)
+        if self.dir is None:
+            return out
+        path = self.path(RECORDS.format(run=1))
         if not path.exists():
             return out
         for line in path.read_text().splitlines():
@@ -124,6 +167,8 @@ class Pins:
             return
         entry = self.generators.get(id(obj))
         if entry is None or entry[2] is not obj:
+            if len(self.generators) >= MAX_TRACKED:
+                return
             stack = user_stack()
             if stack is None:
                 return
@@ -164,6 +209,8 @@ class Pins:
 
     def reseeded(self, stream: str, how: str) -> None:
         """The script reseeded a global stream."""
+        if self.records is None:  # only diagnose's records hold these
+            return
         stack = user_stack()
         if stack is not None:
             self.note({"stream": stream, "how": how, "step": self.step(),
@@ -178,7 +225,7 @@ class Pins:
         import torch
 
         for stream in streams:
-            path = self.dir / f"rng-{stream}-{step}.pt"
+            path = self.path(f"rng-{stream}-{step}.pt")
             if self.run == 1:
                 torch.save(_stream_state(stream), path)
             elif path.exists():
@@ -205,7 +252,7 @@ class Pins:
 
         n = self.fetches.get(step, 0)
         self.fetches[step] = n + 1
-        path = self.dir / f"batch-{step}-{n}.pt"
+        path = self.path(f"batch-{step}-{n}.pt")
         if self.run == 1:
             torch.save(item, path)
             return item
@@ -219,7 +266,7 @@ class Pins:
         step = self.step()
         n = self.op_calls.get(step, 0)
         self.op_calls[step] = n + 1
-        path = self.dir / f"op-{step}-{n}.pt"
+        path = self.path(f"op-{step}-{n}.pt")
         if self.run == 1:
             torch.save(_detached(out), path)
             if not self.op_calls.get(-1):
@@ -232,6 +279,9 @@ class Pins:
         if not path.exists():
             return out
         saved = torch.load(path, weights_only=False)
+        if _aliases(func):  # a view shares its input's memory: run 1's values go into it
+            _copy_into(out, saved)
+            return out
         return _like(out, saved)
 
     # ---- installing ------------------------------------------------------------------------
@@ -277,14 +327,12 @@ class Pins:
             _replay_op(self, ops[0]["op"], min(p["step"] for p in ops))
 
 
-def from_environment() -> Pins | None:
-    """The run's pins when ``diagnose`` asked for them (installed), else None."""
+def from_environment(emit: Any = None, rank: int | None = None) -> Pins:
+    """The run's generator tracking, with the pins ``diagnose`` asked for (installed)."""
     path = os.environ.pop(PLAN_VAR, None)
-    if not path:
-        return None
-    plan = json.loads(Path(path).read_text())
+    plan = json.loads(Path(path).read_text()) if path else None
     run = int(os.environ.get("REPRO_CHECK_RUN_INDEX", "1"))
-    return Pins(plan, run).install()
+    return Pins(plan, run, emit, rank).install()
 
 
 # ---- generator states ------------------------------------------------------------------------
@@ -324,6 +372,16 @@ def _set_state(kind: str, obj: Any, state: Any) -> None:
         obj.setstate((version, tuple(words), gauss))
 
 
+def _how(seed: Any, call: str) -> str:
+    """How a seeding call seeds: ``clock`` for a value within a day of the wall clock."""
+    from repro_check.child import clock
+
+    try:
+        return "clock" if clock.clock_unit(seed) else call
+    except Exception:  # noqa: BLE001 - a seed of any type must not break the target
+        return call
+
+
 def _track_generators(pins: Pins) -> None:
     import random
 
@@ -349,7 +407,7 @@ def _track_generators(pins: Pins) -> None:
 
         def manual_seed(self, seed: Any) -> Any:
             out = super().manual_seed(seed)
-            pins.seeded(self, "torch", "manual_seed")
+            pins.seeded(self, "torch", _how(seed, "manual_seed"))
             return out
 
         def seed(self) -> int:
@@ -366,7 +424,7 @@ def _track_generators(pins: Pins) -> None:
 
         def seed(self, a: Any = None, version: int = 2) -> None:
             super().seed(a, version)
-            pins.seeded(self, "python", "entropy" if a is None else "seed")
+            pins.seeded(self, "python", "entropy" if a is None else _how(a, "seed"))
 
     Random.__module__ = "random"
     random.Random = Random  # type: ignore[misc]
@@ -378,7 +436,7 @@ def _track_generators(pins: Pins) -> None:
     def default_rng(seed: Any = None) -> Any:
         rng = original(seed)
         if not isinstance(seed, np.random.Generator):
-            pins.seeded(rng, "numpy", "entropy" if seed is None else "seed")
+            pins.seeded(rng, "numpy", "entropy" if seed is None else _how(seed, "seed"))
         return rng
 
     np.random.default_rng = default_rng
@@ -448,6 +506,26 @@ def _detached(out: Any) -> Any:
     return out
 
 
+def _aliases(func: Any) -> bool:
+    """Whether an op returns a view of an argument (``view``, ``reshape``'s alias, ...)."""
+    try:
+        return any(r.alias_info is not None for r in func._schema.returns)
+    except AttributeError:
+        return False
+
+
+def _copy_into(out: Any, saved: Any) -> None:
+    """Run 1's values written into this run's output tensors, where shape and dtype agree."""
+    import torch
+
+    if isinstance(out, torch.Tensor) and isinstance(saved, torch.Tensor):
+        if out.shape == saved.shape and out.dtype == saved.dtype:
+            out.copy_(saved.to(out.device))
+    elif isinstance(out, (tuple, list)) and isinstance(saved, (tuple, list)):
+        for o, s in zip(out, saved):
+            _copy_into(o, s)
+
+
 def _like(out: Any, saved: Any) -> Any:
     """Run 1's output in the place of this run's, where shape and dtype agree."""
     import torch
@@ -471,7 +549,7 @@ def _replay_op(pins: Pins, op: str, first: int) -> None:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
-            if pins.step() >= first and func._schema.name == op:
+            if pins.step() >= first and func._schema.name == op and not pins.own_work():
                 out = pins.op_output(func, out)
             return out
 

@@ -258,7 +258,8 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
                          without=tuple(ns.without or ()), max_steps=ns.max_steps,
                          timeout=ns.timeout, threads=ns.threads, jobs=ns.jobs,
                          trace_dir=ns.trace_dir,
-                         printed_metrics=metric_rules(ns, Config(), None))
+                         printed_metrics=metric_rules(ns, Config(), None),
+                         distributed=parsers.distributed_options(ns))
     report = diagnose(
         options, ablate=[] if ns.no_ablation else ns.ablate, localize=not ns.no_localize,
         max_sources=ns.max_sources, keep_replay=ns.keep_replay, listener=Progress(2, quiet=ns.quiet),

@@ -242,4 +242,5 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-replay", action="store_true",
                    help="keep what the pinned runs replayed (in the trace folder)")
     add_parallel_options(p)
+    add_distributed_options(p)
     return p

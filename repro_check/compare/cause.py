@@ -15,6 +15,9 @@ Rules, applied in this order:
     within a day of the current time): the clock is named, with the seeding call's file:line,
     whatever signal showed the difference first. When the seed a stream got differs between the
     runs (OS entropy, ``random.randint`` of an unseeded stream), the seeding call is named too.
+    Also a divergence at a step by which a generator the script made itself (``torch.Generator``,
+    ``np.random.default_rng``, ``random.Random``), seeded differently in each run, had been drawn
+    from: no global stream records it, and where the script made it is named.
 ``init``
     the first difference is the parameters going into step 1 (``init``), the RNG states
     agreeing: the model was initialised from a different random state in each run, typically
@@ -37,7 +40,8 @@ A check whose target failed or that was interrupted has no cause (``None``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "metrics", "environment", "none")
@@ -71,6 +75,8 @@ EXPLANATION: dict[str, str] = {
     "metrics": "every step agrees, the final metrics do not: the evaluation is not reproducible",
     "environment": "the runs recorded different environments",
     "none": "every step and metric agree",
+    "generator": "a random generator the script made itself is seeded differently in each run "
+                 "(no seeding reaches it); seed it with a constant",
 }
 
 
@@ -167,6 +173,92 @@ def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
     return None
 
 
+# ---- private generators ---------------------------------------------------------------------
+
+#: what the child sends of a private generator (see :mod:`repro_check.child.pin`)
+GENERATOR_KINDS: dict[str, str] = {"torch": "torch.Generator",
+                                   "numpy": "numpy Generator (default_rng)",
+                                   "python": "random.Random"}
+#: generator records kept per run
+MAX_GENERATOR_RECORDS = 2000
+
+
+def _location(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    file, line, function = value.get("file"), value.get("line"), value.get("function")
+    if not isinstance(file, str) or not isinstance(line, int) or isinstance(line, bool):
+        return None
+    return {"file": file[:4096], "line": line,
+            "function": function[:200] if isinstance(function, str) else None}
+
+
+def generator_record(body: Any) -> dict[str, Any] | None:
+    """A generator record from a run (untrusted: it comes from the target's process), checked
+    and cut to what is used; None when it is malformed."""
+    if not isinstance(body, dict) or not isinstance(body.get("key"), str):
+        return None
+    out: dict[str, Any] = {"key": body["key"][:4200]}
+    drawn = body.get("drawn")
+    if "drawn" in body:
+        if not isinstance(drawn, int) or isinstance(drawn, bool):
+            return None
+        out["drawn"] = drawn
+        return out
+    event, kind, fp = body.get("event"), body.get("kind"), body.get("fp")
+    if not isinstance(event, int) or isinstance(event, bool) or kind not in GENERATOR_KINDS \
+            or not isinstance(fp, str):
+        return None
+    out.update(event=event, kind=kind, fp=fp[:64], created=body.get("created") is True,
+               how=str(body.get("how"))[:40], location=_location(body.get("location")))
+    stack = body.get("stack")
+    if isinstance(stack, list):
+        out["stack"] = [loc for loc in map(_location, stack[-8:]) if loc is not None]
+    return out
+
+
+@dataclass
+class GeneratorSource:
+    """A private generator whose seeding differs between two runs and was drawn from."""
+
+    key: str
+    kind: str
+    detail: str
+    location: dict[str, Any] | None
+    stack: list[dict[str, Any]] | None
+
+
+def private_generator(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]],
+                      step: int, pinned: Collection[str] = ()) -> GeneratorSource | None:
+    """The first generator the script made (run 1's records ``a``) whose seeding differs in the
+    other run (``b``) and that was drawn from by the end of ``step``; ``pinned``: keys to skip."""
+    seeds_b = {(r["key"], r["event"]): r.get("fp") for r in b if "event" in r}
+    drawn = {r["key"]: r["drawn"] for r in [*a, *b] if "drawn" in r}
+    created = {r["key"]: r for r in a if r.get("created")}
+    for rec in a:
+        key = rec.get("key")
+        if "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
+            continue
+        if seeds_b.get((key, rec["event"])) == rec.get("fp"):
+            continue
+        first = created.get(key, rec)
+        kind = GENERATOR_KINDS.get(str(rec.get("kind")), "generator")
+        how = {"entropy": "seeded from OS entropy (no seed given)",
+               "clock": "seeded from the clock (a value within a day of the current time)",
+               "manual_seed": "seeded with a value that differs between runs (the clock?)",
+               "seed": "seeded with a value that differs between runs (the clock?)",
+               "default": "seeded differently"}.get(str(rec.get("how")), str(rec.get("how")))
+        loc = first.get("location") or {}
+        seeded = rec.get("location") or {}
+        where = f" at {seeded.get('file')}:{seeded.get('line')}" if seeded != loc else ""
+        made = f"{loc.get('file')}:{loc.get('line')}" if loc else "an unknown place"
+        first_draw = drawn.get(key)
+        detail = (f"a {kind} made at {made}, {how}{where}; first drawn from at step "
+                  f"{first_draw if first_draw else 'the start'}")
+        return GeneratorSource(key, kind, detail, loc or None, first.get("stack"))
+    return None
+
+
 def init_detail(models: Sequence[Mapping[str, Any]] | None,
                 seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None) -> str:
     """The ``init`` explanation, with where the models were built and, when the script seeded
@@ -197,16 +289,20 @@ def classify(
     uses_dataloader: bool,
     seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
     models: Sequence[Mapping[str, Any]] | None = None,
-) -> tuple[str | None, str]:
-    """``(cause, why)`` for a check's outcome; see the module docstring for the rules.
+    generators: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    divergence: tuple[int, int] | None = None,
+) -> tuple[str | None, str, dict[str, Any] | None]:
+    """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules.
 
     ``seedings``: each run's seeding-watch records (``component``, ``key``, ``value``,
     ``where``, ``source``, ``order``); ``models``: run 1's top-level models (``class``,
-    ``where``, ``order``), for the ``init`` explanation."""
+    ``where``, ``order``), for the ``init`` explanation; ``generators``: each run's private
+    generator records, and ``divergence`` the ``(run, step)`` of the first divergence, for a
+    generator the script made (``location``: where it was made)."""
     if failed:
-        return None, ""
+        return None, "", None
     if reproducible:
-        return "none", EXPLANATION["none"]
+        return "none", EXPLANATION["none"], None
     diffs = environment_differences(environments)
     if diffs:
         shown = ", ".join(
@@ -214,10 +310,16 @@ def classify(
             for d in diffs[:3]
         )
         more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
-        return "environment", f"{EXPLANATION['environment']}: {shown}{more}"
+        return "environment", f"{EXPLANATION['environment']}: {shown}{more}", None
     clock = seeding_detail(seedings, clock_only=True)
     if clock is not None:
-        return "rng", clock
+        return "rng", clock, None
+    if generators and divergence is not None and divergent_signal is not None \
+            and not divergent_signal.startswith("rng."):
+        run, step = divergence
+        found = private_generator(generators.get(1, ()), generators.get(run, ()), step)
+        if found is not None:
+            return "rng", f"{EXPLANATION['generator']}: {found.detail}", found.location
     cause = from_signal(divergent_signal, uses_dataloader)
     why = EXPLANATION[cause]
     if cause == "rng":
@@ -229,4 +331,4 @@ def classify(
         why = ("every recorded step agrees but one run made fewer steps: "
                + ("the DataLoader yielded fewer batches" if cause == "data"
                   else "the training loop ended on a condition that is not reproducible"))
-    return cause, why
+    return cause, why, None

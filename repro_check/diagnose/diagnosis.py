@@ -102,11 +102,13 @@ def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, str]
 
 
 class Collector:
-    """Keeps each run's probe and flagged records and passes every event on."""
+    """Keeps each run's probe and flagged records and passes every event on.
+
+    Probes are kept per run and rank (``(run, rank)``; rank 0 for a run without torchrun)."""
 
     def __init__(self, inner: Listener | None = None) -> None:
         self.inner = inner or NullListener()
-        self.probes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        self.probes: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
         self.flagged: dict[int, list[dict[str, Any]]] = defaultdict(list)
 
     def run_started(self, index: int) -> None:
@@ -114,7 +116,8 @@ class Collector:
 
     def event(self, index: int, event: dict[str, Any]) -> None:
         if "probe" in event:
-            self.probes[index].append(event["probe"])
+            rank = event.get("rank")
+            self.probes[(index, rank if isinstance(rank, int) else 0)].append(event["probe"])
             return
         if "flagged" in event:
             self.flagged[index].append(event["flagged"])
@@ -190,7 +193,7 @@ def diagnose(
     if report.error is not None or report.interrupted:
         return report
 
-    if localize and report.cause == "compute" and report.first_divergent_step is not None:
+    if localize and report.first_divergent_step is not None and _localizable(report):
         loc, note = _localize(report.first_divergent_step, folder, common, say)
         if loc is not None:
             explain_localization(report, part, loc)
@@ -204,6 +207,15 @@ def diagnose(
     if components:
         _ablation(report, part, components, base_off, baseline, common, folder, say)
     return report
+
+
+def _localizable(report: Report) -> bool:
+    """A divergence inside the step's computation: ``compute``, or a private generator's draws
+    (``rng`` first seen in the loss, gradients or update: the op that drew is named)."""
+    if report.cause == "compute":
+        return True
+    return report.cause == "rng" and report.cause_location is not None and \
+        report.divergent_signal in ("loss", "grads", "params")
 
 
 def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
@@ -263,7 +275,7 @@ THREADS_HINT = ("; yet the check's runs differed, and the thread count was not p
 def explain_localization(report: Report, part: DiagnosisPart, loc: Localization) -> None:
     """Put the localization into the report: a random op whose generator differs makes the
     cause ``rng``; nothing found with an unpinned thread count names threads."""
-    if loc.cause == "rng":
+    if loc.cause == "rng" and report.cause_location is None:  # else the generator is named
         report.cause, report.cause_detail = "rng", loc.detail
     elif not loc.found and not threads_pinned(report):
         loc.detail += THREADS_HINT
@@ -295,9 +307,12 @@ def _localize(step: int, folder: Path, common: RunOptions,
         if first is not None and first < step and attempt == 0:
             step = first
             continue
-        # a compute divergence: the batch agreed (it is compared before the loss)
-        loc = compare(step, collector.probes.get(1, []), collector.probes.get(2, []),
-                      batch_agreed=True)
+        # a compute divergence: the batch agreed (it is compared before the loss); under
+        # torchrun, on the rank where the difference entered
+        div = rep.comparison.divergence if rep.comparison else None
+        rank = getattr(div, "rank", None) or 0
+        loc = compare(step, collector.probes.get((1, rank), []),
+                      collector.probes.get((2, rank), []), batch_agreed=True)
         if first is None or first > step:
             note = (f"the replay agreed through step {step}: the divergence did not recur, so the "
                     "localization may be incomplete")

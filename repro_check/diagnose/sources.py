@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro_check.child.pin import RECORDS
+from repro_check.child.pin import RECORDS, rank_file
+from repro_check.compare.cause import private_generator
 from repro_check.diagnose.localize import Localization
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
@@ -51,9 +52,11 @@ class Source:
     stack: list[dict[str, Any]] | None = None
     pin: dict[str, Any] | None = None
     pinned_by: str | None = None
+    #: under torchrun: the rank where the difference entered
+    rank: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "signal": self.signal, "cause": self.cause,
+        return {"step": self.step, "signal": self.signal, "cause": self.cause, "rank": self.rank,
                 "detail": self.detail, "culprit": self.culprit, "culprit_op": self.culprit_op,
                 "location": self.location, "stack": self.stack or [],
                 "pinned_by": self.pinned_by}
@@ -67,48 +70,29 @@ def plan(options: RunOptions, folder: Path, pins: list[dict[str, Any]]) -> RunOp
     return options.replace(pin_plan=str(path), trace_dir=str(folder))
 
 
-def _records(replay: Path, run: int) -> list[dict[str, Any]]:
-    path = replay / RECORDS.format(run=run)
+def _records(replay: Path, run: int, rank: int = 0) -> list[dict[str, Any]]:
+    """What run ``run`` (its rank ``rank`` under torchrun) noted in the pair's replay folder."""
+    path = replay / rank_file(RECORDS.format(run=run), rank)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _private(replay: Path, step: int, pinned: set[str]) -> Source | None:
+def _private(replay: Path, step: int, pinned: set[str], rank: int = 0) -> Source | None:
     """The first generator the script made whose seeding differs between the runs and that was
-    drawn from by the end of ``step``."""
-    a, b = _records(replay, 1), _records(replay, 2)
-    seeds_b = {(r["key"], r["event"]): r["fp"] for r in b if "event" in r}
-    drawn = {r["key"]: r["drawn"] for r in a + b if "drawn" in r}
-    created = {r["key"]: r for r in a if r.get("created")}
-    for rec in a:
-        key = rec.get("key")
-        if "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
-            continue
-        if seeds_b.get((key, rec["event"])) == rec["fp"]:
-            continue
-        first = created.get(key, rec)
-        kind = {"torch": "torch.Generator", "numpy": "numpy Generator (default_rng)",
-                "python": "random.Random"}[rec["kind"]]
-        how = {"entropy": "seeded from OS entropy (no seed given)",
-               "manual_seed": "seeded with a value that differs between runs (the clock?)",
-               "seed": "seeded with a value that differs between runs (the clock?)",
-               "default": "seeded differently"}.get(rec["how"], rec["how"])
-        loc = first.get("location") or {}
-        seeded = rec.get("location") or {}
-        where = f" at {seeded.get('file')}:{seeded.get('line')}" if seeded != loc else ""
-        return Source(step, None, "rng",
-                      detail=f"a {kind} made at {loc.get('file')}:{loc.get('line')}, {how}{where}"
-                             f"; first drawn from at step {drawn.get(key)}",
-                      location=loc or None, stack=first.get("stack"),
-                      pin={"kind": "generator", "key": key},
-                      pinned_by=f"the {kind}'s state from run 1 after each seeding")
-    return None
+    drawn from by the end of ``step`` (:func:`repro_check.compare.cause.private_generator`)."""
+    found = private_generator(_records(replay, 1, rank), _records(replay, 2, rank), step,
+                              pinned)
+    if found is None:
+        return None
+    return Source(step, None, "rng", detail=found.detail, location=found.location,
+                  stack=found.stack, pin={"kind": "generator", "key": found.key},
+                  pinned_by=f"the {found.kind}'s state from run 1 after each seeding")
 
 
-def _stream(replay: Path, stream: str, step: int) -> Source:
+def _stream(replay: Path, stream: str, step: int, rank: int = 0) -> Source:
     """A global stream differing at the start of ``step``: where the script last reseeded it."""
-    reseeds = [r for r in _records(replay, 1) + _records(replay, 2)
+    reseeds = [r for r in _records(replay, 1, rank) + _records(replay, 2, rank)
                if r.get("stream") == stream and r.get("step", 0) <= step]
     last = reseeds[-1] if reseeds else None
     detail = f"the global {stream} stream differs at the start of step {step}"
@@ -123,12 +107,20 @@ def _stream(replay: Path, stream: str, step: int) -> Source:
                   pinned_by=f"run 1's {stream} state at the start of step {step}")
 
 
-def _op_site(src: Source, replay: Path) -> None:
+def _op_site(src: Source, replay: Path, rank: int = 0) -> None:
     """Where the script called the pinned op, as run 1 of the pinned pair saw it."""
-    for rec in _records(replay, 1):
+    for rec in _records(replay, 1, rank):
         if rec.get("op_site") == src.culprit_op:
             src.location, src.stack = rec.get("location"), rec.get("stack")
             return
+
+
+def divergent_rank(report: Report) -> int:
+    """The torchrun rank where a pair's difference entered (0 without torchrun)."""
+    comparison = getattr(report, "comparison", None)
+    div = comparison.divergence if comparison is not None else None
+    rank = getattr(div, "rank", None)
+    return rank if isinstance(rank, int) else 0
 
 
 def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
@@ -138,14 +130,15 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     if report.reproducible or report.error is not None or report.interrupted:
         return None
     step, signal, cause = report.first_divergent_step, report.divergent_signal, report.cause
+    rank = divergent_rank(report)
     if cause == "environment":
         return Source(step, signal, cause, detail=report.cause_detail)
     if step is None:
         return Source(None, signal, cause, detail=report.cause_detail)  # metrics: no pin needed
     if cause == "rng" and signal and signal.startswith("rng."):
-        return _stream(replay, signal.split(".", 1)[1], step)
+        return _stream(replay, signal.split(".", 1)[1], step, rank)
     pinned = {p["key"] for p in pins if p["kind"] == "generator"}
-    found = _private(replay, step, pinned)
+    found = _private(replay, step, pinned, rank)
     if found is not None:
         found.signal = signal
         return found
@@ -190,6 +183,11 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
         src = identify(current, replays[-1], pins, find)
         if src is None:
             break
+        rank = divergent_rank(current)
+        if common.distributed is not None:
+            src.rank = rank
+            if src.pin is not None:
+                src.pin["rank"] = rank  # only the rank where the difference entered is pinned
         if sources and src.pin is not None and src.pin in pins:
             part.sources_note = (f"the pin of source {len(sources)} did not take out its "
                                  f"divergence at step {src.step}: stopping here")
@@ -206,7 +204,7 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
         runs += 2
         replays.append(where / "replay")
         if src.pin["kind"] == "compute":
-            _op_site(src, where / "replay")
+            _op_site(src, where / "replay", rank)
 
         def later(step: int, options: RunOptions = options, where: Path = where) -> \
                 Localization | None:

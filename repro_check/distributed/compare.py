@@ -2,9 +2,11 @@
 
 Across runs, rank R of run K is compared with rank R of run 1 by the usual streaming
 :class:`~repro_check.compare.steps.Comparison` (one per rank). The first divergence is the earliest
-step; at the same step, a loss differs before the parameters do (the loss is computed first, and
-under DDP a change on one rank reaches every rank's parameters through the gradient all-reduce),
-so the rank named is the one where the difference entered.
+step; at the same step, the rank named is the one whose first differing signal comes earliest in
+the step's order (:data:`SIGNAL_ORDER`: RNG states, the parameters going in, the batch, the loss,
+the gradients, the updated parameters). Under DDP a difference on one rank reaches every rank's
+gradients through the all-reduce, so a rank whose only difference is ``grads`` is not where it
+entered: the rank whose loss (or batch, or RNG state) differs is.
 
 Across ranks, within each run, every rank must record the same ``params`` fingerprint at every
 step (DDP keeps replicas identical); the first step where they do not is a *rank desync*, a
@@ -45,15 +47,18 @@ def _on_rank(d: Divergence, rank: int) -> RankDivergence:
     return RankDivergence(**values, rank=rank)
 
 
+#: the order in which a step's signals come about: a difference that shows in an earlier one on
+#: some rank entered there (an all-reduce carries it to every rank's gradients)
+SIGNAL_ORDER: tuple[str, ...] = ("rng", "init", "batch", "loss", "grads", "params", "steps")
+
+
 def _signal_order(name: str) -> int:
-    """Within one step: the loss first, the parameters (after the update) last."""
-    if name == "loss":
-        return 0
-    if name == "params":
-        return 2
-    if name == "steps":
-        return 3
-    return 1
+    """Within one step: the RNG states, the parameters going in and the batch first, then the
+    loss, the gradients and the parameters after the update (anything else with the gradients)."""
+    head = "rng" if name.startswith("rng.") else name
+    if head in SIGNAL_ORDER:
+        return SIGNAL_ORDER.index(head)
+    return SIGNAL_ORDER.index("grads")
 
 
 @dataclass

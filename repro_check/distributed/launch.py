@@ -169,6 +169,7 @@ class RankResult:
     warnings: list[str] = field(default_factory=list)
     overrides: list[dict[str, Any]] = field(default_factory=list)
     models: list[dict[str, Any]] = field(default_factory=list)
+    generators: list[dict[str, Any]] = field(default_factory=list)
     trace_path: str | None = None
     pid: int | None = None
     pgid: int | None = None

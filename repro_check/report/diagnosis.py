@@ -108,8 +108,9 @@ def sources_block(sources: list[dict[str, Any]], cost: dict[str, Any] | None,
                     style="bold underline"))
     for n, src in enumerate(sources, 1):
         step = f"step {src['step']}" if src.get("step") else "final metrics"
+        on = f" · rank {src['rank']}" if src.get("rank") is not None else ""
         head = Text.assemble((f"{n}. ", "bold"), (str(src.get("cause")), "bold"),
-                             f" · {step} · {src.get('signal')}")
+                             f" · {step} · {src.get('signal')}{on}")
         if src.get("culprit_op"):
             head.append(f" · {src.get('culprit') or '(outside any module)'} · "
                         f"{src['culprit_op']}", style="bold red")
@@ -133,5 +134,5 @@ def sources_block(sources: list[dict[str, Any]], cost: dict[str, Any] | None,
 
 def print_diagnosis(report: Report, console: Console | None = None) -> None:
     console = console or make_console()
-    console.print(Visible(summary(report)))
-    console.print(Visible(diagnosis(report)))
+    console.print(Visible(summary(report)), crop=False)
+    console.print(Visible(diagnosis(report)), crop=False)

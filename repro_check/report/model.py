@@ -316,6 +316,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     cause: str | None = None
     cause_detail: str | None = None
+    #: where in the script the cause was made, when known ({"file", "line", "function"})
+    cause_location: dict[str, Any] | None = None
     gate: GatePart | None = None
     diagnosis: DiagnosisPart | None = None
     distributed: DistributedPart | None = None
@@ -440,6 +442,7 @@ class Report:
             "replay": self.replay,
             "warnings": self.warnings,
             "cause_detail": self.cause_detail,
+            "cause_location": self.cause_location,
             **(self.gate.to_dict() if self.gate else {}),
             **(self.diagnosis.to_dict() if self.diagnosis else {}),
             **(self.distributed.to_dict() if self.distributed else {}),

@@ -336,7 +336,8 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
         if broken:
             report.warnings.append(f"localization of {pair.b} failed: {'; '.join(broken)}")
             continue
-        records_a, records_b = collector.probes.get(ia, []), collector.probes.get(ib, [])
+        records_a = collector.probes.get((ia, 0), [])
+        records_b = collector.probes.get((ib, 0), [])
         if plan.cells[0].value("device") != plan.cells[pair.cell - 1].value("device"):
             records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
         loc = compare(step, records_a, records_b)

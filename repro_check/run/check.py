@@ -75,14 +75,29 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
     report.error = None if outcome.interrupted and not any(r.failed for r in outcome.results) \
         else failure(outcome.results, result)
     report.warnings += merge_warnings(outcome.results)
-    report.cause, why = cause.classify(
+    div = result.divergence
+    seen = evidence(outcome.results, getattr(div, "rank", None))
+    report.cause, why, report.cause_location = cause.classify(
         reproducible=report.reproducible,
         failed=report.error is not None or outcome.interrupted,
         divergent_signal=report.divergent_signal,
         environments=[(r.header or {}).get("environment") for r in outcome.results],
         uses_dataloader=uses_dataloader,
-        seedings={r.index: r.overrides for r in outcome.results},
-        models=outcome.results[0].models if outcome.results else None,
+        seedings={k: r.overrides for k, r in seen.items()},
+        models=seen[1].models if 1 in seen else None,
+        generators={k: r.generators for k, r in seen.items()},
+        divergence=(div.run, div.step) if div is not None and div.step is not None else None,
     )
     report.cause_detail = why or None
     return report
+
+
+def evidence(results: list[Any], rank: int | None) -> dict[int, Any]:
+    """Per run, what its seeding watch and generator tracking saw: the run's own, or under
+    torchrun the rank's where the difference entered (the lowest rank without one)."""
+    out: dict[int, Any] = {}
+    for r in results:
+        ranks = getattr(r, "ranks", None) or []
+        pick = [rr for rr in ranks if rr.rank == rank] or sorted(ranks, key=lambda rr: rr.rank)
+        out[r.index] = pick[0] if pick else r
+    return out

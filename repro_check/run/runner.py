@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro_check.compare import printed
+from repro_check.compare import cause, printed
 from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import seeding
@@ -113,6 +113,9 @@ class RunResult:
     overrides: list[dict[str, Any]] = field(default_factory=list)
     #: the top-level models whose parameters went into step 1: {"class", "where", ...}
     models: list[dict[str, Any]] = field(default_factory=list)
+    #: the private generators the target made: creation, seeding and first-draw records
+    #: (:func:`repro_check.compare.cause.generator_record`)
+    generators: list[dict[str, Any]] = field(default_factory=list)
     #: metrics picked from the run's output (``printed:NAME``), encoded
     printed_metrics: dict[str, Any] = field(default_factory=dict)
     #: the processes the target started, in index order (with ``RunSpec.processes``)
@@ -260,6 +263,10 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
         if isinstance(ev.get("component"), str):
             res.overrides.append({k: ev.get(k) for k in ("component", "key", "value", "where",
                                                          "source", "order") if k in ev})
+    elif "info" in ev and isinstance(ev["info"], dict) and "generator" in ev["info"]:
+        rec = cause.generator_record(ev["info"]["generator"])
+        if rec is not None and len(res.generators) < cause.MAX_GENERATOR_RECORDS:
+            res.generators.append(rec)
     elif "info" in ev and isinstance(ev["info"], dict) and isinstance(ev["info"].get("models"),
                                                                         list):
         res.models = [m for m in ev["info"]["models"] if isinstance(m, dict)]

@@ -35,7 +35,7 @@ def test_reproducible_failed_and_shorter_runs() -> None:
 def test_a_different_environment_comes_first() -> None:
     a = {"torch": "2.14", "threads": 1, "started": 1.0}
     b = {"torch": "2.13", "threads": 1, "started": 2.0}
-    got, why = cause.classify(reproducible=False, failed=False, divergent_signal="loss",
+    got, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal="loss",
                               environments=[a, b], uses_dataloader=True)
     assert got == "environment" and "torch: '2.14' in run 1, '2.13' in run 2" in why
     assert cause.environment_differences([a, {**a, "started": 9.0}]) == []
@@ -47,7 +47,7 @@ def test_init_is_its_own_cause_with_where_the_model_was_built() -> None:
     models = [{"class": "Net", "where": "train.py:20", "order": 3}]
     seeds = {1: [{"component": "torch", "key": "torch.manual_seed", "value": 42,
                   "where": "train.py:31", "order": 5}]}
-    got, why = cause.classify(reproducible=False, failed=False, divergent_signal="init",
+    got, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal="init",
                               environments=[{}, {}], uses_dataloader=True, seedings=seeds,
                               models=models)
     assert got == "init" and "Net built at train.py:20" in why
@@ -64,7 +64,7 @@ def seed_records(source: str | None, values: tuple[Any, ...] = (1, 2),
 
 @pytest.mark.parametrize("signal", ["rng.torch", "batch", "loss", "init", "metric:acc"])
 def test_a_seed_from_the_clock_is_named_whatever_showed_first(signal: str) -> None:
-    got, why = cause.classify(reproducible=False, failed=False, divergent_signal=signal,
+    got, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal=signal,
                               environments=[{}, {}], uses_dataloader=True,
                               seedings=seed_records("clock"))
     assert got == "rng" and "seeded from the clock (torch.manual_seed at t.py:9" in why
@@ -75,13 +75,80 @@ def test_a_seed_that_differs_between_runs_is_named_on_an_rng_divergence() -> Non
     seeds = {**seed_records("unseeded python", component="python")}
     for run, recs in seed_records("unseeded python", (3, 4)).items():
         seeds[run] = seeds[run] + recs
-    _, why = cause.classify(reproducible=False, failed=False, divergent_signal="rng.torch",
+    _, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal="rng.torch",
                             environments=[{}, {}], uses_dataloader=True, seedings=seeds)
     assert why.startswith("torch is seeded from Python's random, itself unseeded "
                           "(torch.manual_seed at t.py:9; run 1: 3, run 2: 4)")
     # a constant seed explains nothing; a reproducible check has no cause to name
-    _, why = cause.classify(reproducible=False, failed=False, divergent_signal="rng.torch",
+    _, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal="rng.torch",
                             environments=[{}, {}], uses_dataloader=True,
                             seedings=seed_records(None, (7, 7)))
     assert why == cause.EXPLANATION["rng"]
     assert classify(None, reproducible=True) == "none"
+
+
+def generator_records(fp: str, drawn: int | None = 1, how: str = "entropy") -> list[dict[str, Any]]:
+    recs: list[dict[str, Any]] = [
+        {"key": "t.py:5#0", "kind": "torch", "event": 0, "how": "default", "created": True,
+         "fp": "same", "location": {"file": "t.py", "line": 5, "function": "main"},
+         "stack": [{"file": "t.py", "line": 5, "function": "main"}]},
+        {"key": "t.py:5#0", "kind": "torch", "event": 1, "how": how, "created": False,
+         "fp": fp, "location": {"file": "t.py", "line": 6, "function": "main"}}]
+    if drawn is not None:
+        recs.append({"key": "t.py:5#0", "drawn": drawn})
+    return recs
+
+
+@pytest.mark.parametrize("signal", ["loss", "batch", "grads", "init"])
+def test_a_private_generator_seeded_differently_is_rng_with_where_it_was_made(
+        signal: str) -> None:
+    gens = {1: generator_records("a"), 2: generator_records("b")}
+    got, why, where = cause.classify(reproducible=False, failed=False, divergent_signal=signal,
+                                     environments=[{}, {}], uses_dataloader=True,
+                                     generators=gens, divergence=(2, 1))
+    assert got == "rng" and where == {"file": "t.py", "line": 5, "function": "main"}
+    assert "a torch.Generator made at t.py:5, seeded from OS entropy (no seed given) at t.py:6" \
+        in why
+
+
+def test_a_private_generator_explains_nothing_it_did_not_draw_before_the_step() -> None:
+    def got(gens: dict[int, list[dict[str, Any]]], step: int = 2) -> str | None:
+        return cause.classify(reproducible=False, failed=False, divergent_signal="loss",
+                              environments=[{}, {}], uses_dataloader=True, generators=gens,
+                              divergence=(2, step))[0]
+
+    assert got({1: generator_records("a", drawn=3), 2: generator_records("b", drawn=3)}) \
+        == "compute"  # first drawn after the divergence
+    assert got({1: generator_records("a", drawn=None), 2: generator_records("b", None)}) \
+        == "compute"  # never drawn
+    assert got({1: generator_records("a"), 2: generator_records("a")}) == "compute"  # same seed
+    # the rng.* streams come first: a global stream differing is named by its signal
+    assert cause.classify(reproducible=False, failed=False, divergent_signal="rng.numpy",
+                          environments=[{}, {}], uses_dataloader=True,
+                          generators={1: generator_records("a"), 2: generator_records("b")},
+                          divergence=(2, 1))[2] is None
+    found = cause.private_generator(generator_records("a", how="clock"),
+                                    generator_records("b", how="clock"), 1)
+    assert found is not None and "seeded from the clock" in found.detail
+
+
+@pytest.mark.parametrize("body", [
+    None, [], "x", {}, {"key": 5}, {"key": "k", "drawn": "1"}, {"key": "k", "drawn": True},
+    {"key": "k", "event": 0, "kind": "cuda", "fp": "a"},
+    {"key": "k", "event": "0", "kind": "torch", "fp": "a"},
+    {"key": "k", "event": 0, "kind": "torch", "fp": 3},
+])
+def test_a_malformed_generator_record_from_a_run_is_dropped(body: Any) -> None:
+    assert cause.generator_record(body) is None
+
+
+def test_a_generator_record_is_cut_to_what_is_used() -> None:
+    rec = cause.generator_record({
+        "key": "k" * 10_000, "event": 0, "kind": "numpy", "fp": "f" * 500, "how": "h" * 99,
+        "created": 1, "state": [1] * 1000, "extra": "x",
+        "location": {"file": "t.py", "line": True, "function": "f"},
+        "stack": [{"file": "a.py", "line": 1, "function": None}, "junk"] * 20})
+    assert rec is not None and len(rec["key"]) == 4200 and len(rec["fp"]) == 64
+    assert rec["created"] is False and rec["location"] is None and "state" not in rec
+    assert len(rec["how"]) == 40 and "extra" not in rec
+    assert rec["stack"] == [{"file": "a.py", "line": 1, "function": None}] * 4

@@ -38,7 +38,9 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(name: str, tmp: Path, **options: Any) -> Report:
+    """``diagnose`` up to the first source (the search beyond it: ``test_sources.py``)."""
     options.setdefault("ablate", [])
+    options.setdefault("max_sources", 0)
     return diagnose(target(name), trace_dir=tmp / name, **options)
 
 
@@ -84,21 +86,27 @@ def gan_workers(tmp: Path) -> Report:
 
 @pytest.fixture(scope="module")
 def hash_order(tmp: Path) -> CliResult:
-    # the components a dataset order could plausibly depend on (all nine would triple the cost)
+    # two components a dataset order could plausibly depend on (all nine would cost 4x)
     return run_cli("diagnose", "zoo/hash_order.py:main", "--max-steps", "2", "--ablate",
-                   "hashseed,python,numpy,dataloader", tmp=tmp / "hash")
+                   "hashseed,dataloader", tmp=tmp / "hash")
 
 
-def test_clock_seeded_shuffle_is_data(clock_shuffle: Report) -> None:
+def test_a_shuffle_generator_seeded_from_the_clock_is_rng_with_its_line(
+        clock_shuffle: Report) -> None:
     d = clock_shuffle.to_dict()
-    assert d["cause"] == "data" and d["divergent_signal"] == "batch"
+    assert d["cause"] == "rng" and d["divergent_signal"] == "batch"
+    assert "torch.Generator" in d["cause_detail"] and "seeded from the clock" in d["cause_detail"]
+    assert Path(d["cause_location"]["file"]).name == "clock_shuffle.py"
+    assert d["cause_location"]["line"] == 18
     assert d["first_divergent_step"] == 1 and d["culprit"] is None
     assert d["necessary_components"] is None and "ablation skipped" in d["ablation_note"]
 
 
-def test_default_rng_in_the_data_pipeline_is_data(default_rng: Report) -> None:
+def test_default_rng_in_the_data_pipeline_is_rng_with_its_line(default_rng: Report) -> None:
     d = default_rng.to_dict()
-    assert d["cause"] == "data" and d["divergent_signal"] == "batch"
+    assert d["cause"] == "rng" and d["divergent_signal"] == "batch"
+    assert "numpy Generator (default_rng)" in d["cause_detail"]
+    assert Path(d["cause_location"]["file"]).name == "numpy_default_rng.py"
 
 
 def test_urandom_module_is_compute_and_the_culprit(urandom: Report) -> None:
@@ -115,6 +123,8 @@ def test_a_random_op_whose_generator_differs_is_rng_not_compute(own_generator: R
     d = own_generator.to_dict()
     assert d["divergent_signal"] == "loss" and d["first_divergent_step"] == 1
     assert d["cause"] == "rng" and "not deterministic" not in d["cause_detail"]
+    assert "torch.Generator made at" in d["cause_detail"]  # the check names the generator
+    assert d["cause_location"]["line"] == 16 and d["cause_location"]["function"] == "__init__"
     assert d["culprit"] == "Net.encoder.2" and d["culprit_op"] == "aten::randn"
     loc = d["localization"]
     assert loc["cause"] == "rng" and loc["inputs_agree"] is True
@@ -175,7 +185,7 @@ def test_hash_order_needs_hashseed(hash_order: CliResult) -> None:
     assert rows["hashseed"]["reproducible"] is False and rows["hashseed"]["cause"] == "data"
     assert rows["hashseed"]["divergent_signal"] == "batch"
     assert all(rows[c]["reproducible"] for c in rows if c not in ("hashseed", None))
-    assert list(rows) == ["hashseed", "python", "numpy", "dataloader", None]
+    assert list(rows) == ["hashseed", "dataloader", None]
     assert rows[None]["reproducible"] is False  # the pair without any seeding
     assert all(row["off"] for row in r["ablation"])
     out = hash_order.stdout

@@ -69,7 +69,9 @@ def test_a_clock_shuffle_hides_an_unseeded_default_rng(two: Report) -> None:
     assert x.sources_cost is not None and x.sources_cost["runs"] == 4
     assert x.sources_note == "with the 2 source(s) above pinned, the runs agree"
     d = two.to_dict()
-    assert d["cause"] == "data" and d["first_divergent_step"] == 1  # today's keys, unchanged
+    # the top-level keys are the first source's: the check names the generator too
+    assert d["cause"] == "rng" and d["first_divergent_step"] == 1
+    assert d["cause_location"]["line"] == 19
     assert [s["step"] for s in d["sources"]] == [1, 3]
     assert not list(Path(two.trace_dir or "").parent.glob("**/replay"))  # replays deleted
 

@@ -56,8 +56,9 @@ def clean(tmp: Path) -> CliResult:
 
 
 @pytest.fixture(scope="module")
-def noisy(tmp: Path) -> CliResult:
-    return run_cli("ddp/augment_rank1.py:main", *DDP, tmp=tmp / "noisy")
+def diagnosed(tmp: Path) -> CliResult:
+    return run_cli("diagnose", "ddp/two_sources.py:main", *DDP, "--max-steps", "4",
+                   "--no-ablation", tmp=tmp / "diagnose")
 
 
 @pytest.fixture(scope="module")
@@ -111,17 +112,40 @@ def test_one_trace_per_rank_with_params_fingerprints(clean: CliResult) -> None:
 
 # ---- divergence on one rank ------------------------------------------------------------------
 
-def test_unseeded_augmentation_on_rank_1_names_rank_1(noisy: CliResult) -> None:
-    assert noisy.code == 1, noisy.stdout + noisy.stderr
-    r = noisy.report
+def test_an_entropy_seeded_generator_on_rank_1_names_rank_1_and_its_line(
+        diagnosed: CliResult) -> None:
+    """The check's part of the diagnosis: every rank's gradients differ after the all-reduce,
+    but the difference entered on rank 1, from a generator no seeding reaches."""
+    assert diagnosed.code == 1, diagnosed.stdout + diagnosed.stderr
+    r = diagnosed.report
     assert r["first_divergent_step"] == 1 and r["divergent_signal"] == "loss"
     assert r["first_divergent_rank"] == 1 and r["divergence"]["rank"] == 1
     assert r["rank_desync"] is None  # the ranks of each run still agree with each other
     values = {row["rank"]: row for row in r["rank_values"]}
     assert values[0]["differs"] is False and values[0]["reference"] == values[0]["value"]
     assert values[1]["differs"] is True and values[1]["reference"] != values[1]["value"]
-    assert "First divergence: step 1, signal loss, run 2 vs run 1, rank 1" in noisy.stdout
+    assert r["cause"] == "rng" and "torch.Generator" in r["cause_detail"]
+    assert "OS entropy" in r["cause_detail"]
+    loc = r["cause_location"]
+    assert Path(loc["file"]).name == "two_sources.py" and loc["line"] == 20
+    assert loc["function"] == "two_sources"
+    assert "First divergence: step 1, signal loss, run 2 vs run 1, rank 1" in diagnosed.stdout
     assert "--nproc-per-node 2" in r["replay"] and "--max-steps 1" in r["replay"]
+
+
+def test_diagnose_under_torchrun_finds_each_source_on_its_rank(diagnosed: CliResult) -> None:
+    """Source 1 (rank 1's generator, step 1) hides source 2 (rank 0's urandom noise, step 3)."""
+    assert diagnosed.code == 1, diagnosed.stdout + diagnosed.stderr
+    r = diagnosed.report
+    got = [(s["step"], s["signal"], s["cause"], s["rank"], Path(s["location"]["file"]).name,
+            s["location"]["line"]) for s in r["sources"]]
+    assert got == [(1, "loss", "rng", 1, "two_sources.py", 20),
+                   (3, "loss", "compute", 0, "two_sources.py", 25)]
+    assert r["sources"][1]["culprit_op"] is not None
+    assert r["sources_cost"]["runs"] == 4
+    assert r["sources_note"].startswith("with the 2 source(s) above pinned, the runs agree")
+    assert "1. rng · step 1 · loss · rank 1" in diagnosed.stdout
+    assert "2. compute · step 3 · loss · rank 0" in diagnosed.stdout
 
 
 # ---- ranks out of sync -----------------------------------------------------------------------
@@ -260,6 +284,24 @@ def test_loss_divergence_is_named_before_the_parameters_it_changed() -> None:
     res = cmp.result()
     assert res.first_divergent_step == 2 and res.divergent_signal == "loss"
     assert res.divergence.rank == 1 and cmp.desync is None
+
+
+def test_the_rank_named_is_the_one_whose_first_difference_comes_earliest_in_the_step() -> None:
+    """At one step: RNG states, the parameters going in, the batch, the loss, the gradients,
+    the updated parameters. A rank whose only difference is its gradients is not named."""
+    def divergent_rank(a: dict[str, str], b: dict[str, str]) -> tuple[int, str]:
+        cmp = RankComparison(2, Policy(), local_ranks=2)
+        base = {"rng.torch": "r", "batch": "b", "grads": "g"}
+        for run in (1, 2):
+            for rank, changed in ((0, a), (1, b)):
+                cmp.add_step(run, rank, 1, {**base, **(changed if run == 2 else {})})
+            cmp.end(run, {0: 1, 1: 1})
+        res = cmp.result()
+        return res.divergence.rank, res.divergent_signal
+
+    assert divergent_rank({"grads": "x"}, {"batch": "x", "grads": "x"}) == (1, "batch")
+    assert divergent_rank({"batch": "x", "grads": "x"}, {"rng.torch": "x"}) == (1, "rng.torch")
+    assert divergent_rank({"grads": "x"}, {"grads": "y"}) == (0, "grads")
 
 
 def test_desync_groups_ranks_and_a_missing_rank_is_a_divergence() -> None:
