@@ -23,6 +23,7 @@ made it). At most :data:`MAX_TRACKED` generators and :data:`MAX_SENT` records a 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -41,6 +42,8 @@ RECORDS = "generators-{run}.jsonl"
 MAX_TRACKED = 1000
 #: generator records a run sends on its trace
 MAX_SENT = 2000
+#: DataLoaders noted in a run
+MAX_LOADERS = 50
 
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARY = tuple(p + os.sep for p in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib",
@@ -119,6 +122,9 @@ class Pins:
         self.pinned_keys = {p["key"] for p in self.pins if p["kind"] == "generator"}
         self.source_states = self._source_states() if run != 1 and self.pinned_keys else {}
         self.fetches: dict[int, int] = {}
+        #: DataLoaders made by the target: id -> number, and the epochs started so far
+        self.loaders: dict[int, int] = {}
+        self.epochs = 0
         self.op_calls: dict[int, int] = {}
 
     def path(self, file: str) -> Path:
@@ -207,6 +213,26 @@ class Pins:
                 entry[4] = True
                 self.note({"key": key, "drawn": self.step() - 1})
 
+    def loader(self, loader: Any, event: str) -> None:
+        """A DataLoader was made (where: the script's innermost frame) or starts an epoch."""
+        if os.getpid() != self.pid or self.emit is None:
+            return
+        with self.lock:
+            n = self.loaders.get(id(loader))
+            if event == "made":
+                if len(self.loaders) >= MAX_LOADERS:
+                    return
+                stack = user_stack(direct=False)
+                n = self.loaders[id(loader)] = len(self.loaders)
+                dataset = type(getattr(loader, "dataset", None)).__name__
+                self.emit({"info": {"loader": {
+                    "loader": n, "made": self.step(), "dataset": dataset,
+                    "workers": getattr(loader, "num_workers", 0),
+                    "location": stack[-1] if stack else None, "stack": stack or []}}})
+            elif n is not None and self.epochs < MAX_SENT:
+                self.epochs += 1
+                self.emit({"info": {"loader": {"loader": n, "iter": self.step()}}})
+
     def reseeded(self, stream: str, how: str) -> None:
         """The script reseeded a global stream."""
         if self.records is None:  # only diagnose's records hold these
@@ -289,6 +315,7 @@ class Pins:
         """What must come before the step recorder (so that it sees substituted batches)."""
         _track_generators(self)
         _track_reseeding(self)
+        _track_loaders(self)
         if self._from("data") is not None:
             from torch.utils.data import dataloader
 
@@ -440,6 +467,33 @@ def _track_generators(pins: Pins) -> None:
         return rng
 
     np.random.default_rng = default_rng
+
+
+def _track_loaders(pins: Pins) -> None:
+    """Where the script makes each DataLoader and when each starts an epoch: a ``data`` cause
+    names the loader whose batches differed."""
+    from torch.utils.data import DataLoader
+
+    made, iterate = DataLoader.__init__, DataLoader.__iter__
+
+    @functools.wraps(made)  # frameworks read its signature to rebuild loaders (Lightning)
+    def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+        made(loader, *args, **kwargs)
+        try:
+            pins.loader(loader, "made")
+        except Exception:  # noqa: BLE001 - never break the target
+            pass
+
+    @functools.wraps(iterate)
+    def __iter__(loader: Any) -> Any:
+        try:
+            pins.loader(loader, "iter")
+        except Exception:  # noqa: BLE001 - never break the target
+            pass
+        return iterate(loader)
+
+    DataLoader.__init__ = __init__  # type: ignore[method-assign]
+    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
 
 
 def _track_reseeding(pins: Pins) -> None:

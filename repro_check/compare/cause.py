@@ -259,6 +259,40 @@ def private_generator(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, A
     return None
 
 
+def loader_record(body: Any) -> dict[str, Any] | None:
+    """A DataLoader record from a run (untrusted), checked; None when malformed."""
+    if not isinstance(body, dict):
+        return None
+    n = body.get("loader")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return None
+    if "iter" in body:
+        it = body["iter"]
+        return {"loader": n, "iter": it} if isinstance(it, int) and not isinstance(it, bool) \
+            else None
+    made = body.get("made")
+    if not isinstance(made, int) or isinstance(made, bool):
+        return None
+    workers = body.get("workers")
+    stack = body.get("stack")
+    return {"loader": n, "made": made, "dataset": str(body.get("dataset"))[:200],
+            "workers": workers if isinstance(workers, int) and not isinstance(workers, bool)
+            else 0, "location": _location(body.get("location")),
+            "stack": [loc for loc in map(_location, stack[-8:]) if loc is not None]
+            if isinstance(stack, list) else []}
+
+
+def loader_at(records: Sequence[Mapping[str, Any]], step: int) -> Mapping[str, Any] | None:
+    """The DataLoader that delivered ``step``'s batch: the one whose epoch started last at or
+    before the step (None when the run noted none)."""
+    made = {r["loader"]: r for r in records if "made" in r}
+    current = None
+    for rec in records:
+        if "iter" in rec and rec["iter"] <= step and rec["loader"] in made:
+            current = made[rec["loader"]]
+    return current
+
+
 def init_detail(models: Sequence[Mapping[str, Any]] | None,
                 seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None) -> str:
     """The ``init`` explanation, with where the models were built and, when the script seeded
@@ -291,6 +325,7 @@ def classify(
     models: Sequence[Mapping[str, Any]] | None = None,
     generators: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
     divergence: tuple[int, int] | None = None,
+    loaders: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[str | None, str, dict[str, Any] | None]:
     """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules.
 
@@ -298,7 +333,8 @@ def classify(
     ``where``, ``source``, ``order``); ``models``: run 1's top-level models (``class``,
     ``where``, ``order``), for the ``init`` explanation; ``generators``: each run's private
     generator records, and ``divergence`` the ``(run, step)`` of the first divergence, for a
-    generator the script made (``location``: where it was made)."""
+    generator the script made (``location``: where it was made); ``loaders``: run 1's
+    DataLoader records, for a ``data`` cause (``location``: where the loader was made)."""
     if failed:
         return None, "", None
     if reproducible:
@@ -331,4 +367,12 @@ def classify(
         why = ("every recorded step agrees but one run made fewer steps: "
                + ("the DataLoader yielded fewer batches" if cause == "data"
                   else "the training loop ended on a condition that is not reproducible"))
-    return cause, why, None
+    where = None
+    if cause == "data" and loaders and divergence is not None:
+        loader = loader_at(loaders, divergence[1])
+        if loader is not None and loader.get("location"):
+            where = dict(loader["location"])
+            workers = f", {loader['workers']} workers" if loader.get("workers") else ""
+            why += (f"; the batches come from the DataLoader made at {where['file']}:"
+                    f"{where['line']} (dataset {loader.get('dataset')}{workers})")
+    return cause, why, where

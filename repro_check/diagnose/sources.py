@@ -142,8 +142,9 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     if found is not None:
         found.signal = signal
         return found
-    if cause == "data":
+    if cause == "data":  # located at the DataLoader whose batches differed, when known
         return Source(step, signal, "data", detail=report.cause_detail,
+                      location=getattr(report, "cause_location", None),
                       pin={"kind": "data", "step": step},
                       pinned_by=f"run 1's batches from step {step} on")
     src = Source(step, signal, cause, detail=report.cause_detail)

@@ -170,6 +170,7 @@ class RankResult:
     overrides: list[dict[str, Any]] = field(default_factory=list)
     models: list[dict[str, Any]] = field(default_factory=list)
     generators: list[dict[str, Any]] = field(default_factory=list)
+    loaders: list[dict[str, Any]] = field(default_factory=list)
     trace_path: str | None = None
     pid: int | None = None
     pgid: int | None = None

@@ -87,6 +87,7 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
         models=seen[1].models if 1 in seen else None,
         generators={k: r.generators for k, r in seen.items()},
         divergence=(div.run, div.step) if div is not None and div.step is not None else None,
+        loaders=seen[1].loaders if 1 in seen else None,
     )
     report.cause_detail = why or None
     return report

@@ -116,6 +116,9 @@ class RunResult:
     #: the private generators the target made: creation, seeding and first-draw records
     #: (:func:`repro_check.compare.cause.generator_record`)
     generators: list[dict[str, Any]] = field(default_factory=list)
+    #: the DataLoaders the target made and the epochs they started
+    #: (:func:`repro_check.compare.cause.loader_record`)
+    loaders: list[dict[str, Any]] = field(default_factory=list)
     #: metrics picked from the run's output (``printed:NAME``), encoded
     printed_metrics: dict[str, Any] = field(default_factory=dict)
     #: the processes the target started, in index order (with ``RunSpec.processes``)
@@ -267,6 +270,10 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
         rec = cause.generator_record(ev["info"]["generator"])
         if rec is not None and len(res.generators) < cause.MAX_GENERATOR_RECORDS:
             res.generators.append(rec)
+    elif "info" in ev and isinstance(ev["info"], dict) and "loader" in ev["info"]:
+        rec = cause.loader_record(ev["info"]["loader"])
+        if rec is not None and len(res.loaders) < cause.MAX_GENERATOR_RECORDS:
+            res.loaders.append(rec)
     elif "info" in ev and isinstance(ev["info"], dict) and isinstance(ev["info"].get("models"),
                                                                         list):
         res.models = [m for m in ev["info"]["models"] if isinstance(m, dict)]

@@ -152,3 +152,24 @@ def test_a_generator_record_is_cut_to_what_is_used() -> None:
     assert rec["created"] is False and rec["location"] is None and "state" not in rec
     assert len(rec["how"]) == 40 and "extra" not in rec
     assert rec["stack"] == [{"file": "a.py", "line": 1, "function": None}] * 4
+
+
+def test_a_data_cause_names_the_dataloader_whose_epoch_delivered_the_step() -> None:
+    made = [{"loader": n, "made": 0, "dataset": name, "workers": w,
+             "location": {"file": "t.py", "line": line, "function": "main"}, "stack": []}
+            for n, name, w, line in ((0, "Train", 2, 10), (1, "Val", 0, 11))]
+    loaders = [made[0], made[1], {"loader": 0, "iter": 1}, {"loader": 1, "iter": 5},
+               {"loader": 0, "iter": 6}]
+    assert cause.loader_at(loaders, 3) is made[0] and cause.loader_at(loaders, 5) is made[1]
+    assert cause.loader_at(loaders, 7) is made[0] and cause.loader_at(loaders[:2], 3) is None
+    got, why, where = cause.classify(reproducible=False, failed=False, divergent_signal="batch",
+                                     environments=[{}, {}], uses_dataloader=True,
+                                     divergence=(2, 3), loaders=loaders)
+    assert got == "data" and where == {"file": "t.py", "line": 10, "function": "main"}
+    assert why.endswith("the DataLoader made at t.py:10 (dataset Train, 2 workers)")
+    assert cause.loader_record({"loader": 0, "iter": True}) is None
+    assert cause.loader_record({"loader": "0", "made": 1}) is None
+    rec = cause.loader_record({"loader": 0, "made": 1, "workers": "many", "location": 5,
+                               "dataset": "D" * 999})
+    assert rec is not None and rec["workers"] == 0 and rec["location"] is None
+    assert len(rec["dataset"]) == 200

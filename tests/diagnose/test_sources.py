@@ -83,7 +83,7 @@ def test_three_sources_at_the_same_step(three: CliResult) -> None:
     # pinning numpy's stream hides neither the dropout generator nor the hash order, all step 1
     assert summary(r["sources"]) == [(1, "rng.numpy", "rng", "three_sources.py", 16),
                                      (1, "batch", "rng", "three_sources.py", 22),
-                                     (1, "batch", "data", None, None)]
+                                     (1, "batch", "data", "three_sources.py", 21)]
     assert [s["pinned_by"] is not None for s in r["sources"]] == [True, True, True]
     assert set(r["sources"][0]) >= {"step", "signal", "cause", "culprit", "culprit_op",
                                     "location", "pinned_by"}
@@ -93,6 +93,7 @@ def test_three_sources_at_the_same_step(three: CliResult) -> None:
     assert "Sources of non-determinism, in the order found (3;" in out
     assert "1. rng · step 1 · rng.numpy" in out and "3. data · step 1 · batch" in out
     assert "three_sources.py:16 in main" in out
+    assert "the batches come from the DataLoader made at" in r["sources"][2]["detail"]
     assert r["sources_note"].startswith("with the 3 source(s) above pinned, the runs agree "
                                         "(replayed batches stand for everything")
 
