@@ -18,7 +18,10 @@ no global-stream fingerprint sees. Only calls made directly from the script's ow
 The generators are tracked in every run, not only diagnose's: each creation, seeding and first
 draw is also sent on the trace as ``{"info": {"generator": {...}}}`` (without the state), so a
 check can name a private generator as the cause of a divergence (``rng``, with where the script
-made it). At most :data:`MAX_TRACKED` generators and :data:`MAX_SENT` records a run.
+made it). At most :data:`MAX_TRACKED` generators and :data:`MAX_SENT` records a run. The
+DataLoaders the script makes are noted the same way (``{"info": {"loader": {...}}}``: where
+each was made, and the step at which each epoch starts), so a ``data`` cause names the loader
+whose batches differed.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from typing import Any
 PLAN_VAR = "REPRO_CHECK_PINS"
 #: the file of a run's generator and reseeding records, in the replay folder
 RECORDS = "generators-{run}.jsonl"
-#: generators tracked in a run (a script making one a step would otherwise grow the set)
-MAX_TRACKED = 1000
+#: generators tracked in a run (a script making one a step would otherwise grow the set, and
+#: each one not drawn from yet is looked at after every step)
+MAX_TRACKED = 200
 #: generator records a run sends on its trace
 MAX_SENT = 2000
 #: DataLoaders noted in a run
