@@ -30,12 +30,13 @@ import functools
 import json
 import os
 import sys
-import sysconfig
 import threading
 import traceback
 import zlib
 from pathlib import Path
 from typing import Any
+
+from repro_check.child import origin
 
 #: the variable naming the pair's plan (a JSON file)
 PLAN_VAR = "REPRO_CHECK_PINS"
@@ -44,30 +45,19 @@ RECORDS = "generators-{run}.jsonl"
 #: generators tracked in a run (a script making one a step would otherwise grow the set, and
 #: each one not drawn from yet is looked at after every step)
 MAX_TRACKED = 200
-#: generator records a run sends on its trace
+#: generator records (and, apart, DataLoader epochs) a run sends on its trace
 MAX_SENT = 2000
 #: DataLoaders noted in a run
 MAX_LOADERS = 50
 
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARY = tuple(p + os.sep for p in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib",
-                                                                      "purelib", "platlib")} if p)
 _WORKLOADS = os.path.join(_OWN, "workloads") + os.sep
 
 
-def user_file(path: str) -> bool:
-    """A frame of the script's own code: not Python's library, site-packages or repro-check."""
-    if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
-        return False
-    path = os.path.abspath(path)
-    if path.startswith(_OWN):
-        return path.startswith(_WORKLOADS)
-    return not path.startswith(_LIBRARY)
-
-
 def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
-    """The user frames of the stack, innermost last; None when ``direct`` and the direct caller
-    is not user code (a generator torch or the library makes for itself)."""
+    """The frames of the target's own code on the stack (:func:`origin.is_library` tells them),
+    innermost last; None when ``direct`` and the direct caller is not the target's code (a
+    generator torch or a library makes for itself)."""
     import random
 
     def ours(path: str) -> bool:  # our wrappers (this module, the seeding watch), random.py
@@ -75,13 +65,15 @@ def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
         return path == os.path.abspath(random.__file__) or (
             path.startswith(_OWN) and not path.startswith(_WORKLOADS))
 
-    frames = traceback.extract_stack()[:-1]
+    # file, line and function only: no source line is read
+    frames = traceback.StackSummary.extract(traceback.walk_stack(sys._getframe(1)),
+                                            lookup_lines=False)[::-1]
     while frames and ours(frames[-1].filename):
         frames.pop()
-    if not frames or (direct and not user_file(frames[-1].filename)):
+    if not frames or (direct and origin.is_library(frames[-1].filename)):
         return None
     return [{"file": f.filename, "line": f.lineno, "function": f.name}
-            for f in frames if user_file(f.filename)][-8:]
+            for f in frames if not origin.is_library(f.filename)][-8:]
 
 
 def rank_file(file: str, rank: int | None) -> str:

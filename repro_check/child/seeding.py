@@ -30,6 +30,14 @@ COMPONENTS: tuple[str, ...] = (
     "threads",
 )
 
+#: the global streams a seeding call can set, in words (the seeding watch's warnings and the
+#: cause of a check say them the same way)
+STREAM_NAMES: dict[str, str] = {
+    "python": "Python's random",
+    "numpy": "numpy's global generator",
+    "torch": "torch",
+}
+
 #: largest seed every component accepts (numpy's legacy seed and PYTHONHASHSEED are 32-bit)
 MAX_SEED = 2**32 - 1
 

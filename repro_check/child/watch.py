@@ -27,15 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from repro_check.child import clock, origin, rngstate
+from repro_check.child.seeding import STREAM_NAMES
 
 Emit = Callable[[dict[str, Any]], None]
 
-#: the global streams a seeding call can set, in words
-STREAM_NAMES: dict[str, str] = {
-    "python": "Python's random",
-    "numpy": "numpy's global generator",
-    "torch": "torch",
-}
 #: the streams whose unseeded draws can be seen (their state before any seeding is entropy)
 _DRAWN = {"python": rngstate.python_state, "numpy": rngstate.numpy_state}
 

@@ -44,6 +44,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from repro_check.child.seeding import STREAM_NAMES
+
 CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "metrics", "environment", "none")
 
 #: environment entries that may differ between runs of one check without meaning anything
@@ -128,9 +130,6 @@ def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
     return out
 
 
-#: the global streams a seeding call sets, in words
-STREAM_NAMES: dict[str, str] = {"python": "Python's random", "numpy": "numpy's global generator",
-                                "torch": "torch"}
 
 
 def _seed_text(rec: Mapping[str, Any], values: dict[int, Any]) -> str:
