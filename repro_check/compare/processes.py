@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy
+from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy, settled
 from repro_check.report.model import ProcessesPart, Report
 from repro_check.run.session import Feed
 
@@ -98,14 +98,8 @@ class ProcessComparison:
         process that has not recorded a step yet in any run holds nothing back)."""
         if not self.by_process:
             return self.main.settled_divergence()
-        pairs = [p for comp in self.streams().values() if any(comp.counts.values())
-                 for p in comp.pairs.values()]
-        firsts = [p.first.step for p in pairs if p.first and p.first.step]
-        if not firsts:
-            return False
-        s = min(firsts)
-        return all((p.first is not None and p.first.step is not None and p.first.step <= s)
-                   or p.compared >= s - 1 for p in pairs)
+        return settled(p for comp in self.streams().values() if any(comp.counts.values())
+                       for p in comp.pairs.values())
 
     def result(self) -> ComparisonResult:
         main = self.main.result()

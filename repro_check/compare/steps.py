@@ -178,6 +178,20 @@ class _Pair:
     complete: bool = True
 
 
+def settled(pairs: Iterable[Any], slack: int = 1) -> bool:
+    """Whether the earliest first divergence among ``pairs`` (the pair states of one or more
+    comparisons) can no longer move: every other pair diverged by that step or has compared up
+    to ``slack`` steps before it (0: the step itself must be compared, where a divergence at the
+    same step elsewhere could still come first)."""
+    pairs = list(pairs)
+    firsts = [p.first.step for p in pairs if p.first and p.first.step]
+    if not firsts:
+        return False
+    s = min(firsts)
+    return all((p.first is not None and p.first.step is not None and p.first.step <= s)
+               or p.compared >= s - slack for p in pairs)
+
+
 @dataclass
 class ComparisonResult:
     first_divergent_step: int | None
@@ -415,15 +429,7 @@ class Comparison:
     # ---- results -------------------------------------------------------------------------
     def settled_divergence(self) -> bool:
         """True once the first divergent step can no longer change (for fail-fast)."""
-        firsts = [p.first.step for p in self.pairs.values() if p.first and p.first.step]
-        if not firsts:
-            return False
-        s = min(firsts)
-        return all(
-            (p.first is not None and p.first.step is not None and p.first.step <= s)
-            or p.compared >= s - 1
-            for p in self.pairs.values()
-        )
+        return settled(self.pairs.values())
 
     def _metric_divergences(self, judged: dict[str, int] | None = None) -> list[Divergence]:
         out: list[Divergence] = []

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from repro_check.run.session import Feed
-from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy, same
+from repro_check.compare.steps import (Comparison, ComparisonResult, Divergence, Policy, same,
+                                       settled)
 from repro_check.errors import TraceFileError
 from repro_check.report.model import DistributedPart, RankDesync, Report
 from repro_check.trace.format import iter_trace
@@ -184,17 +185,9 @@ class RankComparison:
         """For fail-fast: a desync, or a divergence that no other rank can precede any more."""
         if self.desync is not None:
             return True
-        firsts: list[int] = []
-        for comp in self.by_rank.values():
-            firsts += [p.first.step for p in comp.pairs.values() if p.first and p.first.step]
-        if not firsts:
-            return False
-        s = min(firsts)
-        return all(
-            (p.first is not None and p.first.step is not None and p.first.step <= s)
-            or p.compared >= s
-            for comp in self.by_rank.values() for p in comp.pairs.values()
-        )
+        # another rank may still differ at the same step with an earlier signal: slack 0
+        return settled((p for comp in self.by_rank.values() for p in comp.pairs.values()),
+                       slack=0)
 
     def result(self) -> ComparisonResult:
         per_rank = {r: self.by_rank[r].result() for r in sorted(self.by_rank)}
