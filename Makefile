@@ -1,12 +1,13 @@
-# make demo: install and run the reference workload; make test: install and run the tests;
-# make test-frameworks: install TensorBoard, Lightning and transformers (never dependencies of
-# repro-check) and run the tests of the metrics they log.
+# make demo: install and run the reference workload.
+# Test tiers: make test (the fast suite, every area), make test-slow (the real workloads: the full
+# MNIST epoch), make test-frameworks (installs TensorBoard, Lightning, transformers, never
+# dependencies of repro-check, and runs the tests of what they log), make test-all (all three).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-frameworks bench clean
+.PHONY: install demo test test-slow test-frameworks test-all bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,12 +20,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/repro-check repro_check.workloads.mnist:main --seed 123
 
+# --durations: the slowest tests are printed, so the next slow one is seen when it lands
+PYTEST := $(BIN)/python -m pytest -q --durations=15
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -m "not slow"
+
+test-slow: $(STAMP)
+	$(PYTEST) -m slow
 
 test-frameworks: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate
-	$(BIN)/python -m pytest -q tests/child/test_frameworks.py
+	$(PYTEST) tests/child/test_frameworks.py
+
+test-all: test test-slow test-frameworks
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py

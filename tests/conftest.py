@@ -12,7 +12,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
+#: the full MNIST set (gzip IDX) for the slow tier: REPRO_CHECK_MNIST, else shared/ beside the checkout
+SHARED_MNIST = Path(os.environ.get("REPRO_CHECK_MNIST") or ROOT.parent / "shared" / "data" / "mnist")
 
 
 @dataclass
@@ -28,7 +29,8 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["NO_COLOR"] = "1"
     env["COLUMNS"] = "120"
-    for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"):  # tests that want them say so
+    # tests that want them say so (REPRO_CHECK_MNIST would swap the embedded subset's 157 steps)
+    for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "REPRO_CHECK_MNIST"):
         env.pop(name, None)
     env.update(extra)
     return env

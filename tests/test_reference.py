@@ -25,7 +25,9 @@ def test_unseeded_diverges_at_step_1(tmp_path: Path) -> None:
     assert res.report["cause"] == "rng"
 
 
-@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="full MNIST not present")
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_MNIST.is_dir(),
+                    reason=f"the full MNIST set is not at {SHARED_MNIST} (set REPRO_CHECK_MNIST)")
 def test_full_mnist_reproduces_all_938_steps(tmp_path: Path) -> None:
     res = run_cli("train:main", "--seed", "123", "--", "--data", str(SHARED_MNIST), tmp=tmp_path)
     assert res.code == 0, res.stdout + res.stderr
