@@ -261,7 +261,7 @@ def _outcome_parts(report: Report) -> list[Any]:
     if report.runs == 1 and report.error is None and not report.interrupted:
         return [Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare.")]
     if div is None and report.error is None and not report.interrupted and cmp is not None:
-        return [Text(agreement(cmp))]
+        return [Text(agreement(cmp, report.results))]
     if report.interrupted:
         compared = cmp.steps_compared if cmp else 0
         return [Text(f"Interrupted: the runs were stopped; the {compared} step(s) compared "
@@ -323,7 +323,9 @@ def _metrics_table(report: Report) -> list[Any]:
     for n in names:
         raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
         mark = ["≠" if n in differing else ""] if differing else []
-        t.add_row(*mark, n, *[value_text(v) for v in raw], style="red" if n in differing else None)
+        label = f"{n} (not compared)" if cmp is not None and n in cmp.metrics_skipped else n
+        t.add_row(*mark, label, *[value_text(v) for v in raw],
+                  style="red" if n in differing else None)
     return [t]
 
 

@@ -484,6 +484,9 @@ class TraceStream:
         self.errors: list[dict[str, Any]] = []
         self.warning_count = 0
         self.error_count = 0
+        #: warnings that say a record of the run was left out (``"incomplete": true``), the
+        #: first :data:`KEPT_WARNINGS` of them
+        self.incomplete: list[str] = []
         self.end: dict[str, Any] | None = None
         self.done = False
 
@@ -495,6 +498,8 @@ class TraceStream:
             self.warning_count += 1
             if len(self.warnings) < KEPT_WARNINGS:
                 self.warnings.append(_clip(ev["warning"], KEPT_TEXT))
+            if ev.get("incomplete") is True and len(self.incomplete) < KEPT_WARNINGS:
+                self.incomplete.append(_clip(ev["warning"], KEPT_TEXT))
         elif "error" in ev:
             self.error_count += 1
             err = {k: _clip(v, KEPT_ERROR_TEXT, tail=k in ("traceback", "output_tail"))
