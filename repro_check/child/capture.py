@@ -626,8 +626,11 @@ class Recorder:
             self.emit({"warning": f"metric {metricset.short_name(str(name))!r} ignored: "
                                   f"{type(value).__name__} is not a number"})
             return
+        self._put(str(name), enc, source)
+
+    def _put(self, name: str, enc: dict[str, Any], source: str) -> None:
         with self.lock:
-            self.metrics[self.metric_names.name_for(str(name), source)] = enc
+            self.metrics[self.metric_names.name_for(name, source)] = enc
 
     def warn(self, text: str) -> None:
         self.emit({"warning": text})
@@ -638,8 +641,9 @@ class Recorder:
             return
         if isinstance(result, dict):
             for name, val in metricset.flatten(result, self.warn, "the returned dict"):
-                if values.encode(val) is not None:
-                    self.metric(f"{prefix}{name}", val, metricset.RETURN)
+                enc = values.encode(val)
+                if enc is not None:
+                    self._put(f"{prefix}{name}", enc, metricset.RETURN)
             return
         if values.encode(result) is not None:
             self.metric(prefix.rstrip(".") or "return", result, metricset.RETURN)

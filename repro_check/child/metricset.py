@@ -85,7 +85,9 @@ class Names:
             self._once(f"both:{name}",
                        f"metric {name!r} was both {_said(owner)} and {_said(source)}: both are "
                        f"compared, the second as {renamed!r}")
-            return self.name_for(renamed, source)
+            # no other source can make this name: it starts with the source's own prefix
+            self.source.setdefault(renamed, source)
+            return renamed
         return name
 
 
