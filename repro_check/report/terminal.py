@@ -271,13 +271,24 @@ def _outcome_parts(report: Report) -> list[Any]:
 
 def _divergence_parts(report: Report, div: Any) -> list[Any]:
     where = f"step {div.step}" if div.step is not None else "final metrics"
+    cmp = report.comparison
+    if div.step is None and div.signal.startswith("metric:") and cmp is not None:
+        # not a training divergence: say so before anything else
+        names = list(dict.fromkeys(d.signal.removeprefix("metric:")
+                                   for d in cmp.metric_divergences))
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        head: list[Any] = [Text.assemble(
+            (f"All {cmp.steps_compared} steps agree: the training is reproducible. ", "bold"),
+            "Only final metrics differ: ", (shown, "bold"), ".")]
+    else:
+        head = []
     line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
                          f", run {div.run} vs run 1")
     if getattr(div, "rank", None) is not None:
         line.append(f", rank {div.rank}")
     if getattr(div, "process", None) is not None:
         line.append(f", {div.where}")
-    parts: list[Any] = [line]
+    parts: list[Any] = [*head, line]
     if div.detail:
         parts.append(Text(f"  {div.detail}"))
     if div.policy and div.policy != "exact bits":  # the panel already says exact bits

@@ -410,3 +410,47 @@ def test_wandb_and_mlflow_logs_are_compared(tmp_path: Path) -> None:
     assert r["metrics_compared"] == 5  # the timing values are shown, listed, not compared
     assert sorted(r["metrics_skipped"]) == ["mlflow:epoch_time", "wandb:_runtime"]
     assert "Not compared, as timing or memory figures: " in " ".join(res.stdout.split())
+
+
+# ---- what the summary says when a metric is missing ------------------------------------------
+def test_runs_cut_by_max_steps_say_their_metrics_were_not_reached() -> None:
+    report = report_of([{}, {}])
+    for r in report.results:
+        r.status = "stopped"
+    report.results[0].held_metrics = ["accuracy"]
+    text = " ".join(summary_text(report).split())
+    assert "no metric was compared: the runs were stopped by --max-steps before ending on their own" \
+        in text
+    assert "the metrics recorded before the cut (accuracy) are not final" in text
+    assert "return a number" not in text  # not the hint for a target that records none
+    report.results[0].held_metrics = []
+    assert "before recording any metric" in " ".join(summary_text(report).split())
+
+
+def test_a_record_left_out_makes_the_check_incomplete() -> None:
+    report = report_of([{"acc": values.encode(0.5)}] * 2)
+    assert report.reproducible
+    report.results[1].incomplete = ["a line the run wrote was dropped (over the limit)"]
+    text = " ".join(summary_text(report).split())
+    d = report.to_dict()
+    assert not report.reproducible and report.exit_code == 1 and d["reproducible"] is False
+    assert report.verdict.label == "INCOMPLETE" and "INCOMPLETE" in text
+    assert d["incomplete"] == ["run 2: a line the run wrote was dropped (over the limit)"]
+    assert "The comparison is incomplete: a line the run wrote was dropped" in text
+
+
+def test_a_metric_rule_that_matched_nothing_is_said() -> None:
+    rules = (("bleu", r"BLEU = (\S+)"), ("acc", r"acc (\S+)"))
+    found = [{"printed:acc": printed.encode("1")}, {"printed:acc": printed.encode("1")}]
+    said = printed.unmatched(rules, found)
+    assert len(said) == 1 and said[0].startswith("--metric bleu: the regex matched no line")
+    assert printed.unmatched(rules, []) == []  # no run ran to its end: nothing to say
+    # matched in one run only: a difference, the check fails
+    one_sided = report_of([{"printed:bleu": printed.encode("27.3")}, {}])
+    assert not one_sided.reproducible and one_sided.divergent_signal == "metric:printed:bleu"
+
+
+def test_a_metric_that_differs_while_every_step_agrees_is_said_apart() -> None:
+    report = report_of([{"acc": values.encode(0.5)}, {"acc": values.encode(0.75)}])
+    text = " ".join(summary_text(report).split())
+    assert "All 3 steps agree: the training is reproducible. Only final metrics differ: acc." in text

@@ -43,16 +43,19 @@ def test_tail_keeps_the_last_bytes_in_bounded_memory() -> None:
     assert text.endswith("line 9999\n") and "earlier bytes not kept" in text.splitlines()[0]
 
 
-def test_lines_are_split_across_chunks_and_oversized_ones_dropped() -> None:
+def test_lines_are_split_across_chunks_and_oversized_ones_dropped_and_said() -> None:
     got: list[bytes] = []
-    lines = runner._Lines(got.append)
+    long: list[None] = []
+    lines = runner._Lines(got.append, lambda: long.append(None))
     lines.add(b'{"a"')
     lines.add(b': 1}\n{"b": 2}\n{"c"')
-    assert got == [b'{"a": 1}', b'{"b": 2}']
+    assert got == [b'{"a": 1}', b'{"b": 2}'] and long == []
     lines.add(b"x" * (MAX_LINE_BYTES + 10))  # a runaway line is dropped, not kept in memory
-    assert len(lines.partial) == 0
+    assert len(lines.partial) == 0 and len(long) == 1
     lines.add(b"still the same line\nnext\n")
-    assert got[2:] == [b"next"]
+    assert got[2:] == [b"next"] and len(long) == 1  # said once per line
+    lines.add(b"y" * (MAX_LINE_BYTES + 1) + b"\nafter\n")  # over the limit in one chunk
+    assert got[3:] == [b"after"] and len(long) == 2
 
 
 class _Events:
