@@ -37,8 +37,8 @@ from repro_check.child import seeding
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import Interrupted, TargetNotFound
 from repro_check.targets import Target
-from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason, dumps,
-                                       loads, parse_event)
+from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
+                                       dropped_warning, dumps, loads, parse_event)
 
 #: bytes of a run's combined stdout/stderr that are kept
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -273,7 +273,7 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
         res.error = ev["error"]
     elif "warning" in ev:
         res.warnings.append(ev["warning"])
-        if ev.get("incomplete") is True:
+        if ev.get("incomplete") is True and isinstance(getattr(res, "incomplete", None), list):
             res.incomplete.append(ev["warning"])
         if isinstance(ev.get("component"), str):
             res.overrides.append({k: ev.get(k) for k in ("component", "key", "value", "where",
@@ -292,7 +292,7 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
     elif "info" in ev and isinstance(ev["info"], dict) and "status" in ev["info"]:
         res.status = str(ev["info"]["status"])
         held = ev["info"].get("held_metrics")
-        if isinstance(held, list):
+        if isinstance(held, list) and hasattr(res, "held_metrics"):
             res.held_metrics = [str(n) for n in held]
         return True
     return False
@@ -425,9 +425,7 @@ class _LiveRun:
         self.dropped += 1
         if self.dropped > DROPPED_NAMED:
             return
-        ev = {"warning": f"a line the run wrote was dropped ({why}): the comparison is incomplete"
-              + ("; later ones are dropped unnamed" if self.dropped == DROPPED_NAMED else ""),
-              "incomplete": True}
+        ev = dropped_warning(why, self.dropped == DROPPED_NAMED)
         self.events.put(("event", self.spec.index, ev, dumps(ev).encode("utf-8")))
 
     def _line(self, raw: bytes) -> None:

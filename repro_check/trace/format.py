@@ -290,6 +290,14 @@ def dropped_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_short(text, 80)}"
 
 
+def dropped_warning(why: str, later_unnamed: bool = False) -> dict[str, Any]:
+    """The warning record that stands for a line of a run that could not be taken: it marks the
+    run's comparison incomplete (``"incomplete": true``), so the check is never reproducible."""
+    return {"warning": f"a line the run wrote was dropped ({why}): the comparison is incomplete"
+                       + ("; later ones are dropped unnamed" if later_unnamed else ""),
+            "incomplete": True}
+
+
 def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
     lineno = 0
     while True:
