@@ -139,3 +139,26 @@ def test_a_plain_run_and_a_torchrun_job_are_both_what_the_runner_drives() -> Non
                     list(inspect.signature(want).parameters), (cls, name)
         for name in runner.LiveRun.__annotations__:  # attributes set by the constructor
             assert f"self.{name} = " in inspect.getsource(cls.__init__), (cls, name)
+
+
+def test_a_line_a_started_process_wrote_that_cannot_be_read_marks_the_run_incomplete(
+        tmp_path: Path) -> None:
+    import queue
+
+    from repro_check.run import streams
+
+    events: queue.Queue[Any] = queue.Queue()
+    procs_ = streams.ProcessStreams(1, tmp_path / "run-1.jsonl", events)
+    try:
+        procs_._dispatch(3, b'{"step": 1, "signals": 5}')
+        procs_._dispatch(3, b"{not json")
+        taken = [events.get_nowait() for _ in range(2)]
+        for _, _, ev, raw in taken:
+            procs_.handle(ev, raw)
+        result = runner.RunResult(1, status="completed")
+        procs_.finish(result)
+    finally:
+        procs_.stop()
+    assert [ev["incomplete"] for _, _, ev, _ in taken] == [True, True]
+    assert len(result.incomplete) == 2 and result.incomplete[0].startswith(
+        "process 3: a line the run wrote was dropped (step 1 has malformed signals)")
