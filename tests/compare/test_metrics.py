@@ -361,7 +361,8 @@ def trace_lines(path: str) -> list[dict[str, Any]]:
 def test_an_argparse_script_that_prints_its_accuracy(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         f"[tool.repro-check]\nmetric = {{ pct = '{PCT}' }}\n")
-    res = run_cli(MNIST_STYLE, "--metric", r"epoch=Train Epoch: (\d+)", "--", "--epochs", "2",
+    res = run_cli(MNIST_STYLE, "--metric", r"epoch=Train Epoch: (\d+)",
+                  "--metric", r"bleu=BLEU = (\S+)", "--", "--epochs", "2",
                   tmp=tmp_path / "out", cwd=tmp_path)
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr
@@ -369,10 +370,13 @@ def test_an_argparse_script_that_prints_its_accuracy(tmp_path: Path) -> None:
              "printed:epoch"}
     assert set(r["metrics"][0]) == names and r["metrics"][0] == r["metrics"][1]
     assert r["metrics_compared"] == 5
+    # a rule that matched nothing is said, not dropped silently
+    assert [w for w in r["warnings"] if w.startswith("--metric bleu: the regex matched no line")]
     assert 0 < r["metrics"][0]["printed:accuracy"] < 1 and r["metrics"][0]["printed:epoch"] == 2
     assert f"All {r['steps'][0]} steps and 5 metric(s) agree." in res.stdout
     lines = trace_lines(r["run_results"][0]["trace"])
-    assert lines[0]["header"]["printed_metrics"] == [["pct", PCT], ["epoch", r"Train Epoch: (\d+)"]]
+    assert lines[0]["header"]["printed_metrics"] == [["pct", PCT], ["epoch", r"Train Epoch: (\d+)"],
+                                                     ["bleu", r"BLEU = (\S+)"]]
     assert list(lines[-2]) == ["metrics"] and list(lines[-1]) == ["end"]  # written by repro-check
     acc = lines[-2]["metrics"]["printed:accuracy"]
     assert acc["dtype"] == "printed" and "/" in acc["text"] and acc["text"].endswith("/20000")
