@@ -51,14 +51,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro_check.trace import fingerprint
-from repro_check.child import initial, rngstate
+from repro_check.child import initial, metricset, rngstate
 from repro_check.trace import values
 
 Emit = Callable[[dict[str, Any]], None]
 
 
 class StopTraining(BaseException):
-    """Raised from the step hook when ``--max-steps`` is reached.
+    """Raised when a run that recorded ``--max-steps`` steps starts one more (its next backward
+    call or optimizer step): a run whose own loop ends at the limit is not stopped.
 
     A BaseException, so that a training loop's ``except Exception`` does not swallow it.
     """
@@ -146,6 +147,7 @@ class Hooks:
 
         @functools.wraps(original_backward)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            rec.before_step_work()
             rec.on_step_activity()
             leaves = None
             if rec.optimizers_made == 0:
@@ -425,6 +427,7 @@ class Recorder:
         self.optimizers_made = 0
         self.last_loss: Any = None
         self.metrics: dict[str, Any] = {}
+        self.metric_names = metricset.Names(self.warn)
         self.flagged: dict[str, int] = {}
         self.probe_step = probe_step
         self.flag_ops = flag_ops
@@ -500,6 +503,15 @@ class Recorder:
         with self.lock:
             self.signals.step_starts()
 
+    def before_step_work(self) -> None:
+        """A backward call or an optimizer step is about to run: with ``--max-steps`` reached,
+        the run is stopped here, as it starts a step past the limit. A script whose own loop
+        ends at the limit is not stopped: it evaluates and returns, and its final metrics are
+        compared (an evaluation needs neither backward nor an optimizer step)."""
+        if self.max_steps is not None and self.step >= self.max_steps:
+            self.flush()
+            raise StopTraining(self.step)
+
     def on_batch(self, item: Any) -> None:
         assert self.signals is not None
         with self.lock:
@@ -539,6 +551,7 @@ class Recorder:
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Before the optimizer's step: its gradients (this thread's)."""
+        self.before_step_work()
         self.on_step_activity()
         if self.step == 0:
             with self.lock:
@@ -593,8 +606,7 @@ class Recorder:
         if probe is not None and probe.step == self.step:
             probe.disarm()
         if self.max_steps is not None and self.step >= self.max_steps:
-            self.flush()
-            raise StopTraining(self.step)
+            self.flush()  # the run stops when it starts another step (see before_step_work)
         if probe is not None and self.probe_step == self.step + 1:
             probe.arm(self.step + 1)
 
@@ -605,27 +617,41 @@ class Recorder:
             self.outbox.flush()
 
     # ---- metrics -------------------------------------------------------------------------
-    def metric(self, name: str, value: Any) -> None:
+    def metric(self, name: str, value: Any, source: str = metricset.LOG_METRIC) -> None:
+        """Record final metric ``name`` from ``source`` (``log_metric``, ``return``, a logging
+        library): a name another source recorded, or one in another source's namespace, is
+        recorded under a name of its own (:class:`~repro_check.child.metricset.Names`)."""
         enc = values.encode(value)
         if enc is None:
-            self.emit({"warning": f"metric {name!r} ignored: {type(value).__name__} is not a number"})
+            self.emit({"warning": f"metric {metricset.short_name(str(name))!r} ignored: "
+                                  f"{type(value).__name__} is not a number"})
             return
-        self.metrics[name] = enc
+        self._put(str(name), enc, source)
+
+    def _put(self, name: str, enc: dict[str, Any], source: str) -> None:
+        with self.lock:
+            self.metrics[self.metric_names.name_for(name, source)] = enc
+
+    def warn(self, text: str) -> None:
+        self.emit({"warning": text})
 
     def metrics_from_return(self, result: Any, prefix: str = "") -> None:
         """Take the target's return value: a number, a one-element tensor, or a dict of them."""
         if result is None:
             return
         if isinstance(result, dict):
-            for key, val in result.items():
-                name = f"{prefix}{key}"
-                if isinstance(val, dict):
-                    self.metrics_from_return(val, prefix=name + ".")
-                elif values.encode(val) is not None:
-                    self.metric(name, val)
+            for name, val in metricset.flatten(result, self.warn, "the returned dict"):
+                enc = values.encode(val)
+                if enc is not None:
+                    self._put(f"{prefix}{name}", enc, metricset.RETURN)
             return
         if values.encode(result) is not None:
-            self.metric(prefix.rstrip(".") or "return", result)
+            self.metric(prefix.rstrip(".") or "return", result, metricset.RETURN)
+
+    def final_metrics(self) -> dict[str, Any]:
+        """The metrics for the run's metrics line: never more than one line can hold."""
+        with self.lock:
+            return metricset.fold(self.metrics, self.warn)
 
 
 def _renew_lock_in_forks(recorder: Recorder) -> None:

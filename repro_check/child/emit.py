@@ -15,9 +15,10 @@ class Emitter:
     process inherits it, and must not write into another process's stream."""
 
     def __init__(self, fd: int) -> None:
-        from repro_check.trace.format import dumps
+        from repro_check.trace.format import MAX_LINE_BYTES, dumps
 
         self.fd = fd
+        self.max_bytes = MAX_LINE_BYTES
         self.lock = threading.Lock()
         self.pid = os.getpid()
         self._dumps = dumps
@@ -26,6 +27,12 @@ class Emitter:
         if os.getpid() != self.pid:
             return  # a forked process: it records in a stream of its own, or not at all
         data = self._dumps(event).encode("utf-8")
+        if len(data) > self.max_bytes:  # no reader takes it: say so instead, never silently
+            kind = next(iter(event), "record")
+            data = self._dumps({"warning": f"a {kind} record of {len(data):,} bytes is over the "
+                                           f"{self.max_bytes:,}-byte line limit of a trace and "
+                                           "was left out: the comparison is incomplete",
+                                "incomplete": True}).encode("utf-8")
         with self.lock:
             try:
                 while data:

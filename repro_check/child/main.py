@@ -116,9 +116,12 @@ def main() -> int:
     recorder.flush()
     overrides.check()
     if recorder.metrics and status != "stopped":
-        emit({"metrics": recorder.metrics})
-    emit({"info": {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
-                   "seconds": clock.real_time() - started}})
+        emit({"metrics": recorder.final_metrics()})
+    info = {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,
+            "seconds": clock.real_time() - started}
+    if status == "stopped" and recorder.metrics:  # recorded before the cut: not final
+        info["held_metrics"] = list(recorder.metrics)[:5]
+    emit({"info": info})
     if config.get("distributed"):
         # a process group still alive (stopped mid-training, or a script that never destroys it):
         # its communication threads can abort the interpreter's exit with SIGABRT

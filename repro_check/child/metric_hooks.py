@@ -16,9 +16,9 @@ HF ``Trainer.log(logs)``, ``evaluate()``         ``hf:NAME``
 ``mlflow.log_metric(k, v)``, ``log_metrics``     ``mlflow:NAME``
 ==============================================  =============================================
 
-Timing values (``train_runtime``, ``eval_samples_per_second``, ``*_time``) are left out: they
-differ in every run and say nothing about the training. Values that are not numbers (images,
-histograms, text) are skipped. A hook that fails to install is a warning, never an error of the
+Every number is recorded, timing values too (``train_runtime``, ``charts/SPS``): the comparison
+lists them as not compared (:mod:`repro_check.compare.timing`). Values that are not numbers
+(images, histograms, text) are skipped. A hook that fails to install is a warning, never an error of the
 run; a hook never changes what the logging call does or returns.
 """
 
@@ -26,45 +26,38 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
-import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from repro_check.child import metricset
 from repro_check.trace import values
 
 #: record(prefix, name, value): what every hook calls
 Record = Callable[[str, str, Any], None]
-#: names of timing values, never recorded
-TIMING = re.compile(r"(?:^|[_/.\-])(?:runtime|time|timestamp|duration|seconds|secs|elapsed)$"
-                    r"|per_second|per_sec|throughput", re.IGNORECASE)
 
 
 class Sink:
-    """Turns logged values into recorder metrics: numbers only, timing left out."""
+    """Turns logged values into recorder metrics (numbers only), each under its library's
+    prefix: the prefix is the source (:mod:`repro_check.child.metricset`)."""
 
     def __init__(self, recorder: Any) -> None:
         self.recorder = recorder
 
     def record(self, prefix: str, name: Any, value: Any) -> None:
-        name = str(name)
-        if TIMING.search(name):
-            return
         try:
             number = values.encode(value) is not None
         except Exception:  # noqa: BLE001 - a value we cannot read is not a metric
             return
         if number:
-            self.recorder.metric(f"{prefix}{name}", value)
+            self.recorder.metric(f"{prefix}{name}", value, prefix.rstrip(":"))
 
     def record_all(self, prefix: str, logged: Any, nested: str = "") -> None:
         if not isinstance(logged, Mapping):
             return
-        for key, value in list(logged.items()):
-            if isinstance(value, Mapping):
-                self.record_all(prefix, value, f"{nested}{key}.")
-            else:
-                self.record(prefix, f"{nested}{key}", value)
+        warn = getattr(self.recorder, "warn", None) or (lambda text: None)
+        for name, value in metricset.flatten(logged, warn, f"a dict logged through {prefix[:-1]}"):
+            self.record(prefix, f"{nested}{name}", value)
 
 
 def _after(owner: Any, attr: str, then: Callable[..., None]) -> Callable[[], None] | None:

@@ -302,7 +302,7 @@ class Child:
         rec.flush()
         self.watch.check()
         if rec.metrics:
-            self.emit({"metrics": rec.metrics})
+            self.emit({"metrics": rec.final_metrics()})
         status = status or self.status or ("failed" if code else "completed")
         self.emit({"info": {"status": status, "steps": rec.step,
                             "backward_calls": rec.backward_calls, "exitcode": code,

@@ -145,6 +145,17 @@ def merge_rules(*groups: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ..
     return tuple(out.items())
 
 
+def unmatched(rules: Sequence[tuple[str, str]], found: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A warning for each ``--metric`` rule that matched nothing in the output of any run that
+    ran to its end (``found``: the printed metrics of each); a rule that matched in some runs
+    only needs none: its metric, recorded by some runs only, is a difference."""
+    if not found:
+        return []
+    return [f"--metric {name}: the regex matched no line of any run's output, so nothing was "
+            f"compared for printed:{name} (check the regex against what the script prints)"
+            for name, _ in rules if not any(PREFIX + name in f for f in found)]
+
+
 # ---- values --------------------------------------------------------------------------------
 def number_of(text: str) -> float | None:
     """The number a printed text stands for (a fraction divided out); None if not a number."""

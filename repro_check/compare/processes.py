@@ -131,7 +131,7 @@ class ProcessComparison:
             focus, first_divergent_step=div.step if div else None,
             divergent_signal=div.signal if div else None, divergence=div, per_run=per_run,
             metric_divergences=metric_divs, steps_compared=compared, metrics=main.metrics,
-            groups=self.groups(), judged=judged)
+            groups=self.groups(), judged=judged, metrics_skipped=main.metrics_skipped)
 
     def groups(self) -> list[list[int]]:
         """Runs whose streams (steps, step counts and metrics) are all bit-identical, together."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import xxhash
 
+from repro_check.compare import timing
 from repro_check.compare.series import Thinned
 from repro_check.trace import values
 from repro_check.trace.values import Tolerance
@@ -56,6 +57,15 @@ class Policy:
     use_band: bool = True
     #: compare only these signals (``rng`` stands for every ``rng.*``); None: all of them
     signals: frozenset[str] | None = None
+    #: metric names compared even when they look like timing values (``printed:NAME`` of a
+    #: ``--metric`` rule); a per-name tolerance has the same effect
+    always_metrics: frozenset[str] = frozenset()
+
+    def skips_metric(self, name: str) -> bool:
+        """Whether metric ``name`` is left out of the comparison: a timing or memory figure
+        (:mod:`repro_check.compare.timing`) nobody asked to compare by name."""
+        return (timing.is_timing(name) and name not in self.always_metrics
+                and f"metric:{name}" not in self.per_name)
 
     def compares(self, name: str) -> bool:
         return self.signals is None or name in self.signals or name.split(".")[0] in self.signals
@@ -213,6 +223,8 @@ class ComparisonResult:
     groups: list[list[int]] = field(default_factory=list)
     #: how many values were accepted by exact bits, by a tolerance, by a band
     judged: dict[str, int] = field(default_factory=dict)
+    #: metric names not compared: timing and memory figures (:meth:`Policy.skips_metric`)
+    metrics_skipped: list[str] = field(default_factory=list)
 
     @property
     def reproducible(self) -> bool:
@@ -227,7 +239,9 @@ class ComparisonResult:
         second run or no run recorded a metric, so that agreement is never claimed of nothing."""
         if not self.per_run:
             return 0
-        return len({name for metrics in self.metrics.values() for name in metrics})
+        skipped = set(self.metrics_skipped)
+        return len({name for metrics in self.metrics.values() for name in metrics
+                    if name not in skipped})
 
 
 @dataclass
@@ -438,6 +452,8 @@ class Comparison:
             other = self.metrics.get(k, {})
             names = list(ref) + [n for n in other if n not in ref]
             for name in names:
+                if self.policy.skips_metric(name):
+                    continue
                 a, b = ref.get(name), other.get(name)
                 band = self.metric_band.get(name)
                 verdict = self.policy.judge(f"metric:{name}", a, b, band)
@@ -456,17 +472,24 @@ class Comparison:
     def groups(self) -> list[list[int]]:
         """Runs whose step streams (and step counts and metrics) are bit-identical, together."""
         by_key: dict[tuple[str, int, str], list[int]] = {}
+        skipped = set(self.skipped_metrics())
         for k in range(1, self.runs + 1):
-            metrics = json.dumps(self.metrics.get(k, {}), sort_keys=True)
+            metrics = json.dumps({n: v for n, v in self.metrics.get(k, {}).items()
+                                  if n not in skipped}, sort_keys=True)
             by_key.setdefault((self.hashes[k].hexdigest(), self.counts[k], metrics), []).append(k)
         return sorted(by_key.values())
+
+    def skipped_metrics(self) -> list[str]:
+        """The metric names (of any run) left out of the comparison, in the order first seen."""
+        names = dict.fromkeys(n for k in sorted(self.metrics) for n in self.metrics[k])
+        return [n for n in names if self.policy.skips_metric(n)]
 
     def _extras(self) -> dict[str, Any]:
         for step in sorted(self.spreads):  # runs that never ended (interrupted)
             self._settle(step)
         return {"spread_series": self.spread.values(),
                 "context_all": list(self.all_before) + self.all_after,
-                "groups": self.groups()}
+                "groups": self.groups(), "metrics_skipped": self.skipped_metrics()}
 
     def result(self) -> ComparisonResult:
         extras = self._extras()

@@ -190,6 +190,12 @@ class RankComparison:
                        slack=0)
 
     def result(self) -> ComparisonResult:
+        res = self._result()
+        res.metrics_skipped = list(dict.fromkeys(  # every rank's metrics, as run 1's are shown
+            n for comp in self.by_rank.values() for n in comp.skipped_metrics()))
+        return res
+
+    def _result(self) -> ComparisonResult:
         per_rank = {r: self.by_rank[r].result() for r in sorted(self.by_rank)}
         lowest = min(per_rank, default=None)
         metrics = per_rank[lowest].metrics if lowest is not None else {}

@@ -38,6 +38,7 @@ from repro_check.errors import TraceFileError, UsageError
 from repro_check.run import procs
 from repro_check.run.runner import (
     ABANDON,
+    DROPPED_NAMED,
     FAILED_STATUSES,
     OUTPUT_TAIL_BYTES,
     Events,
@@ -48,7 +49,8 @@ from repro_check.run.runner import (
     run_environment,
 )
 from repro_check.run.streams import EventFiles
-from repro_check.trace.format import TraceWriter, dumps, parse_event
+from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
+                                       parse_event)
 
 #: seconds between looks at the ranks' events files when nothing new arrived
 _TAIL_POLL = 0.02
@@ -171,6 +173,9 @@ class RankResult:
     models: list[dict[str, Any]] = field(default_factory=list)
     generators: list[dict[str, Any]] = field(default_factory=list)
     loaders: list[dict[str, Any]] = field(default_factory=list)
+    #: as for a run (:class:`~repro_check.run.runner.RunResult`)
+    held_metrics: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
     trace_path: str | None = None
     pid: int | None = None
     pgid: int | None = None
@@ -250,6 +255,7 @@ class Job:
         self.open_streams = 2
         self.started = time.monotonic()
         self.killed_for: str | None = None
+        self.dropped: dict[int, int] = {}  # lines of each rank that could not be taken
         self.lock = threading.Lock()
         self.ranks: dict[int, RankResult] = {}
         self.writers: dict[int, TraceWriter] = {}
@@ -296,12 +302,22 @@ class Job:
             self._kill_ranks()  # anything of a rank still there once torchrun is gone
             events.put(("eof", self.spec.index))
 
+    def _dropped(self, rank: int, why: str, events: Any) -> None:
+        """A line of rank ``rank`` could not be taken: a warning that marks it incomplete."""
+        self.dropped[rank] = self.dropped.get(rank, 0) + 1
+        if self.dropped[rank] <= DROPPED_NAMED:
+            ev = dropped_warning(why, self.dropped[rank] == DROPPED_NAMED)
+            events.put(("event", self.spec.index, {**ev, "rank": rank},
+                        dumps(ev).encode("utf-8")))
+
     def _dispatch(self, rank: int, line: bytes, events: Any) -> None:
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError) as e:
+            self._dropped(rank, dropped_reason(e), events)
             return
         if not isinstance(obj, dict):
+            self._dropped(rank, "a line is not a JSON object", events)
             return
         info = obj.get("info")
         if isinstance(info, dict) and "rank_process" in info:
@@ -321,7 +337,8 @@ class Job:
             return
         try:
             event = obj if "format" in obj else parse_event(obj)
-        except TraceFileError:
+        except TraceFileError as e:
+            self._dropped(rank, dropped_reason(e), events)
             return
         events.put(("event", self.spec.index, {**event, "rank": rank}, line))
 
@@ -422,6 +439,8 @@ class Job:
         res.steps = min((rr.steps for rr in ranks), default=0)
         res.header = next((rr.header for rr in ranks if rr.header is not None), None)
         res.warnings = [f"rank {rr.rank}: {w}" for rr in ranks for w in rr.warnings]
+        res.incomplete = [f"rank {rr.rank}: {w}" for rr in ranks for w in rr.incomplete]
+        res.held_metrics = next((rr.held_metrics for rr in ranks if rr.held_metrics), [])
         failed = [rr for rr in ranks if rr.failed]
         root = min(failed, key=lambda rr: rr.failure_order) if failed else None
         if self.killed_for is not None:

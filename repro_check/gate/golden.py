@@ -55,7 +55,8 @@ def result_from_trace(index: int, stream: TraceStream) -> RunResult:
     error = stream.errors[-1] if stream.errors else None
     res = RunResult(index, status=status, returncode=end.get("returncode"), error=error,
                     steps=stream.steps, header=stream.header, warnings=list(stream.warnings),
-                    seconds=float(seconds), trace_path=stream.path)
+                    seconds=float(seconds), trace_path=stream.path,
+                    incomplete=list(stream.incomplete))
     res.signal = end.get("signal") if isinstance(end.get("signal"), str) else None
     return res
 

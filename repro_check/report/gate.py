@@ -101,7 +101,7 @@ def summary(report: Report) -> Group:
             if div.step is not None:
                 parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
         elif report.error is None and not report.interrupted and cmp is not None:
-            parts.append(Text(agreement(cmp)))
+            parts.append(Text(agreement(cmp, report.results)))
         if cmp is not None and cmp.judged:
             parts.append(Text(f"values accepted: {judged_text(cmp.judged)}", style="dim"))
         diffs = gate.environment_differences

@@ -295,7 +295,7 @@ def _outcome_section(report: Report) -> list[str]:
         if div.detail:
             out.append(f"<p>{_e(div.detail)}</p>")
     elif cmp is not None and report.error is None and not report.interrupted:
-        out.append(f"<p>{_e(agreement(cmp))}</p>")
+        out.append(f"<p>{_e(agreement(cmp, report.results))}</p>")
     return out
 
 

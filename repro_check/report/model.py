@@ -345,12 +345,25 @@ class Report:
         return self.gate is not None and self.gate.mode == "record" and self.gate.golden is not None
 
     @property
+    def incomplete(self) -> list[str]:
+        """Why the comparison is incomplete: records a run wrote that were left out (too large
+        for a trace line, or unreadable), one line each; such a check is never reproducible."""
+        out: list[str] = []
+        for r in self.results:
+            for why in getattr(r, "incomplete", ()):
+                line = f"{self.run_name(r.index) if self.gate is None else 'a run'}: {why}"
+                if line not in out:
+                    out.append(line)
+        return out
+
+    @property
     def reproducible(self) -> bool:
         return (
             self.error is None
             and not self.interrupted
             and self.comparison is not None
             and self.comparison.reproducible
+            and not self.incomplete
         )
 
     @property
@@ -385,6 +398,8 @@ class Report:
         if self.reproducible:
             label = {"verify": "MATCHES GOLDEN", "diff": "SAME"}.get(mode or "", "REPRODUCIBLE")
             return Verdict(label, "reproducible", "good")
+        if self.incomplete and (self.comparison is None or self.comparison.reproducible):
+            return Verdict("INCOMPLETE", "incomplete", "bad")
         return Verdict("NOT REPRODUCIBLE", "not reproducible", "bad")
 
     def metrics_readable(self) -> list[dict[str, Any]]:
@@ -420,6 +435,8 @@ class Report:
             "metric_divergences": [d.to_dict() for d in (cmp.metric_divergences if cmp else [])],
             "steps_compared": cmp.steps_compared if cmp else 0,
             "metrics_compared": cmp.metrics_compared if cmp else 0,
+            "metrics_skipped": list(cmp.metrics_skipped) if cmp else [],
+            "incomplete": self.incomplete,
             "identical_groups": cmp.groups if cmp else [],
             "judged": dict(cmp.judged) if cmp else {},
             "run_results": [

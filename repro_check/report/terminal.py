@@ -261,7 +261,7 @@ def _outcome_parts(report: Report) -> list[Any]:
     if report.runs == 1 and report.error is None and not report.interrupted:
         return [Text(f"One run recorded ({report.results[0].steps} steps): nothing to compare.")]
     if div is None and report.error is None and not report.interrupted and cmp is not None:
-        return [Text(agreement(cmp))]
+        return [Text(agreement(cmp, report.results))]
     if report.interrupted:
         compared = cmp.steps_compared if cmp else 0
         return [Text(f"Interrupted: the runs were stopped; the {compared} step(s) compared "
@@ -271,13 +271,24 @@ def _outcome_parts(report: Report) -> list[Any]:
 
 def _divergence_parts(report: Report, div: Any) -> list[Any]:
     where = f"step {div.step}" if div.step is not None else "final metrics"
+    cmp = report.comparison
+    if div.step is None and div.signal.startswith("metric:") and cmp is not None:
+        # not a training divergence: say so before anything else
+        names = list(dict.fromkeys(d.signal.removeprefix("metric:")
+                                   for d in cmp.metric_divergences))
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        head: list[Any] = [Text.assemble(
+            (f"All {cmp.steps_compared} steps agree: the training is reproducible. ", "bold"),
+            "Only final metrics differ: ", (shown, "bold"), ".")]
+    else:
+        head = []
     line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
                          f", run {div.run} vs run 1")
     if getattr(div, "rank", None) is not None:
         line.append(f", rank {div.rank}")
     if getattr(div, "process", None) is not None:
         line.append(f", {div.where}")
-    parts: list[Any] = [line]
+    parts: list[Any] = [*head, line]
     if div.detail:
         parts.append(Text(f"  {div.detail}"))
     if div.policy and div.policy != "exact bits":  # the panel already says exact bits
@@ -323,7 +334,9 @@ def _metrics_table(report: Report) -> list[Any]:
     for n in names:
         raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
         mark = ["≠" if n in differing else ""] if differing else []
-        t.add_row(*mark, n, *[value_text(v) for v in raw], style="red" if n in differing else None)
+        label = f"{n} (not compared)" if cmp is not None and n in cmp.metrics_skipped else n
+        t.add_row(*mark, label, *[value_text(v) for v in raw],
+                  style="red" if n in differing else None)
     return [t]
 
 

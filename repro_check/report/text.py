@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from repro_check.compare.printed import HOW_TO_GET_A_METRIC
@@ -30,12 +31,41 @@ def diff_text(d: float | None) -> str:
     return "—" if d is None else f"{d:.3g}"
 
 
-def agreement(cmp: Any) -> str:
-    """What agreed, in one sentence; a check that compared no metric says so, and how to get
-    one compared."""
+def agreement(cmp: Any, results: Sequence[RunResult] = ()) -> str:
+    """What agreed, in one sentence; a check that compared no metric says why (runs cut short
+    by ``--max-steps`` never reach their final metrics), or how to get one compared; timing
+    values left out are named."""
+    skipped = list(getattr(cmp, "metrics_skipped", []) or [])
+    left_out = ""
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        left_out = (f" Not compared, as timing or memory figures: {shown} (compare one with "
+                    f"--atol metric:NAME=0).")
+    missing = [why for r in results for why in getattr(r, "incomplete", ())]
+    if missing:
+        left_out += (f" The comparison is incomplete: {missing[0]}"
+                     + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "") + ".")
     if cmp.metrics_compared:
-        return f"All {cmp.steps_compared} steps and {cmp.metrics_compared} metric(s) agree."
-    return f"All {cmp.steps_compared} steps agree; no metric was compared: {HOW_TO_GET_A_METRIC}."
+        return (f"All {cmp.steps_compared} steps and {cmp.metrics_compared} metric(s) agree."
+                + left_out)
+    head = f"All {cmp.steps_compared} steps agree; no metric was compared: "
+    return head + (stopped_note(results) or f"{HOW_TO_GET_A_METRIC}.") + left_out
+
+
+def stopped_note(results: Sequence[RunResult]) -> str | None:
+    """Why runs stopped by ``--max-steps`` have no final metric, or None when none was stopped."""
+    stopped = [r for r in results if r.status == "stopped"]
+    if not stopped:
+        return None
+    held = next((r.held_metrics for r in stopped if r.held_metrics), [])
+    which = "the runs were" if len(stopped) == len(results) else \
+        f"run{'s' if len(stopped) > 1 else ''} {', '.join(str(r.index) for r in stopped)} " \
+        f"{'were' if len(stopped) > 1 else 'was'}"
+    reached = (f"; the metrics recorded before the cut ({', '.join(held[:5])}) are not final and "
+               "are not compared") if held else ", before recording any metric"
+    return (f"{which} stopped by --max-steps before ending on their own, so no final metric was "
+            f"reached{reached}. Final metrics are compared for runs that end on their own: run "
+            "without --max-steps, or with a limit above the script's own number of steps.")
 
 
 def verdict_style(report: Report) -> str:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro_check.compare import cause, processes
+from repro_check.compare import cause, printed, processes
 from repro_check.compare.processes import ProcessComparison, ProcessFeed
 from repro_check.compare.steps import ComparisonResult, Policy
 from repro_check.errors import UsageError
 from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
-from repro_check.run.runner import Listener
+from repro_check.run.runner import PRINTED_STATUSES, Listener
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
 
 
@@ -75,6 +75,10 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
     report.error = None if outcome.interrupted and not any(r.failed for r in outcome.results) \
         else failure(outcome.results, result)
     report.warnings += merge_warnings(outcome.results)
+    if options.distributed is None:  # under torchrun printed metrics are not picked
+        report.warnings += printed.unmatched(
+            options.printed_metrics,
+            [r.printed_metrics for r in outcome.results if r.status in PRINTED_STATUSES])
     div = result.divergence
     seen = evidence(outcome.results, getattr(div, "rank", None))
     report.cause, why, report.cause_location = cause.classify(

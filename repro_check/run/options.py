@@ -172,8 +172,11 @@ class RunOptions:
         return list(self.args or ())
 
     def policy(self) -> Policy:
-        return self.policy_override if self.policy_override is not None \
+        policy = self.policy_override if self.policy_override is not None \
             else self.tolerances.policy()
+        asked = frozenset(f"printed:{name}" for name, _ in self.printed_metrics)
+        return dataclasses.replace(policy, always_metrics=policy.always_metrics | asked) \
+            if asked else policy
 
     def replace(self, **changes: Any) -> RunOptions:
         return dataclasses.replace(self, **changes)

@@ -37,8 +37,8 @@ from repro_check.child import seeding
 from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import Interrupted, TargetNotFound
 from repro_check.targets import Target
-from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason, dumps,
-                                       loads, parse_event)
+from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
+                                       dropped_warning, dumps, loads, parse_event)
 
 #: bytes of a run's combined stdout/stderr that are kept
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -123,6 +123,10 @@ class RunResult:
     printed_metrics: dict[str, Any] = field(default_factory=dict)
     #: the processes the target started, in index order (with ``RunSpec.processes``)
     processes: list[streams.ProcessResult] = field(default_factory=list)
+    #: a run stopped by --max-steps: the metrics it had recorded by then (not final, not compared)
+    held_metrics: list[str] = field(default_factory=list)
+    #: why what the run recorded is incomplete (records it wrote that could not be taken)
+    incomplete: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -204,10 +208,12 @@ class Launcher(Protocol):
 
 
 class _Lines:
-    """Splits a byte stream into lines; a line longer than any valid trace line is dropped."""
+    """Splits a byte stream into lines; a line longer than any valid trace line is dropped, and
+    ``on_long()`` says so (once per line)."""
 
-    def __init__(self, on_line: Callable[[bytes], None]) -> None:
+    def __init__(self, on_line: Callable[[bytes], None], on_long: Callable[[], None]) -> None:
         self.on_line = on_line
+        self.on_long = on_long
         self.partial = b""
         self.skipping = False
 
@@ -216,10 +222,14 @@ class _Lines:
         for line in lines:
             if self.skipping:
                 self.skipping = False
+            elif len(line) > MAX_LINE_BYTES:
+                self.on_long()
             elif line:
                 self.on_line(line)
         self.partial = rest
         if len(self.partial) > MAX_LINE_BYTES:
+            if not self.skipping:
+                self.on_long()
             self.partial, self.skipping = b"", True
 
 
@@ -263,6 +273,8 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
         res.error = ev["error"]
     elif "warning" in ev:
         res.warnings.append(ev["warning"])
+        if ev.get("incomplete") is True and isinstance(getattr(res, "incomplete", None), list):
+            res.incomplete.append(ev["warning"])
         if isinstance(ev.get("component"), str):
             res.overrides.append({k: ev.get(k) for k in ("component", "key", "value", "where",
                                                          "source", "order") if k in ev})
@@ -279,6 +291,9 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
         res.models = [m for m in ev["info"]["models"] if isinstance(m, dict)]
     elif "info" in ev and isinstance(ev["info"], dict) and "status" in ev["info"]:
         res.status = str(ev["info"]["status"])
+        held = ev["info"].get("held_metrics")
+        if isinstance(held, list) and hasattr(res, "held_metrics"):
+            res.held_metrics = [str(n) for n in held]
         return True
     return False
 
@@ -362,7 +377,7 @@ class _LiveRun:
         assert self.proc.stdout is not None
         out_fd = self.proc.stdout.fileno()
         self.pipes = {procs.pipe_inode(read_fd), procs.pipe_inode(out_fd)}
-        lines = _Lines(self._line)
+        lines = _Lines(self._line, self._long_line)
         if pacer is not None:
             pacer.start(spec.index)
         self.readers = [
@@ -402,17 +417,24 @@ class _LiveRun:
         self.tail.add(chunk)
         self.printed.add(chunk)
 
+    def _long_line(self) -> None:
+        self._dropped(f"over the {MAX_LINE_BYTES:,}-byte line limit")
+
+    def _dropped(self, why: str) -> None:
+        """A line of the run could not be taken: a warning that marks the run incomplete."""
+        self.dropped += 1
+        if self.dropped > DROPPED_NAMED:
+            return
+        ev = dropped_warning(why, self.dropped == DROPPED_NAMED)
+        self.events.put(("event", self.spec.index, ev, dumps(ev).encode("utf-8")))
+
     def _line(self, raw: bytes) -> None:
         try:
             obj = loads(raw)
             ev = obj if isinstance(obj, dict) and "format" in obj else parse_event(obj)
         except Exception as e:  # noqa: BLE001 - a garbled line is dropped, never silently
-            self.dropped += 1
-            if self.dropped > DROPPED_NAMED:
-                return
-            ev = {"warning": f"a line the run wrote was dropped: {dropped_reason(e)}"
-                  + ("; later ones are dropped unnamed" if self.dropped == DROPPED_NAMED else "")}
-            raw = dumps(ev).encode("utf-8")
+            self._dropped(dropped_reason(e))
+            return
         if self.pacer is not None and "step" in ev:
             self.pacer.advance(self.spec.index, ev["step"], self.abandon)
         self.events.put(("event", self.spec.index, ev, raw))

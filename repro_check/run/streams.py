@@ -26,7 +26,8 @@ from typing import Any
 
 from repro_check.errors import TraceFileError
 from repro_check.run import procs
-from repro_check.trace.format import TraceWriter, dumps, parse_event
+from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
+                                       parse_event)
 
 #: seconds between looks at the events files when nothing new arrived...
 _TAIL_POLL = 0.02
@@ -35,6 +36,10 @@ _IDLE_POLL = 0.1
 #: seconds the last pass waits for what the run left to be gone (so its files are complete)
 _GONE_WAIT = 1.0
 _EVENTS_FILE = re.compile(r"proc-(\d+)\.events")
+
+
+#: lines of a process that cannot be taken are each named in a warning, up to this many
+DROPPED_NAMED = 10
 
 
 class EventFiles:
@@ -91,6 +96,8 @@ class ProcessResult:
     error: dict[str, Any] | None = None
     header: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    #: warnings that say a record of the process was left out
+    incomplete: list[str] = field(default_factory=list)
     trace_path: str | None = None
 
     @property
@@ -114,6 +121,8 @@ class ProcessResult:
             self.error = ev["error"]
         elif "warning" in ev:
             self.warnings.append(ev["warning"])
+            if ev.get("incomplete") is True:
+                self.incomplete.append(ev["warning"])
         elif isinstance(ev.get("info"), dict) and "status" in ev["info"]:
             info = ev["info"]
             self.status = str(info["status"])
@@ -143,6 +152,8 @@ class ProcessStreams:
         #: what the run entry reads from its configuration (``config["processes"]``)
         self.config = {"events_dir": str(self.events_dir)}
         self.results: dict[int, ProcessResult] = {}
+        #: lines of each process that could not be taken (the first DROPPED_NAMED are named)
+        self.dropped: dict[int, int] = {}
         self.writers: dict[int, TraceWriter] = {}
         self.final = threading.Event()
         self.abandon = threading.Event()
@@ -171,8 +182,12 @@ class ProcessStreams:
         try:
             obj = json.loads(line)
             event = obj if isinstance(obj, dict) and "format" in obj else parse_event(obj)
-        except (ValueError, TraceFileError):
-            return  # a garbled line is dropped, not fatal
+        except (ValueError, RecursionError, TraceFileError) as e:  # dropped, never silently
+            self.dropped[index] = self.dropped.get(index, 0) + 1
+            if self.dropped[index] > DROPPED_NAMED:
+                return
+            event = dropped_warning(dropped_reason(e), self.dropped[index] == DROPPED_NAMED)
+            line = dumps(event).encode("utf-8")
         self.events.put(("event", self.run, {**event, "proc": index}, line))
 
     # ---- the runner's side -------------------------------------------------------------------
@@ -216,6 +231,8 @@ class ProcessStreams:
                                        f"{res.steps} steps): the target returned without waiting "
                                        "for it, or it died by a signal")
             result.warnings += [f"process {res.index}: {w}" for w in res.warnings]
+            if isinstance(getattr(result, "incomplete", None), list):
+                result.incomplete += [f"process {res.index}: {w}" for w in res.incomplete]
             self._close(res, result)
         shutil.rmtree(self.events_dir, ignore_errors=True)
         return out

@@ -290,6 +290,14 @@ def dropped_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_short(text, 80)}"
 
 
+def dropped_warning(why: str, later_unnamed: bool = False) -> dict[str, Any]:
+    """The warning record that stands for a line of a run that could not be taken: it marks the
+    run's comparison incomplete (``"incomplete": true``), so the check is never reproducible."""
+    return {"warning": f"a line the run wrote was dropped ({why}): the comparison is incomplete"
+                       + ("; later ones are dropped unnamed" if later_unnamed else ""),
+            "incomplete": True}
+
+
 def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
     lineno = 0
     while True:
@@ -484,6 +492,9 @@ class TraceStream:
         self.errors: list[dict[str, Any]] = []
         self.warning_count = 0
         self.error_count = 0
+        #: warnings that say a record of the run was left out (``"incomplete": true``), the
+        #: first :data:`KEPT_WARNINGS` of them
+        self.incomplete: list[str] = []
         self.end: dict[str, Any] | None = None
         self.done = False
 
@@ -495,6 +506,8 @@ class TraceStream:
             self.warning_count += 1
             if len(self.warnings) < KEPT_WARNINGS:
                 self.warnings.append(_clip(ev["warning"], KEPT_TEXT))
+            if ev.get("incomplete") is True and len(self.incomplete) < KEPT_WARNINGS:
+                self.incomplete.append(_clip(ev["warning"], KEPT_TEXT))
         elif "error" in ev:
             self.error_count += 1
             err = {k: _clip(v, KEPT_ERROR_TEXT, tail=k in ("traceback", "output_tail"))

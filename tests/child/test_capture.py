@@ -376,3 +376,36 @@ def test_steps_from_several_threads_are_numbered_once_each_in_every_trace(tmp: P
         assert [s.step for s in trace.steps] == list(range(1, 31))
         losses.append(sorted(s.signals["loss"]["bits"] for s in trace.steps))
     assert all(run == losses[0] for run in losses)
+
+
+def _train_then_evaluate(steps_: int, accumulate: int = 1) -> str:
+    """``steps_`` optimizer steps (``accumulate`` backward calls each), then an evaluation with
+    a DataLoader and no backward; how the loop ended."""
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps_):
+        opt.zero_grad()
+        for _ in range(accumulate):
+            model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        for (xb,) in loader:
+            model(xb)
+    return "returned"
+
+
+@pytest.mark.parametrize("steps_, accumulate, ended, recorded", [
+    (3, 1, "returned", 3),  # the script's own loop ends at the limit: it evaluates and returns
+    (5, 1, "stopped", 3),   # a fourth step starts: stopped at its backward
+    (5, 2, "stopped", 3),   # with accumulation too, at the first backward of step 4
+    (2, 1, "returned", 2),
+])
+def test_max_steps_stops_a_run_only_when_it_starts_a_step_past_the_limit(
+        steps_: int, accumulate: int, ended: str, recorded: int) -> None:
+    with recording(max_steps=3) as events:
+        try:
+            how = _train_then_evaluate(steps_, accumulate)
+        except capture.StopTraining:
+            how = "stopped"
+    assert how == ended and len(steps(events)) == recorded

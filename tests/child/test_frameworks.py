@@ -19,18 +19,26 @@ def test_tensorboard_scalars_are_metrics(tmp_path: Path) -> None:
     res = run_cli(str(METRICS / "tensorboard_log.py"), tmp=tmp_path / "same")
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr
-    # the last value of each tag; a timing tag and text are no metric
-    assert set(r["metrics"][0]) == {"tb:train/loss", "tb:eval/accuracy", "tb:eval/error"}
-    assert r["metrics"][0] == r["metrics"][1] and r["metrics_compared"] == 3
+    # the last value of each tag; text is no metric; the timing tags (steps per second, a
+    # time) are recorded and shown, listed as not compared
+    assert set(r["metrics"][0]) == {"tb:train/loss", "tb:eval/accuracy", "tb:eval/error",
+                                    "tb:charts/SPS", "tb:eval/runtime"}
+    assert r["metrics"][0]["tb:charts/SPS"] != r["metrics"][1]["tb:charts/SPS"]
+    assert r["metrics_compared"] == 3 and r["metrics_skipped"] == ["tb:charts/SPS",
+                                                                    "tb:eval/runtime"]
+    assert "Not compared, as timing or memory figures: tb:charts/SPS" in " ".join(res.stdout.split())
     assert r["metrics"][0]["tb:eval/accuracy"] + r["metrics"][0]["tb:eval/error"] == \
         pytest.approx(1.0)
-    clock = run_cli(str(METRICS / "tensorboard_log.py"), "--", "--clock-eval",
-                    tmp=tmp_path / "clock")
+    # asked for by name, the steps per second are compared (and differ)
+    clock = run_cli(str(METRICS / "tensorboard_log.py"), "--atol", "metric:tb:charts/SPS=0", "--",
+                    "--clock-eval", tmp=tmp_path / "clock")
     c = clock.report
     assert clock.code == 1 and c is not None, clock.stdout + clock.stderr
-    assert c["first_divergent_step"] is None
-    assert {d["signal"] for d in c["metric_divergences"]} == {"metric:tb:eval/accuracy",
-                                                              "metric:tb:eval/error"}
+    assert c["first_divergent_step"] is None and c["cause"] == "metrics"
+    assert {d["signal"] for d in c["metric_divergences"]} == {
+        "metric:tb:eval/accuracy", "metric:tb:eval/error", "metric:tb:charts/SPS"}
+    assert "the training is reproducible. Only final metrics differ" in " ".join(
+        clock.stdout.split())
 
 
 def test_lightning_self_log_is_compared(tmp_path: Path) -> None:

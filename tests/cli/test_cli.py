@@ -92,6 +92,18 @@ def test_max_steps_stops_cleanly(tmp: Path) -> None:
     assert res.code == 0
     assert res.report["steps"] == [5, 5] and res.report["metrics"] == [{}, {}]
     assert {r["status"] for r in res.report["run_results"]} == {"stopped"}
+    # why no metric was compared: the runs were cut, not a target that records none
+    said = " ".join(res.stdout.split())
+    assert "no metric was compared: the runs were stopped by --max-steps before ending" in said
+    assert "return a number" not in said
+
+
+def test_max_steps_equal_to_the_scripts_own_steps_compares_its_final_metric(tmp: Path) -> None:
+    res = run_cli("tiny:main", "--max-steps", "5", "--", "--steps", "5",
+                  "--metric-shift-in-run", "2", tmp=tmp / "max-own")
+    assert res.code == 1, res.stdout + res.stderr
+    assert {r["status"] for r in res.report["run_results"]} == {"completed"}
+    assert res.report["steps"] == [5, 5] and res.report["divergent_signal"] == "metric:mse"
 
 
 def test_target_raising_is_exit_3_with_its_traceback(tmp: Path) -> None:

@@ -251,10 +251,15 @@ def test_the_count_of_metrics_compared() -> None:
 class FakeRecorder:
     def __init__(self) -> None:
         self.metrics: dict[str, Any] = {}
+        self.sources: dict[str, str] = {}
         self.events: list[dict[str, Any]] = []
 
-    def metric(self, name: str, value: Any) -> None:
+    def metric(self, name: str, value: Any, source: str = "log_metric") -> None:
         self.metrics[name] = values.encode(value)
+        self.sources[name] = source
+
+    def warn(self, text: str) -> None:
+        self.events.append({"warning": text})
 
     def emit(self, event: dict[str, Any]) -> None:
         self.events.append(event)
@@ -297,8 +302,11 @@ def test_wandb_and_mlflow_calls_become_metrics(monkeypatch: pytest.MonkeyPatch) 
         mlflow.log_metric("loss", 0.25, step=2)
         mlflow.log_metric(key="k", value=np.float32(0.5))
         mlflow.log_metrics({"a": 1, "epoch_time": 2.0, "text": "x"})
+        # timing values are recorded too: the comparison lists them as not compared
         assert set(rec.metrics) == {"wandb:train/loss", "wandb:nested.acc", "wandb:ok",
-                                    "mlflow:loss", "mlflow:k", "mlflow:a"}
+                                    "wandb:_runtime", "wandb:eval_samples_per_second",
+                                    "mlflow:loss", "mlflow:k", "mlflow:a", "mlflow:epoch_time"}
+        assert rec.sources["wandb:ok"] == "wandb" and rec.sources["mlflow:k"] == "mlflow"
         assert run.history[0]["train/loss"] == 0.5 and mlflow.logged[0] == ("loss", 0.25, 2)
     finally:
         hooks.uninstall()
@@ -345,14 +353,6 @@ def test_installing_the_hooks_imports_none_of_them() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_timing_values_are_left_out() -> None:
-    for name in ("train_runtime", "eval_samples_per_second", "epoch_time", "time", "train/time",
-                 "duration", "throughput"):
-        assert metric_hooks.TIMING.search(name), name
-    for name in ("loss", "timesteps", "eval_loss", "train/accuracy", "lr", "epoch"):
-        assert not metric_hooks.TIMING.search(name), name
-
-
 # ---- runs of training scripts ------------------------------------------------------------------
 def trace_lines(path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -361,7 +361,8 @@ def trace_lines(path: str) -> list[dict[str, Any]]:
 def test_an_argparse_script_that_prints_its_accuracy(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         f"[tool.repro-check]\nmetric = {{ pct = '{PCT}' }}\n")
-    res = run_cli(MNIST_STYLE, "--metric", r"epoch=Train Epoch: (\d+)", "--", "--epochs", "2",
+    res = run_cli(MNIST_STYLE, "--metric", r"epoch=Train Epoch: (\d+)",
+                  "--metric", r"bleu=BLEU = (\S+)", "--", "--epochs", "2",
                   tmp=tmp_path / "out", cwd=tmp_path)
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr
@@ -369,10 +370,13 @@ def test_an_argparse_script_that_prints_its_accuracy(tmp_path: Path) -> None:
              "printed:epoch"}
     assert set(r["metrics"][0]) == names and r["metrics"][0] == r["metrics"][1]
     assert r["metrics_compared"] == 5
+    # a rule that matched nothing is said, not dropped silently
+    assert [w for w in r["warnings"] if w.startswith("--metric bleu: the regex matched no line")]
     assert 0 < r["metrics"][0]["printed:accuracy"] < 1 and r["metrics"][0]["printed:epoch"] == 2
     assert f"All {r['steps'][0]} steps and 5 metric(s) agree." in res.stdout
     lines = trace_lines(r["run_results"][0]["trace"])
-    assert lines[0]["header"]["printed_metrics"] == [["pct", PCT], ["epoch", r"Train Epoch: (\d+)"]]
+    assert lines[0]["header"]["printed_metrics"] == [["pct", PCT], ["epoch", r"Train Epoch: (\d+)"],
+                                                     ["bleu", r"BLEU = (\S+)"]]
     assert list(lines[-2]) == ["metrics"] and list(lines[-1]) == ["end"]  # written by repro-check
     acc = lines[-2]["metrics"]["printed:accuracy"]
     assert acc["dtype"] == "printed" and "/" in acc["text"] and acc["text"].endswith("/20000")
@@ -405,5 +409,52 @@ def test_wandb_and_mlflow_logs_are_compared(tmp_path: Path) -> None:
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr
     assert set(r["metrics"][0]) == {"wandb:train/loss", "wandb:eval.mse", "mlflow:loss",
-                                    "mlflow:final_loss", "mlflow:steps"}
-    assert r["metrics"][0] == r["metrics"][1] and r["metrics_compared"] == 5
+                                    "mlflow:final_loss", "mlflow:steps", "wandb:_runtime",
+                                    "mlflow:epoch_time"}
+    assert r["metrics_compared"] == 5  # the timing values are shown, listed, not compared
+    assert sorted(r["metrics_skipped"]) == ["mlflow:epoch_time", "wandb:_runtime"]
+    assert "Not compared, as timing or memory figures: " in " ".join(res.stdout.split())
+
+
+# ---- what the summary says when a metric is missing ------------------------------------------
+def test_runs_cut_by_max_steps_say_their_metrics_were_not_reached() -> None:
+    report = report_of([{}, {}])
+    for r in report.results:
+        r.status = "stopped"
+    report.results[0].held_metrics = ["accuracy"]
+    text = " ".join(summary_text(report).split())
+    assert "no metric was compared: the runs were stopped by --max-steps before ending on their own" \
+        in text
+    assert "the metrics recorded before the cut (accuracy) are not final" in text
+    assert "return a number" not in text  # not the hint for a target that records none
+    report.results[0].held_metrics = []
+    assert "before recording any metric" in " ".join(summary_text(report).split())
+
+
+def test_a_record_left_out_makes_the_check_incomplete() -> None:
+    report = report_of([{"acc": values.encode(0.5)}] * 2)
+    assert report.reproducible
+    report.results[1].incomplete = ["a line the run wrote was dropped (over the limit)"]
+    text = " ".join(summary_text(report).split())
+    d = report.to_dict()
+    assert not report.reproducible and report.exit_code == 1 and d["reproducible"] is False
+    assert report.verdict.label == "INCOMPLETE" and "INCOMPLETE" in text
+    assert d["incomplete"] == ["run 2: a line the run wrote was dropped (over the limit)"]
+    assert "The comparison is incomplete: a line the run wrote was dropped" in text
+
+
+def test_a_metric_rule_that_matched_nothing_is_said() -> None:
+    rules = (("bleu", r"BLEU = (\S+)"), ("acc", r"acc (\S+)"))
+    found = [{"printed:acc": printed.encode("1")}, {"printed:acc": printed.encode("1")}]
+    said = printed.unmatched(rules, found)
+    assert len(said) == 1 and said[0].startswith("--metric bleu: the regex matched no line")
+    assert printed.unmatched(rules, []) == []  # no run ran to its end: nothing to say
+    # matched in one run only: a difference, the check fails
+    one_sided = report_of([{"printed:bleu": printed.encode("27.3")}, {}])
+    assert not one_sided.reproducible and one_sided.divergent_signal == "metric:printed:bleu"
+
+
+def test_a_metric_that_differs_while_every_step_agrees_is_said_apart() -> None:
+    report = report_of([{"acc": values.encode(0.5)}, {"acc": values.encode(0.75)}])
+    text = " ".join(summary_text(report).split())
+    assert "All 3 steps agree: the training is reproducible. Only final metrics differ: acc." in text

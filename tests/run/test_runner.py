@@ -43,16 +43,19 @@ def test_tail_keeps_the_last_bytes_in_bounded_memory() -> None:
     assert text.endswith("line 9999\n") and "earlier bytes not kept" in text.splitlines()[0]
 
 
-def test_lines_are_split_across_chunks_and_oversized_ones_dropped() -> None:
+def test_lines_are_split_across_chunks_and_oversized_ones_dropped_and_said() -> None:
     got: list[bytes] = []
-    lines = runner._Lines(got.append)
+    long: list[None] = []
+    lines = runner._Lines(got.append, lambda: long.append(None))
     lines.add(b'{"a"')
     lines.add(b': 1}\n{"b": 2}\n{"c"')
-    assert got == [b'{"a": 1}', b'{"b": 2}']
+    assert got == [b'{"a": 1}', b'{"b": 2}'] and long == []
     lines.add(b"x" * (MAX_LINE_BYTES + 10))  # a runaway line is dropped, not kept in memory
-    assert len(lines.partial) == 0
+    assert len(lines.partial) == 0 and len(long) == 1
     lines.add(b"still the same line\nnext\n")
-    assert got[2:] == [b"next"]
+    assert got[2:] == [b"next"] and len(long) == 1  # said once per line
+    lines.add(b"y" * (MAX_LINE_BYTES + 1) + b"\nafter\n")  # over the limit in one chunk
+    assert got[3:] == [b"after"] and len(long) == 2
 
 
 class _Events:
@@ -136,3 +139,26 @@ def test_a_plain_run_and_a_torchrun_job_are_both_what_the_runner_drives() -> Non
                     list(inspect.signature(want).parameters), (cls, name)
         for name in runner.LiveRun.__annotations__:  # attributes set by the constructor
             assert f"self.{name} = " in inspect.getsource(cls.__init__), (cls, name)
+
+
+def test_a_line_a_started_process_wrote_that_cannot_be_read_marks_the_run_incomplete(
+        tmp_path: Path) -> None:
+    import queue
+
+    from repro_check.run import streams
+
+    events: queue.Queue[Any] = queue.Queue()
+    procs_ = streams.ProcessStreams(1, tmp_path / "run-1.jsonl", events)
+    try:
+        procs_._dispatch(3, b'{"step": 1, "signals": 5}')
+        procs_._dispatch(3, b"{not json")
+        taken = [events.get_nowait() for _ in range(2)]
+        for _, _, ev, raw in taken:
+            procs_.handle(ev, raw)
+        result = runner.RunResult(1, status="completed")
+        procs_.finish(result)
+    finally:
+        procs_.stop()
+    assert [ev["incomplete"] for _, _, ev, _ in taken] == [True, True]
+    assert len(result.incomplete) == 2 and result.incomplete[0].startswith(
+        "process 3: a line the run wrote was dropped (step 1 has malformed signals)")

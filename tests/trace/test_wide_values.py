@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import repro_check
 from repro_check.trace import values
 from repro_check.trace.format import dumps, loads, parse_event
 from repro_check.trace.values import Tolerance
@@ -102,12 +103,18 @@ def test_a_wide_metric_is_compared_and_keeps_its_line(tmp_path: Path, mode: str,
 def test_a_line_the_parent_cannot_take_becomes_a_warning(tmp_path: Path) -> None:
     (tmp_path / "wide.py").write_text(TARGET)
     res = run_cli("wide.py:main", "--", "garbled-line", tmp=tmp_path / "out", cwd=tmp_path)
-    assert res.report is not None and res.code == 0, res.stdout + res.stderr
+    # a record left out: the comparison is incomplete, never reproducible
+    assert res.report is not None and res.code == 1, res.stdout + res.stderr
+    assert "INCOMPLETE" in res.stdout and not res.report["reproducible"]
+    said = "a line the run wrote was dropped (malformed metrics): the comparison is incomplete"
+    assert res.report["incomplete"][0] == f"run 1: {said}"
     dropped = [w for w in res.report["warnings"] if "a line the run wrote was dropped" in w]
-    assert dropped == ["a line the run wrote was dropped: malformed metrics",
-                       "a line the run wrote was dropped: malformed metrics; later ones are "
-                       "dropped unnamed"], dropped
+    assert dropped == [said, f"{said}; later ones are dropped unnamed"], dropped
     for run in res.report["run_results"]:  # 30 lines dropped: the first 10 named, in bounded memory
         assert len([w for w in run["warnings"] if "dropped" in w]) == 10
     trace = next((tmp_path / "out" / "traces").rglob("run-1.jsonl"))
-    assert "a line the run wrote was dropped: malformed metrics" in trace.read_text()
+    assert said in trace.read_text()
+    # the saved traces say so too: diff of them is not SAME
+    runs = [r["trace"] for r in res.report["run_results"]]
+    diffed = repro_check.diff(runs[0], runs[1])
+    assert not diffed.reproducible and diffed.incomplete
