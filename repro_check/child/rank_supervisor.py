@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from repro_check.child import runconfig
 from repro_check.child.main import PARENT_VAR
 
 #: name of the events file of rank R in the events folder
@@ -43,7 +44,7 @@ def _watch_parent(parent: int) -> None:
 
 
 def main() -> int:
-    config = json.loads(os.environ["REPRO_CHECK_RUN"])
+    config = runconfig.read_config(os.environ, keep=True)
     rank = int(os.environ.get("RANK", "0"))
     folder = config["distributed"]["events_dir"]
     path = os.path.join(folder, EVENTS_NAME.format(rank=rank))
@@ -59,8 +60,9 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
 
+    config_fd = runconfig.config_file(dict(config, event_fd=fd))
     env = dict(os.environ)
-    env["REPRO_CHECK_RUN"] = json.dumps(dict(config, event_fd=fd))
+    env[runconfig.RUN_VAR] = runconfig.by_descriptor(config_fd)
     env[PARENT_VAR] = str(os.getpid())  # the run entry dies with this process
     env["REPRO_CHECK_RANK"] = str(rank)
     _write(fd, {"info": {"rank_process": {
@@ -68,7 +70,9 @@ def main() -> int:
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
     }}})
-    proc = subprocess.Popen([sys.executable, "-m", "repro_check.child"], env=env, pass_fds=(fd,))
+    proc = subprocess.Popen([sys.executable, "-m", "repro_check.child"], env=env,
+                            pass_fds=(fd, config_fd))
+    os.close(config_fd)
     returncode = proc.wait()
     _write(fd, {"info": {"rank_exit": {
         "returncode": returncode, "time": time.time(),

@@ -17,7 +17,6 @@ killed, including a process that holds its pipes from outside its tree; no run's
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import select
@@ -33,8 +32,8 @@ from typing import Any, Protocol
 from repro_check.compare import cause, printed
 from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
-from repro_check.child import seeding
-from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
+from repro_check.child import runconfig, seeding
+from repro_check.child.exits import CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import Interrupted, TargetNotFound
 from repro_check.targets import Target
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason, dumps,
@@ -224,7 +223,8 @@ class _Lines:
 
 
 def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
-    """What the run entry (:mod:`repro_check.child.main`) reads from ``REPRO_CHECK_RUN``."""
+    """What the run entry (:mod:`repro_check.child.main`) reads from the file ``REPRO_CHECK_RUN``
+    names (:mod:`repro_check.child.runconfig`)."""
     return {
         "event_fd": event_fd,
         "target": spec.target.to_dict(),
@@ -240,11 +240,12 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
     }
 
 
-def run_environment(spec: RunSpec, config: dict[str, Any]) -> dict[str, str]:
-    """The environment a run starts with: seeding variables, its configuration, our package."""
+def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
+    """The environment a run starts with: seeding variables, where its configuration is
+    (``config_at``: :func:`runconfig.by_descriptor` or :func:`runconfig.by_path`), our package."""
     env = seeding.child_environment(os.environ, spec.seed, spec.components, spec.threads)
     env.update(spec.extra_env)
-    env["REPRO_CHECK_RUN"] = json.dumps(config)
+    env[runconfig.RUN_VAR] = config_at
     env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
     env["PYTHONUNBUFFERED"] = "1"
     pkg_parent = str(Path(__file__).resolve().parents[2])  # the folder that holds repro_check/
@@ -341,14 +342,16 @@ class _LiveRun:
         self.dropped = 0  # lines of the run that could not be taken
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
         read_fd, write_fd = os.pipe()
-        config = run_config(spec, write_fd)
-        if self.streams is not None:
-            config["processes"] = self.streams.config
-        env = run_environment(spec, config)
+        config_fd = -1
         try:
+            config = run_config(spec, write_fd)
+            if self.streams is not None:
+                config["processes"] = self.streams.config
+            config_fd = runconfig.config_file(config)
+            env = run_environment(spec, runconfig.by_descriptor(config_fd))
             self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
                                                 "repro_check.child"], env,
-                                               spec.cwd, pass_fds=(write_fd,))
+                                               spec.cwd, pass_fds=(write_fd, config_fd))
         except BaseException:
             os.close(read_fd)
             if self.writer is not None:
@@ -358,6 +361,8 @@ class _LiveRun:
             raise
         finally:
             os.close(write_fd)
+            if config_fd >= 0:
+                os.close(config_fd)
         self.proc = self.supervised.proc
         assert self.proc.stdout is not None
         out_fd = self.proc.stdout.fileno()
@@ -455,6 +460,11 @@ class _LiveRun:
         if limit is not None and self.killed_for is None and now - self.started > limit:
             self.stop("timeout")
         if self.proc.poll() is None:
+            if procs.is_stopped(self.proc.pid):  # the target stopped its supervisor (SIGSTOP)
+                try:
+                    os.kill(self.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
             if self.stop_deadline is not None and now >= self.stop_deadline:
                 self.kill()
                 self.stop_deadline = now + 1.0  # and again, should anything have been starting
@@ -519,6 +529,9 @@ class _LiveRun:
                 res.signal = signal.Signals(-returncode).name
             except ValueError:
                 res.signal = f"signal {-returncode}"
+        elif returncode == EXIT_CHANNEL:
+            res.status = "failed"  # whatever it recorded after that is lost: never a short run
+            res.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
         elif returncode == EXIT_RAISED or (returncode != 0 and res.status == "pending"):
             res.status = "failed"
             if res.error is None:
@@ -671,6 +684,7 @@ def run_all(
     are kept, and :class:`Interrupted` is raised with the results so far; a second signal kills
     at once.
     """
+    procs.ensure_standard_fds()  # no pipe of a run may land on 0, 1 or 2
     runs = _Runs(specs, listener, jobs, should_stop, fits)
     # while runs go, Ctrl-C, SIGTERM and SIGHUP (a closed terminal) only count: the loop stops
     # the runs and keeps what they recorded
