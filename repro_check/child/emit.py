@@ -18,8 +18,10 @@ from typing import Any, NoReturn
 from repro_check.child.exits import EXIT_CHANNEL, EXIT_RAISED
 
 #: ``os._exit`` as it was before the run entry wrapped it (the wrapper writes the pending steps,
-#: which would come back here)
+#: which would come back here); the calls below are bound at import too, so that a target that
+#: patches ``os`` cannot take the channel over
 _REAL_EXIT = os._exit
+_fstat, _write, _getpid = os.fstat, os.write, os.getpid
 #: the trace channel goes at or above this number (or half the descriptor limit, if lower)
 HIGH_FD = 1000
 
@@ -65,19 +67,19 @@ class Emitter:
         self._dumps = dumps
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if os.getpid() != self.pid:
+        if _getpid() != self.pid:
             return  # a forked process: it records in a stream of its own, or not at all
         data = self._dumps(event).encode("utf-8")
         with self.lock:
             try:
-                st = os.fstat(self.fd)
+                st = _fstat(self.fd)
             except OSError:
                 self._broken("closed")
             if (st.st_dev, st.st_ino) != self.identity:
                 self._broken("reused")
             try:
                 while data:
-                    n = os.write(self.fd, data)
+                    n = _write(self.fd, data)
                     data = data[n:]
             except (BrokenPipeError, OSError):
                 _REAL_EXIT(EXIT_RAISED)  # the runner is gone: nobody reads our results

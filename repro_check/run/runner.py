@@ -33,8 +33,9 @@ from repro_check.compare import cause, printed
 from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
-from repro_check.child.exits import CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE
-from repro_check.errors import Interrupted, TargetNotFound
+from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE,
+                                     EXIT_TERMINATED)
+from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.targets import Target
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason, dumps,
                                        loads, parse_event)
@@ -529,13 +530,18 @@ class _LiveRun:
                 res.signal = signal.Signals(-returncode).name
             except ValueError:
                 res.signal = f"signal {-returncode}"
+        elif returncode == EXIT_TERMINATED and res.status == "pending":
+            res.status = "failed"
+            res.error = {"kind": "exit", "message": "stopped by a SIGTERM repro-check did not "
+                         f"send (the target signalled itself or its parent?), status {returncode}"}
         elif returncode == EXIT_CHANNEL:
             res.status = "failed"  # whatever it recorded after that is lost: never a short run
             res.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
-        elif returncode == EXIT_RAISED or (returncode != 0 and res.status == "pending"):
+        elif returncode != 0:  # EXIT_RAISED, or any other status: a run that failed
+            after = " after the target returned" if res.status != "pending" else ""
             res.status = "failed"
             if res.error is None:
-                res.error = {"kind": "exit", "message": f"exited with status {returncode}"}
+                res.error = {"kind": "exit", "message": f"exited with status {returncode}{after}"}
         elif res.status == "pending":
             res.status = "exited"  # os._exit(0) or similar before the target returned
         if res.status in PRINTED_STATUSES:
@@ -552,10 +558,24 @@ class _LiveRun:
             }
             self.writer.write_raw(dumps({"end": end}))
             if res.header is not None:
-                res.trace_path = str(self.writer.close())
+                res.trace_path = self._keep_trace(self.writer)
             else:
                 self.writer.abort()
         return res
+
+    def _keep_trace(self, writer: TraceWriter) -> str | None:
+        """The run's trace under its name; None, with a warning, when its folder is gone (the
+        target removed it): what was compared stands, only the file is lost."""
+        try:
+            return str(writer.close())
+        except UsageError:
+            if writer.path.parent.is_dir():
+                raise  # the disk is full or the like: one line, exit 2
+            writer.abort()
+            self.result.warnings.append(f"the trace of run {self.spec.index} was not kept: its "
+                                        f"folder {str(writer.path.parent)!r} was removed while "
+                                        "the run went")
+            return None
 
 
 class _Runs:
