@@ -43,6 +43,29 @@ def _watch_parent(parent: int) -> None:
             os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+#: signals this process leaves as they are (its own above, and those that harm nothing)
+_KEPT = {"SIGTERM", "SIGINT", "SIGHUP", "SIGCHLD", "SIGKILL", "SIGSTOP", "SIGCONT", "SIGWINCH",
+         "SIGURG"}
+
+
+def _shrug_off_signals() -> None:
+    """A rank's target may signal its parent (this process, as ``os.kill(os.getppid(), ...)``):
+    no other signal ends it, so it still reports how the rank ended (the same rule as the run
+    supervisor's in :mod:`repro_check.run.procs`, which the child side cannot import)."""
+    for sig in signal.valid_signals():
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = ""
+        if name in _KEPT:
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                signal.signal(sig, lambda signum, frame: None)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
 def main() -> int:
     config = runconfig.read_config(os.environ, keep=True)
     rank = int(os.environ.get("RANK", "0"))
@@ -59,6 +82,7 @@ def main() -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    _shrug_off_signals()
 
     config_fd = runconfig.config_file(dict(config, event_fd=fd))
     env = dict(os.environ)

@@ -238,7 +238,10 @@ def ensure_standard_fds() -> None:
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:  # no /dev/null (a bare chroot): nothing better to put there
+                return
             if null != fd:  # a lower one is closed too: impossible in this order, but be safe
                 os.dup2(null, fd)
                 os.close(null)
