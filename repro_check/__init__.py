@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from repro_check.child.capture import log_metric
 from repro_check.errors import (
     ExitCode,
     Interrupted,
@@ -22,6 +21,7 @@ from repro_check.version import __version__
 
 
 if TYPE_CHECKING:
+    from repro_check.child.capture import log_metric
     from repro_check.api import across, check, diff, record, verify
     from repro_check.report.model import Report
     from repro_check.run.options import RunOptions
@@ -47,6 +47,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "log_metric":  # loaded on first use: the console script starts without it
+        from repro_check.child.capture import log_metric
+
+        return log_metric
     if name in ("across", "check", "verify", "record", "diff"):
         from repro_check import api
 

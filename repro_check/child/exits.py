@@ -13,3 +13,9 @@ EXIT_RAISED = 98
 EXIT_TERMINATED = 99
 #: exit status of a run whose runner was already gone when it started
 EXIT_ORPHANED = 96
+#: exit status of a run whose target closed or replaced the trace channel (what it recorded
+#: after that could not be handed over)
+EXIT_CHANNEL = 95
+#: the message of a run that ended with :data:`EXIT_CHANNEL`
+CHANNEL_MESSAGE = ("the target closed or reused the file descriptor repro-check records the run "
+                   "through (e.g. os.closerange or dup2 over it): the run could not be recorded")

@@ -1,7 +1,7 @@
 """The entry point of one run: seed, install capture, run the target, stream the trace.
 
-Started by the runner as ``python -m repro_check.child`` with its configuration in the
-``REPRO_CHECK_RUN`` environment variable and a pipe on which every trace line is written as it
+Started by the runner as ``python -m repro_check.child`` with its configuration in a file that the
+``REPRO_CHECK_RUN`` environment variable names (:mod:`repro_check.child.runconfig`) and a pipe on which every trace line is written as it
 happens (unbuffered, so steps survive ``os._exit`` and crashes). The target's own output goes to
 this process's stdout/stderr, which the runner keeps a tail of.
 
@@ -18,14 +18,13 @@ repro-check dies, so not even a ``kill -9`` of repro-check leaves anything runni
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import sys
 import time
 from typing import Any
 
-from repro_check.child import clock
+from repro_check.child import clock, runconfig
 from repro_check.child.emit import Emitter
 from repro_check.child.exits import EXIT_ORPHANED, EXIT_RAISED, EXIT_RESOLVE, EXIT_TERMINATED
 
@@ -80,7 +79,7 @@ def _flush_before_os_exit(recorder: Any) -> None:
 
 
 def main() -> int:
-    config = json.loads(os.environ.pop("REPRO_CHECK_RUN"))
+    config = runconfig.read_config(os.environ)
     _die_with_parent()
     emit = Emitter(int(config["event_fd"]))
     started = time.time()

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from repro_check.child import runconfig
 from repro_check.child.main import PARENT_VAR
 
 #: name of the events file of rank R in the events folder
@@ -42,8 +43,31 @@ def _watch_parent(parent: int) -> None:
             os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+#: signals this process leaves as they are (its own above, and those that harm nothing)
+_KEPT = {"SIGTERM", "SIGINT", "SIGHUP", "SIGCHLD", "SIGKILL", "SIGSTOP", "SIGCONT", "SIGWINCH",
+         "SIGURG"}
+
+
+def _shrug_off_signals() -> None:
+    """A rank's target may signal its parent (this process, as ``os.kill(os.getppid(), ...)``):
+    no other signal ends it, so it still reports how the rank ended (the same rule as the run
+    supervisor's in :mod:`repro_check.run.procs`, which the child side cannot import)."""
+    for sig in signal.valid_signals():
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = ""
+        if name in _KEPT:
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                signal.signal(sig, lambda signum, frame: None)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
 def main() -> int:
-    config = json.loads(os.environ["REPRO_CHECK_RUN"])
+    config = runconfig.read_config(os.environ, keep=True)
     rank = int(os.environ.get("RANK", "0"))
     folder = config["distributed"]["events_dir"]
     path = os.path.join(folder, EVENTS_NAME.format(rank=rank))
@@ -58,9 +82,11 @@ def main() -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    _shrug_off_signals()
 
+    config_fd = runconfig.config_file(dict(config, event_fd=fd))
     env = dict(os.environ)
-    env["REPRO_CHECK_RUN"] = json.dumps(dict(config, event_fd=fd))
+    env[runconfig.RUN_VAR] = runconfig.by_descriptor(config_fd)
     env[PARENT_VAR] = str(os.getpid())  # the run entry dies with this process
     env["REPRO_CHECK_RANK"] = str(rank)
     _write(fd, {"info": {"rank_process": {
@@ -68,7 +94,9 @@ def main() -> int:
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
     }}})
-    proc = subprocess.Popen([sys.executable, "-m", "repro_check.child"], env=env, pass_fds=(fd,))
+    proc = subprocess.Popen([sys.executable, "-m", "repro_check.child"], env=env,
+                            pass_fds=(fd, config_fd))
+    os.close(config_fd)
     returncode = proc.wait()
     _write(fd, {"info": {"rank_exit": {
         "returncode": returncode, "time": time.time(),

@@ -1,19 +1,34 @@
 """The console script: the command is picked from the first argument, and every error of ours
 becomes its exit code and one line on stderr, so no traceback of repro-check's own ever reaches
-the user."""
+the user.
+
+Nothing heavy is imported at module level: :func:`console_main` first makes sure descriptors 0-2
+are open and that Ctrl-C, SIGTERM and SIGHUP end the process with one line and exit 130 while the
+rest of repro-check is still being imported (no run exists yet); the commands' own signal
+handling takes over from there.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
-from repro_check.errors import ExitCode, ReproCheckError, TargetNotFound
-from repro_check.report.text import visible
+if TYPE_CHECKING:
+    from repro_check.errors import ExitCode
+
+#: the exit status of an interrupted command (``ExitCode.INTERRUPTED``, without importing it)
+_INTERRUPTED = 130
+_EARLY_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
+                       if s is not None)
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     from repro_check.cli.commands import COMMANDS, check_command
+    from repro_check.errors import ExitCode
     from repro_check.run import signals
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -30,8 +45,57 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     return code
 
 
+def _interrupted_early(signum: int, frame: FrameType | None) -> None:
+    """A signal while repro-check is still starting: nothing runs yet, nothing is half written."""
+    try:
+        os.write(2, b"repro-check: interrupted\n")
+    except OSError:
+        pass
+    os._exit(_INTERRUPTED)
+
+
+def _early_signals() -> dict[int, Any]:
+    """Install :func:`_interrupted_early` (not over a signal the caller ignores); the handlers it
+    replaced."""
+    previous: dict[int, Any] = {}
+    for sig in _EARLY_SIGNALS:
+        try:
+            old = signal.getsignal(sig)
+            if old != signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, _interrupted_early)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    return previous
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of a terminal: control characters and line breaks written out."""
+    from repro_check.report.text import visible
+
+    return visible(text).replace("\n", "\\n")
+
+
 def console_main(argv: Sequence[str] | None = None) -> int:
     """The console script: exit codes at the edge, one line for every error of ours."""
+    previous = _early_signals()
+    try:
+        from repro_check.run.procs import ensure_standard_fds
+
+        ensure_standard_fds()
+        return _guarded(argv)
+    finally:
+        for sig, old in previous.items():
+            if signal.getsignal(sig) == _interrupted_early:
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _guarded(argv: Sequence[str] | None) -> int:
+    try:
+        from repro_check.errors import ExitCode, ReproCheckError, TargetNotFound
+        from repro_check.report.text import visible
+    except KeyboardInterrupt:
+        sys.stderr.write("repro-check: interrupted\n")
+        return _INTERRUPTED
     try:
         return int(main(argv))
     except SystemExit as e:  # --help, --version
@@ -39,10 +103,10 @@ def console_main(argv: Sequence[str] | None = None) -> int:
     except TargetNotFound as e:
         if e.detail:
             sys.stderr.write(visible(e.detail.rstrip()) + "\n")
-        sys.stderr.write(f"repro-check: error: {visible(str(e))}\n")
+        sys.stderr.write(f"repro-check: error: {one_line(str(e))}\n")
         return int(e.exit_code)
     except ReproCheckError as e:
-        sys.stderr.write(f"repro-check: error: {visible(str(e))}\n")
+        sys.stderr.write(f"repro-check: error: {one_line(str(e))}\n")
         return int(e.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("repro-check: interrupted\n")
@@ -53,7 +117,7 @@ def console_main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("REPRO_CHECK_DEBUG"):
             raise
         sys.stderr.write(
-            f"repro-check: internal error: {type(e).__name__}: {visible(str(e))} "
+            f"repro-check: internal error: {type(e).__name__}: {one_line(str(e))} "
             "(set REPRO_CHECK_DEBUG=1 to see the traceback)\n"
         )
         return int(ExitCode.INTERNAL_ERROR)

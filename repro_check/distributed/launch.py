@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
+from repro_check.child import runconfig
+from repro_check.child.exits import CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.run import procs
 from repro_check.run.runner import (
@@ -64,6 +65,10 @@ _PEER_FAILURE = re.compile(
 
 
 # ---- options ---------------------------------------------------------------------------------
+
+#: ranks one node may start: far beyond any machine, so no number given starts a process storm
+MAX_NPROC = 1024
+
 
 @dataclass
 class DistOptions:
@@ -100,6 +105,9 @@ class DistOptions:
     def validate(self) -> None:
         if self.nproc_per_node < 1:
             raise UsageError(f"--nproc-per-node must be at least 1, got {self.nproc_per_node}")
+        if self.nproc_per_node > MAX_NPROC:
+            raise UsageError(f"--nproc-per-node must be at most {MAX_NPROC}, got "
+                             f"{self.nproc_per_node}")
         if not re.fullmatch(r"\d+(:\d+)?", self.nnodes):
             raise UsageError(f"--nnodes must be N or MIN:MAX, got {self.nnodes!r}")
         lo, hi = self.node_range
@@ -267,7 +275,9 @@ class Job:
         self.events_dir = Path(tempfile.mkdtemp(prefix=f".{self.stem}-ranks-", dir=self.folder))
         config = run_config(spec, None)
         config["distributed"] = {"events_dir": str(self.events_dir)}
-        env = run_environment(spec, config)
+        config_path = self.events_dir / "run.json"  # every rank reads it
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        env = run_environment(spec, runconfig.by_path(str(config_path)))
         command = [sys.executable, "-m", "torch.distributed.run",
                    *options.torchrun_args(spec.index), "-m", "repro_check.child.rank_supervisor"]
         self.supervised = procs.Supervised(command, env, spec.cwd)
@@ -411,6 +421,9 @@ class Job:
             except ValueError:
                 rr.signal = f"signal {-code}"
             rr.status = "terminated" if rr.stopped_by else "crashed"
+        elif code == EXIT_CHANNEL:
+            rr.status = "failed"
+            rr.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
         elif code == EXIT_RAISED or (code != 0 and rr.status == "pending"):
             rr.status = "terminated" if rr.stopped_by and rr.error is None else "failed"
             if rr.error is None and rr.status == "failed":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,13 @@ DEFAULT_SEED = 0
 DEFAULT_THREADS = 1
 #: more intra-op threads than any machine has cores (torch takes a 32-bit count)
 MAX_THREADS = 4096
+#: bounds on the other counts: far beyond any use, low enough that nothing sized by them (a spec
+#: per run, a progress bar, a wait) can exhaust memory or overflow before a run starts
+MAX_RUNS = 1000
+MAX_JOBS = MAX_RUNS
+MAX_STEPS = 10**12
+#: seconds: about 30 years, well inside what every wait with a timeout accepts
+MAX_TIMEOUT = 1e9
 
 
 @dataclass(frozen=True)
@@ -82,20 +90,23 @@ class RunOptions:
     # ---- validation --------------------------------------------------------------------------
     def validate(self) -> None:
         """Every bound as a one-line usage error, before anything runs."""
-        _whole("--runs", self.runs, 1)
+        _whole("--runs", self.runs, 1, MAX_RUNS)
         if self.max_steps is not None:
-            _whole("--max-steps", self.max_steps, 1)
+            _whole("--max-steps", self.max_steps, 1, MAX_STEPS)
         if self.probe_step is not None:
-            _whole("probe step", self.probe_step, 1)
+            _whole("probe step", self.probe_step, 1, MAX_STEPS)
         if self.timeout is not None:
             if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
                     or not math.isfinite(self.timeout) or self.timeout <= 0:
                 raise UsageError(f"--timeout must be a positive number of seconds, got "
                                  f"{self.timeout}")
+            if self.timeout > MAX_TIMEOUT:
+                raise UsageError(f"--timeout must be at most {MAX_TIMEOUT:g} seconds, got "
+                                 f"{self.timeout:g}")
         if self.threads is not None:
             _whole("--threads", self.threads, 1, MAX_THREADS)
         if self.jobs is not None:
-            _whole("--jobs", self.jobs, 1)
+            _whole("--jobs", self.jobs, 1, MAX_JOBS)
         if self.seed is not None:
             if isinstance(self.seed, bool) or not isinstance(self.seed, int):
                 raise UsageError(f"--seed must be a whole number, got {self.seed!r}")
@@ -105,6 +116,8 @@ class RunOptions:
                                  "given too: keep one of them")
         if self.args is not None and not all(isinstance(a, str) for a in self.args):
             raise UsageError("the target's arguments must be strings")
+        if self.args:
+            check_command_line(self.args)
         seeding.select_components(self.without or ())  # unknown names: one clear line
         self.policy()  # a bad tolerance fails here
         if self.across:
@@ -114,6 +127,10 @@ class RunOptions:
         """The axes parse, and no other option contradicts what they hold equal or vary."""
         axes = self.axes
         kinds = {a.kind for a in axes}
+        cells = math.prod(len(a.values) for a in axes)
+        if cells * self.runs > MAX_RUNS:
+            raise UsageError(f"--across makes {cells} environments of {self.runs} run(s) each: "
+                             f"at most {MAX_RUNS} runs in all")
         off = set(self.without or ())
         for axis in axes:
             if axis.kind == "threads":
@@ -219,6 +236,42 @@ class RecordedSettings:
     max_steps: int | None
     #: the ``--metric`` rules it was recorded with
     printed_metrics: tuple[tuple[str, str], ...] = ()
+
+
+#: the longest single argument Linux execs (MAX_ARG_STRLEN, 32 pages of 4 KiB, with its NUL)
+MAX_ARG_BYTES = 32 * 4096 - 1
+
+
+def check_command_line(args: Sequence[str]) -> None:
+    """The target's arguments must fit on a command line, as ``python script.py ARGS`` needs:
+    no NUL byte, none longer than the kernel takes, all together within ``ARG_MAX`` beside the
+    environment. (The runs get them in a file, so this is about what the target is promised,
+    not about how they travel.)"""
+    total = 0
+    for i, arg in enumerate(args, 1):
+        try:
+            data = os.fsencode(arg)
+        except UnicodeError:
+            raise UsageError(f"argument {i} of the target, {arg[:60]!r}, cannot be written on a "
+                             "command line (a character with no encoding)") from None
+        if b"\0" in data:
+            raise UsageError(f"argument {i} of the target holds a NUL character, which no command "
+                             "line can hold")
+        if len(data) > MAX_ARG_BYTES:
+            raise UsageError(f"argument {i} of the target is {len(data)} bytes long: a command "
+                             f"line argument may be at most {MAX_ARG_BYTES} bytes")
+        total += len(data) + 1 + 8  # the string, its NUL and its pointer
+    try:
+        limit = os.sysconf("SC_ARG_MAX")
+    except (AttributeError, ValueError, OSError):
+        return
+    if limit <= 0:
+        return
+    env = sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 + 8 for k, v in os.environ.items())
+    if total + env > limit:
+        raise UsageError(f"the target's {len(args)} arguments take {total} bytes: with the "
+                         f"environment ({env} bytes) more than a command line may hold here "
+                         f"({limit} bytes)")
 
 
 def _whole(flag: str, value: Any, minimum: int, maximum: int | None = None) -> None:

@@ -229,6 +229,27 @@ class Tail:
 
 # ---- in repro-check: a command under its supervisor ------------------------------------------
 
+def ensure_standard_fds() -> None:
+    """Open ``/dev/null`` on whichever of descriptors 0, 1 and 2 is closed (a scheduler may start
+    us with ``<&- >&- 2>&-``): otherwise the next pipe or file we open takes that number, and a
+    run's trace pipe lands on its stdout. Python leaves ``sys.stdout`` (...) as None then; they
+    are set to the new descriptors."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:  # no /dev/null (a bare chroot): nothing better to put there
+                return
+            if null != fd:  # a lower one is closed too: impossible in this order, but be safe
+                os.dup2(null, fd)
+                os.close(null)
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False, errors="backslashreplace"))
+
+
 class Supervised:
     """A run's command started under its supervisor, as repro-check sees it: ``proc`` is the
     supervisor (its pid leads the run's session; its exit status is the command's), and the
@@ -410,6 +431,40 @@ def _spawn(command: list[str]) -> int:
         os._exit(127)
 
 
+#: signals the supervisor leaves as they are: its own (passed on, or its children's), those that
+#: cannot be caught, and those that stop nothing by default
+_KEPT_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGCHLD", "SIGKILL", "SIGSTOP", "SIGCONT",
+                 "SIGWINCH", "SIGURG"}
+
+
+def _shrug_off_signals() -> None:
+    """Every other signal that would end or stop the supervisor does nothing to it: a target may
+    signal its parent (``os.kill(os.getppid(), SIGUSR1)``), and the supervisor must live on to
+    reap the run and kill what it left. Caught, not ignored: the command starts with them at
+    their defaults (an ignored signal would stay ignored across exec)."""
+    def nothing(signum: int, frame: FrameType | None) -> None:
+        pass
+
+    for sig in signal.valid_signals():
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:  # a real-time signal without a name of its own
+            name = ""
+        if name in _KEPT_SIGNALS:
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                signal.signal(sig, nothing)
+        except (OSError, ValueError, RuntimeError):  # reserved by the C library
+            pass
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, or traced); False without /proc."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] in (b"T", b"t")
+
+
 def supervise(argv: list[str]) -> None:
     """``procs.py LIFELINE_FD -- COMMAND...``: run the command, keep its tree, leave nothing."""
     lifeline = int(argv[0])
@@ -434,6 +489,7 @@ def supervise(argv: list[str]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         if signal.getsignal(sig) != signal.SIG_IGN:
             signal.signal(sig, on_signal)
+    _shrug_off_signals()
     child[0] = pid = _spawn(command)
     for sig in early:
         _send(pid, sig)

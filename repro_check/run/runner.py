@@ -17,7 +17,6 @@ killed, including a process that holds its pipes from outside its tree; no run's
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import select
@@ -33,9 +32,10 @@ from typing import Any, Protocol
 from repro_check.compare import cause, printed
 from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
-from repro_check.child import seeding
-from repro_check.child.exits import EXIT_RAISED, EXIT_RESOLVE
-from repro_check.errors import Interrupted, TargetNotFound
+from repro_check.child import runconfig, seeding
+from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE,
+                                     EXIT_TERMINATED)
+from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.targets import Target
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
                                        dropped_warning, dumps, loads, parse_event)
@@ -234,7 +234,8 @@ class _Lines:
 
 
 def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
-    """What the run entry (:mod:`repro_check.child.main`) reads from ``REPRO_CHECK_RUN``."""
+    """What the run entry (:mod:`repro_check.child.main`) reads from the file ``REPRO_CHECK_RUN``
+    names (:mod:`repro_check.child.runconfig`)."""
     return {
         "event_fd": event_fd,
         "target": spec.target.to_dict(),
@@ -250,11 +251,12 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
     }
 
 
-def run_environment(spec: RunSpec, config: dict[str, Any]) -> dict[str, str]:
-    """The environment a run starts with: seeding variables, its configuration, our package."""
+def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
+    """The environment a run starts with: seeding variables, where its configuration is
+    (``config_at``: :func:`runconfig.by_descriptor` or :func:`runconfig.by_path`), our package."""
     env = seeding.child_environment(os.environ, spec.seed, spec.components, spec.threads)
     env.update(spec.extra_env)
-    env["REPRO_CHECK_RUN"] = json.dumps(config)
+    env[runconfig.RUN_VAR] = config_at
     env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
     env["PYTHONUNBUFFERED"] = "1"
     pkg_parent = str(Path(__file__).resolve().parents[2])  # the folder that holds repro_check/
@@ -356,14 +358,16 @@ class _LiveRun:
         self.dropped = 0  # lines of the run that could not be taken
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
         read_fd, write_fd = os.pipe()
-        config = run_config(spec, write_fd)
-        if self.streams is not None:
-            config["processes"] = self.streams.config
-        env = run_environment(spec, config)
+        config_fd = -1
         try:
+            config = run_config(spec, write_fd)
+            if self.streams is not None:
+                config["processes"] = self.streams.config
+            config_fd = runconfig.config_file(config)
+            env = run_environment(spec, runconfig.by_descriptor(config_fd))
             self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
                                                 "repro_check.child"], env,
-                                               spec.cwd, pass_fds=(write_fd,))
+                                               spec.cwd, pass_fds=(write_fd, config_fd))
         except BaseException:
             os.close(read_fd)
             if self.writer is not None:
@@ -373,6 +377,8 @@ class _LiveRun:
             raise
         finally:
             os.close(write_fd)
+            if config_fd >= 0:
+                os.close(config_fd)
         self.proc = self.supervised.proc
         assert self.proc.stdout is not None
         out_fd = self.proc.stdout.fileno()
@@ -477,6 +483,11 @@ class _LiveRun:
         if limit is not None and self.killed_for is None and now - self.started > limit:
             self.stop("timeout")
         if self.proc.poll() is None:
+            if procs.is_stopped(self.proc.pid):  # the target stopped its supervisor (SIGSTOP)
+                try:
+                    os.kill(self.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
             if self.stop_deadline is not None and now >= self.stop_deadline:
                 self.kill()
                 self.stop_deadline = now + 1.0  # and again, should anything have been starting
@@ -541,10 +552,18 @@ class _LiveRun:
                 res.signal = signal.Signals(-returncode).name
             except ValueError:
                 res.signal = f"signal {-returncode}"
-        elif returncode == EXIT_RAISED or (returncode != 0 and res.status == "pending"):
+        elif returncode == EXIT_TERMINATED and res.status == "pending":
+            res.status = "failed"
+            res.error = {"kind": "exit", "message": "stopped by a SIGTERM repro-check did not "
+                         f"send (the target signalled itself or its parent?), status {returncode}"}
+        elif returncode == EXIT_CHANNEL:
+            res.status = "failed"  # whatever it recorded after that is lost: never a short run
+            res.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
+        elif returncode != 0:  # EXIT_RAISED, or any other status: a run that failed
+            after = " after the target returned" if res.status != "pending" else ""
             res.status = "failed"
             if res.error is None:
-                res.error = {"kind": "exit", "message": f"exited with status {returncode}"}
+                res.error = {"kind": "exit", "message": f"exited with status {returncode}{after}"}
         elif res.status == "pending":
             res.status = "exited"  # os._exit(0) or similar before the target returned
         if res.status in PRINTED_STATUSES:
@@ -561,10 +580,24 @@ class _LiveRun:
             }
             self.writer.write_raw(dumps({"end": end}))
             if res.header is not None:
-                res.trace_path = str(self.writer.close())
+                res.trace_path = self._keep_trace(self.writer)
             else:
                 self.writer.abort()
         return res
+
+    def _keep_trace(self, writer: TraceWriter) -> str | None:
+        """The run's trace under its name; None, with a warning, when its folder is gone (the
+        target removed it): what was compared stands, only the file is lost."""
+        try:
+            return str(writer.close())
+        except UsageError:
+            if writer.path.parent.is_dir():
+                raise  # the disk is full or the like: one line, exit 2
+            writer.abort()
+            self.result.warnings.append(f"the trace of run {self.spec.index} was not kept: its "
+                                        f"folder {str(writer.path.parent)!r} was removed while "
+                                        "the run went")
+            return None
 
 
 class _Runs:
@@ -693,6 +726,7 @@ def run_all(
     are kept, and :class:`Interrupted` is raised with the results so far; a second signal kills
     at once.
     """
+    procs.ensure_standard_fds()  # no pipe of a run may land on 0, 1 or 2
     runs = _Runs(specs, listener, jobs, should_stop, fits)
     # while runs go, Ctrl-C, SIGTERM and SIGHUP (a closed terminal) only count: the loop stops
     # the runs and keeps what they recorded

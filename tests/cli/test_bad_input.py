@@ -34,10 +34,22 @@ BAD_FLAGS = [
     (["--rtol", "gradz=1"], "unknown signal 'gradz'"),
     (["--max-steps", "0"], "--max-steps must be at least 1"),
     (["--seed", "-3"], "--seed must be between 0"),
+    # sizes that would be allocated, waited on or started before any run
+    (["--runs", "100000000"], "--runs must be at most 1000"),
+    (["--jobs", "1000000000"], "--jobs must be at most"),
+    (["--max-steps", "10000000000000000000000"], "--max-steps must be at most"),
+    (["--timeout", "1e300"], "--timeout must be at most"),
+    (["--nproc-per-node", "1000000"], "--nproc-per-node must be at most"),
+    (["--across", "threads=1,2,3,4", "--runs", "300"], "at most 1000 runs in all"),
+    # the target's arguments must fit a command line, as they would for python itself
+    (["--", "x" * 200_000], "argument 1 of the target is 200000 bytes long"),
+    (["--", "a\0b"], "argument 1 of the target holds a NUL character"),
+    (["--", *["y" * 100_000] * 30], "more than a command line may hold"),
 ]
 
 
-@pytest.mark.parametrize(("flags", "message"), BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
+@pytest.mark.parametrize(("flags", "message"), BAD_FLAGS,
+                         ids=[" ".join(f)[:40] for f, _ in BAD_FLAGS])
 def test_bad_run_flags_are_one_line_and_exit_2_before_any_run(
         flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,6 +60,42 @@ def test_bad_run_flags_are_one_line_and_exit_2_before_any_run(
     assert code == 2, err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not traces.exists() or not any(traces.iterdir()), "no run may start"
+
+
+@pytest.mark.parametrize("target", ["ti\nny.py", "ti\nny.py:main", "no/such\nfile.py"])
+def test_an_error_naming_a_target_with_a_line_break_is_one_line(
+        target: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(FIXTURES)
+    assert cli.console_main([target]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "\\n" in err, err
+
+
+# a console script that sends itself SIG when the module NAME starts to be imported
+_SIGNAL_WHILE_IMPORTING = """
+import os, signal, sys
+SIG, NAME = int(sys.argv.pop(1)), sys.argv.pop(1)
+class Hook:
+    def find_spec(self, name, path=None, target=None):
+        if name == NAME:
+            os.kill(os.getpid(), SIG)
+        return None
+sys.meta_path.insert(0, Hook())
+from repro_check.cli import console_main
+sys.exit(console_main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(("sig", "module"), [(signal.SIGTERM, "repro_check.cli.commands"),
+                                             (signal.SIGINT, "repro_check.report.text")],
+                         ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_repro_check_starts_is_exit_130_and_one_line(sig: int,
+                                                                    module: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_WHILE_IMPORTING, str(int(sig)), module,
+                           "tiny:main"], cwd=FIXTURES, env=cli_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "repro-check: interrupted\n"
 
 
 def test_record_and_verify_accept_one_run_and_a_check_does_not() -> None:

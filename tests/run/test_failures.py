@@ -397,3 +397,71 @@ def test_usage_error_leaves_an_earlier_report_alone(tmp_path: Path) -> None:
     res = run_plain("nosuchmodule_xyz:main", "--json", str(report), cwd=FAIL)
     assert res.code == 2 and report.read_text() == "an earlier report\n"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+# ---- a hostile target: its descriptors, its parent, its arguments ---------------------------
+
+class _Collect:
+    """A runner listener that keeps every event and the results."""
+
+    def __init__(self) -> None:
+        self.events: dict[int, list[dict[str, object]]] = {}
+
+    def run_started(self, index: int) -> None:
+        pass
+
+    def event(self, index: int, event: dict[str, object]) -> None:
+        self.events.setdefault(index, []).append(event)
+
+    def run_finished(self, result: object) -> None:
+        pass
+
+
+def test_a_target_that_takes_fds_signals_its_parent_or_has_huge_args(tmp_path: Path) -> None:
+    """Run 1 signals its parent (the run's supervisor) with SIGUSR1 and SIGSTOP, leaves a process
+    in a session of its own and gets 30,000 arguments and one of 100 KB (more than one
+    environment variable holds): it completes, with every argument, and nothing is left. Runs 2
+    and 3 close every inherited descriptor or dup2 their log over all of them, then train: the
+    trace channel is never written into their log, and each is a failed run, not a short one."""
+    from repro_check import targets
+    from repro_check.child.exits import CHANNEL_MESSAGE
+    from repro_check.run import runner
+
+    pid_file = tmp_path / "pids.txt"
+    many = [str(i) for i in range(30_000)] + ["x" * 100_000]
+    specs = [runner.RunSpec(index=1, target=targets.parse(f"{FAIL / 'signals_parent.py'}:main"),
+                            args=["--pid-file", str(pid_file), "--signals", "SIGUSR1,SIGSTOP",
+                                  *many],
+                            timeout=240, trace_path=tmp_path / "run-1.jsonl")]
+    for index, mode in ((2, "close"), (3, "dup2")):
+        specs.append(runner.RunSpec(index=index, target=targets.parse(str(FAIL / "fd_thief.py")),
+                                    args=["--log", str(tmp_path / f"{mode}.log"), "--mode", mode],
+                                    timeout=240, trace_path=tmp_path / f"run-{index}.jsonl"))
+    listener = _Collect()
+    hostile, closer, duper = runner.run_all(specs, listener, jobs=2)
+
+    assert hostile.status == "completed" and hostile.steps == 3, hostile
+    assert load_trace(hostile.trace_path).header["args"][4:] == many
+    metrics = [e["metrics"] for e in listener.events[1] if "metrics" in e]
+    assert metrics and "args" in metrics[0]
+    assert_none_alive(pids(pid_file))
+
+    for res, mode in ((closer, "close"), (duper, "dup2")):
+        assert res.status == "failed" and res.error is not None, (mode, res)
+        assert res.error["kind"] == "channel" and res.error["message"] == CHANNEL_MESSAGE
+        assert "trace channel" in res.output_tail
+        log = (tmp_path / f"{mode}.log").read_text()
+        assert "{" not in log, f"trace lines in the target's own file: {log[:200]!r}"
+
+
+def test_closed_standard_streams_still_check(tmp_path: Path) -> None:
+    """Started with fds 0, 1 and 2 closed (as some schedulers start jobs): a reproducible script
+    is reported reproducible, not a divergence of a trace pipe that landed on fd 1."""
+    report = tmp_path / "report.json"
+    argv = [sys.executable, "-m", "repro_check", "tiny.py", "--json", str(report),
+            "--trace-dir", str(tmp_path / "traces"), "--", "--steps", "3"]
+    proc = subprocess.run(["sh", "-c", 'exec "$@" <&- >&- 2>&-', "sh", *argv], cwd=FIXTURES,
+                          env=cli_env(), timeout=300)
+    assert proc.returncode == 0
+    data = json.loads(report.read_text())
+    assert data["exit_code"] == 0 and data["steps"] == [3, 3]

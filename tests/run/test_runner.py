@@ -162,3 +162,22 @@ def test_a_line_a_started_process_wrote_that_cannot_be_read_marks_the_run_incomp
     assert [ev["incomplete"] for _, _, ev, _ in taken] == [True, True]
     assert len(result.incomplete) == 2 and result.incomplete[0].startswith(
         "process 3: a line the run wrote was dropped (step 1 has malformed signals)")
+
+
+def test_a_removed_trace_folder_and_an_exit_status_after_returning(tmp_path: Path) -> None:
+    """Run 1 removes its trace folder mid-run: its steps still count, the lost file is a warning
+    (not an error of ours). Run 2 leaves with status 7 from an atexit handler after the target
+    returned: a failed run, as ``python script.py`` would report it, never a completed one."""
+    target = targets.parse(f"{FIXTURES / 'failures' / 'saboteur.py'}:main")
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    specs = [runner.RunSpec(index=1, target=target, args=["--remove", str(folder)], timeout=240,
+                            trace_path=folder / "run-1.jsonl"),
+             runner.RunSpec(index=2, target=target, args=["--atexit-status", "7"], timeout=240,
+                            trace_path=tmp_path / "run-2.jsonl")]
+    removed, exited = runner.run_all(specs, _Events(), jobs=2)
+    assert removed.status == "completed" and removed.steps == 3 and removed.trace_path is None
+    assert any("was removed while the run went" in w for w in removed.warnings)
+    assert exited.status == "failed" and exited.returncode == 7 and exited.steps == 3
+    assert exited.error is not None and "status 7 after the target returned" in \
+        exited.error["message"]
