@@ -202,6 +202,26 @@ def is_valid(enc: Any) -> bool:
     return _SIGNED_HEX.fullmatch(bits) is not None
 
 
+#: dtypes whose ``bits`` are the value itself in signed hex (one canonical text per value)
+_INT_DTYPES = frozenset({"int", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                         "uint32", "uint64"})
+_NOT_CANONICAL = re.compile(r"[A-F]|^-?0.|^-0$")
+
+
+def canonicalize(enc: Encoded) -> Encoded:
+    """Put the ``bits`` of a valid encoded scalar in the form the writers make (lower-case hex,
+    an integer without leading zeros), in place: bits are compared as text, and a value written
+    another way by hand or by another tool is still the same value."""
+    bits = enc["bits"]
+    if not _NOT_CANONICAL.search(bits):
+        return enc
+    if enc["dtype"] in _INT_DTYPES:
+        enc["bits"] = format(int(bits, 16), "x")
+    else:
+        enc["bits"] = bits.lower()
+    return enc
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """How two values are judged equal: exact bits unless atol, rtol or ulps are given.

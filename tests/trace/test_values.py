@@ -80,3 +80,14 @@ def test_encode_tensors_in_a_batch_like_one_at_a_time() -> None:
     assert values.encode_tensors(items) == [
         values.encode_tensor(items[0]), None, values.encode_tensor(items[2]),
         values.encode_tensor(items[3])]
+
+
+def test_canonical_bits_are_one_text_per_value() -> None:
+    for written, canonical in (({"dtype": "float32", "bits": "3F800000"}, "3f800000"),
+                               ({"dtype": "int", "bits": "00FF"}, "ff"),
+                               ({"dtype": "int64", "bits": "-0a"}, "-a"),
+                               ({"dtype": "int", "bits": "-0"}, "0"),
+                               ({"dtype": "bigint", "bits": "AB"}, "ab"),
+                               ({"dtype": "float16", "bits": "0000"}, "0000")):
+        assert values.canonicalize(dict(written))["bits"] == canonical
+    assert values.encode(255)["bits"] == values.canonicalize(values.encode(255))["bits"]
