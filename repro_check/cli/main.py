@@ -31,7 +31,25 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
 
 
 def console_main(argv: Sequence[str] | None = None) -> int:
-    """The console script: exit codes at the edge, one line for every error of ours."""
+    """The console script: exit codes at the edge, one line for every error of ours. Under
+    GitHub Actions nothing printed can act as a workflow command but repro-check's own."""
+    from repro_check.report import ci
+
+    for stream in (sys.stdout, sys.stderr):  # a path or text no terminal can take, written out
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    if not ci.on_github():
+        return _console_main(argv)
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ci.CommandSafe(sys.stdout), ci.CommandSafe(sys.stderr)
+    try:
+        return _console_main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _console_main(argv: Sequence[str] | None) -> int:
     try:
         return int(main(argv))
     except SystemExit as e:  # --help, --version
