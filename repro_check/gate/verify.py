@@ -7,17 +7,18 @@ import os
 from typing import Any
 
 from repro_check.compare.steps import Comparison
-from repro_check.errors import UsageError
+from repro_check.errors import TraceFileError, UsageError
 from repro_check.gate.golden import (
     attach_environment,
     check_golden,
     header_settings,
+    missing_rules,
     relabel,
     result_from_trace,
 )
 from repro_check.report.model import GatePart, Report
 from repro_check.report.text import visible
-from repro_check.run.options import RunOptions
+from repro_check.run.options import RecordedSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.run.runner import Listener, RunResult
 from repro_check.run.session import NullListener, Session, failure
@@ -73,15 +74,19 @@ class GoldenFeed:
         self.listener.run_finished(result)
 
 
-def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
-                  listener: Listener | None = None) -> Report:
-    """Run the target once and compare it step by step with the golden trace ``golden``.
+@dataclasses.dataclass
+class Prepared:
+    """A golden checked whole and the options of the run compared with it."""
 
-    What ``options`` leaves unset (seed, seeding, threads, max steps, the target and its
-    arguments) is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad
-    options and :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a
-    complete trace.
-    """
+    options: RunOptions
+    golden: TraceStream
+    recorded: RecordedSettings
+
+
+def prepare(options: RunOptions, golden: str | os.PathLike[str]) -> Prepared:
+    """Everything ``verify`` checks before it runs anything: the golden (whole, its body against
+    its header), the target, the options it takes from the golden, and the printed-metric rules
+    the golden's metrics need (from the command line or config: never from the file)."""
     golden_path = str(golden)
     scanned = check_golden(golden_path)
     recorded = header_settings(scanned.header, golden_path)
@@ -89,7 +94,30 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
         named = f" (it was recorded from {visible(recorded.target)!r})" if recorded.target else ""
         raise UsageError(f"verify needs TARGET, or a target in [tool.repro-check]: a golden never "
                          f"decides what runs{named}")
-    options = options.inherit(recorded)
+    try:
+        inherited = options.inherit(recorded)
+    except UsageError as e:  # the options were valid alone: the golden's values are at fault
+        raise TraceFileError(f"{golden_path}: the settings its header records make no valid run "
+                             f"({e})") from None
+    lacking = missing_rules(scanned.header, scanned.metrics, golden_path,
+                            inherited.printed_metrics)
+    if lacking:
+        raise UsageError(lacking)
+    return Prepared(inherited, scanned, recorded)
+
+
+def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
+                  listener: Listener | None = None) -> Report:
+    """Run the target once and compare it step by step with the golden trace ``golden``.
+
+    What ``options`` leaves unset (seed, seeding, threads, max steps, the target's arguments)
+    is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad options and
+    :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a complete
+    trace or whose header disagrees with what it holds.
+    """
+    golden_path = str(golden)
+    prepared = prepare(options, golden_path)
+    options, scanned, recorded = prepared.options, prepared.golden, prepared.recorded
     policy = options.policy()
     session = Session(options, runs=1)
     comparison = Comparison(2, policy)
@@ -112,6 +140,9 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
                     gate=GatePart("verify", labels=list(LABELS), golden=golden_path))
     report.error = failure([run], result)
     report.warnings += [f"this run: {w}" for w in run.warnings]
+    unread = _not_compared(options, scanned, run)
+    if unread:
+        report.warnings.append(unread)
     if recorded.target and recorded.target != options.target:
         report.warnings.append(f"the golden was recorded from {recorded.target}, this run is "
                                f"{options.target}")
@@ -121,3 +152,19 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
                                     upto=result.first_divergent_step or options.max_steps,
                                     extra=options.tolerances.to_args())
     return report
+
+
+def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> str | None:
+    """What the golden holds that this run was not compared with, because ``--max-steps`` (given
+    by the user: a golden's own is checked against its body) stopped it first."""
+    if run.status != "stopped" or options.max_steps is None:
+        return None
+    parts = []
+    if golden.steps > options.max_steps:
+        parts.append(f"steps {options.max_steps + 1} to {golden.steps}")
+    if golden.metrics:
+        parts.append("its final metrics")
+    if not parts:
+        return None
+    return (f"--max-steps {options.max_steps} stopped this run: the golden's "
+            f"{' and '.join(parts)} were not compared")
