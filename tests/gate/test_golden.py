@@ -382,3 +382,14 @@ def test_many_metrics_show_the_differing_ones_and_a_count(tmp_path: Path) -> Non
     assert sum(line.lstrip().startswith("≠") for line in text.splitlines()) == 20
     assert "3000 metrics compared, 30 differ; the first 20 shown" in " ".join(text.split())
     assert "m2999" not in text  # an agreeing metric has no row
+
+
+def test_a_band_judges_the_bits_not_the_readable_value(tmp_path: Path) -> None:
+    golden = craft(tmp_path / "g.json", BANDED, [*steps(1, band=True), END])
+    for loss in ({"dtype": "weird", "bits": "ff", "value": 1.0},
+                 {"dtype": "int", "bits": "ff", "value": 1.0},
+                 {"dtype": "float32", "bits": "42c80000", "value": 1.0}):  # bits of 100.0
+        other = craft(tmp_path / "o.json", {}, [{"step": 1, "signals": {"loss": loss}}, END])
+        assert diff(golden, other).first_divergent_step == 1, loss
+    inside = craft(tmp_path / "i.json", {}, [{"step": 1, "signals": {"loss": f32(1.2)}}, END])
+    assert diff(golden, inside).comparison.judged == {"band": 1}
