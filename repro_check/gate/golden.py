@@ -49,9 +49,19 @@ def header_settings(header: dict[str, Any], path: str) -> RecordedSettings:
     if max_steps is not None and max_steps > MAX_STEP:
         raise TraceFileError(f"{path}: the header's max_steps {_number(max_steps)} is out of "
                              f"range (1 to {MAX_STEP}): not a trace repro-check wrote")
+    args = list(header.get("args") or [])
+    size = sum(len(a.encode("utf-8", "backslashreplace")) + 3 for a in args)
+    if size > MAX_ARGS_BYTES:
+        raise TraceFileError(f"{path}: the header's args take {size} bytes, more than a run can "
+                             f"be given ({MAX_ARGS_BYTES}): not a trace repro-check wrote")
     recorded_rules(header, path)
-    return RecordedSettings(header.get("target"), list(header.get("args") or []), seed,
+    return RecordedSettings(header.get("target"), args, seed,
                             list(comps), threads, max_steps)
+
+
+#: the most a run's arguments may take: they reach it in one environment variable, which the
+#: kernel bounds (128 KiB a string on Linux) with the rest of the run's configuration
+MAX_ARGS_BYTES = 64 * 1024
 
 
 def _number(x: int) -> str:

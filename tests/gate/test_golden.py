@@ -321,13 +321,14 @@ def test_a_user_max_steps_says_what_was_not_compared() -> None:
     assert TraceStream  # the golden is a stream in verify
 
 
-@pytest.mark.parametrize("threads, max_steps, field", [(5000, None, "threads"),
-                                                      (1, 10**13, "max_steps")])
+@pytest.mark.parametrize("header, field", [({"threads": 5000}, "threads"),
+                                           ({"max_steps": 10**13}, "max_steps"),
+                                           ({"args": ["x" * 4000] * 60}, "args")])
 def test_an_out_of_range_header_field_is_the_goldens_fault(
-        threads: int, max_steps: int | None, field: str, tmp_path: Path,
+        header: dict[str, Any], field: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    golden = craft(tmp_path / "g.json", {"threads": threads, "max_steps": max_steps},
-                   [*steps(2), END])
+    """Blamed on --threads before; args too long to pass to a run were an internal error."""
+    golden = craft(tmp_path / "g.json", header, [*steps(2), END])
     monkeypatch.chdir(FIXTURES)
     code, out, err = run_cli(capsys, "verify", "tiny.py:main", "--golden", str(golden),
                              "--trace-dir", str(tmp_path / "traces"))
