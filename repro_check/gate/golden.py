@@ -105,10 +105,11 @@ def missing_rules(header: dict[str, Any], metrics: dict[str, Any], path: str,
     if not lacking:
         return None
     flags = " ".join(f"--metric {shlex.quote(f'{n}={r}')}" for n, r in lacking)
-    return (f"{path}: the golden holds {', '.join(printed.PREFIX + n for n, _ in lacking)}, "
-            f"picked from the run's output by a rule it was recorded with; verify never runs a "
-            f"regex taken from a file: give the rule yourself ({flags}, or metric in "
-            "[tool.repro-check])")
+    held = ", ".join(printed.PREFIX + n for n, _ in lacking)
+    text = (f"{path}: the golden holds {held}, picked from the run's output by a rule it was "
+            f"recorded with; verify never runs a regex taken from a file: give the rule "
+            f"yourself ({flags}, or metric in [tool.repro-check])")
+    return visible(text).replace("\n", "\\n")  # one line, whatever the file holds
 
 
 # ---- what a file's body must agree with in its header --------------------------------------------

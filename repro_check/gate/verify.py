@@ -9,6 +9,7 @@ from typing import Any
 from repro_check.compare.steps import Comparison
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.gate.golden import (
+    BodyCheck,
     attach_environment,
     check_golden,
     header_settings,
@@ -30,16 +31,26 @@ LABELS = ["golden", "this run"]
 class GoldenFeed:
     """Feeds the golden's steps to the comparison as the run reaches them (run 1 = golden)."""
 
-    def __init__(self, comparison: Comparison, golden: TraceStream, listener: Listener | None) -> None:
+    def __init__(self, comparison: Comparison, golden: TraceStream, listener: Listener | None,
+                 scanned: TraceStream | None = None) -> None:
         self.comparison = comparison
         self.golden = golden
         self.listener = listener or NullListener()
         self.fed = 0
         self.exhausted = False
+        #: the golden as checked before the run: this second read must hold the same
+        self.scanned = scanned
+        self.check = BodyCheck(golden.header, golden.path)
+
+    def _next(self) -> dict[str, Any] | None:
+        ev = self.golden.next_step()
+        if ev is not None:
+            self.check.step(ev)
+        return ev
 
     def _advance(self, upto: int) -> None:
         while self.fed < upto and not self.exhausted:
-            ev = self.golden.next_step()
+            ev = self._next()
             if ev is None:
                 self.exhausted = True
                 self.comparison.end(1, self.fed)
@@ -70,7 +81,13 @@ class GoldenFeed:
             cmp.end(2, result.steps)
             self._advance(10**18)
             cmp.set_metrics(1, self.golden.metrics, self.golden.metrics_band)
-        self.golden.drain()
+        while self._next() is not None:
+            pass
+        self.check.finish(self.golden)
+        before = self.scanned
+        if before is not None and (self.golden.steps, self.golden.metrics, self.golden.header) \
+                != (before.steps, before.metrics, before.header):
+            raise TraceFileError(f"{self.golden.path}: the golden changed while verify read it")
         self.listener.run_finished(result)
 
 
@@ -122,7 +139,7 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     session = Session(options, runs=1)
     comparison = Comparison(2, policy)
     stream = TraceStream(golden_path, require_end=True)
-    feed = GoldenFeed(comparison, stream, listener)
+    feed = GoldenFeed(comparison, stream, listener, scanned)
     stop = comparison.settled_divergence if options.fail_fast else None
     try:
         outcome = session.run(feed, 1, stop)
@@ -160,7 +177,9 @@ def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> s
     if run.status != "stopped" or options.max_steps is None:
         return None
     parts = []
-    if golden.steps > options.max_steps:
+    if golden.steps == options.max_steps + 1:
+        parts.append(f"step {golden.steps}")
+    elif golden.steps > options.max_steps:
         parts.append(f"steps {options.max_steps + 1} to {golden.steps}")
     if golden.metrics:
         parts.append("its final metrics")

@@ -394,3 +394,22 @@ def test_a_band_judges_the_bits_not_the_readable_value(tmp_path: Path) -> None:
         assert diff(golden, other).first_divergent_step == 1, loss
     inside = craft(tmp_path / "i.json", {}, [{"step": 1, "signals": {"loss": f32(1.2)}}, END])
     assert diff(golden, inside).comparison.judged == {"band": 1}
+
+
+def test_a_golden_swapped_during_the_run_is_refused(tmp_path: Path) -> None:
+    """verify reads the golden twice (checked whole, then fed as the run goes): the second read
+    gets the same checks and must hold what the first did."""
+    from repro_check.compare.steps import Comparison
+    from repro_check.gate.golden import check_golden
+    from repro_check.gate.verify import GoldenFeed
+    from repro_check.run.runner import RunResult
+    from repro_check.trace.format import TraceStream
+
+    checked = check_golden(craft(tmp_path / "g.json", {}, [*steps(3), END]))
+    for name, lines, why in (("longer", [*steps(4), END], "changed while verify read it"),
+                             ("banded", [*steps(3, band=True), END], "header and body disagree")):
+        swapped = craft(tmp_path / f"{name}.json", {}, lines)
+        feed = GoldenFeed(Comparison(2), TraceStream(swapped), None, checked)
+        with pytest.raises(TraceFileError, match=why):
+            feed.event(2, {"step": 1, "signals": {"loss": f32(1.0)}})
+            feed.run_finished(RunResult(2, status="completed", steps=1))
