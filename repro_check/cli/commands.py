@@ -28,6 +28,7 @@ from repro_check.cli.plan import (
     planned,
     printer,
     replay_from,
+    target_file,
     under,
 )
 from repro_check.config import Config, TargetEntry, load
@@ -35,7 +36,7 @@ from repro_check.errors import ExitCode, UsageError
 from repro_check.report.model import Report
 from repro_check.run import signals
 from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions
-from repro_check.trace.atomic import STDOUT, check_writable, write_text_atomic
+from repro_check.trace.atomic import STDOUT, check_distinct, check_writable, write_text_atomic
 
 #: one target of a plan: its TARGET, its config entry, and (record, verify) its golden file
 Planned = tuple[Any, "TargetEntry | None", Any]
@@ -65,6 +66,11 @@ def run_plan(ns: argparse.Namespace, cfg: Config, plan: Sequence[Planned], from_
     return reports
 
 
+def _from_root(path: str, cfg: Config, from_config: bool) -> str:
+    """A golden path of the plan as the file it is (config paths are relative to its folder)."""
+    return str(cfg.root / path) if from_config and cfg.root is not None else path
+
+
 def parsed(parser: argparse.ArgumentParser, argv: Sequence[str]
            ) -> tuple[argparse.Namespace, list[str] | None, Config]:
     """The flags, the target's arguments after ``--`` (None without ``--``) and the config."""
@@ -87,8 +93,9 @@ def check_command(argv: Sequence[str]) -> ExitCode:
     targets, from_config = planned(ns, cfg)
     if not targets:
         raise UsageError("the following arguments are required: TARGET")
-    out = outputs(ns, cfg)
     html_path = absolute(ns.report_path)
+    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
+                  [("--report", html_path)])
     if html_path:
         from repro_check.report.html import require_matplotlib
 
@@ -146,7 +153,8 @@ def record_command(argv: Sequence[str]) -> ExitCode:
             raise UsageError(f"record needs -o PATH for {target} (or golden in "
                              "[tool.repro-check])")
         plan.append((target, entry, under(Path(path), cfg.root) if from_config else path))
-    out = outputs(ns, cfg)
+    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
+                  [("-o", _from_root(g, cfg, from_config)) for _, _, g in plan])
 
     def run_one(target: str, entry: TargetEntry | None, golden: str) -> Report:
         options = options_for(ns, cfg, target, entry, target_args,
@@ -161,8 +169,7 @@ def record_command(argv: Sequence[str]) -> ExitCode:
 
 # ---- verify ------------------------------------------------------------------------------------
 def verify_command(argv: Sequence[str]) -> ExitCode:
-    from repro_check.gate.golden import check_golden
-    from repro_check.gate.verify import verify_golden
+    from repro_check.gate.verify import prepare, verify_golden
 
     ns, target_args, cfg = parsed(parsers.verify_parser(), argv)
     if ns.target or ns.golden:
@@ -182,12 +189,13 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
             raise UsageError(f"verify needs --golden PATH for {target} (or golden in "
                              "[tool.repro-check])")
         plan.append((target, entry, under(Path(path), cfg.root) if from_config else path))
-    out = outputs(ns, cfg)
+    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets]
+                  + [("golden", _from_root(g, cfg, from_config)) for _, _, g in plan])
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     tol.policy()  # a bad value fails before any run
     with in_folder(cfg.root if from_config else None):
-        for _, _, golden in plan:  # every golden is checked before anything runs
-            check_golden(golden)
+        for target, entry, golden in plan:  # every golden is checked before anything runs
+            prepare(options_for(ns, cfg, target, entry, target_args, tolerances=tol), golden)
 
     def run_one(target: str | None, entry: TargetEntry | None, golden: str) -> Report:
         options = options_for(ns, cfg, target, entry, target_args, tolerances=tol)
@@ -205,7 +213,7 @@ def diff_command(argv: Sequence[str]) -> ExitCode:
 
     ns = parsers.diff_parser().parse_args(list(argv))
     cfg = load(ns.config)
-    out = outputs(ns, cfg)
+    out = outputs(ns, cfg, [("trace A", ns.a), ("trace B", ns.b)])
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     report = diff_traces(ns.a, ns.b, tol)
     printer(out)(report)
@@ -231,6 +239,7 @@ def doctor_command(argv: Sequence[str]) -> ExitCode:
     if ns.no_env and ns.target is None:
         raise UsageError("nothing to do: give a TARGET to scan, or leave out --no-env")
     if ns.json_path:
+        check_distinct([("--json", ns.json_path)], [("TARGET", target_file(ns.target))])
         check_writable(ns.json_path, "--json")
     from repro_check.doctor.checkup import doctor, print_summary
 
@@ -248,6 +257,8 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
     if not ns.target:
         raise UsageError("the following arguments are required: TARGET")
     if ns.json_path:
+        check_distinct([("--json", ns.json_path), ("--trace-dir", ns.trace_dir)],
+                       [("TARGET", target_file(ns.target))])
         check_writable(ns.json_path, "--json")
     from repro_check.diagnose.diagnosis import diagnose
     from repro_check.report.diagnosis import print_diagnosis

@@ -76,13 +76,27 @@ def one_line(text: str) -> str:
 
 
 def console_main(argv: Sequence[str] | None = None) -> int:
-    """The console script: exit codes at the edge, one line for every error of ours."""
+    """The console script: exit codes at the edge, one line for every error of ours. Under
+    GitHub Actions nothing printed can act as a workflow command but repro-check's own."""
     previous = _early_signals()
     try:
         from repro_check.run.procs import ensure_standard_fds
 
         ensure_standard_fds()
-        return _guarded(argv)
+        for stream in (sys.stdout, sys.stderr):  # a path or text no terminal can take, written out
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="backslashreplace")
+        from repro_check.report import ci
+
+        if not ci.on_github():
+            return _guarded(argv)
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = ci.CommandSafe(sys.stdout), ci.CommandSafe(sys.stderr)
+        try:
+            return _guarded(argv)
+        finally:
+            sys.stdout, sys.stderr = saved
     finally:
         for sig, old in previous.items():
             if signal.getsignal(sig) == _interrupted_early:

@@ -21,7 +21,7 @@ from repro_check.errors import ExitCode, UsageError
 from repro_check.report import ci
 from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
-from repro_check.trace.atomic import STDOUT, check_writable, write_text_atomic
+from repro_check.trace.atomic import STDOUT, check_distinct, check_writable, write_text_atomic
 
 
 def first(*choices: Any) -> Any:
@@ -65,15 +65,34 @@ class Outputs:
     junit_path: str | None
 
 
-def outputs(ns: argparse.Namespace, cfg: Config) -> Outputs:
-    """Where the reports go (flag, else config); checked writable before anything runs."""
+Named = tuple[str, "str | os.PathLike[str] | None"]
+
+
+def outputs(ns: argparse.Namespace, cfg: Config, inputs: Sequence[Named] = (),
+            more: Sequence[Named] = ()) -> Outputs:
+    """Where the reports go (flag, else config); checked writable before anything runs, and
+    checked to be none of the files read (``inputs``, the config, each other and ``more``, the
+    command's other outputs), so that no report replaces what it reports on."""
     json_path = ns.json_path or cfg_path(cfg, "json")
     junit_path = ns.junit_path or cfg_path(cfg, "junit")
+    trace_dir = getattr(ns, "trace_dir", None) or cfg_path(cfg, "trace-dir")
+    check_distinct([("--json", json_path), ("--junit", junit_path), *more,
+                    ("--trace-dir", trace_dir)],
+                   [("the config", cfg.path), *inputs])
     if json_path:
         check_writable(json_path, "--json")
     if junit_path:
         check_writable(junit_path, "--junit")
     return Outputs(absolute(json_path), absolute(junit_path))
+
+
+def target_file(target: str | None) -> str | None:
+    """The file a TARGET names (``train.py``, ``train.py:main``), when it names one: an input,
+    which no output may replace."""
+    if not target:
+        return None
+    path = target.rpartition(":")[0] if ".py:" in target else target
+    return path if os.path.isfile(path) else None
 
 
 def absolute(path: str | None) -> str | None:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from repro_check.compare.steps import Comparison, Policy
 from repro_check.compare.tolerances import ToleranceOptions
-from repro_check.gate.golden import attach_environment, header_settings, relabel, result_from_trace
+from repro_check.gate.golden import (
+    BodyCheck,
+    attach_environment,
+    header_settings,
+    relabel,
+    result_from_trace,
+)
 from repro_check.report.model import GatePart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
@@ -29,7 +35,8 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
     try:
         ha, hb = header_settings(sa.header, pa), header_settings(sb.header, pb)
         comparison = Comparison(2, policy)
-        _compare_side_by_side(comparison, sa, sb)
+        _compare_side_by_side(comparison, sa, sb, BodyCheck(sa.header, pa),
+                              BodyCheck(sb.header, pb))
     finally:
         sa.close()
         sb.close()
@@ -60,19 +67,23 @@ def _failed(stream: TraceStream) -> bool:
     return end.get("status") in FAILED_STATUSES
 
 
-def _compare_side_by_side(comparison: Comparison, sa: TraceStream, sb: TraceStream) -> None:
-    """Feed both traces' steps in lockstep, then their metrics (A's band applies)."""
+def _compare_side_by_side(comparison: Comparison, sa: TraceStream, sb: TraceStream,
+                          ca: BodyCheck, cb: BodyCheck) -> None:
+    """Feed both traces' steps in lockstep, then their metrics (A's band applies); each file's
+    body is checked against its header as it passes."""
     ended = {1: False, 2: False}
     while not (ended[1] and ended[2]):
-        for run, stream in ((1, sa), (2, sb)):
+        for run, stream, check in ((1, sa, ca), (2, sb, cb)):
             if ended[run]:
                 continue
             ev = stream.next_step()
             if ev is None:
                 ended[run] = True
+                check.finish(stream)
                 # a trace of a failed run is cut short: its missing steps are no divergence
                 comparison.end(run, stream.steps, complete=not _failed(stream))
             else:
+                check.step(ev)
                 comparison.add_step(run, ev["step"], ev["signals"],
                                     ev.get("band") if run == 1 else None)
     comparison.set_metrics(1, sa.metrics, sa.metrics_band)

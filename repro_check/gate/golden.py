@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,17 +21,20 @@ from repro_check.compare import cause, printed
 from repro_check.compare.steps import ComparisonResult
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
-from repro_check.run.options import RecordedSettings
+from repro_check.report.text import visible
+from repro_check.run.options import MAX_THREADS, RecordedSettings
 from repro_check.run.runner import RunResult
 from repro_check.trace import values
-from repro_check.trace.format import TraceStream, TraceWriter, check_header, header_line
+from repro_check.trace.format import MAX_STEP, TraceStream, TraceWriter, check_header, header_line
 from repro_check.version import __version__
 
 
 # ---- settings taken from a golden's header -----------------------------------------------------
 def header_settings(header: dict[str, Any], path: str) -> RecordedSettings:
     """The run settings recorded in a trace header, checked (a header is untrusted input: the
-    trace reader validates it, see :func:`repro_check.trace.format.check_header`)."""
+    trace reader validates it, see :func:`repro_check.trace.format.check_header`). A value out
+    of the range a run accepts is the file's fault, named as such (exit 2), never blamed on the
+    flag that would have set it."""
     check_header(header, path)
     seed = header.get("seed")
     comps = header.get("components")
@@ -38,13 +42,119 @@ def header_settings(header: dict[str, Any], path: str) -> RecordedSettings:
         comps = list(seeding.COMPONENTS) if seed is not None else []
     if seed is None:
         comps = []
-    try:
-        rules = printed.rules_of(header.get("printed_metrics") or [])
-    except UsageError:
-        raise TraceFileError(f"{path}: not a valid repro-check trace (malformed printed_metrics "
-                             "in header)") from None
-    return RecordedSettings(header.get("target"), list(header.get("args") or []), seed,
-                            list(comps), header.get("threads"), header.get("max_steps"), rules)
+    threads, max_steps = header.get("threads"), header.get("max_steps")
+    if threads is not None and threads > MAX_THREADS:
+        raise TraceFileError(f"{path}: the header's threads {_number(threads)} is out of range "
+                             f"(1 to {MAX_THREADS}): not a trace repro-check wrote")
+    if max_steps is not None and max_steps > MAX_STEP:
+        raise TraceFileError(f"{path}: the header's max_steps {_number(max_steps)} is out of "
+                             f"range (1 to {MAX_STEP}): not a trace repro-check wrote")
+    args = list(header.get("args") or [])
+    size = sum(len(a.encode("utf-8", "backslashreplace")) + 3 for a in args)
+    if size > MAX_ARGS_BYTES:
+        raise TraceFileError(f"{path}: the header's args take {size} bytes, more than a run can "
+                             f"be given ({MAX_ARGS_BYTES}): not a trace repro-check wrote")
+    recorded_rules(header, path)
+    return RecordedSettings(header.get("target"), args, seed,
+                            list(comps), threads, max_steps)
+
+
+#: the most a run's arguments may take: they reach it in one environment variable, which the
+#: kernel bounds (128 KiB a string on Linux) with the rest of the run's configuration
+MAX_ARGS_BYTES = 64 * 1024
+
+
+def _number(x: int) -> str:
+    text = str(x)
+    return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
+
+
+def recorded_rules(header: dict[str, Any], path: str) -> tuple[tuple[str, str], ...]:
+    """The ``--metric`` rules a trace was recorded with, as text: never compiled nor run (a
+    regex from a file would decide what work runs on every line a run prints), only shown to
+    the user, who gives the rules to use."""
+    raw = header.get("printed_metrics")
+    if raw is None:
+        return ()
+    rules: list[tuple[str, str]] = []
+    if isinstance(raw, list) and len(raw) <= MAX_RECORDED_RULES:
+        for item in raw:
+            if isinstance(item, str) and "=" in item:
+                item = item.split("=", 1)
+            if not (isinstance(item, (list, tuple)) and len(item) == 2
+                    and all(isinstance(x, str) and 0 < len(x) <= 4096 for x in item)):
+                break
+            rules.append((item[0], item[1]))
+        else:
+            return tuple(rules)
+    raise TraceFileError(f"{path}: not a valid repro-check trace (malformed printed_metrics "
+                         "in header)")
+
+
+#: no run is recorded with more ``--metric`` rules than this
+MAX_RECORDED_RULES = 1000
+
+
+def missing_rules(header: dict[str, Any], metrics: dict[str, Any], path: str,
+                  given: Sequence[tuple[str, str]]) -> str | None:
+    """Why ``verify`` cannot compare the golden's printed metrics with the rules it was given:
+    a metric the golden holds was picked by a rule that the command line and config lack."""
+    names = {name for name, _ in given}
+    lacking = [(n, r) for n, r in recorded_rules(header, path)
+               if printed.PREFIX + n in metrics and n not in names]
+    if not lacking:
+        return None
+    flags = " ".join(f"--metric {shlex.quote(f'{n}={r}')}" for n, r in lacking)
+    held = ", ".join(printed.PREFIX + n for n, _ in lacking)
+    text = (f"{path}: the golden holds {held}, picked from the run's output by a rule it was "
+            f"recorded with; verify never runs a regex taken from a file: give the rule "
+            f"yourself ({flags}, or metric in [tool.repro-check])")
+    return visible(text).replace("\n", "\\n")  # one line, whatever the file holds
+
+
+# ---- what a file's body must agree with in its header --------------------------------------------
+class BodyCheck:
+    """Checks that a trace's body agrees with the header fields that change what is compared, as
+    its records pass: a header is never trusted alone. A golden stopped at ``max_steps`` holds at
+    most that many steps, and no final metrics when it holds exactly that many (a run stopped
+    there records none); bands come only with a golden recorded from repeated runs, and each
+    holds the golden's own value. Any disagreement is a corrupt file (exit 2)."""
+
+    def __init__(self, header: dict[str, Any], path: str) -> None:
+        self.path = path
+        golden = header.get("golden")
+        self.banded = isinstance(golden, dict) and golden.get("band") is True \
+            and isinstance(golden.get("runs"), int) and golden["runs"] >= 2
+        self.max_steps = header.get("max_steps")
+
+    def _refuse(self, why: str) -> TraceFileError:
+        return TraceFileError(f"{self.path}: header and body disagree: {why}")
+
+    def _band(self, band: dict[str, Any], held: dict[str, Any], where: str) -> None:
+        if not self.banded:
+            raise self._refuse(f"{where} carry a band, but the header does not say the golden was "
+                               "recorded from repeated runs (golden.band, golden.runs)")
+        for name, limits in band.items():
+            own = held.get(name)
+            if not (isinstance(own, dict) and values.in_band(own, limits)):
+                raise self._refuse(f"{where}: the band of {visible(name)[:80]!r} does not hold "
+                                   "the golden's own value")
+
+    def step(self, event: dict[str, Any]) -> None:
+        if self.max_steps is not None and event["step"] > self.max_steps:
+            raise self._refuse(f"the header says the run stopped at max_steps {self.max_steps}, "
+                               f"but the file holds step {event['step']}")
+        band = event.get("band")
+        if band:
+            self._band(band, event["signals"], f"step {event['step']}")
+
+    def finish(self, stream: TraceStream) -> None:
+        """Once the whole file was read: its final metrics."""
+        if stream.metrics_band:
+            self._band(stream.metrics_band, stream.metrics, "the final metrics")
+        if self.max_steps is not None and stream.steps == self.max_steps and stream.metrics:
+            raise self._refuse(f"the header says the run stopped at max_steps {self.max_steps}, "
+                               "where a run records no final metrics, but the file holds some")
 
 
 def result_from_trace(index: int, stream: TraceStream) -> RunResult:
@@ -109,9 +219,16 @@ def attach_environment(report: Report, ref_header: dict[str, Any] | None,
 
 
 def check_golden(path: str | os.PathLike[str]) -> TraceStream:
-    """Validate a whole golden file before anything runs; return its header and totals."""
+    """Validate a whole golden file before anything runs (its body against its header too, see
+    :class:`BodyCheck`); return its header and totals."""
     stream = TraceStream(path, require_end=True)
-    stream.drain()
+    check = BodyCheck(stream.header, str(path))
+    try:
+        while (event := stream.next_step()) is not None:
+            check.step(event)
+    finally:
+        stream.close()
+    check.finish(stream)
     if stream.steps == 0 and not stream.metrics:
         raise TraceFileError(f"{path}: the trace records no step and no metric: nothing to verify "
                              "against")

@@ -7,17 +7,19 @@ import os
 from typing import Any
 
 from repro_check.compare.steps import Comparison
-from repro_check.errors import UsageError
+from repro_check.errors import TraceFileError, UsageError
 from repro_check.gate.golden import (
+    BodyCheck,
     attach_environment,
     check_golden,
     header_settings,
+    missing_rules,
     relabel,
     result_from_trace,
 )
 from repro_check.report.model import GatePart, Report
 from repro_check.report.text import visible
-from repro_check.run.options import RunOptions
+from repro_check.run.options import RecordedSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.run.runner import Listener, RunResult
 from repro_check.run.session import NullListener, Session, failure
@@ -29,16 +31,26 @@ LABELS = ["golden", "this run"]
 class GoldenFeed:
     """Feeds the golden's steps to the comparison as the run reaches them (run 1 = golden)."""
 
-    def __init__(self, comparison: Comparison, golden: TraceStream, listener: Listener | None) -> None:
+    def __init__(self, comparison: Comparison, golden: TraceStream, listener: Listener | None,
+                 scanned: TraceStream | None = None) -> None:
         self.comparison = comparison
         self.golden = golden
         self.listener = listener or NullListener()
         self.fed = 0
         self.exhausted = False
+        #: the golden as checked before the run: this second read must hold the same
+        self.scanned = scanned
+        self.check = BodyCheck(golden.header, golden.path)
+
+    def _next(self) -> dict[str, Any] | None:
+        ev = self.golden.next_step()
+        if ev is not None:
+            self.check.step(ev)
+        return ev
 
     def _advance(self, upto: int) -> None:
         while self.fed < upto and not self.exhausted:
-            ev = self.golden.next_step()
+            ev = self._next()
             if ev is None:
                 self.exhausted = True
                 self.comparison.end(1, self.fed)
@@ -69,19 +81,29 @@ class GoldenFeed:
             cmp.end(2, result.steps)
             self._advance(10**18)
             cmp.set_metrics(1, self.golden.metrics, self.golden.metrics_band)
-        self.golden.drain()
+        while self._next() is not None:
+            pass
+        self.check.finish(self.golden)
+        before = self.scanned
+        if before is not None and (self.golden.steps, self.golden.metrics, self.golden.header) \
+                != (before.steps, before.metrics, before.header):
+            raise TraceFileError(f"{self.golden.path}: the golden changed while verify read it")
         self.listener.run_finished(result)
 
 
-def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
-                  listener: Listener | None = None) -> Report:
-    """Run the target once and compare it step by step with the golden trace ``golden``.
+@dataclasses.dataclass
+class Prepared:
+    """A golden checked whole and the options of the run compared with it."""
 
-    What ``options`` leaves unset (seed, seeding, threads, max steps, the target and its
-    arguments) is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad
-    options and :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a
-    complete trace.
-    """
+    options: RunOptions
+    golden: TraceStream
+    recorded: RecordedSettings
+
+
+def prepare(options: RunOptions, golden: str | os.PathLike[str]) -> Prepared:
+    """Everything ``verify`` checks before it runs anything: the golden (whole, its body against
+    its header), the target, the options it takes from the golden, and the printed-metric rules
+    the golden's metrics need (from the command line or config: never from the file)."""
     golden_path = str(golden)
     scanned = check_golden(golden_path)
     recorded = header_settings(scanned.header, golden_path)
@@ -89,12 +111,35 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
         named = f" (it was recorded from {visible(recorded.target)!r})" if recorded.target else ""
         raise UsageError(f"verify needs TARGET, or a target in [tool.repro-check]: a golden never "
                          f"decides what runs{named}")
-    options = options.inherit(recorded)
+    try:
+        inherited = options.inherit(recorded)
+    except UsageError as e:  # the options were valid alone: the golden's values are at fault
+        raise TraceFileError(f"{golden_path}: the settings its header records make no valid run "
+                             f"({e})") from None
+    lacking = missing_rules(scanned.header, scanned.metrics, golden_path,
+                            inherited.printed_metrics)
+    if lacking:
+        raise UsageError(lacking)
+    return Prepared(inherited, scanned, recorded)
+
+
+def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
+                  listener: Listener | None = None) -> Report:
+    """Run the target once and compare it step by step with the golden trace ``golden``.
+
+    What ``options`` leaves unset (seed, seeding, threads, max steps, the target's arguments)
+    is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad options and
+    :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a complete
+    trace or whose header disagrees with what it holds.
+    """
+    golden_path = str(golden)
+    prepared = prepare(options, golden_path)
+    options, scanned, recorded = prepared.options, prepared.golden, prepared.recorded
     policy = options.policy()
     session = Session(options, runs=1)
     comparison = Comparison(2, policy)
     stream = TraceStream(golden_path, require_end=True)
-    feed = GoldenFeed(comparison, stream, listener)
+    feed = GoldenFeed(comparison, stream, listener, scanned)
     stop = comparison.settled_divergence if options.fail_fast else None
     try:
         outcome = session.run(feed, 1, stop)
@@ -112,6 +157,9 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
                     gate=GatePart("verify", labels=list(LABELS), golden=golden_path))
     report.error = failure([run], result)
     report.warnings += [f"this run: {w}" for w in run.warnings]
+    unread = _not_compared(options, scanned, run)
+    if unread:
+        report.warnings.append(unread)
     if recorded.target and recorded.target != options.target:
         report.warnings.append(f"the golden was recorded from {recorded.target}, this run is "
                                f"{options.target}")
@@ -121,3 +169,21 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
                                     upto=result.first_divergent_step or options.max_steps,
                                     extra=options.tolerances.to_args())
     return report
+
+
+def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> str | None:
+    """What the golden holds that this run was not compared with, because ``--max-steps`` (given
+    by the user: a golden's own is checked against its body) stopped it first."""
+    if run.status != "stopped" or options.max_steps is None:
+        return None
+    parts = []
+    if golden.steps == options.max_steps + 1:
+        parts.append(f"step {golden.steps}")
+    elif golden.steps > options.max_steps:
+        parts.append(f"steps {options.max_steps + 1} to {golden.steps}")
+    if golden.metrics:
+        parts.append("its final metrics")
+    if not parts:
+        return None
+    return (f"--max-steps {options.max_steps} stopped this run: the golden's "
+            f"{' and '.join(parts)} were not compared")

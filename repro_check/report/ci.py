@@ -124,6 +124,63 @@ def write_junit(path: str | os.PathLike[str], reports: Sequence[Report], command
 
 
 # ---- GitHub Actions ----------------------------------------------------------------------------
+#: what the Actions runner takes for a workflow command in a line of a step's output: ``::`` at
+#: the start of a line (after any blank) and the older ``##[`` anywhere; lines end at \r or \n
+_COMMAND = re.compile(r"(?:^|(?<=[\r\n]))([^\S\r\n]*):(?=:)|#(?=#\[|#vso\[)")
+#: written inside a command's marker, it leaves the text as read and makes it no command
+_BREAK = "\u200b"
+
+
+def inert(text: str, line_start: bool = True) -> str:
+    """``text`` that no line of can act as a workflow command: a zero-width space goes inside
+    each command marker. ``line_start`` says whether ``text`` starts a line."""
+    def cut(m: re.Match[str]) -> str:
+        if m.group(0).startswith("#"):
+            return "#" + _BREAK
+        if m.start() == 0 and not line_start:
+            return m.group(0)
+        return f"{m.group(1)}:{_BREAK}"
+    return _COMMAND.sub(cut, text)
+
+
+_LAST_LINE_BLANK = re.compile(r"(?:^|[\r\n])[^\S\r\n]*\Z")
+_LAST_LINE_COLON = re.compile(r"(?:^|[\r\n])[^\S\r\n]*:\Z")
+_HASH_MARK = re.compile(r"##\[|##vso\[")
+
+
+class CommandSafe:
+    """A text stream (stdout, stderr) whose output cannot act as a workflow command under GitHub
+    Actions: everything repro-check prints (summaries with text from traces, goldens, the
+    target's source and output) goes through it; its own annotations go to ``raw``. A marker
+    split between two writes is caught too."""
+
+    def __init__(self, raw: IO[str]) -> None:
+        self.raw = raw
+        self._tail = ""  # what was written last: enough to tell where the line stands
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        tail = self._tail
+        line_start = bool(_LAST_LINE_BLANK.search(tail)) if tail else True
+        safe = inert(text, line_start)
+        if (_LAST_LINE_COLON.search(tail) and safe.startswith(":")) or any(
+                m.start() < len(tail[-5:]) < m.end()
+                for m in _HASH_MARK.finditer(tail[-5:] + safe[:6])):
+            safe = _BREAK + safe  # a marker split between two writes
+        self.raw.write(safe)
+        self._tail = (tail + text)[-64:]
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, ...
+        return getattr(self.raw, name)
+
+
+def command_stream(out: IO[str]) -> IO[str]:
+    """Where repro-check's own workflow commands go: past :class:`CommandSafe`."""
+    return out.raw if isinstance(out, CommandSafe) else out
+
+
 def _escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
@@ -147,8 +204,22 @@ def annotation(report: Report, command: str) -> str | None:
 
 
 def _md(text: Any) -> str:
-    """Text for a Markdown table cell or inline code."""
+    """Text for inline code (in a table cell too): no backtick to end it, no pipe to end the cell,
+    no line break; inside a code span, Markdown and HTML are shown as written."""
     return visible(str(text)).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+#: every ASCII punctuation character: each may be backslash-escaped in Markdown
+_MD_PUNCT = re.compile(r"[!-/:-@\[-`{-~]")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def _md_text(text: Any) -> str:
+    """Text that came from a file or a target, for the summary's Markdown outside code: shown as
+    written, never read as Markdown (links, emphasis, headings, tables) or HTML (tags, entities)
+    nor autolinked, on one line."""
+    one_line = visible(str(text)).replace("\r", " ").replace("\n", " ")
+    return _MD_PUNCT.sub(lambda m: _HTML.get(m.group(0), "\\" + m.group(0)), one_line)
 
 
 def markdown(reports: Sequence[Report], command: str) -> str:
@@ -161,16 +232,16 @@ def markdown(reports: Sequence[Report], command: str) -> str:
         step = r.first_divergent_step if r.first_divergent_step is not None else "—"
         steps = ", ".join(str(x.steps) for x in r.results)
         lines.append(f"| `{_md(r.target)}` | {mark} {verdict(r)} | {step} | "
-                     f"{_md(r.divergent_signal or '—')} | {steps} |")
+                     f"{_md_text(r.divergent_signal or '—')} | {steps} |")
     for r in reports:
         message = failure_message(r)
         if message is None:
             continue
-        lines += ["", f"### ❌ `{_md(r.target)}`", "", _md(message)]
+        lines += ["", f"### ❌ `{_md(r.target)}`", "", _md_text(message)]
         diffs = r.gate.environment_differences if r.gate else []
         if diffs:
             lines += ["", "Environment differences:", ""]
-            lines += [f"- {_md(d.get('text'))}" for d in diffs]
+            lines += [f"- {_md_text(d.get('text'))}" for d in diffs]
         if r.replay:
             lines += ["", "Replay:", "", "```sh", visible(r.replay).replace("```", "'''"), "```"]
     return "\n".join(lines) + "\n"
@@ -187,7 +258,7 @@ def append_step_summary(path: str | os.PathLike[str], text: str,
     except OSError:
         used = 0
     room = limit - used - 1
-    data = text.encode("utf-8")
+    data = text.encode("utf-8", "backslashreplace")
     if len(data) > room:
         note = _TRUNCATED.encode("utf-8")
         if room <= len(note) + 64:
@@ -221,7 +292,7 @@ def emit(
         write_junit(junit, reports, command)
     if not on_github(env):
         return
-    out = stdout or sys.stdout
+    out = command_stream(stdout or sys.stdout)
     for r in reports:
         line = annotation(r, command)
         if line:

@@ -11,7 +11,13 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.model import Report
-from repro_check.report.terminal import Unwrapped, failure_parts, make_console, verdict
+from repro_check.report.terminal import (
+    Unwrapped,
+    failure_parts,
+    make_console,
+    metric_rows,
+    verdict,
+)
 from repro_check.report.text import Visible, agreement, diff_text, value_text
 
 
@@ -149,23 +155,24 @@ def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
     cmp = report.comparison
     if cmp is None:
         return []
-    names: list[str] = []
+    names: dict[str, None] = {}
     for k in (1, 2):
-        names += [n for n in cmp.metrics_of(k) if n not in names]
+        names.update(dict.fromkeys(cmp.metrics_of(k)))
     if not names:
         return []
     differing = {d.signal.removeprefix("metric:") for d in cmp.metric_divergences}
+    shown, note = metric_rows(names, differing)
     t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
     if differing:
         t.add_column("", width=1)
     t.add_column("metric")
     t.add_column(labels[0], justify="right")
     t.add_column(labels[1], justify="right")
-    for n in names:
+    for n in shown:
         mark = ["≠" if n in differing else ""] if differing else []
         t.add_row(*mark, n, value_text(cmp.metrics_of(1).get(n)),
                   value_text(cmp.metrics_of(2).get(n)), style="red" if n in differing else None)
-    return [t]
+    return [t] if note is None else ([t, note] if shown else [note])
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:

@@ -427,9 +427,9 @@ def _groups_section(report: Report) -> list[str]:
 def _metrics_section(report: Report) -> list[str]:
     """Every run's final metrics, the rows that differ marked."""
     cmp = report.comparison
-    names: list[str] = []
+    names: dict[str, None] = {}  # in order, merged in linear time (a run may log thousands)
     for m in report.metrics_readable():
-        names += [n for n in m if n not in names]
+        names.update(dict.fromkeys(m))
     if not names or cmp is None:
         return []
     rows: list[tuple[list[Any], str]] = []

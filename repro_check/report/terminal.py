@@ -317,27 +317,43 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
     return parts
 
 
+#: metric rows a summary shows: all of them up to this many, else the differing ones (as many)
+METRIC_ROWS = 20
+
+
+def metric_rows(names: dict[str, None], differing: set[str]) -> tuple[list[str], Text | None]:
+    """The metrics a summary's table shows, and the line that counts the rest: a run may record
+    thousands, and the JSON report lists every one. Linear in the number of metrics."""
+    if len(names) <= METRIC_ROWS:
+        return list(names), None
+    shown = [n for n in names if n in differing][:METRIC_ROWS]
+    more = f"; the first {len(shown)} shown" if len(differing) > len(shown) else ""
+    return shown, Text(f"{len(names)} metrics compared, {len(differing)} differ{more} (every one "
+                       "is in the --json report)", style="dim")
+
+
 def _metrics_table(report: Report) -> list[Any]:
     cmp = report.comparison
-    names: list[str] = []
+    names: dict[str, None] = {}
     for m in report.metrics_readable():
-        names += [n for n in m if n not in names]
+        names.update(dict.fromkeys(m))
     if not names:
         return []
     differing = {d.signal.removeprefix("metric:") for d in (cmp.metric_divergences if cmp else [])}
+    shown, note = metric_rows(names, differing)
     t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
     if differing:
         t.add_column("", width=1)
     t.add_column("metric")
     for k in range(1, report.runs + 1):
         t.add_column(f"run {k}", justify="right")
-    for n in names:
+    for n in shown:
         raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
         mark = ["≠" if n in differing else ""] if differing else []
         label = f"{n} (not compared)" if cmp is not None and n in cmp.metrics_skipped else n
         t.add_row(*mark, label, *[value_text(v) for v in raw],
                   style="red" if n in differing else None)
-    return [t]
+    return [t] if note is None else ([t, note] if shown else [note])
 
 
 def footer_parts(report: Report) -> list[Any]:

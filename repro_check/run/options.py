@@ -200,7 +200,8 @@ class RunOptions:
 
     def inherit(self, recorded: RecordedSettings) -> RunOptions:
         """These options with what was not given taken from a recorded run (a golden's header):
-        seeding, threads, max steps and the target's arguments; never the target itself.
+        seeding, threads, max steps and the target's arguments; never the target itself, nor a
+        printed-metric rule (a regex from a file would decide what work runs on every output line).
 
         Seeding: ``--no-seed`` or ``--without`` choose the components; a seed given for a golden
         recorded without seeding turns full seeding on; otherwise the golden's components."""
@@ -220,7 +221,6 @@ class RunOptions:
             without=without,
             threads=self.threads if self.threads is not None else recorded.threads,
             max_steps=self.max_steps if self.max_steps is not None else recorded.max_steps,
-            printed_metrics=printed.merge_rules(recorded.printed_metrics, self.printed_metrics),
         )
 
 
@@ -234,8 +234,6 @@ class RecordedSettings:
     components: list[str]
     threads: int | None
     max_steps: int | None
-    #: the ``--metric`` rules it was recorded with
-    printed_metrics: tuple[tuple[str, str], ...] = ()
 
 
 #: the longest single argument Linux execs (MAX_ARG_STRLEN, 32 pages of 4 KiB, with its NUL)

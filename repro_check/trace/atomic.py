@@ -16,6 +16,7 @@ import stat
 import sys
 import tempfile
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,49 @@ def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
     return p
 
 
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """The file ``path`` is (device and inode, links followed), or None when there is none."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _written_through(path: str) -> bool:
+    """A device or FIFO (``/dev/null``): written in place, it replaces nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def check_distinct(outputs: Sequence[tuple[str, str | os.PathLike[str] | None]],
+                   inputs: Sequence[tuple[str, str | os.PathLike[str] | None]]) -> None:
+    """Refuse (:class:`UsageError`, before anything runs) an output that is one of the inputs
+    or another output: writing it would replace the file being read, or the other report. Files
+    are compared by identity, so a symbolic or hard link to an input is caught too; an output
+    that does not exist yet is told apart by the path it will be created at."""
+    seen: list[tuple[str, str, Any]] = []
+    for what, path in inputs:
+        if path is not None:
+            seen.append((what, os.fspath(path), _identity(path)))
+    for what, path in outputs:
+        if path is None or os.fspath(path) in ("", STDOUT) or _written_through(os.fspath(path)):
+            continue
+        text = os.fspath(path)
+        ident = _identity(text)
+        created = os.path.realpath(text)
+        for other, other_path, other_ident in seen:
+            same = ident is not None and ident == other_ident if ident is not None \
+                else other_ident is None and created == os.path.realpath(other_path)
+            if same:
+                raise UsageError(f"{what} {text!r} is the same file as {other} "
+                                 f"{other_path!r}: writing it would replace that file")
+        seen.append((what, text, ident))
+
+
 def _umask() -> int:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -233,7 +277,7 @@ class AtomicWriter:
     def write(self, text: str) -> None:
         if self._failed is not None:
             return
-        data = text.encode("utf-8")
+        data = text.encode("utf-8", "backslashreplace")  # a lone surrogate (a path's) written out
         self._buffer.append(data)
         self._buffered += len(data)
         if self._buffered >= _CHUNK:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -229,10 +230,28 @@ def check_header(header: Any, path: str = "<trace>", lineno: int = 1) -> dict[st
     return header
 
 
+#: the key that says what a line after the header is; a line has exactly one
+RECORD_KINDS = ("step", "metrics", "warning", "error", "end", "info", "probe", "flagged")
+
+
+def _canonical(encoded: dict[str, Any], band: Any) -> None:
+    """Write every encoded value's bits in their one canonical form (in place), so that the same
+    value written another way (upper-case hex, leading zeros) compares equal on its bits."""
+    for value in encoded.values():
+        if isinstance(value, dict):
+            values.canonicalize(value)
+    for limits in (band or {}).values():
+        values.canonicalize(limits["min"])
+        values.canonicalize(limits["max"])
+
+
 def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, Any]:
-    """Validate one decoded line after the header; return it unchanged."""
+    """Validate one decoded line after the header; return it, its encoded values' bits in
+    canonical form (see :func:`repro_check.trace.values.canonicalize`)."""
     if not isinstance(obj, dict) or len(obj) == 0:
         raise _fail(path, lineno, "a line is not a JSON object")
+    if sum(kind in obj for kind in RECORD_KINDS) > 1:  # read as one kind, counted as another
+        raise _fail(path, lineno, f"a line of more than one kind {_short(sorted(obj)[:3])}")
     if "step" in obj:
         n = obj["step"]
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_STEP:
@@ -242,6 +261,7 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
             raise _fail(path, lineno, f"step {n} has malformed signals")
         if "band" in obj and not validate_band(obj["band"]):
             raise _fail(path, lineno, f"step {n} has a malformed band")
+        _canonical(sig, obj.get("band"))
         return obj
     if "metrics" in obj:
         m = obj["metrics"]
@@ -251,6 +271,7 @@ def parse_event(obj: Any, path: str = "<trace>", lineno: int = 0) -> dict[str, A
             raise _fail(path, lineno, "malformed metrics")
         if "band" in obj and not validate_band(obj["band"]):
             raise _fail(path, lineno, "metrics have a malformed band")
+        _canonical(m, obj.get("band"))
         return obj
     if "warning" in obj:
         if not isinstance(obj["warning"], str):
@@ -341,12 +362,32 @@ _DECODER = json.JSONDecoder(parse_constant=_bad_constant, parse_float=_finite,
                             parse_int=_short_int)
 
 
+#: a JSON escape of a UTF-16 surrogate: the only way a lone one (no text) gets into a decoded line
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_lone_surrogates(x: Any) -> Any:
+    """``x`` with each lone surrogate in its texts written out (``\\udc80``): no such text can be
+    printed or saved as UTF-8, and every text from a file is printed or saved somewhere."""
+    if isinstance(x, str):
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", x) \
+            if _SURROGATE.search(x) else x
+    if isinstance(x, list):
+        return [_no_lone_surrogates(v) for v in x]
+    if isinstance(x, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(v) for k, v in x.items()}
+    return x
+
+
 def loads(text: str | bytes) -> Any:
     """Decode one trace line as the reader does: NaN, infinities, numbers that overflow to
-    infinity and integers of more than :data:`MAX_INT_DIGITS` digits are refused (ValueError)."""
+    infinity and integers of more than :data:`MAX_INT_DIGITS` digits are refused (ValueError);
+    a lone surrogate (``"\\udc80"``, valid JSON but no text) is kept written out."""
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8")
-    return _DECODER.decode(text)
+    obj = _DECODER.decode(text)
+    return _no_lone_surrogates(obj) if _SURROGATE_ESCAPE.search(text) else obj
 
 
 def _decode(text: str, path: str, lineno: int) -> Any:
@@ -436,7 +477,9 @@ def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Itera
         metrics: set[bool] = set()
         for lineno, text in lines:
             event = parse_event(_decode(text, p, lineno), p, lineno)
-            ended = ended or "end" in event
+            if ended:  # nothing follows the end record: a file that goes on was spliced
+                raise _fail(p, lineno, "a record after the end record")
+            ended = "end" in event
             if "metrics" in event:
                 # at most the run's own line and the one repro-check writes from its output
                 # (``printed:NAME``): each is kept in full, so more would grow with the file

@@ -155,25 +155,48 @@ def encode(x: Any) -> Encoded | None:
 
 
 def to_float(enc: Encoded) -> float:
-    """The exact value of an encoded scalar as a Python float (wider types round to float64)."""
+    """The exact value of an encoded scalar as a Python float (wider types round to float64),
+    always from what is compared (its bits, or a printed value's text checked against them),
+    never from the readable ``value``; NaN for a dtype whose bits give no number (a digest, a
+    complex, a dtype this reader does not know), so that no tolerance or band accepts it."""
     dtype, bits = enc.get("dtype"), str(enc.get("bits", ""))
-    if dtype == BIGINT:
-        return math.nan  # only its digest is stored
     width = _FLOAT_WIDTH.get(str(dtype))
     if width is None:
-        value = enc.get("value")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, bool):
-            return float(value)
         try:
-            return float(value)  # "nan", "inf", complex strings fail below
+            if dtype in _INT_DTYPES:
+                return float(int(bits, 16))
+            if dtype == PRINTED:
+                return _printed_number(enc)
         except (TypeError, ValueError, OverflowError):
-            return math.nan
+            pass
+        return math.nan
     raw = int(bits, 16).to_bytes(width, "big")
     if dtype == "bfloat16":
         return struct.unpack(">f", raw + b"\x00\x00")[0]
     return struct.unpack({2: ">e", 4: ">f", 8: ">d"}[width], raw)[0]
+
+
+#: the dtype of a number printed by the run (see :mod:`repro_check.compare.printed`): ``bits``
+#: are the hex of its text's UTF-8 bytes, or of their 32-byte BLAKE2b digest when longer
+PRINTED = "printed"
+_PRINTED_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+                             r"|[-+]?(?:nan|inf(?:inity)?)", re.IGNORECASE)
+
+
+def _printed_number(enc: Encoded) -> float:
+    """The number a printed value's text stands for, when the text is the one its bits hold."""
+    text = enc.get("text")
+    if not isinstance(text, str):
+        return math.nan
+    raw = text.encode("utf-8", "backslashreplace")
+    held = raw.hex() if len(raw) <= 32 else hashlib.blake2b(raw, digest_size=32).hexdigest()
+    top, _, bottom = text.partition("/")
+    if held != enc.get("bits") or not _PRINTED_NUMBER.fullmatch(top) \
+            or (bottom and not _PRINTED_NUMBER.fullmatch(bottom)):
+        return math.nan
+    if not bottom:
+        return float(top)
+    return float(top) / float(bottom) if float(bottom) else math.nan
 
 
 #: the longest readable ``value`` text (a complex number, an approximate wide integer)
@@ -200,6 +223,26 @@ def is_valid(enc: Any) -> bool:
     if width is not None:  # exactly the bytes of the value: hex digits only, no sign
         return len(bits) == 2 * width and _HEX.fullmatch(bits) is not None
     return _SIGNED_HEX.fullmatch(bits) is not None
+
+
+#: dtypes whose ``bits`` are the value itself in signed hex (one canonical text per value)
+_INT_DTYPES = frozenset({"int", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                         "uint32", "uint64"})
+_NOT_CANONICAL = re.compile(r"[A-F]|^-?0.|^-0$")
+
+
+def canonicalize(enc: Encoded) -> Encoded:
+    """Put the ``bits`` of a valid encoded scalar in the form the writers make (lower-case hex,
+    an integer without leading zeros), in place: bits are compared as text, and a value written
+    another way by hand or by another tool is still the same value."""
+    bits = enc["bits"]
+    if not _NOT_CANONICAL.search(bits):
+        return enc
+    if enc["dtype"] in _INT_DTYPES:
+        enc["bits"] = format(int(bits, 16), "x")
+    else:
+        enc["bits"] = bits.lower()
+    return enc
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -210,6 +211,108 @@ def test_a_hostile_golden_header_is_shown_escaped(tmp_path: Path) -> None:
                           env=cli_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert "\x1b" not in proc.stdout + proc.stderr and "\\x1b" in proc.stdout
+
+
+def test_text_from_a_golden_cannot_issue_workflow_commands(tmp_path: Path) -> None:
+    """A header field with a line break and ``::stop-commands::`` would switch off the
+    annotation printed after it; raw HTML would land in the step summary."""
+    from repro_check.trace import values
+    from repro_check.trace.format import TraceWriter, header_line
+
+    evil = "x.py:main\n::stop-commands::TOKEN\n##[group]<img src=x onerror=alert(1)>"
+    paths = []
+    for k, loss in ((1, 1.0), (2, 2.0)):
+        path = tmp_path / f"t{k}.jsonl"
+        w = TraceWriter(path)
+        w.write(header_line({"target": evil, "seed": 1, "environment": {"torch": evil}}))
+        w.write({"step": 1, "signals": {"loss": values.encode_float64(loss)}})
+        w.write({"end": {"status": "completed"}})
+        w.close()
+        paths.append(str(path))
+    summary = tmp_path / "summary.md"
+    env = cli_env(GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(summary))
+    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", *paths], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    commands = [line for line in (proc.stdout + proc.stderr).replace("\r", "\n").splitlines()
+                if line.lstrip().startswith("::") or "##[" in line]
+    assert len(commands) == 1 and commands[0].startswith("::error title=repro-check diff::")
+    assert "stop-commands" in proc.stdout.replace("\u200b", "")  # shown, not obeyed
+    outside_code = re.sub(r"```.*?```|`[^`\n]*`", "", summary.read_text(),
+                          flags=re.DOTALL)  # code shows as written
+    assert "<img" not in outside_code and "&lt;img" in outside_code
+
+
+def test_text_no_terminal_or_file_can_take_is_written_out(tmp_path: Path) -> None:
+    """A lone surrogate, from a trace (valid JSON) or an undecodable file name, was an internal
+    error (exit 4) when printed or saved."""
+    from repro_check.trace import values
+    from repro_check.trace.format import TraceWriter, header_line
+
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/d\xff"))
+    folder.mkdir()
+    paths = []
+    for k, loss in ((1, 1.0), (2, 2.0)):
+        path = folder / f"t{k}.jsonl"
+        w = TraceWriter(path)
+        w.write(header_line({"target": "t.py\udc80", "seed": 1, "environment": {"torch": "\ud800"}}))
+        w.write({"step": 1, "signals": {"loss\udcff": values.encode_float64(loss)}})
+        w.write({"warning": "w\ud800"})
+        w.write({"end": {"status": "completed"}})
+        w.close()
+        paths.append(path)
+    junit = folder / "j.xml"
+    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", *map(str, paths),
+                           "--junit", str(junit), "--json", str(folder / "r.json")],
+                          cwd=tmp_path, env=cli_env(), capture_output=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert b"t.py\\udc80" in proc.stdout and b"d\\udcff" in proc.stdout
+    assert "t.py\\udc80" in junit.read_text()
+    assert json.loads((folder / "r.json").read_text())["first_divergent_step"] == 1
+
+
+OVERLAPS = {
+    "diff --json A": (["diff", "{a}", "{b}", "--json", "{a}"], "--json"),
+    "diff --junit B": (["diff", "{a}", "{b}", "--junit", "{b}"], "--junit"),
+    "diff --json a symlink to A": (["diff", "{a}", "{b}", "--json", "{link}"], "--json"),
+    "diff --json a hard link to B": (["diff", "{a}", "{b}", "--json", "{hard}"], "--json"),
+    "verify --junit the golden": (["verify", "tiny.py:main", "--golden", "{a}", "--junit", "{a}"],
+                                  "--junit"),
+    "verify --trace-dir the golden": (["verify", "tiny.py:main", "--golden", "{a}",
+                                       "--trace-dir", "{a}"], "--trace-dir"),
+    "--json and --junit one file": (["diff", "{a}", "{b}", "--json", "{out}", "--junit", "{out}"],
+                                    "--junit"),
+    "check --json the target": (["{script}", "--json", "{script}"], "--json"),
+    "record -o the target": (["record", "{script}", "-o", "{script}"], "-o"),
+    "record -o the config": (["record", "{script}", "-o", "{config}"], "-o"),
+    "check --report the target": (["{script}", "--report", "{script}"], "--report"),
+}
+
+
+@pytest.mark.parametrize("case", list(OVERLAPS))
+def test_an_output_is_never_an_input(case: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _two_traces(tmp_path)
+    (tmp_path / "link.json").symlink_to(a)
+    os.link(b, tmp_path / "hard.json")
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    config = tmp_path / "pyproject.toml"
+    config.write_text("[tool.repro-check]\nseed = 1\n")
+    names = {"a": a, "b": b, "link": str(tmp_path / "link.json"), "script": str(script),
+             "hard": str(tmp_path / "hard.json"), "out": str(tmp_path / "out.txt"),
+             "config": str(config)}
+    before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    monkeypatch.chdir(tmp_path)
+    argv, flag = OVERLAPS[case]
+    code = cli.console_main([arg.format(**names) for arg in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"repro-check: error: {flag} ") and "is the same file as" in err
+    assert len(err.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert not (tmp_path / ".repro-check").exists(), "refused before any run"
 
 
 # ---- signals while the reports are written ------------------------------------------------------

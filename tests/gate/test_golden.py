@@ -16,6 +16,8 @@ from repro_check.gate.golden import write_golden
 from repro_check.compare.tolerances import ToleranceOptions, from_cli
 from repro_check.trace.format import TraceWriter, dumps, header_line, iter_trace, load_trace
 
+from ..conftest import FIXTURES
+
 ENV = {"python": "3.11.7", "torch": "2.14.1", "threads": 1, "device": "cpu",
        "target_sha256": "ab" * 32}
 
@@ -228,3 +230,186 @@ def test_iter_trace_reads_a_golden_lazily(tmp_path: Path) -> None:
     with pytest.raises(TraceFileError, match="truncated"):
         list(iter_trace(truncated, require_end=True))
     assert len(list(iter_trace(truncated))) == 42
+
+
+# ---- a golden's header is never trusted alone --------------------------------------------------
+def craft(path: Path, header: dict[str, Any], lines: list[dict[str, Any]]) -> Path:
+    """A trace written line by line as given (a hand-edited or hostile golden)."""
+    w = TraceWriter(path)
+    w.write(header_line({"target": "tiny.py:main", "seed": 3, **header}))
+    for line in lines:
+        w.write(line)
+    w.close()
+    return path
+
+
+def steps(n: int, band: bool = False) -> list[dict[str, Any]]:
+    out = []
+    for s in range(1, n + 1):
+        line: dict[str, Any] = {"step": s, "signals": {"loss": f32(1.0 / s)}}
+        if band:
+            line["band"] = {"loss": {"min": f32(1.0 / s - 0.5), "max": f32(1.0 / s + 0.5)}}
+        out.append(line)
+    return out
+
+
+METRIC = {"metrics": {"acc": values.encode_float64(0.9)}}
+END = {"end": {"status": "completed"}}
+BANDED = {"golden": {"runs": 3, "band": True}}
+CONTRADICTIONS = {
+    "stopped at step 1, holds 3 steps and a metric": ({"max_steps": 1}, [*steps(3), METRIC, END]),
+    "stopped at step 1, holds 3 steps": ({"max_steps": 1}, [*steps(3), END]),
+    "stopped at its last step, holds a metric": ({"max_steps": 3}, [*steps(3), METRIC, END]),
+    "a band without repeated runs": ({}, [*steps(2, band=True), END]),
+    "a band of one run": ({"golden": {"runs": 1, "band": True}}, [*steps(2, band=True), END]),
+    "a band that misses the golden's value": (BANDED, [
+        {"step": 1, "signals": {"loss": f32(1.0)},
+         "band": {"loss": {"min": f32(2.0), "max": f32(3.0)}}}, END]),
+    "a band of a value the golden lacks": (BANDED, [
+        {"step": 1, "signals": {"loss": f32(1.0)},
+         "band": {"acc": {"min": f32(2.0), "max": f32(3.0)}}}, END]),
+    "a metric band without repeated runs": ({}, [
+        *steps(1), {**METRIC, "band": {"acc": {"min": values.encode_float64(0.0),
+                                               "max": values.encode_float64(1.0)}}}, END]),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTRADICTIONS))
+def test_a_golden_whose_header_contradicts_its_body_is_refused(
+        case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify would take max_steps from the header and compare step 1 only (MATCHES GOLDEN for
+    a model that differs from step 2); a band would accept what no recorded run gave."""
+    header, lines = CONTRADICTIONS[case]
+    golden = craft(tmp_path / "golden.json", header, lines)
+    monkeypatch.chdir(FIXTURES)
+    traces = tmp_path / "traces"
+    code, out, err = run_cli(capsys, "verify", "tiny.py:main", "--golden", str(golden),
+                             "--trace-dir", str(traces))
+    assert code == 2, out + err
+    assert "header and body disagree" in err and len(err.strip().splitlines()) == 1
+    assert not traces.exists(), "refused before any run"
+    other = write(tmp_path / "other.jsonl", [1.0, 0.5, 1 / 3])
+    for argv in (["diff", str(golden), str(other)], ["diff", str(other), str(golden)]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and "header and body disagree" in err, out + err
+
+
+def test_a_header_that_agrees_with_its_body_is_accepted(tmp_path: Path) -> None:
+    from repro_check.gate.golden import check_golden
+
+    for header, lines in (({"max_steps": 3}, [*steps(3), END]),            # stopped at its end
+                          ({"max_steps": 5}, [*steps(3), METRIC, END]),    # ended before it
+                          (BANDED, [*steps(3, band=True), METRIC, END])):
+        assert check_golden(craft(tmp_path / "g.json", header, lines)).steps == 3
+
+
+def test_a_user_max_steps_says_what_was_not_compared() -> None:
+    from repro_check.gate.verify import _not_compared  # noqa: PLC2701 - the rule itself
+    from repro_check.run.options import RunOptions
+    from repro_check.run.runner import RunResult
+    from repro_check.trace.format import TraceStream
+
+    class Golden:
+        steps, metrics = 40, {"acc": values.encode_float64(0.9)}
+
+    run = RunResult(2, status="stopped", steps=2)
+    text = _not_compared(RunOptions("t.py", max_steps=2), Golden(), run)  # type: ignore[arg-type]
+    assert text == ("--max-steps 2 stopped this run: the golden's steps 3 to 40 and its final "
+                    "metrics were not compared")
+    assert _not_compared(RunOptions("t.py"), Golden(), RunResult(2, status="completed")) is None
+    assert TraceStream  # the golden is a stream in verify
+
+
+@pytest.mark.parametrize("header, field", [({"threads": 5000}, "threads"),
+                                           ({"max_steps": 10**13}, "max_steps"),
+                                           ({"args": ["x" * 4000] * 60}, "args")])
+def test_an_out_of_range_header_field_is_the_goldens_fault(
+        header: dict[str, Any], field: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blamed on --threads before; args too long to pass to a run were an internal error."""
+    golden = craft(tmp_path / "g.json", header, [*steps(2), END])
+    monkeypatch.chdir(FIXTURES)
+    code, out, err = run_cli(capsys, "verify", "tiny.py:main", "--golden", str(golden),
+                             "--trace-dir", str(tmp_path / "traces"))
+    assert code == 2 and f"the header's {field}" in err and str(golden) in err, err
+    assert "--threads" not in err and "--max-steps" not in err
+
+
+def test_verify_runs_no_metric_rule_from_the_golden(tmp_path: Path) -> None:
+    """A regex in a golden's header would run on every line the run prints (a catastrophic one
+    hangs verify past --timeout): the rules come from the command line and config only."""
+    from repro_check.errors import UsageError
+    from repro_check.gate.verify import prepare
+    from repro_check.run.options import RunOptions
+
+    evil = "(a+)+$"
+    printed_acc = {"dtype": "printed", "bits": "30", "value": 0, "text": "0"}
+    golden = craft(tmp_path / "g.json", {"printed_metrics": [["acc", evil], ["unused", evil]]},
+                   [*steps(2), {"metrics": {"printed:acc": printed_acc}}, END])
+    with pytest.raises(UsageError, match=r"holds printed:acc, .* never runs a regex taken from "
+                                         r"a file: give the rule yourself \(--metric "):
+        prepare(RunOptions("tiny.py:main"), golden)
+    mine = ("acc", r"acc=(\d+)")
+    assert prepare(RunOptions("tiny.py:main", printed_metrics=[mine]), golden
+                   ).options.printed_metrics == (mine,)
+    plain = craft(tmp_path / "p.json", {"printed_metrics": [["unused", evil]]}, [*steps(2), END])
+    assert prepare(RunOptions("tiny.py:main"), plain).options.printed_metrics == ()
+
+
+def test_bits_written_another_way_are_the_same_value(tmp_path: Path) -> None:
+    a = craft(tmp_path / "a.json", {}, [
+        {"step": 1, "signals": {"loss": {"dtype": "float32", "bits": "3F800000", "value": 1.0},
+                                "n": {"dtype": "int", "bits": "00FF", "value": 255}}},
+        {"metrics": {"acc": {"dtype": "float64", "bits": "3FE0000000000000", "value": 0.5}}},
+        END])
+    b = craft(tmp_path / "b.json", {}, [
+        {"step": 1, "signals": {"loss": f32(1.0), "n": values.encode(255)}},
+        {"metrics": {"acc": values.encode_float64(0.5)}}, END])
+    report = diff(a, b)
+    assert report.reproducible and report.comparison.judged == {"exact": 3}
+    assert not diff(a, write(tmp_path / "c.jsonl", [2.0])).reproducible
+
+
+def test_many_metrics_show_the_differing_ones_and_a_count(tmp_path: Path) -> None:
+    from repro_check.report.ci import plain_summary
+
+    same = {f"m{i}": float(i) for i in range(3000)}
+    a = write(tmp_path / "a.jsonl", [1.0], metrics=same)
+    b = write(tmp_path / "b.jsonl", [1.0], metrics={**same, **{f"m{i}": -1.0 for i in range(30)}})
+    report = diff(a, b)
+    assert len(report.comparison.metric_divergences) == 30
+    text = plain_summary(report)
+    assert sum(line.lstrip().startswith("≠") for line in text.splitlines()) == 20
+    assert "3000 metrics compared, 30 differ; the first 20 shown" in " ".join(text.split())
+    assert "m2999" not in text  # an agreeing metric has no row
+
+
+def test_a_band_judges_the_bits_not_the_readable_value(tmp_path: Path) -> None:
+    golden = craft(tmp_path / "g.json", BANDED, [*steps(1, band=True), END])
+    for loss in ({"dtype": "weird", "bits": "ff", "value": 1.0},
+                 {"dtype": "int", "bits": "ff", "value": 1.0},
+                 {"dtype": "float32", "bits": "42c80000", "value": 1.0}):  # bits of 100.0
+        other = craft(tmp_path / "o.json", {}, [{"step": 1, "signals": {"loss": loss}}, END])
+        assert diff(golden, other).first_divergent_step == 1, loss
+    inside = craft(tmp_path / "i.json", {}, [{"step": 1, "signals": {"loss": f32(1.2)}}, END])
+    assert diff(golden, inside).comparison.judged == {"band": 1}
+
+
+def test_a_golden_swapped_during_the_run_is_refused(tmp_path: Path) -> None:
+    """verify reads the golden twice (checked whole, then fed as the run goes): the second read
+    gets the same checks and must hold what the first did."""
+    from repro_check.compare.steps import Comparison
+    from repro_check.gate.golden import check_golden
+    from repro_check.gate.verify import GoldenFeed
+    from repro_check.run.runner import RunResult
+    from repro_check.trace.format import TraceStream
+
+    checked = check_golden(craft(tmp_path / "g.json", {}, [*steps(3), END]))
+    for name, lines, why in (("longer", [*steps(4), END], "changed while verify read it"),
+                             ("banded", [*steps(3, band=True), END], "header and body disagree")):
+        swapped = craft(tmp_path / f"{name}.json", {}, lines)
+        feed = GoldenFeed(Comparison(2), TraceStream(swapped), None, checked)
+        with pytest.raises(TraceFileError, match=why):
+            feed.event(2, {"step": 1, "signals": {"loss": f32(1.0)}})
+            feed.run_finished(RunResult(2, status="completed", steps=1))

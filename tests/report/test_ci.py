@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -88,3 +89,33 @@ def test_step_summary_stays_under_the_limit(tmp_path: Path) -> None:
     before = summary.read_bytes()
     assert not ci.append_step_summary(summary, text, limit=len(before) + 10)
     assert summary.read_bytes() == before
+
+
+HOSTILE_TEXT = ("x\n::stop-commands::TOKEN\r::warning::y\n  ::error::z ##[error]w\n"
+                "<img src=x onerror=alert(1)> **b** [l](http://e) | `c` &amp;")
+
+
+def test_text_from_a_file_reaches_the_step_summary_as_text(reports: list[Report]) -> None:
+    changed = reports[1]
+    changed.target = HOSTILE_TEXT
+    changed.comparison.divergence.detail = HOSTILE_TEXT
+    text = ci.markdown([changed], "diff")
+    outside_code = re.sub(r"`[^`\n]*`", "", text)  # inside a code span, text shows as written
+    assert "<img" not in outside_code and "&lt;img" in outside_code
+    assert "**b**" not in outside_code and "[l](http" not in outside_code
+    assert "&amp;amp" in outside_code  # an entity in the file shows as written
+    assert text.count("\n| ") == 1 + 1  # the header row and one target row: no line break got in
+    assert text.count("\n### ") == 1
+
+
+def test_nothing_printed_can_act_as_a_workflow_command() -> None:
+    raw = io.StringIO()
+    out = ci.CommandSafe(raw)
+    for chunk in (HOSTILE_TEXT, "\n", ":", ":set-output name=x::1\n", "a ##", "[group]\n"):
+        out.write(chunk)
+    text = raw.getvalue()
+    assert [line for line in text.replace("\r", "\n").splitlines()
+            if line.lstrip().startswith("::") or "##[" in line] == []
+    assert text.replace("\u200b", "") == (HOSTILE_TEXT + "\n::set-output name=x::1\n"
+                                          "a ##[group]\n")
+    assert ci.command_stream(out) is raw  # where repro-check's own annotations go

@@ -51,14 +51,20 @@ def test_new_file_gets_the_usual_mode(tmp_path: Path) -> None:
 def test_exception_mid_write_leaves_the_previous_file(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
     path.write_text("previous")
-    with pytest.raises(UnicodeEncodeError):
-        write_text_atomic(path, "half written \ud800 cannot be encoded")
+    with pytest.raises(AttributeError):
+        write_text_atomic(path, None)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError):
         with AtomicWriter(path) as w:
             w.write("half")
             raise RuntimeError("interrupted")
     assert path.read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_text_utf8_cannot_hold_is_written_out(tmp_path: Path) -> None:
+    """A lone surrogate (a file name that is not UTF-8) is no error: it is written as text."""
+    path = write_text_atomic(tmp_path / "r.xml", "path /d\udcff/x")
+    assert path.read_text() == "path /d\\udcff/x"
 
 
 def test_killed_mid_write_leaves_the_previous_file(tmp_path: Path) -> None:

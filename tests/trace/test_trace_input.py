@@ -309,6 +309,36 @@ def test_a_second_metrics_line_is_not_a_valid_trace(tmp_path: Path) -> None:
         load_trace(path)
 
 
+@pytest.mark.parametrize("after", [STEP, {**STEP, "step": 2}, END, {"warning": "w"}])
+def test_nothing_follows_the_end_record(tmp_path: Path, after: dict[str, Any]) -> None:
+    path = tmp_path / "spliced.jsonl"
+    path.write_text("".join(dumps(x) for x in (header_line(GOOD_HEADER), STEP, END, after)))
+    with pytest.raises(TraceFileError, match=r":4: .*\(a record after the end record\)"):
+        scan(path)
+
+
+def test_a_line_of_two_kinds_is_refused(tmp_path: Path) -> None:
+    """A step that also carries ``end`` would end the file for one reader and not another."""
+    path = tmp_path / "two.jsonl"
+    path.write_text("".join(dumps(x) for x in (header_line(GOOD_HEADER), {**STEP, **END}, END)))
+    with pytest.raises(TraceFileError, match=r":2: .*a line of more than one kind"):
+        scan(path)
+
+
+def test_lone_surrogates_are_kept_written_out(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(dumps(header_line({**GOOD_HEADER, "target": "t.py\udc80"}))
+                    + '{"step": 1, "signals": {"loss\\ud800": {"dtype": "float32", "bits": '
+                      '"3f800000", "value": 1.0}}}\n' + dumps({"warning": "w\ud83d\ude00"})
+                    + dumps(END))
+    trace = load_trace(path)
+    assert trace.header["target"] == "t.py\\udc80" and list(trace.steps[0].signals) == [
+        "loss\\ud800"]
+    assert trace.warnings == ["w\U0001f600"]  # a pair is one character, kept as it is
+    for text in (trace.header["target"], trace.warnings[0]):
+        text.encode("utf-8")
+
+
 def test_diff_peak_memory_does_not_grow_with_error_lines(tmp_path: Path) -> None:
     """Peak RSS of ``diff`` on a trace of 60,000 error lines against a trace of none."""
     small = many_lines(tmp_path / "small.jsonl", lambda i: {}, 0)

@@ -80,3 +80,31 @@ def test_encode_tensors_in_a_batch_like_one_at_a_time() -> None:
     assert values.encode_tensors(items) == [
         values.encode_tensor(items[0]), None, values.encode_tensor(items[2]),
         values.encode_tensor(items[3])]
+
+
+def test_canonical_bits_are_one_text_per_value() -> None:
+    for written, canonical in (({"dtype": "float32", "bits": "3F800000"}, "3f800000"),
+                               ({"dtype": "int", "bits": "00FF"}, "ff"),
+                               ({"dtype": "int64", "bits": "-0a"}, "-a"),
+                               ({"dtype": "int", "bits": "-0"}, "0"),
+                               ({"dtype": "bigint", "bits": "AB"}, "ab"),
+                               ({"dtype": "float16", "bits": "0000"}, "0000")):
+        assert values.canonicalize(dict(written))["bits"] == canonical
+    assert values.encode(255)["bits"] == values.canonicalize(values.encode(255))["bits"]
+
+
+def test_a_number_is_read_from_what_is_compared_never_from_the_readable_value() -> None:
+    """``value`` is a readable copy: a file could set it to anything while its bits say
+    otherwise, and a tolerance or band judged by it would accept a value the bits refute."""
+    from repro_check.compare import printed
+
+    assert values.to_float({"dtype": "int", "bits": "ff", "value": 3}) == 255.0
+    assert values.to_float({"dtype": "bool", "bits": "1", "value": False}) == 1.0
+    assert math.isnan(values.to_float({"dtype": "float1e999", "bits": "3f800000", "value": 1.0}))
+    lying = {**printed.encode("0.95"), "value": 0.5}
+    assert values.to_float(lying) == 0.95
+    assert math.isnan(values.to_float({**lying, "text": "0.5"}))  # a text its bits do not hold
+    assert values.to_float(printed.encode("9876/10000")) == 0.9876
+    band = {"min": values.encode_float64(0.0), "max": values.encode_float64(1.0)}
+    assert not values.in_band({"dtype": "weird", "bits": "ff", "value": 0.5}, band)
+    assert not values.in_band({"dtype": "int", "bits": "ff", "value": 0.5}, band)
