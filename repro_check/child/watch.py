@@ -248,8 +248,10 @@ class SeedingWatch:
         if not self._watching():
             return False
         try:
-            frame = sys._getframe(2)
+            frame = origin.direct_caller(sys._getframe(2))
         except ValueError:
+            return False
+        if frame is None:
             return False
         path = frame.f_code.co_filename
         if origin.is_library(path):

@@ -151,7 +151,8 @@ def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
 
 def _seed_text(rec: Mapping[str, Any], values: dict[int, Any]) -> str:
     at = f" at {rec['where']}" if rec.get("where") else ""
-    shown = ", ".join(f"run {r}: {v}" for r, v in sorted(values.items()))
+    shown = ", ".join(f"run {r}: {v}" for r, v in sorted(values.items())
+                      if any(x is not None for x in values.values()))  # no value: entropy
     return f"{rec.get('key')}{at}; {shown}" if shown else f"{rec.get('key')}{at}"
 
 
@@ -298,12 +299,13 @@ def private_generator(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, A
                       step: int, pinned: Collection[str] = ()) -> GeneratorSource | None:
     """The first generator the script made (run 1's records ``a``) whose seeding differs in the
     other run (``b``) and that was drawn from by the end of ``step``; ``pinned``: keys to skip."""
-    seeds_b = {(r["key"], r["event"]): r.get("fp") for r in b if "event" in r}
-    drawn = {r["key"]: r["drawn"] for r in [*a, *b] if "drawn" in r}
-    created = {r["key"]: r for r in a if r.get("created")}
+    # the records of global streams' reseeding (``stream``, no ``key``) are no generator's
+    seeds_b = {(r["key"], r["event"]): r.get("fp") for r in b if "event" in r and "key" in r}
+    drawn = {r["key"]: r["drawn"] for r in [*a, *b] if "drawn" in r and "key" in r}
+    created = {r["key"]: r for r in a if r.get("created") and "key" in r}
     for rec in a:
         key = rec.get("key")
-        if "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
+        if key is None or "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
             continue
         if seeds_b.get((key, rec["event"])) == rec.get("fp"):
             continue

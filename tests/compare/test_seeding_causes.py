@@ -60,6 +60,27 @@ def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(
 
 
 @pytest.fixture(scope="module")
+def worker_reseed(tmp: Path) -> Report:
+    return check(f"{ZOO / 'worker_reseed.py'}:main", max_steps=2, trace_dir=tmp / "worker")
+
+
+def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report) -> None:
+    """np.random.seed() in a worker_init_fn: the watch sees it in the (forked) workers, once a
+    run, and the cause names its line, not only the DataLoader's."""
+    d = worker_reseed.to_dict()
+    where = f"{ZOO / 'worker_reseed.py'}:25"
+    assert d["reproducible"] is False and d["divergent_signal"] == "batch"
+    assert d["cause"] == "rng" and d["cause_location"]["line"] == 25
+    assert "OS entropy in the DataLoader's workers" in d["cause_detail"] and where in \
+        d["cause_detail"]
+    assert "DataLoader made at" in d["cause_detail"]  # and where the batches come from
+    seen = [w for w in d["warnings"] if "DataLoader worker" in w]
+    assert len(seen) == 1 and where in seen[0] and "numpy.random.seed()" in seen[0]
+    # torch's own seeding of each worker is not the target's
+    assert all(where in w for w in d["warnings"] if "seed" in w), d["warnings"]
+
+
+@pytest.fixture(scope="module")
 def hour_check(tmp: Path) -> Report:
     return check(f"{ZOO / 'clock_hour_seed.py'}:main", jobs=2, trace_dir=tmp / "hour")
 
