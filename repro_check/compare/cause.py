@@ -437,7 +437,8 @@ def classify(
         # (its state at the start of the step agreed), or in a DataLoader worker, whose batch
         # then differs: the reseed is the source, not the computation or the data
         call = seeding_call(seedings, clock_only=False, step=divergence[1])
-        if call is not None and (call.worker or call.step == divergence[1]):
+        if call is not None and (call.worker if cause == "data"
+                                 else call.step == divergence[1]):
             if call.worker and loaders:
                 loader = loader_at(loaders, divergence[1])
                 if loader is not None and loader.get("location"):

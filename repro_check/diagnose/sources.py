@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child.pin import RECORDS, rank_file
-from repro_check.compare.cause import private_generator
+from repro_check.compare.cause import EXPLANATION, from_signal, private_generator
 from repro_check.diagnose.localize import Localization
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
@@ -135,7 +135,8 @@ def _reseed(report: Report, replay: Path, step: int, pins: list[dict[str, Any]],
                       f"{rec['step']}): every run draws other numbers after it; seed it with a "
                       "constant")
         return Source(step, report.divergent_signal, "rng", detail=detail, location=loc,
-                      stack=rec.get("stack"), pin={"kind": "reseed", "stream": stream},
+                      stack=rec.get("stack"),
+                      pin={"kind": "reseed", "stream": stream, "at": site},
                       pinned_by=f"run 1's {stream} state after each reseeding at {site}")
     return None
 
@@ -171,6 +172,17 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     reseeded = _reseed(report, replay, step, pins, rank)  # a global stream first
     if reseeded is not None:
         return reseeded
+    location = getattr(report, "cause_location", None)
+    pinned_at = {p.get("at") for p in pins if p["kind"] == "reseed"}
+    if cause == "rng" and location and signal and not signal.startswith("rng.") and \
+            f"{location.get('file')}:{location.get('line')}" in pinned_at:
+        # the check names a reseeding call this pair has pinned: what differs now is another
+        # source, found by the signal as the check would without that call
+        cause = from_signal(signal, uses_dataloader=True)
+        report_detail = EXPLANATION[cause]
+        location = None
+    else:
+        report_detail = report.cause_detail
     if cause == "rng" and signal and signal.startswith("rng."):
         return _stream(replay, signal.split(".", 1)[1], step, rank)
     pinned = {p["key"] for p in pins if p["kind"] == "generator"}
@@ -178,14 +190,13 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     if found is not None:
         found.signal = signal
         return found
-    location = getattr(report, "cause_location", None)
     if cause == "data" or (cause == "rng" and signal == "batch"):
         # located at the DataLoader whose batches differed, or at the seeding call in its
         # workers: either way what differs arrives in the batches
-        return Source(step, signal, cause, detail=report.cause_detail, location=location,
+        return Source(step, signal, cause, detail=report_detail, location=location,
                       pin={"kind": "data", "step": step},
                       pinned_by=f"run 1's batches from step {step} on")
-    src = Source(step, signal, cause, detail=report.cause_detail,
+    src = Source(step, signal, cause, detail=report_detail,
                  location=location if cause == "rng" else None)
     if cause == "compute" or (cause == "rng" and signal in ("loss", "grads", "params")):
         loc = localize(step)
