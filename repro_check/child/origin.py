@@ -77,6 +77,25 @@ def is_library(path: str) -> bool:
     return found
 
 
+#: torch's own wrappers around a call (``torch._dynamo`` wraps ``torch.manual_seed`` in
+#: ``_disable_dynamo`` once it is imported): frames a call passes through on its way from the
+#: target's code to the function it called
+_TRANSPARENT = (os.sep + os.path.join("torch", "_compile.py"),
+                os.sep + os.path.join("torch", "_dynamo", "eval_frame.py"))
+
+
+def is_transparent(path: str) -> bool:
+    """Whether a frame of ``path`` only passes a call on (torch's wrappers)."""
+    return path.endswith(_TRANSPARENT)
+
+
+def direct_caller(frame: Any) -> Any:
+    """The frame that made the call ``frame`` is in, past torch's wrappers."""
+    while frame is not None and is_transparent(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def site_of(frame: Any) -> str | None:
     """``file:line`` of the innermost frame of the target's own code, from ``frame`` outward."""
     while frame is not None:

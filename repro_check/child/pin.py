@@ -6,6 +6,10 @@ the pins need into the pair's replay folder, run 2 loads it at the same point.
 
 * ``rng``: the global stream that differed; run 1 saves its full state at the start of step K,
   run 2 loads it there.
+* ``reseed``: a global stream the script reseeds (``torch.seed()``, ``manual_seed`` of the
+  clock); run 2 gives it run 1's state right after each reseeding call, so what is drawn between
+  the call and the next step (a model built after ``torch.seed()``, a dropout after a mid-step
+  reseed) agrees too.
 * ``generator``: a private generator (``torch.Generator``, ``np.random.default_rng``,
   ``random.Random``) created by the script; run 2 gives it run 1's state after each seeding.
 * ``data``: every batch from step K on is saved by run 1 and substituted in run 2.
@@ -60,7 +64,10 @@ def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
     generator torch or a library makes for itself)."""
     import random
 
-    def ours(path: str) -> bool:  # our wrappers (this module, the seeding watch), random.py
+    def ours(path: str) -> bool:  # our wrappers (this module, the seeding watch), random.py,
+        # and torch's (torch._dynamo wraps torch.manual_seed once it is imported)
+        if origin.is_transparent(path):
+            return True
         path = os.path.abspath(path)
         return path == os.path.abspath(random.__file__) or (
             path.startswith(_OWN) and not path.startswith(_WORKLOADS))
@@ -122,6 +129,8 @@ class Pins:
         self.loaders: dict[int, int] = {}
         self.epochs = 0
         self.op_calls: dict[int, int] = {}
+        #: reseeding calls of each global stream so far
+        self.reseeds: dict[str, int] = {}
 
     def path(self, file: str) -> Path:
         assert self.dir is not None
@@ -230,13 +239,30 @@ class Pins:
                 self.emit({"info": {"loader": {"loader": n, "iter": self.step()}}})
 
     def reseeded(self, stream: str, how: str) -> None:
-        """The script reseeded a global stream."""
-        if self.records is None:  # only diagnose's records hold these
+        """The script reseeded a global stream: note it with a digest of the state it left (run
+        2 of a pinned pair first takes run 1's state after the same call)."""
+        if self.records is None or os.getpid() != self.pid:  # only diagnose's records hold these
             return
         stack = user_stack()
-        if stack is not None:
-            self.note({"stream": stream, "how": how, "step": self.step(),
-                       "location": stack[-1], "stack": stack})
+        if stack is None:
+            return
+        n = self.reseeds.get(stream, 0)
+        self.reseeds[stream] = n + 1
+        pinned = any(p["kind"] == "reseed" and p["stream"] == stream for p in self.pins)
+        if pinned:
+            import torch
+
+            path = self.path(f"reseed-{stream}-{n}.pt")
+            if self.run == 1:
+                torch.save(_stream_state(stream), path)
+            elif path.exists():
+                _set_stream_state(stream, torch.load(path, weights_only=False))
+        try:
+            fp = _state_digest(stream)
+        except Exception:  # noqa: BLE001 - never break the target
+            fp = None
+        self.note({"stream": stream, "how": how, "step": self.step(), "event": n, "fp": fp,
+                   "pinned": pinned, "location": stack[-1], "stack": stack})
 
     # ---- global streams --------------------------------------------------------------------
     def step_start(self, step: int) -> None:
@@ -503,7 +529,7 @@ def _track_reseeding(pins: Pins) -> None:
         def reseed(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
             entropy = name == "seed" and not args and not kwargs
-            pins.reseeded(stream, "entropy" if entropy else name)
+            pins.reseeded(stream, "entropy" if entropy else _how(args[0], name) if args else name)
             return out
 
         setattr(owner, name, reseed)
@@ -528,6 +554,21 @@ def _stream_state(stream: str) -> Any:
     if stream == "cuda":
         return torch.cuda.get_rng_state_all()
     return torch.get_rng_state()
+
+
+def _state_digest(stream: str) -> str:
+    """A digest of a global stream's whole state (its bytes, not a printed summary)."""
+    state = _stream_state(stream)
+    if stream == "numpy":
+        kind, keys, pos, has_gauss, gauss = state
+        data = repr((kind, pos, has_gauss, gauss)).encode() + keys.tobytes()
+    elif stream == "python":
+        data = repr(state).encode()
+    elif stream == "cuda":
+        data = b"".join(bytes(s.numpy().tobytes()) for s in state)
+    else:
+        data = bytes(state.numpy().tobytes())
+    return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
 
 
 def _set_stream_state(stream: str, state: Any) -> None:

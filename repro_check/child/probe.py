@@ -8,7 +8,11 @@ pays nothing for the other steps. While armed it records, in execution order:
   yields, ``forward``, ``backward``, ``optimizer``) and the module it belongs to;
 * every module's forward inputs and output (global forward pre/post hooks), and the gradient that
   flows back into its output (a tensor hook on the output, which, unlike full module backward
-  hooks, also works for modules that modify tensors in place).
+  hooks, also works for modules that modify tensors in place);
+* every tensor the target's code makes from data outside torch (``torch.tensor``,
+  ``torch.as_tensor``, ``torch.asarray``, ``torch.from_numpy``, ``torch.frombuffer``: an
+  environment's observation, a numpy array, bytes from the OS), with the line that made it
+  (``{"k": "made"}``), so that a value no op produced is traced to where it entered.
 
 An op in forward belongs to the innermost module whose forward is running. An op in backward
 belongs to the module that created the autograd node being executed: each module, when its
@@ -33,6 +37,9 @@ from repro_check.trace import fingerprint
 
 Emit = Callable[[dict[str, Any]], None]
 
+#: torch's functions that make a tensor from data outside torch (numpy arrays, Python values,
+#: buffers)
+FACTORIES: tuple[str, ...] = ("tensor", "as_tensor", "asarray", "from_numpy", "frombuffer")
 #: non-tensor arguments with a longer ``repr`` are hashed
 _SHORT_REPR = 48
 #: op namespaces that compute nothing (profiler ranges): not recorded
@@ -128,10 +135,12 @@ class StepProbe:
         self._handles.append(mod.register_module_forward_hook(self._forward_post))
         self._mode = _Ops()
         self._mode.__enter__()
+        self._wrap_factories()
 
     def disarm(self) -> None:
         if self.step is None:
             return
+        self._unwrap_factories()
         if self._mode is not None:
             try:
                 self._mode.__exit__(None, None, None)
@@ -160,6 +169,50 @@ class StepProbe:
         self.seq += 1
         rec["i"] = self.seq
         self.emit({"probe": rec})
+
+    # ---- tensors made from outside data ---------------------------------------------------
+    def _wrap_factories(self) -> None:
+        import torch
+
+        self._factories: list[tuple[str, Any]] = []
+        for name in FACTORIES:
+            original = getattr(torch, name, None)
+            if original is None:
+                continue
+            self._factories.append((name, original))
+            setattr(torch, name, self._made(name, original))
+
+    def _unwrap_factories(self) -> None:
+        import torch
+
+        for name, original in getattr(self, "_factories", []):
+            setattr(torch, name, original)
+        self._factories = []
+
+    def _made(self, name: str, original: Any) -> Any:
+        probe = self
+
+        @functools.wraps(original)
+        def make(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            if probe.step is not None and not probe._quiet:
+                try:
+                    import sys
+
+                    frame = sys._getframe(1)
+                    while frame is not None and origin.is_library(frame.f_code.co_filename):
+                        frame = frame.f_back
+                    loc = None if frame is None else {
+                        "file": frame.f_code.co_filename, "line": frame.f_lineno,
+                        "function": frame.f_code.co_name}
+                    with probe.quiet():
+                        probe._record({"k": "made", "fn": f"torch.{name}", "loc": loc,
+                                       "out": arg_fingerprint(out)})
+                except Exception:  # noqa: BLE001 - never break the target
+                    pass
+            return out
+
+        return make
 
     # ---- modules -------------------------------------------------------------------------
     def _name(self, module: Any) -> str:

@@ -13,16 +13,29 @@ between runs. ``source`` says where a seed came from when that can be seen: ``"c
 value is the current time, see :mod:`repro_check.child.clock`), ``"entropy"`` (no value: OS
 entropy), ``"unseeded python"``/``"unseeded numpy"`` (that stream had been drawn from without a
 seed before the call, as ``seed = random.randint(...)`` does). ``order`` places the call among
-model constructions (:mod:`repro_check.child.origin`).
+model constructions (:mod:`repro_check.child.origin`), ``at_step`` is the step in progress when
+it was made. A seed that equals a coarse field of the time (the hour, the date) carries
+``"clock_fields"``: only the runs together can tell it from a constant
+(:func:`repro_check.child.clock.shared_field`). Seeding calls are reported once per call site.
+
+DataLoader workers: a forked worker inherits the watch, and a seeding call made directly from
+the target's code in a worker (``np.random.seed()`` in a ``worker_init_fn`` or a Dataset's
+``__getitem__``) is reported too, with ``"worker": id``, on the run's own trace (a line written
+at once to the inherited pipe or events file, which a write of under 4 kB keeps whole), once a
+run for all workers and epochs (a page of memory shared with the workers holds what was
+reported). torch's own seeding of each worker is not the target's and is not reported. A
+``spawn`` worker is a fresh interpreter without the watch: its seeding calls are not seen.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import mmap
 import os
 import random
 import sys
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +59,26 @@ def _plain(value: Any) -> Any:
     return repr(value)[:200]
 
 
+def _worker_id() -> int | None:
+    """This process's DataLoader worker id, once torch made it a worker (None elsewhere)."""
+    data = sys.modules.get("torch.utils.data")
+    if data is None:
+        return None
+    try:
+        info = data.get_worker_info()
+    except Exception:  # noqa: BLE001
+        return None
+    return getattr(info, "id", None) if info is not None else None
+
+
+def _step() -> int:
+    """The step in progress (1 before the first optimizer step)."""
+    from repro_check.child import capture
+
+    recorder = capture.active()
+    return (getattr(recorder, "step", 0) or 0) + 1
+
+
 class SeedingWatch:
     """Reports the seeding components (of those ``applied``) that the target overrides, and the
     global generators it seeds itself."""
@@ -63,25 +96,76 @@ class SeedingWatch:
         self.at_install = {name: state() for name, state in _DRAWN.items()}
         #: unseeded streams seen drawn from, in the order seen (a seed may have come from them)
         self.drawn: list[str] = []
+        #: what forked DataLoader workers reported, shared with them (one bit a warning)
+        self.worker_reported: Any = None
+        #: in a forked DataLoader worker: this worker's emitter, made on its first report
+        self.worker_emit: tuple[int, Emit] | None = None
 
     def warn(self, component: str, key: str, value: Any, text: str, *, where: str | None = None,
-             source: str | None = None, once: str | None = None, override: bool = True) -> None:
+             source: str | None = None, once: str | None = None, override: bool = True,
+             extra: dict[str, Any] | None = None) -> None:
         once = once or key
-        if once in self.reported or os.getpid() != self.pid:
-            return  # once a run; never from a forked DataLoader worker
-        self.reported.add(once)
+        worker = None
+        if os.getpid() != self.pid:
+            worker = _worker_id()
+            if worker is None or not self._worker_first(once):
+                return  # a process of the target's own records in a stream of its own
+            text = f"{text} in DataLoader worker {worker}"
+        elif once in self.reported:
+            return  # once a run
+        else:
+            self.reported.add(once)
         if override:
             text = f"{text} (overrides seeding component {component!r})"
         record = {"warning": text, "component": component, "key": key, "value": _plain(value),
-                  "order": origin.tick()}
+                  "order": origin.tick(), "at_step": _step()}
         if where:
             record["where"] = where
         if source:
             record["source"] = source
-        self.emit(record)
+        if worker is not None:
+            record["worker"] = worker
+        record.update(extra or {})
+        emit = self.emit if worker is None else self._emitter()
+        if emit is not None:
+            emit(record)
+
+    # ---- DataLoader workers --------------------------------------------------------------
+    def _worker_first(self, once: str) -> bool:
+        """In a forked worker: whether no worker of this run reported ``once`` yet (marks it)."""
+        shared = self.worker_reported
+        if shared is None:
+            return False
+        bit = zlib.crc32(once.encode()) % (len(shared) * 8)
+        byte, mask = bit // 8, 1 << (bit % 8)
+        if shared[byte] & mask:
+            return False
+        shared[byte] = shared[byte] | mask
+        return True
+
+    def _emitter(self) -> Emit | None:
+        """A forked worker's writer to the run's trace (the inherited descriptor)."""
+        pid = os.getpid()
+        if self.worker_emit is None or self.worker_emit[0] != pid:
+            fd = getattr(self.emit, "fd", None)
+            if not isinstance(fd, int):
+                return None
+            from repro_check.child.emit import Emitter
+
+            self.worker_emit = (pid, Emitter(fd))
+        return self.worker_emit[1]
+
+    def _watching(self) -> bool:
+        """Whether a seeding call in this process is reported: the run's process, or a forked
+        DataLoader worker once torch seeded it (from then on the calls are the target's)."""
+        return os.getpid() == self.pid or _worker_id() is not None
 
     # ---- seeding calls -------------------------------------------------------------------
     def install(self) -> SeedingWatch:
+        try:
+            self.worker_reported = mmap.mmap(-1, 4096)  # shared with forked workers
+        except (OSError, ValueError):
+            self.worker_reported = None
         self._wrap_torch_seed()
         self._wrap_torch_manual_seed()
         random.seed = self._wrap_seed_call(  # type: ignore[assignment]
@@ -95,21 +179,23 @@ class SeedingWatch:
         import torch
         import torch.random
 
-        original = torch.random.seed
+        original = torch.seed  # another wrapper (the pins') is kept in the chain
 
         @functools.wraps(original)
         def seed() -> int:
             value = original()
-            if os.getpid() == self.pid:
-                self.torch_seed = value
+            where = self._site()
+            if where is not False:
+                if os.getpid() == self.pid:
+                    self.torch_seed = value
                 self.determined.discard("torch")
-                where = origin.caller()
                 at = f" at {where}" if where else ""
                 applied = "torch" in self.applied
                 self.warn("torch", "torch.seed", value,
                           f"the target {'re' if applied else ''}seeded torch from OS entropy with "
                           f"torch.seed() (seed {value}{at})",
-                          where=where, source="entropy", override=applied)
+                          where=where, source="entropy", override=applied,
+                          once=f"torch.seed@{where}")
             return value
 
         torch.random.seed = seed
@@ -119,16 +205,18 @@ class SeedingWatch:
         import torch
         import torch.random
 
-        original = torch.random.manual_seed
+        original = torch.manual_seed  # another wrapper (the pins') is kept in the chain
 
         @functools.wraps(original)
         def manual_seed(seed: Any) -> Any:
-            if os.getpid() != self.pid:
+            where = self._site()
+            if where is False:
                 return original(seed)
             hint = self._unseeded_draws()
             result = original(seed)
-            self.torch_seed = torch.initial_seed()
-            self.seen("torch", "torch.manual_seed", seed, origin.caller(), hint)
+            if os.getpid() == self.pid:
+                self.torch_seed = torch.initial_seed()
+            self.seen("torch", "torch.manual_seed", seed, where, hint)
             return result
 
         torch.random.manual_seed = manual_seed
@@ -138,16 +226,37 @@ class SeedingWatch:
                         key: str) -> Callable[..., Any]:
         @functools.wraps(original)
         def seed(*args: Any, **kwargs: Any) -> Any:
-            if os.getpid() != self.pid:
+            where = self._site()
+            if where is False:
                 return original(*args, **kwargs)
             value = args[0] if args else kwargs.get("a", kwargs.get("seed"))
             hint = self._unseeded_draws()
             result = original(*args, **kwargs)
             self._reseeded(component)
-            self.seen(component, key, value, origin.caller(), hint)
+            self.seen(component, key, value, where, hint)
             return result
 
         return seed
+
+    def _site(self) -> str | None | bool:
+        """Where the seeding call being watched was made (``file:line``, None when unknown), or
+        False when it is not reported: in a DataLoader worker, only a call made directly from the
+        target's code counts (torch's seeding of the worker, and a forked worker's stack, which
+        still holds the frames of the loop that started it, would name the wrong line)."""
+        if os.getpid() == self.pid:
+            return origin.caller(2)
+        if not self._watching():
+            return False
+        try:
+            frame = origin.direct_caller(sys._getframe(2))
+        except ValueError:
+            return False
+        if frame is None:
+            return False
+        path = frame.f_code.co_filename
+        if origin.is_library(path):
+            return False
+        return f"{path}:{frame.f_lineno}"
 
     def _unseeded_draws(self) -> list[str]:
         """The streams seen drawn from without any seed, so far (a seed taken from one differs
@@ -179,22 +288,27 @@ class SeedingWatch:
         what = STREAM_NAMES[component]
         shown = f"{key}({_plain(value)!r})" if value is not None else f"{key}()"
         at = f" at {where}" if where else ""
+        site = f"{key}@{where}"
         unit = clock.clock_unit(value) if value is not None else None
         if unit is not None:
             self.determined.discard(component)
             self.warn(component, key, value,
                       f"the target seeded {what} from the clock ({key}{at}: the seed is the current "
                       f"time in {unit}), so every run gets another seed (each run's clock is moved "
-                      "by a day and some seconds, so that runs started in the same second differ "
-                      "too)",
-                      where=where, source="clock", once=f"{key}:clock", override=applied)
+                      "by a year, a month, a day, hours, minutes and seconds, so that runs started "
+                      "in the same second differ too)",
+                      where=where, source="clock", once=f"{site}:clock", override=applied)
             return
         if value is None:
             self.determined.discard(component)
             self.warn(component, key, None, f"the target {'re' if applied else ''}seeded {what} "
                                             f"from OS entropy ({key}() without a seed{at})",
-                      where=where, source="entropy", override=applied)
+                      where=where, source="entropy", once=f"{site}:entropy", override=applied)
             return
+        try:
+            fields = clock.clock_fields(value)
+        except Exception:  # noqa: BLE001 - a seed of any type must not break the target
+            fields = []
         try:
             same = applied and bool(value == self.seed)
         except Exception:  # noqa: BLE001 - e.g. an array as the seed
@@ -215,7 +329,8 @@ class SeedingWatch:
         instead = f", not --seed {self.seed}" if applied else ""
         self.warn(component, key, value,
                   f"the target {verb} {what} itself ({shown}{at}{instead}){hint}",
-                  where=where, source=source, override=applied)
+                  where=where, source=source, override=applied, once=site,
+                  extra={"clock_fields": fields} if fields else None)
 
     # ---- settings ------------------------------------------------------------------------
     def check(self) -> None:
@@ -255,21 +370,29 @@ def cross_run_notes(overrides_by_run: dict[int, list[dict[str, Any]]]) -> list[s
     """Seeds whose value differs between runs: the target seeds from the clock, OS entropy or an
     unseeded stream, so the runs cannot agree."""
     seen: dict[str, dict[int, Any]] = {}
+    fields: dict[str, dict[int, Any]] = {}
     first: dict[str, dict[str, Any]] = {}
     for run, records in sorted(overrides_by_run.items()):
         for rec in records:
             key = rec.get("key")
-            if isinstance(key, str):
-                seen.setdefault(key, {}).setdefault(run, rec.get("value"))
-                first.setdefault(key, rec)
+            if isinstance(key, str) and "value" in rec:
+                call = f"{key}@{rec.get('where')}"  # one call site
+                seen.setdefault(call, {}).setdefault(run, rec.get("value"))
+                fields.setdefault(call, {}).setdefault(run, rec.get("clock_fields"))
+                first.setdefault(call, rec)
     notes = []
-    for key, by_run in seen.items():
+    for call, by_run in seen.items():
         if len(by_run) > 1 and len({repr(v) for v in by_run.values()}) > 1:
-            rec = first[key]
+            rec = first[call]
+            key = rec["key"]
             shown = ", ".join(f"run {r}: {v}" for r, v in sorted(by_run.items()))
             at = f" at {rec['where']}" if rec.get("where") else ""
+            field = clock.shared_field([fields[call][r] for r in sorted(by_run)],
+                                       [by_run[r] for r in sorted(by_run)])
             whence = {"clock": "from the clock", "entropy": "from OS entropy"}.get(
                 str(rec.get("source")), "from the clock, OS entropy or an unseeded stream")
+            if field is not None:
+                whence = f"from the clock (the seed is the {field} of the time)"
             notes.append(f"{rec.get('component')} was reseeded differently in each run ({key}{at}; "
                          f"{shown}): the target seeds it {whence}, so the runs cannot agree")
     return notes

@@ -13,8 +13,12 @@ Rules, applied in this order:
     different number of times, before the batch or the loss could differ. Also any divergence of
     runs in which the target seeded a generator from the clock (the seeding watch saw a seed
     within a day of the current time): the clock is named, with the seeding call's file:line,
-    whatever signal showed the difference first. When the seed a stream got differs between the
-    runs (OS entropy, ``random.randint`` of an unseeded stream), the seeding call is named too.
+    whatever signal showed the difference first; a coarse field of the time (the hour, the date)
+    counts when the seed differs between the runs and equals the same field in each. When the
+    seed a stream got differs between the runs (OS entropy, ``random.randint`` of an unseeded
+    stream), the seeding call is named too, with its line (``location``); so is such a call
+    made during the divergent step itself (the stream agreed at its start, the loss differs:
+    a mid-step reseed before a dropout) and one made in a DataLoader worker (the batch differs).
     Also a divergence at a step by which a generator the script made itself (``torch.Generator``,
     ``np.random.default_rng``, ``random.Random``), seeded differently in each run, had been drawn
     from: no global stream records it, and where the script made it is named.
@@ -44,6 +48,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from repro_check.child import clock
 from repro_check.child.seeding import STREAM_NAMES
 
 CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "metrics", "environment", "none")
@@ -117,48 +122,100 @@ def from_signal(signal: str | None, uses_dataloader: bool) -> str:
 
 def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
                   ) -> dict[str, tuple[Mapping[str, Any], dict[int, Any]]]:
-    """Per seeding call (its key): the first record seen, and each run's value."""
+    """Per seeding call (its key and call site): the first record seen, and each run's value.
+
+    A call whose value differs between the runs and equals the same coarse field of the time in
+    every run (the hour, the date: :func:`repro_check.child.clock.shared_field`) is given
+    ``source: clock`` and ``clock_field``."""
     out: dict[str, tuple[Mapping[str, Any], dict[int, Any]]] = {}
+    fields: dict[str, dict[int, Any]] = {}
     for run, records in sorted(seedings.items()):
         for rec in records:
             key = rec.get("key")
             if isinstance(key, str) and rec.get("component") in ("python", "numpy", "torch"):
-                first, values = out.setdefault(key, (rec, {}))
+                call = f"{key}@{rec.get('where')}"
+                first, values = out.setdefault(call, (rec, {}))
                 values.setdefault(run, rec.get("value"))
+                fields.setdefault(call, {}).setdefault(run, rec.get("clock_fields"))
                 if rec.get("source") == "clock" and first.get("source") != "clock":
-                    out[key] = (rec, values)
+                    out[call] = (rec, values)
+    for call, (rec, values) in list(out.items()):
+        if rec.get("source") in (None, "clock") or str(rec.get("source")).startswith("unseeded"):
+            runs = sorted(values)
+            field = clock.shared_field([fields[call].get(r) for r in runs],
+                                       [values[r] for r in runs])
+            if field is not None and rec.get("source") != "clock":
+                out[call] = ({**rec, "source": "clock", "clock_field": field}, values)
     return out
-
-
 
 
 def _seed_text(rec: Mapping[str, Any], values: dict[int, Any]) -> str:
     at = f" at {rec['where']}" if rec.get("where") else ""
-    shown = ", ".join(f"run {r}: {v}" for r, v in sorted(values.items()))
+    shown = ", ".join(f"run {r}: {v}" for r, v in sorted(values.items())
+                      if any(x is not None for x in values.values()))  # no value: entropy
     return f"{rec.get('key')}{at}; {shown}" if shown else f"{rec.get('key')}{at}"
 
 
-def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
-                   clock_only: bool, stream: str | None = None) -> str | None:
+def _differs(rec: Mapping[str, Any], values: dict[int, Any]) -> bool:
+    """Whether a seeding call gave the runs different seeds (OS entropy always does)."""
+    if len(values) < 2:
+        return False
+    return rec.get("source") == "entropy" or len({repr(v) for v in values.values()}) > 1
+
+
+def _step_of(rec: Mapping[str, Any]) -> int | None:
+    step = rec.get("at_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def where_location(where: Any) -> dict[str, Any] | None:
+    """``{"file", "line", "function": None}`` of a seeding record's ``file:line``."""
+    if not isinstance(where, str):
+        return None
+    file, _, line = where.rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    return {"file": file[:4096], "line": int(line), "function": None}
+
+
+@dataclass
+class SeedingCall:
+    """A seeding call that explains a divergence: the text, and where the call was made."""
+
+    detail: str
+    location: dict[str, Any] | None
+    worker: bool = False
+    #: the step in progress when the call was made (None: not recorded)
+    step: int | None = None
+
+
+def seeding_call(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
+                 clock_only: bool, stream: str | None = None,
+                 step: int | None = None) -> SeedingCall | None:
     """Why the runs got different seeds, from the seeding watch's records (None: no such call).
 
     The clock first: a seed taken from it is named whatever showed the difference; otherwise
     (``clock_only`` false) a seeding call whose value differs between runs, one of ``stream``
-    (the stream that differed first) if there is one."""
+    (the stream that differed first) if there is one; ``step``: only a call made by that step
+    (a record without a step does not count then)."""
     if not seedings:
         return None
     calls = sorted(_seeds_by_key(seedings).values(),
                    key=lambda call: call[0].get("component") != stream)
+    if step is not None:
+        calls = [c for c in calls if (_step_of(c[0]) or step + 1) <= step]
     for rec, values in calls:
         if rec.get("source") == "clock":
             name = STREAM_NAMES.get(str(rec.get("component")), str(rec.get("component")))
-            return (f"{name} is seeded from the clock ({_seed_text(rec, values)}): "
-                    "every run gets another seed, so the runs cannot agree; seed it with a "
-                    "constant")
+            field = f", the {rec['clock_field']} of the time" if rec.get("clock_field") else ""
+            return SeedingCall(
+                f"{name} is seeded from the clock ({_seed_text(rec, values)}{field}): "
+                "every run gets another seed, so the runs cannot agree; seed it with a constant",
+                where_location(rec.get("where")), "worker" in rec, _step_of(rec))
     if clock_only:
         return None
     for rec, values in calls:
-        if len(values) > 1 and len({repr(v) for v in values.values()}) > 1:
+        if _differs(rec, values):
             component, source = str(rec.get("component")), str(rec.get("source"))
             whence = "with a value that differs between runs"
             if source == "entropy":
@@ -167,9 +224,20 @@ def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
                 whence = "with a value drawn from it while it was unseeded"
             elif source.startswith("unseeded "):
                 whence = f"from {STREAM_NAMES.get(source[9:], source[9:])}, itself unseeded"
-            return (f"{STREAM_NAMES.get(component, component)} is seeded {whence} "
-                    f"({_seed_text(rec, values)}): the runs cannot agree; seed it with a constant")
+            inside = (f" in the DataLoader's workers (worker {rec['worker']} first)"
+                      if "worker" in rec else "")
+            return SeedingCall(
+                f"{STREAM_NAMES.get(component, component)} is seeded {whence}{inside} "
+                f"({_seed_text(rec, values)}): the runs cannot agree; seed it with a constant",
+                where_location(rec.get("where")), "worker" in rec, _step_of(rec))
     return None
+
+
+def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
+                   clock_only: bool, stream: str | None = None) -> str | None:
+    """The text of :func:`seeding_call` (None: no such call)."""
+    found = seeding_call(seedings, clock_only, stream)
+    return found.detail if found is not None else None
 
 
 # ---- private generators ---------------------------------------------------------------------
@@ -231,12 +299,13 @@ def private_generator(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, A
                       step: int, pinned: Collection[str] = ()) -> GeneratorSource | None:
     """The first generator the script made (run 1's records ``a``) whose seeding differs in the
     other run (``b``) and that was drawn from by the end of ``step``; ``pinned``: keys to skip."""
-    seeds_b = {(r["key"], r["event"]): r.get("fp") for r in b if "event" in r}
-    drawn = {r["key"]: r["drawn"] for r in [*a, *b] if "drawn" in r}
-    created = {r["key"]: r for r in a if r.get("created")}
+    # the records of global streams' reseeding (``stream``, no ``key``) are no generator's
+    seeds_b = {(r["key"], r["event"]): r.get("fp") for r in b if "event" in r and "key" in r}
+    drawn = {r["key"]: r["drawn"] for r in [*a, *b] if "drawn" in r and "key" in r}
+    created = {r["key"]: r for r in a if r.get("created") and "key" in r}
     for rec in a:
         key = rec.get("key")
-        if "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
+        if key is None or "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
             continue
         if seeds_b.get((key, rec["event"])) == rec.get("fp"):
             continue
@@ -346,9 +415,9 @@ def classify(
         )
         more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
         return "environment", f"{EXPLANATION['environment']}: {shown}{more}", None
-    clock = seeding_detail(seedings, clock_only=True)
-    if clock is not None:
-        return "rng", clock, None
+    from_clock = seeding_call(seedings, clock_only=True)
+    if from_clock is not None:
+        return "rng", from_clock.detail, from_clock.location
     if generators and divergence is not None and divergent_signal is not None \
             and not divergent_signal.startswith("rng."):
         run, step = divergence
@@ -359,7 +428,24 @@ def classify(
     why = EXPLANATION[cause]
     if cause == "rng":
         stream = divergent_signal.split(".", 1)[-1] if divergent_signal else None
-        why = seeding_detail(seedings, clock_only=False, stream=stream) or why
+        call = seeding_call(seedings, clock_only=False, stream=stream)
+        if call is not None:
+            return "rng", call.detail, call.location
+    elif cause in ("compute", "data") and divergence is not None \
+            and divergent_signal != "steps":
+        # a global stream reseeded with a different seed in each run during the divergent step
+        # (its state at the start of the step agreed), or in a DataLoader worker, whose batch
+        # then differs: the reseed is the source, not the computation or the data
+        call = seeding_call(seedings, clock_only=False, step=divergence[1])
+        if call is not None and (call.worker if cause == "data"
+                                 else call.step == divergence[1]):
+            if call.worker and loaders:
+                loader = loader_at(loaders, divergence[1])
+                if loader is not None and loader.get("location"):
+                    made = loader["location"]
+                    call.detail += (f"; the batches come from the DataLoader made at "
+                                    f"{made['file']}:{made['line']}")
+            return "rng", call.detail, call.location
     elif cause == "init":
         why = init_detail(models, seedings)
     if divergent_signal == "steps":

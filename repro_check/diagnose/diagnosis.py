@@ -215,7 +215,15 @@ def _localizable(report: Report) -> bool:
     if report.cause == "compute":
         return True
     return report.cause == "rng" and report.cause_location is not None and \
-        report.divergent_signal in ("loss", "grads", "params")
+        report.divergent_signal in ("loss", "grads", "params") and not _seeding_call(report)
+
+
+def _seeding_call(report: Report) -> bool:
+    """Whether the cause's location is a seeding call the watch saw (a global stream reseeded
+    from the clock or entropy): the source is known to its line, no op needs naming."""
+    loc = report.cause_location or {}
+    where = f"{loc.get('file')}:{loc.get('line')}"
+    return any(o.get("where") == where for r in report.results for o in r.overrides)
 
 
 def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
@@ -277,6 +285,8 @@ def explain_localization(report: Report, part: DiagnosisPart, loc: Localization)
     cause ``rng``; nothing found with an unpinned thread count names threads."""
     if loc.cause == "rng" and report.cause_location is None:  # else the generator is named
         report.cause, report.cause_detail = "rng", loc.detail
+        if loc.entered:  # where a value from outside torch entered the computation
+            report.cause_location = dict(loc.entered)
     elif not loc.found and not threads_pinned(report):
         loc.detail += THREADS_HINT
     part.localization = loc.to_dict()

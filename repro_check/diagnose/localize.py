@@ -9,8 +9,12 @@ deterministic (a kernel using float atomics), unless it is a random op (:data:`R
 ``normal_``, ``bernoulli_``, ``randn``, dropout, ...): then the generator it draws from is in a
 different state in each run, and the cause is ``rng``, not the op. If an argument differs, no
 earlier recorded op produced that difference: the value entered from outside the recorded ops
-(Python or numpy numbers, bytes from the OS, a tensor built from them), and the op is where it
-first meets the computation. Either way the module that ran the op is the culprit module; the
+(Python or numpy numbers, bytes from the OS, an environment's observation, a tensor built from
+them), and the op is where it first meets the computation. That is no nondeterministic op: the
+cause is ``rng`` (something outside torch that no seed reaches), and the line where the value
+entered is named (``entered``): the tensor made from outside data (``torch.tensor``,
+``as_tensor``, ``from_numpy``, ``frombuffer`` of a numpy array or bytes) that differs between
+the runs and that the op's differing argument was computed from. Either way the module that ran the op is the culprit module; the
 first module whose output (in forward) or whose output's gradient (in backward) differs is
 reported beside it.
 
@@ -44,8 +48,13 @@ class Localization:
     first_module_backward: str | None = None
     ops_compared: int = 0
     detail: str = ""
-    #: ``"rng"`` when a random op drew different numbers from the same inputs, else ``"compute"``
+    #: ``"rng"`` when a random op drew different numbers from the same inputs, or a value from
+    #: outside the recorded ops differs; else ``"compute"``
     cause: str | None = None
+    #: where a differing value from outside torch entered: ``{"file", "line", "function"}``
+    entered: dict[str, Any] | None = None
+    #: the function that made it a tensor (``torch.as_tensor``)
+    entered_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +71,8 @@ class Localization:
             "ops_compared": self.ops_compared,
             "detail": self.detail,
             "cause": self.cause,
+            "entered": self.entered,
+            "entered_by": self.entered_by,
         }
 
 
@@ -156,6 +167,29 @@ def _differing_inputs(a: dict[str, Any], b: dict[str, Any],
     return found
 
 
+def entered(records_a: Sequence[dict[str, Any]], records_b: Sequence[dict[str, Any]],
+            culprit: dict[str, Any], inputs: Sequence[int]) -> dict[str, Any] | None:
+    """The tensor made from outside data (a ``{"k": "made"}`` record of run a) that differs
+    from run b's at the same position and that the culprit's differing ``inputs`` were computed
+    from (through the ops recorded before it); None when there is none."""
+    made_a = [r for r in records_a if r.get("k") == "made"]
+    made_b = [r for r in records_b if r.get("k") == "made"]
+    if not made_a:
+        return None
+    ins = culprit.get("in") or []
+    reach = {ins[k] for k in inputs if k < len(ins)}
+    before = [r for r in records_a if r.get("k") == "op"
+              and (r.get("i") or 0) < (culprit.get("i") or 0)]
+    for rec in reversed(before):  # back through the ops that computed the differing inputs
+        if reach & set(rec.get("out") or []):
+            reach.update(rec.get("in") or [])
+    for k, rec in enumerate(made_a):
+        other = made_b[k] if k < len(made_b) else None
+        if rec.get("out") in reach and (other is None or other.get("out") != rec.get("out")):
+            return rec
+    return None
+
+
 def _allocated(ops: list[dict[str, Any]]) -> set[str]:
     """What the allocating ops returned: fingerprints of memory nothing has written yet."""
     return {fp for r in ops if base_name(r.get("op")) in ALLOCATING for fp in r.get("out") or []}
@@ -165,6 +199,7 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
             records_b: Iterable[dict[str, Any]], batch_agreed: bool = False) -> Localization:
     """Find the first op (and module) whose result differs between the two runs' records;
     ``batch_agreed``: the step's batch was the same in both runs."""
+    records_a, records_b = list(records_a), list(records_b)
     ops_a, mods_a = split(records_a)
     ops_b, mods_b = split(records_b)
     garbage = (_allocated(ops_a), _allocated(ops_b))
@@ -203,9 +238,21 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
                               "inputs: the op is not deterministic")
             else:
                 args = ", ".join(str(k) for k in loc.differing_inputs)
+                loc.cause = "rng"
                 loc.detail = (f"{loc.op} in {where} got a different argument ({args}) that no "
                               "earlier op produced: a value from outside the recorded ops (Python "
-                              "or numpy numbers, OS entropy, a tensor built from them)")
+                              "or numpy numbers, OS entropy, an environment's observation, a "
+                              "tensor built from them), not a nondeterministic op")
+                made = entered(records_a, records_b, a, loc.differing_inputs)
+                if made is not None and made.get("loc"):
+                    at = made["loc"]
+                    loc.entered, loc.entered_by = at, str(made.get("fn"))
+                    loc.detail += (f"; it entered at {at['file']}:{at['line']} ({made.get('fn')} "
+                                   "of data from outside torch), and differs between the runs")
+                loc.detail += (": seed what produced it (an environment: env.reset(seed=...) and "
+                               "env.action_space.seed(...); numpy: a seeded "
+                               "np.random.default_rng(seed); os.urandom and the like cannot be "
+                               "seeded: draw from a seeded generator instead)")
             return loc
     if len(ops_a) != len(ops_b):
         i = min(len(ops_a), len(ops_b))

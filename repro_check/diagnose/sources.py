@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child.pin import RECORDS, rank_file
-from repro_check.compare.cause import private_generator
+from repro_check.compare.cause import EXPLANATION, from_signal, private_generator
 from repro_check.diagnose.localize import Localization
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
@@ -107,6 +107,40 @@ def _stream(replay: Path, stream: str, step: int, rank: int = 0) -> Source:
                   pinned_by=f"run 1's {stream} state at the start of step {step}")
 
 
+def _reseed(report: Report, replay: Path, step: int, pins: list[dict[str, Any]],
+            rank: int = 0) -> Source | None:
+    """The first call of the script's own that reseeded a global stream, by the end of
+    ``step``, and left it in a different state in each run (``torch.seed()``, ``manual_seed`` of
+    the clock): the source, pinned by run 1's state after each such call (what is drawn before
+    the next step's start, a model built after ``torch.seed()`` or a dropout after a mid-step
+    reseed, then agrees too)."""
+    pinned = {p["stream"] for p in pins if p["kind"] == "reseed"}
+    calls = [[r for r in _records(replay, run, rank) if "stream" in r and "event" in r]
+             for run in (1, 2)]
+    other = {(r["stream"], r["event"]): r.get("fp") for r in calls[1]}
+    for rec in calls[0]:
+        stream = rec["stream"]
+        if stream in pinned or rec.get("step", 0) > step or rec.get("fp") is None \
+                or other.get((stream, rec["event"]), rec["fp"]) == rec["fp"]:
+            continue
+        loc = rec["location"]
+        site = f"{loc['file']}:{loc['line']}"
+        detail = report.cause_detail if report.cause == "rng" and report.cause_location and \
+            (report.cause_location.get("file"), report.cause_location.get("line")) == \
+            (loc["file"], loc["line"]) else None
+        if detail is None:
+            how = {"entropy": "from OS entropy", "clock": "from the clock"}.get(
+                rec["how"], f"with {rec['how']}() of a value that differs between runs")
+            detail = (f"the global {stream} stream is reseeded {how} at {site} (step "
+                      f"{rec['step']}): every run draws other numbers after it; seed it with a "
+                      "constant")
+        return Source(step, report.divergent_signal, "rng", detail=detail, location=loc,
+                      stack=rec.get("stack"),
+                      pin={"kind": "reseed", "stream": stream, "at": site},
+                      pinned_by=f"run 1's {stream} state after each reseeding at {site}")
+    return None
+
+
 def _op_site(src: Source, replay: Path, rank: int = 0) -> None:
     """Where the script called the pinned op, as run 1 of the pinned pair saw it."""
     for rec in _records(replay, 1, rank):
@@ -135,6 +169,20 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
         return Source(step, signal, cause, detail=report.cause_detail)
     if step is None:
         return Source(None, signal, cause, detail=report.cause_detail)  # metrics: no pin needed
+    reseeded = _reseed(report, replay, step, pins, rank)  # a global stream first
+    if reseeded is not None:
+        return reseeded
+    location = getattr(report, "cause_location", None)
+    pinned_at = {p.get("at") for p in pins if p["kind"] == "reseed"}
+    if cause == "rng" and location and signal and not signal.startswith("rng.") and \
+            f"{location.get('file')}:{location.get('line')}" in pinned_at:
+        # the check names a reseeding call this pair has pinned: what differs now is another
+        # source, found by the signal as the check would without that call
+        cause = from_signal(signal, uses_dataloader=True)
+        report_detail = EXPLANATION[cause]
+        location = None
+    else:
+        report_detail = report.cause_detail
     if cause == "rng" and signal and signal.startswith("rng."):
         return _stream(replay, signal.split(".", 1)[1], step, rank)
     pinned = {p["key"] for p in pins if p["kind"] == "generator"}
@@ -142,17 +190,22 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     if found is not None:
         found.signal = signal
         return found
-    if cause == "data":  # located at the DataLoader whose batches differed, when known
-        return Source(step, signal, "data", detail=report.cause_detail,
-                      location=getattr(report, "cause_location", None),
+    if cause == "data" or (cause == "rng" and signal == "batch"):
+        # located at the DataLoader whose batches differed, or at the seeding call in its
+        # workers: either way what differs arrives in the batches
+        return Source(step, signal, cause, detail=report_detail, location=location,
                       pin={"kind": "data", "step": step},
                       pinned_by=f"run 1's batches from step {step} on")
-    src = Source(step, signal, cause, detail=report.cause_detail)
-    if cause == "compute":
+    src = Source(step, signal, cause, detail=report_detail,
+                 location=location if cause == "rng" else None)
+    if cause == "compute" or (cause == "rng" and signal in ("loss", "grads", "params")):
         loc = localize(step)
         if loc is not None and loc.found:
             src.culprit, src.culprit_op = loc.module, loc.op
             src.detail = loc.detail
+            if loc.cause == "rng":  # a random op, or a value from outside torch: no op's fault
+                src.cause = "rng"
+                src.location = dict(loc.entered) if loc.entered else src.location
             if loc.op and not any(p["kind"] == "compute" for p in pins):
                 src.pin = {"kind": "compute", "op": loc.op, "step": step}
                 src.pinned_by = f"run 1's outputs of {loc.op} from step {step} on"
@@ -176,6 +229,8 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
             loc.found = bool(part.localization.get("found"))
             loc.module, loc.op = part.culprit, part.culprit_op
             loc.detail = part.localization.get("detail")
+            loc.cause = part.localization.get("cause")
+            loc.entered = part.localization.get("entered")
             return loc
         return None
 
@@ -204,7 +259,7 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
         current = run_check(options)
         runs += 2
         replays.append(where / "replay")
-        if src.pin["kind"] == "compute":
+        if src.pin["kind"] == "compute" and src.location is None:
             _op_site(src, where / "replay", rank)
 
         def later(step: int, options: RunOptions = options, where: Path = where) -> \

@@ -104,6 +104,13 @@ CODES: dict[str, Code] = {c.code: c for c in (
          "generator before anything seeds that stream with a fixed value; those start from OS "
          "entropy, so the seed, and everything it seeds, differs in every run.",
          "Take the seed from a constant or a command-line option with a default, and log it."),
+    Code("RC116", "environment reset or action sampled without a seed",
+         "gymnasium draws an environment's generator from OS entropy when reset() gets no seed "
+         "before a seeded one, and an action space's sample() draws from the space's own "
+         "generator, which nothing seeds unless action_space.seed() is called: the observations "
+         "and the random actions differ in every run, whatever seeds torch, numpy or Python.",
+         "Call env.reset(seed=SEED) once (the first reset; later resets go on from it) and "
+         "env.action_space.seed(SEED) before sampling actions."),
 )}
 
 

@@ -24,6 +24,25 @@ CLOCK = {
     "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today",
     "datetime.date.today",
 }
+#: calls that read the clock when their time argument (at this position, 0-based) is not given
+CLOCK_WITHOUT_TIME = {"time.localtime": 0, "time.gmtime": 0, "time.ctime": 0,
+                      "time.asctime": 0, "time.strftime": 1}
+
+
+def reads_clock(call: ast.Call, q: str | None) -> bool:
+    """Whether a call's value is the time: a clock call, or ``time.strftime(fmt)``,
+    ``time.localtime()`` and the like without a time."""
+    if q in CLOCK:
+        return True
+    pos = CLOCK_WITHOUT_TIME.get(q or "")
+    if pos is None:
+        return False
+    given = len(call.args) > pos or any(k.arg is None for k in call.keywords) or \
+        any(isinstance(a, ast.Starred) for a in call.args)
+    return not given or (len(call.args) > pos and isinstance(call.args[pos], ast.Constant)
+                         and call.args[pos].value is None)
+
+
 #: calls whose value differs in every run or process
 ENTROPY = {"os.urandom", "os.getrandom", "random.SystemRandom", "uuid.uuid1", "uuid.uuid4",
            "os.getpid", "os.times"}
@@ -172,7 +191,8 @@ class Evaluator(Names):
         for node in ast.walk(expr):
             if isinstance(node, ast.Call):
                 q = self.qualname(node.func)
-                if q in CLOCK or q in ENTROPY or q in HASHES or (q or "").startswith("secrets."):
+                if reads_clock(node, q) or q in ENTROPY or q in HASHES \
+                        or (q or "").startswith("secrets."):
                     self.consumed.add(node)
                     return f"{q}()"
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
@@ -194,7 +214,7 @@ class Evaluator(Names):
         """The global stream a call draws from (``random.randint``: "python", ``np.random.rand``:
         "numpy", ``torch.randn``: "torch"), or "entropy" for the clock and OS entropy."""
         q = self.qualname(call.func) or ""
-        if q in CLOCK or q in ENTROPY or q in HASHES or q.startswith("secrets."):
+        if reads_clock(call, q) or q in ENTROPY or q in HASHES or q.startswith("secrets."):
             return ENTROPY_STREAM
         module, _, last = q.rpartition(".")
         if module not in STREAMS or last in NOT_DRAWS or last.startswith("_"):

@@ -66,6 +66,7 @@ def hazards(ev: Evaluator) -> Iterator[Hazard]:
         elif isinstance(node, FUNCTIONS):
             yield from seeds.seed_parameters(ev, node)
     yield from seeds.os_entropy(ev)  # after the seed rules: what they reported is not repeated
+    yield from seeds.environments(ev)
     yield from order.order_hazards(ev)
 
 

@@ -1,11 +1,13 @@
 """Seeding hazards: seeds from the clock or OS entropy (RC104), reseeding from them (RC105),
-generators created without a seed (RC106), and OS entropy used directly (RC111); and what each
-seeding call seeds, for the rules that need the whole program (:mod:`~repro_check.doctor.program`).
+generators created without a seed (RC106), OS entropy used directly (RC111), and environments
+reset or sampled without a seed (RC116); and what each seeding call seeds, for the rules that
+need the whole program (:mod:`~repro_check.doctor.program`).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -107,6 +109,54 @@ def os_entropy(ev: Evaluator) -> Iterator[Hazard]:
             q = ev.qualname(node.func) or ""
             if q in DIRECT_ENTROPY or q.startswith("secrets."):
                 yield ("RC111", node, f"{q}() draws from the operating system's entropy")
+
+
+#: a name that holds an environment (``env``, ``envs``, ``train_env``, ``self.eval_env``)
+_ENV_NAME = re.compile(r"(^|_)(envs?|environments?)(_|\d|$)|envs?$", re.IGNORECASE)
+
+
+def _env_name(node: ast.expr) -> str | None:
+    """The text of an expression that names an environment, else None."""
+    last = node.id if isinstance(node, ast.Name) else \
+        node.attr if isinstance(node, ast.Attribute) else ""
+    return text(node) if last and _ENV_NAME.search(last) else None
+
+
+def environments(ev: Evaluator) -> Iterator[Hazard]:
+    """``env.reset()`` without ``seed=`` when no reset of that environment in the file has one
+    (or ``env.seed(S)``), and ``env.action_space.sample()`` when nothing in the file calls
+    ``env.action_space.seed(...)`` (gymnasium: both draw from OS entropy then)."""
+    resets: list[tuple[ast.Call, str]] = []
+    samples: list[tuple[ast.Call, str]] = []
+    seeded: set[str] = set()
+    spaces: set[str] = set()
+    for node in ev.nodes:
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        receiver, method = node.func.value, node.func.attr
+        space = isinstance(receiver, ast.Attribute) and receiver.attr == "action_space"
+        if space and method in ("seed", "sample"):
+            (spaces.add(text(receiver)) if method == "seed" else
+             samples.append((node, text(receiver))))
+            continue
+        env = _env_name(receiver)
+        if env is None or method not in ("reset", "seed"):
+            continue
+        given = [k.value for k in node.keywords if k.arg == "seed" or k.arg is None]
+        if method == "seed" and node.args and not is_none(node.args[0]):
+            seeded.add(env)  # the older gym API: env.seed(S)
+        elif method == "reset" and any(not is_none(v) for v in given):
+            seeded.add(env)
+        elif method == "reset":
+            resets.append((node, env))
+    for call, env in resets:
+        if env not in seeded:
+            yield ("RC116", call, f"{text(call)} without seed= lets the environment draw its "
+                                  "seed from OS entropy")
+    for call, space in samples:
+        if space not in spaces:
+            yield ("RC116", call, f"{text(call)} draws from an action space that nothing "
+                                  f"seeds ({space}.seed(...))")
 
 
 #: every global stream: what a helper like ``set_seed(SEED)`` or ``seed_everything(SEED)`` seeds

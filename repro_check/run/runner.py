@@ -279,7 +279,8 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
             res.incomplete.append(ev["warning"])
         if isinstance(ev.get("component"), str):
             res.overrides.append({k: ev.get(k) for k in ("component", "key", "value", "where",
-                                                         "source", "order") if k in ev})
+                                                         "source", "order", "at_step", "worker",
+                                                         "clock_fields") if k in ev})
     elif "info" in ev and isinstance(ev["info"], dict) and "generator" in ev["info"]:
         rec = cause.generator_record(ev["info"]["generator"])
         if rec is not None and len(res.generators) < cause.MAX_GENERATOR_RECORDS:

@@ -3,8 +3,10 @@ process's ``time`` and ``datetime``)."""
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
+from typing import Any
 
 from repro_check.child import clock
 
@@ -23,7 +25,10 @@ assert int(time.time()) != int(real) and time.time_ns() - real_ns >= shift
 from datetime import datetime as DT, date
 now = DT.now()
 assert abs((now - real_now).total_seconds() - shift / 1e9) < 5
-assert (date.today() - real_now.date()).days in (2, 3)
+days = shift // clock.DAY_NS
+assert (date.today() - real_now.date()).days in (days, days + 1)
+assert date.today().year != real_now.year and now.hour != real_now.hour
+assert now.minute != real_now.minute and time.localtime().tm_wday != real_now.weekday()
 assert abs((DT.utcnow() - datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
             ).total_seconds()) < 5
 assert time.strftime("%Y-%m-%d") == now.strftime("%Y-%m-%d")
@@ -53,3 +58,33 @@ def test_every_unit_of_a_clock_seed_differs_between_runs() -> None:
         for ns in (10**9, 10**6, 10**3, 1):
             assert moved // ns != t // ns
         assert (moved // 10**9) % 60 != (t // 10**9) % 60  # the time of day too
+
+
+def _fields(ns: int, tz: Any) -> tuple[int, ...]:
+    d = clock.RealDatetime.fromtimestamp(ns // 10**9, tz)
+    return (d.year, d.month, d.day, d.weekday(), d.timetuple().tm_yday, d.hour, d.minute,
+            d.second, (ns // 1000) % 10**6, ns % 10**9)
+
+
+def test_every_field_of_the_time_differs_between_runs() -> None:
+    """Year, month, day, weekday, day of the year, hour, minute, second, microsecond and
+    nanosecond differ between any two of runs 1 to 5 started in the same instant, at any date and
+    time of day, in UTC and in a zone with daylight saving (a seed from the hour, or from the
+    date only, differs too)."""
+    zones: list[Any] = [datetime.timezone.utc]
+    try:
+        from zoneinfo import ZoneInfo
+
+        zones += [ZoneInfo("America/New_York"), ZoneInfo("Australia/Lord_Howe")]
+    except Exception:  # noqa: BLE001 - no time zone data here: UTC and fixed offsets
+        zones += [datetime.timezone(datetime.timedelta(hours=-5)),
+                  datetime.timezone(datetime.timedelta(hours=10, minutes=30))]
+    runs = range(1, clock.FIELDS_DIFFER_UP_TO + 1)
+    start = 1_577_836_800 * 10**9 + 987_654_321  # 2020-01-01, then every 7 h 13 min for 6 years
+    for t in range(start, start + 6 * 366 * 86_400 * 10**9, (7 * 60 + 13) * 60 * 10**9):
+        for tz in zones:
+            seen = [_fields(t + clock.shift_of(run), tz) for run in runs]
+            for a in range(len(seen)):
+                for b in range(a + 1, len(seen)):
+                    same = [k for k in range(10) if seen[a][k] == seen[b][k]]
+                    assert not same, (t, tz, a + 1, b + 1, same)

@@ -266,10 +266,12 @@ def test_random_seed_without_a_seed(seeded: dict[str, Any]) -> None:
     assert_names(rec, "python", "random.seed")
     assert rec["value"] is None and "OS entropy" in rec["warning"]
     # the call still reseeded: two draws after two entropy reseeds differ
-    first = random.random()
-    random.seed()
-    assert random.random() != first
-    assert len(w.records) == 1
+    draws = []
+    for _ in range(2):
+        random.seed()  # once a call site, however often it runs
+        draws.append(random.random())
+    assert draws[0] != draws[1]
+    assert len(w.records) == 2 and w.records[1]["where"] != rec["where"]
 
 
 def test_random_seed_with_another_constant(seeded: dict[str, Any]) -> None:
@@ -348,8 +350,54 @@ def test_a_reseed_that_differs_between_runs_is_called_out() -> None:
     notes = cross_run_notes({1: [rec(111)], 2: [rec(222)]})
     assert len(notes) == 1
     assert "torch" in notes[0] and "run 1: 111" in notes[0] and "run 2: 222" in notes[0]
-    clocked = cross_run_notes({1: [rec(1, where="t.py:3", source="clock")], 2: [rec(2)]})
+    clocked = cross_run_notes({1: [rec(1, where="t.py:3", source="clock")],
+                               2: [rec(2, where="t.py:3")]})
     assert "at t.py:3" in clocked[0] and "from the clock" in clocked[0]
     # the same constant in every run is an override, but not a reason the runs differ
     assert cross_run_notes({1: [rec(7)], 2: [rec(7)]}) == []
     assert cross_run_notes({1: [rec(7)]}) == []
+
+
+def test_a_coarse_clock_seed_is_named_from_the_runs_together() -> None:
+    """The hour is a small number a constant can equal: only a value that differs between runs
+    and is the hour in each is called the clock."""
+    def rec(value: Any, fields: list[str] | None) -> dict[str, Any]:
+        out = {"warning": "...", "component": "numpy", "key": "numpy.random.seed",
+               "value": value, "where": "t.py:9"}
+        return {**out, "clock_fields": fields} if fields is not None else out
+
+    notes = cross_run_notes({1: [rec(13, ["hour", "day of the month"])], 2: [rec(2, ["hour"])]})
+    assert len(notes) == 1 and "from the clock (the seed is the hour of the time)" in notes[0]
+    # equal to the hour in one run only: another value that differs, not called the clock
+    notes = cross_run_notes({1: [rec(13, ["hour"])], 2: [rec(2, None)]})
+    assert len(notes) == 1 and "from the clock (" not in notes[0]
+    # a constant that happens to be the hour (or the year) in every run is no clock seed
+    assert cross_run_notes({1: [rec(17, ["hour"])], 2: [rec(17, ["hour"])]}) == []
+
+
+@pytest.mark.parametrize("read", [
+    lambda d: d.hour, lambda d: d.minute, lambda d: d.second, lambda d: d.day, lambda d: d.month,
+    lambda d: d.year, lambda d: d.weekday(),
+    lambda d: d.hour * 60 + d.minute, lambda d: int(d.strftime("%Y%m%d")),
+    lambda d: int(d.strftime("%Y%m%d%H%M")), lambda d: d.toordinal(),
+    lambda d: d.timetuple().tm_yday,
+])
+def test_clock_fields_name_what_a_coarse_seed_was_read_from(read: Any) -> None:
+    import datetime
+
+    assert clock.clock_fields(read(datetime.datetime.now())) != []
+    assert clock.clock_fields(time.localtime().tm_hour) != []
+    assert clock.clock_fields(datetime.date.today().day) != []
+
+
+def test_constant_seeds_are_never_a_clock_seed() -> None:
+    """Whatever fields a constant equals in one run, it is the same in every run."""
+    for value in (0, 1, 7, 42, 123, 1234, 2024, 2026, 31337, 20240101):
+        fields = clock.clock_fields(value)
+        assert clock.shared_field([fields, fields], [value, value]) is None
+    assert clock.clock_fields(4.5) == []
+    assert clock.clock_fields(None) == [] and clock.clock_fields(True) == []
+    assert [clock.clock_fields(v) for v in (123, 31337, 10**12)] == [[], [], []]
+    assert clock.shared_field([["hour"], ["hour", "second"]], [13, 14]) == "hour"
+    assert clock.shared_field([["hour"], ["minute"]], [13, 14]) is None
+    assert clock.shared_field([["hour"], None], [13, 14]) is None

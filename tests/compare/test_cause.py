@@ -173,3 +173,46 @@ def test_a_data_cause_names_the_dataloader_whose_epoch_delivered_the_step() -> N
                                "dataset": "D" * 999})
     assert rec is not None and rec["workers"] == 0 and rec["location"] is None
     assert len(rec["dataset"]) == 200
+
+
+def _seeds(call: str, **more: Any) -> dict[int, list[dict[str, Any]]]:
+    """Each run's seeding record of one call at t.py:7 (``values``: per run)."""
+    values = more.pop("values")
+    return {run: [{"component": "torch", "key": call, "where": "t.py:7", "value": v, **more}]
+            for run, v in enumerate(values, 1)}
+
+
+def _why(signal: str, seedings: Any, step: int = 3) -> tuple[Any, ...]:
+    env = {"torch": "2.14"}
+    return cause.classify(reproducible=False, failed=False, divergent_signal=signal,
+                          environments=[env, dict(env)], uses_dataloader=True,
+                          seedings=seedings, divergence=(2, step))
+
+
+def test_a_coarse_clock_seed_is_the_clock_only_when_the_runs_agree_on_the_field() -> None:
+    got, why, where = _why("rng.torch", _seeds("torch.manual_seed", values=[13, 14],
+                                               clock_fields=["hour"], at_step=1))
+    assert got == "rng" and "seeded from the clock" in why and "the hour of the time" in why
+    assert where == {"file": "t.py", "line": 7, "function": None}
+    # the same constant in both runs, equal to the hour by chance: no clock, no seeding cause
+    got, why, where = _why("loss", _seeds("torch.manual_seed", values=[17, 17],
+                                          clock_fields=["hour"], at_step=3))
+    assert got == "compute" and where is None
+
+
+def test_a_reseed_that_differs_during_the_divergent_step_is_the_cause() -> None:
+    """A global stream reseeded with a different seed mid-step (its state agreed at the start):
+    rng at the call, not compute; a call in an earlier step or a constant is not."""
+    seeds = _seeds("torch.seed", values=[111, 222], source="entropy", at_step=3)
+    got, why, where = _why("loss", seeds)
+    assert got == "rng" and "OS entropy" in why and where is not None and where["line"] == 7
+    assert _why("loss", seeds, step=4)[0] == "compute"
+    assert _why("loss", _seeds("torch.manual_seed", values=[5, 5], at_step=3))[0] == "compute"
+    # the main process's reseed does not explain a batch; one in the DataLoader's workers does
+    assert _why("batch", seeds)[0] == "data"
+    worker = _seeds("numpy.random.seed", values=[None, None], source="entropy", at_step=1,
+                    worker=0)
+    for recs in worker.values():
+        recs[0]["component"] = "numpy"
+    got, why, where = _why("batch", worker, step=2)
+    assert got == "rng" and "DataLoader's workers" in why and where["line"] == 7

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from repro_check.api import check
+from repro_check.child import clock
 from repro_check.report.model import Report
 from repro_check.run import session
 from repro_check.trace.format import load_trace
@@ -54,7 +55,49 @@ def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(
         assert any("from the clock" in w and where in w for w in d["warnings"])
         assert "--seed 0" in (d["replay"] or "")
         headers = [load_trace(r["trace"]).header for r in d["run_results"]]
-        assert [h["clock_shift_ns"] for h in headers] == [0, 86_407_001_234_567]
+        assert [h["clock_shift_ns"] for h in headers] == [0, clock.SHIFT_NS]
+        assert d["cause_location"]["line"] == 15  # the seeding call
+
+
+@pytest.fixture(scope="module")
+def worker_reseed(tmp: Path) -> Report:
+    return check(f"{ZOO / 'worker_reseed.py'}:main", max_steps=2, trace_dir=tmp / "worker")
+
+
+def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report) -> None:
+    """np.random.seed() in a worker_init_fn: the watch sees it in the (forked) workers, once a
+    run, and the cause names its line, not only the DataLoader's."""
+    d = worker_reseed.to_dict()
+    where = f"{ZOO / 'worker_reseed.py'}:25"
+    assert d["reproducible"] is False and d["divergent_signal"] == "batch"
+    assert d["cause"] == "rng" and d["cause_location"]["line"] == 25
+    assert "OS entropy in the DataLoader's workers" in d["cause_detail"] and where in \
+        d["cause_detail"]
+    assert "DataLoader made at" in d["cause_detail"]  # and where the batches come from
+    seen = [w for w in d["warnings"] if "DataLoader worker" in w]
+    assert len(seen) == 1 and where in seen[0] and "numpy.random.seed()" in seen[0]
+    # torch's own seeding of each worker is not the target's
+    assert all(where in w for w in d["warnings"] if "seed" in w), d["warnings"]
+
+
+@pytest.fixture(scope="module")
+def hour_check(tmp: Path) -> Report:
+    return check(f"{ZOO / 'clock_hour_seed.py'}:main", jobs=2, trace_dir=tmp / "hour")
+
+
+def test_a_seed_from_the_hour_and_minute_is_the_clock(hour_check: Report) -> None:
+    """Coarse fields of the clock (hour * 60 + minute) differ between runs too, and are named
+    the clock; the constant seeds beside it (12, 2026) are not, whatever time it is."""
+    d = hour_check.to_dict()
+    assert d["reproducible"] is False and d["cause"] == "rng"
+    assert d["divergent_signal"] == "rng.torch" and d["first_divergent_step"] == 1
+    assert "torch is seeded from the clock" in d["cause_detail"]
+    assert "the minute of the day of the time" in d["cause_detail"]
+    assert d["cause_location"] == {"file": str(ZOO / "clock_hour_seed.py"), "line": 20,
+                                   "function": None}
+    clocked = [w for w in d["warnings"] if "from the clock" in w]
+    assert clocked and all("torch.manual_seed" in w for w in clocked), d["warnings"]
+    assert not any("random.seed" in w and "differently" in w for w in d["warnings"])
 
 
 def test_a_model_built_before_the_script_seeds_is_init(built_before_seeding: Report) -> None:

@@ -60,6 +60,31 @@ def urandom(tmp: Path) -> Report:
 
 
 @pytest.fixture(scope="module")
+def unseeded_env(tmp: Path) -> Report:
+    return diagnose(f"{FIXTURES / 'hazards' / 'unseeded_env.py'}:main", ablate=[],
+                    max_sources=0, max_steps=2, trace_dir=tmp / "env")
+
+
+def test_an_unseeded_environment_is_named_where_its_observation_enters(
+        unseeded_env: Report) -> None:
+    """An environment reset without a seed (gymnasium's way: OS entropy): the Q-network's first
+    op gets a different observation, which no op produced. Not ``compute``: ``rng``, at the line
+    that made the observation a tensor, saying what to seed."""
+    d = unseeded_env.to_dict()
+    assert d["cause"] == "rng" and d["first_divergent_step"] == 1
+    assert d["divergent_signal"] in ("loss", "grads")
+    assert d["cause_location"] == {"file": str(FIXTURES / "hazards" / "unseeded_env.py"),
+                                   "line": 59, "function": "main"}
+    detail = d["cause_detail"]
+    assert "nondeterministic computation" not in detail and "not a nondeterministic op" in detail
+    assert "torch.as_tensor" in detail and "env.reset(seed=" in detail
+    assert "action_space.seed(" in detail
+    loc = d["localization"]
+    assert loc["cause"] == "rng" and loc["inputs_agree"] is False
+    assert loc["entered"]["line"] == 59 and loc["entered_by"] == "torch.as_tensor"
+
+
+@pytest.fixture(scope="module")
 def eval_noise(tmp: Path) -> Report:
     return run("eval_noise", tmp)
 
@@ -109,9 +134,15 @@ def test_default_rng_in_the_data_pipeline_is_rng_with_its_line(default_rng: Repo
     assert Path(d["cause_location"]["file"]).name == "numpy_default_rng.py"
 
 
-def test_urandom_module_is_compute_and_the_culprit(urandom: Report) -> None:
+def test_urandom_module_is_named_where_the_entropy_enters(urandom: Report) -> None:
+    """Bytes of os.urandom made a tensor in a module: no op is nondeterministic; the value
+    entered from outside torch, at the frombuffer line (cause rng, and what to do)."""
     d = urandom.to_dict()
-    assert d["cause"] == "compute" and d["first_divergent_step"] == 1
+    assert d["cause"] == "rng" and d["first_divergent_step"] == 1
+    assert "not a nondeterministic op" in d["cause_detail"]
+    assert d["cause_location"] == {"file": str(ZOO / "urandom_noise.py"), "line": 16,
+                                   "function": "forward"}
+    assert d["localization"]["entered_by"] == "torch.frombuffer"
     assert d["divergent_signal"] in ("loss", "grads")
     assert d["culprit"] == "Net.encoder.2" and d["culprit_op"].startswith("aten::")
     loc = d["localization"]
@@ -135,7 +166,7 @@ def test_workers_batches_are_not_the_culprit_and_modules_are_qualified(
         gan_workers: Report) -> None:
     """Two DataLoader workers deliver the batches; both models have a ``main.1``."""
     d = gan_workers.to_dict()
-    assert d["cause"] == "compute" and d["first_divergent_step"] == 1
+    assert d["cause"] == "rng" and d["first_divergent_step"] == 1  # OS entropy, no op's fault
     assert d["culprit"] == "Discriminator.main.1", d["localization"]
     assert d["culprit_op"] not in ("aten::set_", "aten::empty")
     assert d["localization"]["phase"] == "forward"

@@ -29,6 +29,31 @@ def test_a_value_from_outside_shows_as_a_differing_argument() -> None:
     assert loc.module is None and "outside the recorded ops" in loc.detail
 
 
+def test_a_value_from_outside_is_traced_to_the_line_that_made_it_a_tensor() -> None:
+    """An observation made a tensor (torch.as_tensor), moved (``_to_copy``, never a culprit
+    outside a module), then the first Linear: the cause is rng at the as_tensor line, not the
+    Linear's op."""
+    def made(fp: str, line: int) -> dict[str, Any]:
+        return {"k": "made", "fn": "torch.as_tensor", "out": fp,
+                "loc": {"file": "rl.py", "line": line, "function": "main"}}
+
+    def run(obs: str) -> list[dict[str, Any]]:
+        recs = [made("w", 3), made(obs, 9), op("aten::_to_copy", [obs], [obs + "f"], None),
+                op("aten::addmm", ["b", obs + "f", "w"], [obs + "q"], "Q.0")]
+        for i, rec in enumerate(recs, 1):
+            rec["i"] = i
+        return recs
+
+    loc = compare(1, run("o1"), run("o2"), batch_agreed=True)
+    assert loc.found and loc.op == "aten::addmm" and loc.differing_inputs == [1]
+    assert loc.cause == "rng" and "not a nondeterministic op" in loc.detail
+    assert loc.entered == {"file": "rl.py", "line": 9, "function": "main"}
+    assert loc.entered_by == "torch.as_tensor" and "env.reset(seed=" in loc.detail
+    # a value whose making was not seen: still rng, without a line
+    loc = compare(1, run("o1")[2:], run("o2")[2:], batch_agreed=True)
+    assert loc.cause == "rng" and loc.entered is None
+
+
 def test_different_ops_mean_different_control_flow() -> None:
     a = [op("aten::mul", ["x"], ["y"]), op("aten::relu", ["y"], ["z"])]
     b = [op("aten::mul", ["x"], ["y"]), op("aten::tanh", ["y"], ["z"])]

@@ -101,7 +101,9 @@ def test_three_sources_at_the_same_step(three: CliResult) -> None:
 def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:
     x = compute.diagnosis
     assert x is not None
-    assert summary(x.sources) == [(1, "loss", "compute", "compute_then_rng.py", 15),
+    # os.urandom's bytes become a tensor at line 14 (no op's fault: rng, located there, not at
+    # the op that first used them)
+    assert summary(x.sources) == [(1, "loss", "rng", "compute_then_rng.py", 14),
                                   (2, "loss", "rng", "compute_then_rng.py", 24)]
     assert x.sources[0]["culprit"] == "Sequential.1" and x.sources[0]["culprit_op"] == "aten::_to_copy"
     assert x.sources[0]["culprit_op"] == x.culprit_op
@@ -145,3 +147,42 @@ def test_an_undrawn_generator_is_no_source(tmp_path: Path) -> None:
     report.first_divergent_step = 4
     src = identify(report, replay, [], lambda step: None)
     assert src is not None and src.cause == "rng" and src.location["line"] == 3
+
+
+@pytest.fixture(scope="module")
+def midstep(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("midstep_clock_reseed"), ablate=[], max_steps=4,
+                    trace_dir=tmp_path_factory.mktemp("midstep"))
+
+
+@pytest.fixture(scope="module")
+def logged_seed(tmp_path_factory: Temp) -> Report:
+    return diagnose(zoo("torch_seed_logged"), ablate=[], max_steps=2,
+                    trace_dir=tmp_path_factory.mktemp("logged"))
+
+
+def test_a_mid_step_reseed_from_the_clock_is_one_rng_source_at_its_line(midstep: Report) -> None:
+    """torch reseeded from the clock during step 3, before a dropout: not the dropout's compute,
+    and not a second source a step later: one source, pinned by run 1's state after the call."""
+    x = midstep.diagnosis
+    assert x is not None
+    assert summary(x.sources) == [(3, "loss", "rng", "midstep_clock_reseed.py", 20)]
+    assert "seeded from the clock" in x.sources[0]["detail"]
+    assert "after each reseeding at" in x.sources[0]["pinned_by"]
+    assert x.sources_note == "with the 1 source(s) above pinned, the runs agree"
+    d = midstep.to_dict()
+    assert d["cause"] == "rng" and d["cause_location"]["line"] == 20
+    assert d["culprit_op"] is None and d["localization"] is None  # the line is known: no replay
+
+
+def test_torch_seed_is_one_source_at_its_line_and_covers_the_model_built_after(
+        logged_seed: Report) -> None:
+    """torch.seed() (to log the seed), then the model: one ``rng`` source at the call, whose pin
+    (run 1's state after the call) also makes the model agree (no second ``init`` source)."""
+    x = logged_seed.diagnosis
+    assert x is not None
+    assert summary(x.sources) == [(1, "rng.torch", "rng", "torch_seed_logged.py", 11)]
+    assert x.sources[0]["location"]["function"] == "main"
+    assert "OS entropy" in x.sources[0]["detail"]
+    assert x.sources_note == "with the 1 source(s) above pinned, the runs agree"
+    assert logged_seed.to_dict()["cause_location"]["line"] == 11
