@@ -79,6 +79,18 @@ def progress(ns: argparse.Namespace, options: RunOptions, runs: int) -> Any:
     return Progress(runs, quiet=ns.quiet, max_steps=options.max_steps)
 
 
+def html_path_of(ns: argparse.Namespace) -> str | None:
+    """``--report PATH`` made absolute, writable and with matplotlib there: checked before any
+    run starts (one line, exit 2), so that no run is wasted on a report that cannot be written."""
+    path = absolute(ns.report_path)
+    if path:
+        from repro_check.report.html import require_matplotlib
+
+        check_writable(path, "--report")
+        require_matplotlib()
+    return path
+
+
 # ---- check -------------------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.run.check import run_check
@@ -88,12 +100,7 @@ def check_command(argv: Sequence[str]) -> ExitCode:
     if not targets:
         raise UsageError("the following arguments are required: TARGET")
     out = outputs(ns, cfg)
-    html_path = absolute(ns.report_path)
-    if html_path:
-        from repro_check.report.html import require_matplotlib
-
-        check_writable(html_path, "--report")
-        require_matplotlib()
+    html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     distributed = parsers.distributed_options(ns)
 
@@ -183,6 +190,7 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
                              "[tool.repro-check])")
         plan.append((target, entry, under(Path(path), cfg.root) if from_config else path))
     out = outputs(ns, cfg)
+    html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     tol.policy()  # a bad value fails before any run
     with in_folder(cfg.root if from_config else None):
@@ -194,8 +202,12 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
         with progress(ns, options, 1) as listener:
             return verify_golden(options, golden, listener)
 
+    def after(report: Report, i: int) -> None:
+        if html_path:
+            html_report(report, html_path, i if len(plan) > 1 else None)
+
     reports = run_plan(ns, cfg, plan, from_config, out,
-                       lambda t, g: f"verifying {t} against {g}", run_one)
+                       lambda t, g: f"verifying {t} against {g}", run_one, after)
     return finish(reports, "verify", out)
 
 
@@ -206,9 +218,12 @@ def diff_command(argv: Sequence[str]) -> ExitCode:
     ns = parsers.diff_parser().parse_args(list(argv))
     cfg = load(ns.config)
     out = outputs(ns, cfg)
+    html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     report = diff_traces(ns.a, ns.b, tol)
     printer(out)(report)
+    if html_path:
+        html_report(report, html_path, None)
     return finish([report], "diff", out)
 
 
@@ -249,6 +264,7 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
         raise UsageError("the following arguments are required: TARGET")
     if ns.json_path:
         check_writable(ns.json_path, "--json")
+    html_path = html_path_of(ns)
     from repro_check.diagnose.diagnosis import diagnose
     from repro_check.report.diagnosis import print_diagnosis
     from repro_check.report.terminal import Progress, make_console
@@ -266,6 +282,8 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
         log=None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False)),
     )
     print_diagnosis(report, make_console(file=summary_stream(ns.json_path)))
+    if html_path:
+        html_report(report, html_path, None)
     write_json(ns.json_path, report.to_json())
     return report.exit_code
 

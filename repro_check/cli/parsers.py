@@ -109,6 +109,13 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
                    help="read [tool.repro-check] from PATH instead of the nearest pyproject.toml")
 
 
+def add_report_option(p: argparse.ArgumentParser) -> None:
+    """``--report``: every command that reaches a verdict writes the same HTML page."""
+    p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
+                   help="write a self-contained HTML report with loss curves to PATH "
+                        "(needs matplotlib: pip install 'repro-check[report]')")
+
+
 def add_tolerance_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--atol", action="append", default=None, metavar="[NAME=]X",
                    help="absolute tolerance, for all values or one signal/metric "
@@ -150,9 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_parallel_options(p)
     p.add_argument("--fail-fast", action="store_true",
                    help="stop every run as soon as the first divergent step is known")
-    p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
-                   help="write a self-contained HTML report with loss curves to PATH "
-                        "(needs matplotlib: pip install 'repro-check[report]')")
+    add_report_option(p)
     p.add_argument("--across", action="append", default=None, metavar="AXIS=A,B",
                    help="run in each environment (--runs times, default once) and compare each "
                         "with the first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  "
@@ -187,6 +192,7 @@ def verify_parser() -> argparse.ArgumentParser:
     add_band_options(p)
     p.add_argument("--fail-fast", action="store_true",
                    help="stop the run as soon as it diverges from the golden")
+    add_report_option(p)
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="where the run's trace is kept (default .repro-check/runs)")
     return p
@@ -201,6 +207,7 @@ def diff_parser() -> argparse.ArgumentParser:
     add_tolerance_options(p)
     add_band_options(p)
     add_output_options(p)
+    add_report_option(p)
     return p
 
 
@@ -241,6 +248,7 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                    help="find up to N sources, pinning each and going on (0: the first only)")
     p.add_argument("--keep-replay", action="store_true",
                    help="keep what the pinned runs replayed (in the trace folder)")
+    add_report_option(p)
     add_parallel_options(p)
     add_distributed_options(p)
     return p

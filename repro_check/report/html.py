@@ -90,6 +90,20 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _legend(ax: Any) -> None:
+    """The legend above the plot, outside the axes: inside, it covers points wherever it goes."""
+    n = len(ax.get_legend_handles_labels()[0])
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncol=min(n, 4), fontsize=9,
+              frameon=False, borderaxespad=0)
+
+
+def _xlim(ax: Any, first: float, last: float) -> None:
+    """Room on both sides of the steps, so that a marker at the first or last step is drawn
+    clear of the axis, not over it (half a step, or 2 % of a long run)."""
+    pad = max(0.5, 0.02 * (last - first))
+    ax.set_xlim(first - pad, last + pad)
+
+
 def _mark(ax: Any, step: int | None) -> None:
     if step is not None:
         ax.axvline(step, color=MARKER_COLOR, linewidth=2.5, zorder=5,
@@ -118,12 +132,14 @@ def loss_plot(curves: dict[int, list[tuple[int, float]]], divergence: Any,
                 if not (math.isnan(y) or math.isinf(y)):
                     ax.plot([step], [y], marker="o", markersize=9, markerfacecolor="none",
                             markeredgecolor=MARKER_COLOR, markeredgewidth=2, zorder=6)
+    xs_all = [x for pts in curves.values() for x, _ in pts] + ([step] if step else [])
+    _xlim(ax, min(xs_all), max(xs_all))
     ys_all = [y for pts in curves.values() for _, y in pts]
     if min(ys_all) > 0 and max(ys_all) / min(ys_all) > 50:
         ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.legend(loc="upper right", fontsize=9, framealpha=0.9)
+    _legend(ax)
     return _png(fig)
 
 
@@ -136,7 +152,7 @@ def difference_plot(series: dict[str, Sequence[tuple[int, float]]], step: int | 
         return None
     fig, ax = _figure()
     steps = [s for pts in series.values() for s, _ in pts]
-    ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)  # the whole run, equal steps included
+    _xlim(ax, min(steps), max(steps))  # the whole run, equal steps included
     colors = ["#444444", "#d62728"] if len(shown) <= 2 else RUN_COLORS[1:]
     for i, (label, pts) in enumerate(shown.items()):
         xs, ys = zip(*pts)
@@ -146,11 +162,19 @@ def difference_plot(series: dict[str, Sequence[tuple[int, float]]], step: int | 
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("difference")
-    ax.legend(loc="lower right", fontsize=9, framealpha=0.9)
+    _legend(ax)
     return _png(fig)
 
 
 # ---- page ----------------------------------------------------------------------------------------
+def _name(report: Report, index: int) -> str:
+    """What run ``index`` is called: its environment with ``--across``, the golden and this run
+    with ``verify``, A and B with ``diff``."""
+    if report.gate is not None and 1 <= index <= len(report.gate.labels):
+        return report.gate.labels[index - 1]
+    return report.run_name(index)
+
+
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
@@ -200,13 +224,13 @@ def _context_rows(report: Report) -> tuple[list[str], list[tuple[list[Any], str]
         return "differs" if len({json.dumps(_bits(v), default=str) for v in vals}) > 1 else ""
 
     if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
-        head = ["step", *[report.run_name(k) for k in range(1, report.runs + 1)], "spread"]
+        head = ["step", *[_name(report, k) for k in range(1, report.runs + 1)], "spread"]
         for r in cmp.context_all:
             rows.append(([r["step"], *map(_val, r["values"]), _num(r["spread"])],
                          cls(r["step"], r["values"])))
         return head, rows
     other = [r.get("signal") for r in cmp.context if r.get("signal") not in (None, "loss")]
-    head = ["step", report.run_name(1), report.run_name(cmp.divergence.run), "|diff|"]
+    head = ["step", _name(report, 1), _name(report, cmp.divergence.run), "|diff|"]
     if other:
         head.append("differs in")
     for r in cmp.context:
@@ -231,7 +255,7 @@ def _environment(report: Report) -> str:
         cells = [env.get(k, "—") for env in envs]
         rows.append(([k, *["—" if c is None else c for c in cells]],
                      "differs" if len({json.dumps(c, default=str) for c in cells}) > 1 else ""))
-    return _table(["", *[report.run_name(r.index) for r in report.results]], rows, "env")
+    return _table(["", *[_name(report, r.index) for r in report.results]], rows, "env")
 
 
 CSS = """
@@ -250,6 +274,7 @@ th,td{padding:3px 10px;border-bottom:1px solid #e5e5e5;text-align:right;
 font-variant-numeric:tabular-nums}
 th:first-child,td:first-child{text-align:left}
 tr.first td{background:#ffd6ff;font-weight:700} tr.differs td{color:#b71c1c}
+table.text td,table.text th{text-align:left}
 table.env td,table.env th{text-align:left;overflow-wrap:anywhere;max-width:320px}
 pre{background:#f0f0f0;padding:8px 10px;overflow-x:auto;white-space:pre}
 .diagnosis{border-left:4px solid #c62828;padding:2px 12px;background:#fff}
@@ -288,7 +313,7 @@ def _outcome_section(report: Report) -> list[str]:
         if report.gate is not None:
             a_name, b_name = report.labels[0], report.labels[1]
         else:
-            a_name, b_name = report.run_name(1), report.run_name(div.run)
+            a_name, b_name = _name(report, 1), _name(report, div.run)
         line = (f'<p id="first-divergence"><b>First divergence:</b> {_e(where)}, signal '
                 f"<code>{_e(div.signal)}</code>, {_e(b_name)} vs {_e(a_name)}: "
                 f"{_e(signal_sentence(div.signal, div.step))}.")
@@ -364,7 +389,7 @@ def _diagnose_parts(report: Report, part: Any) -> list[str]:
     if part.flagged_ops:
         out.append(_table(["op", "first at step", "called from"],
                           [([f.get("op"), f.get("step"), f.get("where") or ""], "")
-                           for f in part.flagged_ops]))
+                           for f in part.flagged_ops], "text"))
     else:
         out.append("<p>None was reported.</p>")
     if part.sources_cost is not None:
@@ -378,8 +403,7 @@ def _diagnose_parts(report: Report, part: Any) -> list[str]:
             verdict = row.get("verdict") or ""
             rows.append(([name or "(no seeding at all)", verdict, ablation_outcome(row)],
                          "differs" if verdict == "needed" else ""))
-        out.append(_table(["component", "for this workload", "runs without it"], rows,
-                          "ablation"))
+        out.append(_table(["component", "for this workload", "runs without it"], rows, "text"))
         needed = part.necessary_components or []
         out.append(f"<p><b>Necessary components:</b> {_e(', '.join(needed) or 'none')}</p>")
     if part.ablation_note:
@@ -456,7 +480,7 @@ def _loss_section(report: Report) -> list[str]:
                 unread.append(str(e))
     out = ["<h2>Loss per step</h2>"]
     img = loss_plot(curves, cmp.divergence if cmp else None,
-                    {r.index: report.run_name(r.index) for r in report.results})
+                    {r.index: _name(report, r.index) for r in report.results})
     if img:
         out.append(f'<figure id="loss-plot"><img alt="loss of every run per step" '
                    f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
@@ -574,7 +598,7 @@ def _metrics_section(report: Report) -> list[str]:
         same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
         rows.append(([n, *map(_val, raw)], "" if same else "differs"))
     return ["<h2>Metrics</h2>",
-            _table(["metric", *[report.run_name(k) for k in range(1, report.runs + 1)]], rows)]
+            _table(["metric", *[_name(report, k) for k in range(1, report.runs + 1)]], rows)]
 
 
 def _runs_section(report: Report) -> list[str]:

@@ -311,3 +311,45 @@ def test_cli_report_without_matplotlib_is_exit_2_before_any_run(tmp_path: Path) 
         "repro-check: error: --report needs matplotlib, which is not installed "
         "(pip install 'repro-check[report]')"]
     assert not (tmp_path / "traces").exists() and not (tmp_path / "r.html").exists()
+
+
+def test_a_divergence_at_step_1_is_drawn_clear_of_the_axis(tmp_path: Path) -> None:
+    report = build_report(tmp_path / "s1", [losses(900), losses(900, diverge_at=1)], [0.9, 0.8])
+    page = write_html(report, tmp_path / "s1.html")
+    for name, img in images(page).items():
+        arr = np.asarray(img, dtype=int)
+        magenta = (np.abs(arr - [255, 0, 255]) <= 40).all(axis=2).sum(axis=0)
+        dark = (arr < 80).all(axis=2).sum(axis=0)  # the y axis: a long dark vertical line
+        marker = int(np.nonzero(magenta > 100)[0].min())
+        axis = int(np.nonzero(dark > 100)[0].min())
+        assert marker - axis >= 6, (name, marker, axis)
+
+
+def test_every_command_with_a_verdict_writes_the_report(tmp_path: Path) -> None:
+    """verify, diff and diagnose take --report as check does, each page with its own section."""
+    golden = tmp_path / "golden.json"
+    res = run_cli("record", "tiny.py:main", "--seed", "3", "--max-steps", "6", "-o", str(golden),
+                  tmp=tmp_path / "record")
+    assert res.code == 0, res.stderr
+    page = tmp_path / "verify.html"
+    res = run_cli("verify", "tiny.py:main", "--golden", str(golden), "--report", str(page), "--",
+                  "--diverge-at", "4", tmp=tmp_path / "verify")
+    assert res.code == 1, res.stdout + res.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "<h2>Golden comparison</h2>" in html and str(golden) in html
+    assert "<th>golden</th><th>this run</th>" in html  # the sides are named as the terminal does
+    trace = res.report["run_results"][-1]["trace"]  # run 1 is the golden
+    page = tmp_path / "diff.html"
+    res = run_cli("diff", str(golden), trace, "--report", str(page), tmp=tmp_path / "diff",
+                  traces=False)
+    assert res.code == 1, res.stdout + res.stderr
+    assert "<h2>Traces compared</h2>" in page.read_text(encoding="utf-8")
+    page = tmp_path / "diagnose.html"
+    res = run_cli("diagnose", "tiny.py:main", "--seed", "3", "--max-steps", "5", "--no-ablation",
+                  "--max-sources", "0", "--report", str(page), "--", "--diverge-at", "3",
+                  tmp=tmp_path / "diagnose")
+    assert res.code == 1, res.stdout + res.stderr
+    html = page.read_text(encoding="utf-8")
+    box = html.split('id="diagnosis">')[1].split("</div>")[0]
+    assert res.report["cause"] in box and res.report["cause_detail"] in html
+    assert "Ops PyTorch reports as nondeterministic" in html
