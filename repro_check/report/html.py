@@ -555,11 +555,16 @@ def _across_section(report: Report) -> list[str]:
         out.append("<p>The loss has the same bits in every environment at every step.</p>")
     if part.price:
         out.append("<h2>Price of determinism</h2>")
-        out.append(_table(["deterministic on", "per step", "deterministic off", "per step",
-                           "on / off"],
-                          [([r["on"], _num(r["on_seconds_per_step"]), r["off"],
-                             _num(r["off_seconds_per_step"]), _num(r["ratio"])], "")
-                           for r in part.price]))
+        out.append(_table(["deterministic on", "per step", "± spread", "deterministic off",
+                           "per step", "± spread", "on / off", ""],
+                          [([r["on"], _num(r["on_seconds_per_step"]),
+                             _num(r.get("on_step_spread")), r["off"],
+                             _num(r["off_seconds_per_step"]), _num(r.get("off_step_spread")),
+                             _num(r["ratio"]), "within noise" if r.get("within_noise") else ""],
+                            "") for r in part.price]))
+        out.append('<p class="sub">± spread: the standard deviation of the seconds between '
+                   "consecutive steps; a difference inside it is within noise (a loaded machine "
+                   "moves step times more than determinism does).</p>")
     return out
 
 

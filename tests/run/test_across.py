@@ -8,6 +8,8 @@ interpreter probe) is tested on its own, without one.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import stat
 import subprocess
@@ -203,6 +205,25 @@ def test_price_of_determinism_pairs_each_on_with_its_off() -> None:
     assert price[0]["measure"] == "loop" and price[0]["ratio"] == pytest.approx(1.5)
     assert price[0]["on_seconds_per_step"] == pytest.approx(0.15)
     assert infos[0].per_step == pytest.approx(2.0 / 11)
+    assert price[0]["within_noise"] is None  # no step times: nothing claimed
+
+
+def test_a_price_inside_the_spread_of_the_step_times_is_within_noise() -> None:
+    """-44.5 % on a loaded machine: the step times scatter more than the difference, so the
+    report says so instead of showing a bare percentage."""
+    from repro_check.report.across import price_text
+
+    cells = ax.grid(ax.parse_axes(["deterministic=on,off"]))
+    noisy = [dataclasses.replace(_cell(c.index, c.label, c.settings_dict(), loop),
+                                 step_spread=spread)
+             for c, loop, spread in zip(cells, (1.0, 1.8), (0.12, 0.10))]
+    row = price_of_determinism(cells, noisy)[0]
+    assert row["ratio"] == pytest.approx(1 / 1.8) and row["within_noise"] is True
+    text = price_text(row)
+    assert "within noise (-44.4 %" in text and "± 120 ms" in text
+    steady = [dataclasses.replace(c, step_spread=0.01) for c in noisy]
+    row = price_of_determinism(cells, steady)[0]
+    assert row["within_noise"] is False and "within noise" not in price_text(row)
 
 
 def test_uninitialized_memory_is_no_culprit() -> None:
