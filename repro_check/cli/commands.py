@@ -93,7 +93,7 @@ def html_path_of(ns: argparse.Namespace) -> str | None:
 
 # ---- check -------------------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
-    from repro_check.run.check import run_check
+    from repro_check.run.check import require_two_runs, run_check
 
     ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     targets, from_config = planned(ns, cfg)
@@ -108,6 +108,8 @@ def check_command(argv: Sequence[str]) -> ExitCode:
 
     def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
         runs = first(ns.runs, 1) if across else first(ns.runs, cfg.get("runs", entry), CHECK_RUNS)
+        if not across and isinstance(runs, int) and not isinstance(runs, bool):
+            require_two_runs(runs)  # --runs 0 is "at least 2" too, not RunOptions' "at least 1"
         options = options_for(ns, cfg, target, entry, target_args, tolerances=tol, runs=runs,
                               distributed=distributed, across=across)
         if across:

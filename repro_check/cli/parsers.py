@@ -147,8 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a PyTorch training entry point several times under full seeding and "
                     "report the first step where the runs diverge.",
         epilog="Arguments after -- are passed to the target as sys.argv[1:]. "
-               "Other commands: record, verify, diff (repro-check COMMAND --help). "
-               "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed.",
+               "Commands: check (the default: repro-check TARGET), record (save a golden "
+               "trace), verify (one run against a golden), diff (two saved traces), diagnose "
+               "(why runs differ: culprit op, every source, seeding ablation), doctor (hazards "
+               "found by reading the source); repro-check COMMAND --help for each. "
+               "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed, "
+               "130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"repro-check {__version__}")
     add_run_options(p)
