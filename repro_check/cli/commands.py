@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,9 @@ def run_plan(ns: argparse.Namespace, cfg: Config, plan: Sequence[Planned], from_
             if signals.stop_requested():
                 break  # a signal between two targets: report what was done
             announce(ns, len(plan) > 1, describe(target, extra))
+            started = time.monotonic()
             report = run_one(target, entry, extra)
+            report.wall_seconds = time.monotonic() - started
             replay_from(report, moved)
             show(report)
             if after is not None:

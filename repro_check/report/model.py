@@ -326,6 +326,9 @@ class Report:
     distributed: DistributedPart | None = None
     across: AcrossPart | None = None
     processes: ProcessesPart | None = None
+    #: wall-clock seconds the whole command took for this target (runs in parallel count once);
+    #: None when not measured (then a JUnit time falls back to the runs' sum)
+    wall_seconds: float | None = None
 
     @property
     def labels(self) -> list[str]:

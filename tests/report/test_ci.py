@@ -88,3 +88,14 @@ def test_step_summary_stays_under_the_limit(tmp_path: Path) -> None:
     before = summary.read_bytes()
     assert not ci.append_step_summary(summary, text, limit=len(before) + 10)
     assert summary.read_bytes() == before
+
+
+def test_junit_time_is_the_wall_time_not_the_sum_of_parallel_runs() -> None:
+    from repro_check.run.runner import RunResult
+
+    runs = [RunResult(k, status="completed", steps=5, seconds=10.0) for k in (1, 2)]
+    report = Report(target="train:main", args=[], seed=1, components=[], runs=2, results=runs,
+                    comparison=None, wall_seconds=10.5)  # the two runs went side by side
+    root = ET.fromstring(ci.junit_xml([report], "check").split("?>", 1)[1])
+    assert root.find("./testsuite/testcase").get("time") == "10.500"
+    assert root.get("time") == "10.500"
