@@ -42,11 +42,19 @@ def verdict_style(report: Report) -> str:
     return TONE_STYLE[report.verdict.tone]
 
 
+#: the list of loaded extension modules Python's fault handler prints after a crash's stack
+#: (one line of 30-odd names: nothing about the crash, and it pushes the stack off the screen)
+_EXTENSION_MODULES = re.compile(r"\n*^Extension modules: .*?\(total: \d+\)[ \t]*$",
+                                re.MULTILINE | re.DOTALL)
+
+
 def failure_output(r: RunResult, lines: int = 30, chars: int = 6000) -> str:
-    """What a failed run left to read: its traceback, else the last lines of its output."""
+    """What a failed run left to read: its traceback, else the last lines of its output (a
+    crash's line and stack kept, the fault handler's list of extension modules left out)."""
     if r.error and r.error.get("traceback"):
         return str(r.error["traceback"]).rstrip()[-chars:]
-    return "\n".join(r.output_tail.rstrip().splitlines()[-lines:])[-chars:]
+    tail = _EXTENSION_MODULES.sub("", r.output_tail)
+    return "\n".join(tail.rstrip().splitlines()[-lines:])[-chars:]
 
 
 #: characters a terminal would act on: C0 controls but newline and tab, DEL, C1 controls, and
