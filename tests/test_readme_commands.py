@@ -18,8 +18,10 @@ The runs cost a few minutes on a loaded 2-core machine, so they are marked ``slo
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
 import shutil
 import subprocess
 import sys
@@ -269,7 +271,7 @@ def folder(kind: str, tmp: Path) -> Path:
     return where
 
 
-def execute(command: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def execute(command: str, cwd: Path, timeout: float = 420) -> subprocess.CompletedProcess[str]:
     """Run one documented command line: ``repro-check`` is this checkout's, ``cd X &&`` moves."""
     argv = shlex.split(command)
     while len(argv) > 2 and argv[0] == "cd" and argv[2] == "&&":
@@ -279,8 +281,19 @@ def execute(command: str, cwd: Path, timeout: float = 600) -> subprocess.Complet
         argv = [sys.executable, "-m", "repro_check", *argv[1:]]
     elif argv[0] not in SHELL:
         raise AssertionError(f"do not know how to run {command!r}")
-    return subprocess.run(argv, cwd=cwd, env=cli_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.Popen(argv, cwd=cwd, env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = subprocess.run(["ps", "-o", "pid,stat,etime,wchan:20,args", "-g",
+                               str(proc.pid)], capture_output=True, text=True).stdout
+        os.killpg(proc.pid, signal.SIGKILL)  # the command and everything it started
+        out, err = proc.communicate()
+        raise AssertionError(f"{command!r} did not end within {timeout} s; its processes:\n"
+                             f"{tree}\n{out[-2000:]}\n{err[-2000:]}") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 RUNS = [cmd for cmd, how in KNOWN.items() if isinstance(how, Run)]

@@ -9,8 +9,8 @@ interpreter probe) is tested on its own, without one.
 from __future__ import annotations
 
 import dataclasses
-
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -364,6 +364,16 @@ def test_grid_terminal_and_html(grid: tuple[CliResult, Path]) -> None:
     assert 'id="loss-plot"' in page and 'id="drift-plot"' in page
     assert "<h2>Price of determinism</h2>" in page
     assert "<th>threads=2, deterministic=off</th>" in page  # runs named by environment
+    # the pair parts in its gradients at step 1 and its losses agree until step 3: rows whose
+    # |diff| is 0 are not painted as divergent, and say which signal differs
+    table = page.split("Steps around the first divergence")[1].split("</table>")[0]
+    rows = re.findall(r'<tr(?: class="([a-z]+)")?><td>(\d+)</td>(.*?)</tr>', table)
+    assert rows and rows[0][:2] == ("first", "1")
+    for cls, _, cells in rows[1:]:
+        equal = re.findall(r"<td>([^<]*)</td>", cells)[2] == "0"
+        assert (cls == "differs") != equal, (cls, cells)
+    assert "<th>differs in</th>" in table and "<td>grads</td>" in table
+    assert all("within_noise" in p for p in res.report["across"]["price_of_determinism"])
 
 
 @pytest.fixture(scope="module")
