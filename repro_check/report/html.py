@@ -502,7 +502,7 @@ def _difference_section(report: Report) -> list[str]:
     div = cmp.divergence
     series: dict[str, Sequence[tuple[int, float]]] = {}
     other = div.run if div is not None and div.step is not None else 2
-    series[f"|run {other} − run 1|"] = cmp.diff_series
+    series[f"|{_name(report, other)} − {_name(report, 1)}|"] = cmp.diff_series
     if report.runs >= 3:
         series[f"spread (max − min of {report.runs} runs)"] = cmp.spread_series
     out = ["<h2>Difference per step</h2>"]
