@@ -92,8 +92,10 @@ def _png(fig: Any) -> str:
 
 def _legend(ax: Any) -> None:
     """The legend above the plot, outside the axes: inside, it covers points wherever it goes."""
-    n = len(ax.get_legend_handles_labels()[0])
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncol=min(n, 4), fontsize=9,
+    labels = ax.get_legend_handles_labels()[1]
+    # as many columns as fit the plot's width (long environment names: fewer, in more rows)
+    per_row = max(1, min(len(labels), 4, 110 // (max(map(len, labels), default=1) + 6)))
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncol=per_row, fontsize=9,
               frameon=False, borderaxespad=0)
 
 

@@ -263,7 +263,7 @@ def screenshot(page: Path, out: Path) -> Image.Image:
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
-           f"--screenshot={out}", "--window-size=1100,1400", page.resolve().as_uri()]
+           f"--screenshot={out}", "--window-size=1100,2600", page.resolve().as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert out.exists(), proc.stderr[-2000:]
     return Image.open(out).convert("RGB")
