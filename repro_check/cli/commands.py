@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,9 @@ def run_plan(ns: argparse.Namespace, cfg: Config, plan: Sequence[Planned], from_
             if signals.stop_requested():
                 break  # a signal between two targets: report what was done
             announce(ns, len(plan) > 1, describe(target, extra))
+            started = time.monotonic()
             report = run_one(target, entry, extra)
+            report.wall_seconds = time.monotonic() - started
             replay_from(report, moved)
             show(report)
             if after is not None:
@@ -85,22 +88,29 @@ def progress(ns: argparse.Namespace, options: RunOptions, runs: int) -> Any:
     return Progress(runs, quiet=ns.quiet, max_steps=options.max_steps)
 
 
+def html_path_of(ns: argparse.Namespace) -> str | None:
+    """``--report PATH`` made absolute, writable and with matplotlib there: checked before any
+    run starts (one line, exit 2), so that no run is wasted on a report that cannot be written."""
+    path = absolute(ns.report_path)
+    if path:
+        from repro_check.report.html import require_matplotlib
+
+        check_writable(path, "--report")
+        require_matplotlib()
+    return path
+
+
 # ---- check -------------------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
-    from repro_check.run.check import run_check
+    from repro_check.run.check import require_two_runs, run_check
 
     ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     targets, from_config = planned(ns, cfg)
     if not targets:
         raise UsageError("the following arguments are required: TARGET")
-    html_path = absolute(ns.report_path)
     out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
-                  [("--report", html_path)])
-    if html_path:
-        from repro_check.report.html import require_matplotlib
-
-        check_writable(html_path, "--report")
-        require_matplotlib()
+                  [("--report", ns.report_path)])
+    html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     distributed = parsers.distributed_options(ns)
 
@@ -108,6 +118,8 @@ def check_command(argv: Sequence[str]) -> ExitCode:
 
     def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
         runs = first(ns.runs, 1) if across else first(ns.runs, cfg.get("runs", entry), CHECK_RUNS)
+        if not across and isinstance(runs, int) and not isinstance(runs, bool):
+            require_two_runs(runs)  # --runs 0 is "at least 2" too, not RunOptions' "at least 1"
         options = options_for(ns, cfg, target, entry, target_args, tolerances=tol, runs=runs,
                               distributed=distributed, across=across)
         if across:
@@ -190,7 +202,9 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
                              "[tool.repro-check])")
         plan.append((target, entry, under(Path(path), cfg.root) if from_config else path))
     out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets]
-                  + [("golden", _from_root(g, cfg, from_config)) for _, _, g in plan])
+                  + [("golden", _from_root(g, cfg, from_config)) for _, _, g in plan],
+                  [("--report", ns.report_path)])
+    html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     tol.policy()  # a bad value fails before any run
     with in_folder(cfg.root if from_config else None):
@@ -202,8 +216,12 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
         with progress(ns, options, 1) as listener:
             return verify_golden(options, golden, listener)
 
+    def after(report: Report, i: int) -> None:
+        if html_path:
+            html_report(report, html_path, i if len(plan) > 1 else None)
+
     reports = run_plan(ns, cfg, plan, from_config, out,
-                       lambda t, g: f"verifying {t} against {g}", run_one)
+                       lambda t, g: f"verifying {t} against {g}", run_one, after)
     return finish(reports, "verify", out)
 
 
@@ -213,10 +231,13 @@ def diff_command(argv: Sequence[str]) -> ExitCode:
 
     ns = parsers.diff_parser().parse_args(list(argv))
     cfg = load(ns.config)
-    out = outputs(ns, cfg, [("trace A", ns.a), ("trace B", ns.b)])
+    out = outputs(ns, cfg, [("trace A", ns.a), ("trace B", ns.b)], [("--report", ns.report_path)])
+    html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
     report = diff_traces(ns.a, ns.b, tol)
     printer(out)(report)
+    if html_path:
+        html_report(report, html_path, None)
     return finish([report], "diff", out)
 
 
@@ -256,10 +277,11 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
     ns = parsers.build_diagnose_parser().parse_args(own)
     if not ns.target:
         raise UsageError("the following arguments are required: TARGET")
+    check_distinct([("--json", ns.json_path), ("--report", ns.report_path),
+                    ("--trace-dir", ns.trace_dir)], [("TARGET", target_file(ns.target))])
     if ns.json_path:
-        check_distinct([("--json", ns.json_path), ("--trace-dir", ns.trace_dir)],
-                       [("TARGET", target_file(ns.target))])
         check_writable(ns.json_path, "--json")
+    html_path = html_path_of(ns)
     from repro_check.diagnose.diagnosis import diagnose
     from repro_check.report.diagnosis import print_diagnosis
     from repro_check.report.terminal import Progress, make_console
@@ -277,6 +299,8 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
         log=None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False)),
     )
     print_diagnosis(report, make_console(file=summary_stream(ns.json_path)))
+    if html_path:
+        html_report(report, html_path, None)
     write_json(ns.json_path, report.to_json())
     return report.exit_code
 

@@ -32,6 +32,8 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     from repro_check.run import signals
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in COMMANDS:
+        mistyped_command(argv[0], COMMANDS)
     command = COMMANDS[argv.pop(0)] if argv and argv[0] in COMMANDS else check_command
     with signals.DeferredSignals() as guard:
         signals.ACTIVE.append(guard)
@@ -73,6 +75,32 @@ def one_line(text: str) -> str:
     from repro_check.report.text import visible
 
     return visible(text).replace("\n", "\\n")
+
+
+def mistyped_command(word: str, commands: Sequence[str]) -> None:
+    """A first word close to a command name (``verfy``) that is no TARGET either: one line
+    naming the command, instead of argparse's "unrecognized arguments" about what follows.
+
+    A bare TARGET may come first (``repro-check train:main``), so a word that looks like one
+    (``:``, ``/``, ``.py``, a dotted module) or that names a module or folder found from the
+    current folder is left to the check."""
+    import difflib
+    import importlib.machinery
+
+    from repro_check.errors import UsageError
+
+    if word.startswith("-") or any(c in word for c in ":/\\.") or not word.isidentifier():
+        return
+    close = difflib.get_close_matches(word, list(commands), n=1, cutoff=0.7)
+    if not close:
+        return
+    try:
+        found = importlib.machinery.PathFinder.find_spec(word, [os.getcwd(), *sys.path[1:]])
+    except (ImportError, ValueError):
+        found = None
+    if found is None and not os.path.exists(word):
+        raise UsageError(f"unknown command {word!r} (did you mean {close[0]!r}?); a TARGET "
+                         "here would be module:function or path/to/file.py")
 
 
 def console_main(argv: Sequence[str] | None = None) -> int:

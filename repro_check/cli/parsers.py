@@ -109,6 +109,13 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
                    help="read [tool.repro-check] from PATH instead of the nearest pyproject.toml")
 
 
+def add_report_option(p: argparse.ArgumentParser) -> None:
+    """``--report``: every command that reaches a verdict writes the same HTML page."""
+    p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
+                   help="write a self-contained HTML report with loss curves to PATH "
+                        "(needs matplotlib: pip install 'repro-check[report]')")
+
+
 def add_tolerance_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--atol", action="append", default=None, metavar="[NAME=]X",
                    help="absolute tolerance, for all values or one signal/metric "
@@ -140,8 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a PyTorch training entry point several times under full seeding and "
                     "report the first step where the runs diverge.",
         epilog="Arguments after -- are passed to the target as sys.argv[1:]. "
-               "Other commands: record, verify, diff (repro-check COMMAND --help). "
-               "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed.",
+               "Commands: check (the default: repro-check TARGET), record (save a golden "
+               "trace), verify (one run against a golden), diff (two saved traces), diagnose "
+               "(why runs differ: culprit op, every source, seeding ablation), doctor (hazards "
+               "found by reading the source); repro-check COMMAND --help for each. "
+               "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed, "
+               "130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"repro-check {__version__}")
     add_run_options(p)
@@ -150,9 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_parallel_options(p)
     p.add_argument("--fail-fast", action="store_true",
                    help="stop every run as soon as the first divergent step is known")
-    p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
-                   help="write a self-contained HTML report with loss curves to PATH "
-                        "(needs matplotlib: pip install 'repro-check[report]')")
+    add_report_option(p)
     p.add_argument("--across", action="append", default=None, metavar="AXIS=A,B",
                    help="run in each environment (--runs times, default once) and compare each "
                         "with the first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  "
@@ -187,6 +196,7 @@ def verify_parser() -> argparse.ArgumentParser:
     add_band_options(p)
     p.add_argument("--fail-fast", action="store_true",
                    help="stop the run as soon as it diverges from the golden")
+    add_report_option(p)
     p.add_argument("--trace-dir", default=None, metavar="DIR",
                    help="where the run's trace is kept (default .repro-check/runs)")
     return p
@@ -201,6 +211,7 @@ def diff_parser() -> argparse.ArgumentParser:
     add_tolerance_options(p)
     add_band_options(p)
     add_output_options(p)
+    add_report_option(p)
     return p
 
 
@@ -241,6 +252,7 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                    help="find up to N sources, pinning each and going on (0: the first only)")
     p.add_argument("--keep-replay", action="store_true",
                    help="keep what the pinned runs replayed (in the trace folder)")
+    add_report_option(p)
     add_parallel_options(p)
     add_distributed_options(p)
     return p

@@ -359,12 +359,15 @@ class Comparison:
 
     # ---- comparing -----------------------------------------------------------------------
     def _row(self, step: int, ref: Mapping[str, Any] | None, other: Mapping[str, Any] | None,
-             differs: bool) -> dict[str, Any]:
+             differs: bool, signal: str | None = None) -> dict[str, Any]:
+        """One step around the divergence: the focus values, and ``signal``, the first signal
+        that differs there (the focus values may well agree: a step whose gradients differ)."""
         return {
             "step": step,
             "reference": (ref or {}).get(self.focus),
             "value": (other or {}).get(self.focus),
             "differs": differs,
+            "signal": signal if differs else None,
         }
 
     def _visit(self, step: int, run: int, ref: Mapping[str, Any], value: Any, differs: bool) -> None:
@@ -401,7 +404,7 @@ class Comparison:
         if isinstance(a, dict) and isinstance(b, dict):
             absdiff, _ = values.differences(a, b)
             pair.diffs.add(step, absdiff if absdiff is not None else (0.0 if a == b else math.nan))
-        row = self._row(step, ref, other, name is not None)
+        row = self._row(step, ref, other, name is not None, name)
         if pair.first is None:
             if name is None:
                 pair.before.append(row)
@@ -426,7 +429,7 @@ class Comparison:
         if ref is None and not self.ref_complete or other is None and not pair.complete:
             return  # cut short by us, not by the target
         pair.compared = max(pair.compared, step)
-        row = self._row(step, ref, other, True)
+        row = self._row(step, ref, other, True, "steps")
         if pair.first is None:
             shorter, longer = (pair.run, 1) if other is None else (1, pair.run)
             n_short = pair.ended if other is None else self.ref_ended

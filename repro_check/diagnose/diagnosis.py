@@ -247,8 +247,7 @@ def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
         pairs[name] = PairResult.of(f"without {name}", off, rep)
         say(f"  {pairs[name].outcome()}")
     say(f"ablation {total}/{total}: no seeding")
-    rep = run_check(common.replace(no_seed=True, without=(), fail_fast=True,
-                                   trace_dir=str(folder / "no-seeding")))
+    rep = run_check(common.unseeded(fail_fast=True, trace_dir=str(folder / "no-seeding")))
     none_pair = PairResult.of("no seeding", list(seeding.COMPONENTS), rep)
     say(f"  {none_pair.outcome()}")
     needed = verdicts(full, pairs)

@@ -436,10 +436,18 @@ def summary(report: DoctorReport) -> Any:
         parts += [environment_table(report.environment), Text("")]
     if report.target is None:
         return Group(*parts)
+    # findings of one code share their why and fix: each place is listed, then the two once
+    # (ten identical findings are not ten copies of the same paragraph)
+    by_code: dict[str, list[Finding]] = {}
     for f in report.findings:
-        parts.append(Text.assemble((f"{f.file}:{f.line}", "bold"), "  ", (f.code, "bold red"),
-                                   "  ", f.message))
-        parts.append(Padding(Text.assemble(("why: ", "bold"), f.why), (0, 0, 0, 4)))
+        by_code.setdefault(f.code, []).append(f)
+    for group in by_code.values():
+        for f in group:
+            parts.append(Text.assemble((f"{f.file}:{f.line}", "bold"), "  ",
+                                       (f.code, "bold red"), "  ", f.message))
+        f = group[0]
+        also = f" (all {len(group)} above)" if len(group) > 1 else ""
+        parts.append(Padding(Text.assemble(("why: ", "bold"), f.why, also), (0, 0, 0, 4)))
         parts.append(Padding(Text.assemble(("fix: ", "bold"), f.fix), (0, 0, 0, 4)))
     for s in report.skipped:
         parts.append(Text(f"skipped {s['file']}: {s['reason']}", style="yellow"))

@@ -158,19 +158,31 @@ def _notes(part: AcrossPart) -> list[Any]:
     return out
 
 
+def price_text(row: dict[str, Any]) -> str:
+    """One price-of-determinism row in words: each side's time per step with the spread of its
+    step times, and the cost, or "within noise" when the difference is inside that spread."""
+    ratio = row.get("ratio")
+    cost = "—" if ratio is None else f"{(ratio - 1) * 100:+.1f} %"
+    how = "between the first and the last step" if row["measure"] == "loop" \
+        else "the whole run over its steps"
+
+    def side(name: str) -> str:
+        spread = row.get(f"{name}_step_spread")
+        pm = f" ± {seconds_text(spread)}" if spread is not None else ""
+        return f"{row[name]}: {seconds_text(row[f'{name}_seconds_per_step'])}{pm}/step"
+
+    if row.get("within_noise"):
+        cost = f"within noise ({cost}, inside the spread of the step times)"
+    return f"{side('on')}, {side('off')}: {cost} ({how})"
+
+
 def price_lines(part: AcrossPart) -> list[Any]:
     """The price of determinism: each deterministic=on environment against its off twin."""
     if not part.price:
         return []
     out: list[Any] = [Text("Price of determinism", style="bold")]
     for row in part.price:
-        ratio = row.get("ratio")
-        cost = "—" if ratio is None else f"{(ratio - 1) * 100:+.1f} %"
-        how = "between the first and the last step" if row["measure"] == "loop" \
-            else "the whole run over its steps"
-        out.append(Text(f"  {row['on']}: {seconds_text(row['on_seconds_per_step'])}/step, "
-                        f"{row['off']}: {seconds_text(row['off_seconds_per_step'])}/step: "
-                        f"{cost} ({how})"))
+        out.append(Text(f"  {price_text(row)}"))
     return out
 
 

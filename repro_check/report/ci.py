@@ -93,7 +93,9 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
     for report in reports:
         mode = report.gate.mode if report.gate else None
         runs = report.results[1:] if mode == "verify" else [] if mode == "diff" else report.results
-        seconds = sum(r.seconds for r in runs)
+        # the wall time of the target, not the sum of runs that went in parallel
+        seconds = report.wall_seconds if report.wall_seconds is not None \
+            else sum(r.seconds for r in runs)
         total_time += seconds
         case = ET.SubElement(suite, "testcase", classname=f"repro-check.{command}",
                              name=report.target, time=f"{seconds:.3f}")

@@ -9,7 +9,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from repro_check.report.terminal import make_console, summary
+from repro_check.report.terminal import hanging, make_console, summary
 from repro_check.report.model import Report
 from repro_check.report.text import Visible
 
@@ -24,7 +24,7 @@ def ablation_table(rows: list[dict[str, Any]], max_steps: int | None) -> Table:
     t.add_column("runs without it")
     for row in rows:
         name = row["component"]
-        outcome = _outcome(row)
+        outcome = ablation_outcome(row)
         if name is None:
             t.add_row(Text("(no seeding at all)", style="dim"), "", outcome)
             continue
@@ -34,7 +34,8 @@ def ablation_table(rows: list[dict[str, Any]], max_steps: int | None) -> Table:
     return t
 
 
-def _outcome(row: dict[str, Any]) -> str:
+def ablation_outcome(row: dict[str, Any]) -> str:
+    """What the pair of an ablation row showed, in a few words."""
     if row.get("error"):
         return f"failed: {str(row['error'])[:60]}"
     if row.get("reproducible"):
@@ -50,8 +51,9 @@ def diagnosis(report: Report) -> Group:
     assert x is not None, "a diagnosis report"
     parts: list[Any] = [Text("Diagnosis", style="bold underline")]
     if report.cause is not None:
-        parts.append(Text.assemble(("cause: ", "bold"), (report.cause, "bold"),
-                                   f" — {report.cause_detail}" if report.cause_detail else ""))
+        parts.append(hanging(Text("cause: ", style="bold"),
+                             Text.assemble((report.cause, "bold"), f" — {report.cause_detail}"
+                                           if report.cause_detail else "")))
     loc = x.localization
     if loc:
         if loc.get("found"):
@@ -109,24 +111,27 @@ def sources_block(sources: list[dict[str, Any]], cost: dict[str, Any] | None,
     for n, src in enumerate(sources, 1):
         step = f"step {src['step']}" if src.get("step") else "final metrics"
         on = f" · rank {src['rank']}" if src.get("rank") is not None else ""
-        head = Text.assemble((f"{n}. ", "bold"), (str(src.get("cause")), "bold"),
-                             f" · {step} · {src.get('signal')}{on}")
+        head = Text.assemble((str(src.get("cause")), "bold"), f" · {step} · {src.get('signal')}{on}")
         if src.get("culprit_op"):
             head.append(f" · {src.get('culprit') or '(outside any module)'} · "
                         f"{src['culprit_op']}", style="bold red")
-        out.append(head)
+        # every line of a source hangs under its text, and every source gets its detail (what
+        # differs and where it came from), as in the JSON
+        lines: list[Text] = [head]
         loc = src.get("location")
         if loc:
-            out.append(Text(f"   at {_where(loc)}"))
-        if n == 1 or not loc:
-            if src.get("detail"):
-                out.append(Text(f"   {src['detail']}", style="dim"))
+            lines.append(Text(f"at {_where(loc)}"))
+        if src.get("detail"):
+            lines.append(Text(str(src["detail"]), style="dim"))
         if n == 1:
             for frame in (src.get("stack") or [])[:-1][::-1]:
-                out.append(Text(f"     called from {_where(frame)}", style="dim"))
+                lines.append(Text(f"  called from {_where(frame)}", style="dim"))
         pinned = src.get("pinned_by")
-        out.append(Text(f"   pinned by {pinned}" if pinned else "   not pinned (the last)",
-                        style="dim"))
+        lines.append(Text(f"pinned by {pinned}" if pinned else "not pinned (the last)",
+                          style="dim"))
+        label = Text(f"{n}. ".ljust(3), style="bold")
+        for i, line in enumerate(lines):
+            out.append(hanging(label if i == 0 else Text(" " * len(label.plain)), line))
     if note:
         out.append(Text(note, style="dim" if "the runs agree" in note else "yellow"))
     return out

@@ -28,7 +28,9 @@ from repro_check.compare.series import Thinned
 from repro_check.compare.steps import spread_of
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
-from repro_check.report.text import agreement
+from repro_check.compare.cause import EXPLANATION
+from repro_check.report.diagnosis import ablation_outcome
+from repro_check.report.text import agreement, is_number, later_text, signal_sentence
 from repro_check.trace.format import iter_trace
 
 #: points kept of each run's loss curve
@@ -88,6 +90,22 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _legend(ax: Any) -> None:
+    """The legend above the plot, outside the axes: inside, it covers points wherever it goes."""
+    labels = ax.get_legend_handles_labels()[1]
+    # as many columns as fit the plot's width (long environment names: fewer, in more rows)
+    per_row = max(1, min(len(labels), 4, 110 // (max(map(len, labels), default=1) + 6)))
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncol=per_row, fontsize=9,
+              frameon=False, borderaxespad=0)
+
+
+def _xlim(ax: Any, first: float, last: float) -> None:
+    """Room on both sides of the steps, so that a marker at the first or last step is drawn
+    clear of the axis, not over it (half a step, or 2 % of a long run)."""
+    pad = max(0.5, 0.02 * (last - first))
+    ax.set_xlim(first - pad, last + pad)
+
+
 def _mark(ax: Any, step: int | None) -> None:
     if step is not None:
         ax.axvline(step, color=MARKER_COLOR, linewidth=2.5, zorder=5,
@@ -116,12 +134,14 @@ def loss_plot(curves: dict[int, list[tuple[int, float]]], divergence: Any,
                 if not (math.isnan(y) or math.isinf(y)):
                     ax.plot([step], [y], marker="o", markersize=9, markerfacecolor="none",
                             markeredgecolor=MARKER_COLOR, markeredgewidth=2, zorder=6)
+    xs_all = [x for pts in curves.values() for x, _ in pts] + ([step] if step else [])
+    _xlim(ax, min(xs_all), max(xs_all))
     ys_all = [y for pts in curves.values() for _, y in pts]
     if min(ys_all) > 0 and max(ys_all) / min(ys_all) > 50:
         ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.legend(loc="upper right", fontsize=9, framealpha=0.9)
+    _legend(ax)
     return _png(fig)
 
 
@@ -134,7 +154,7 @@ def difference_plot(series: dict[str, Sequence[tuple[int, float]]], step: int | 
         return None
     fig, ax = _figure()
     steps = [s for pts in series.values() for s, _ in pts]
-    ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)  # the whole run, equal steps included
+    _xlim(ax, min(steps), max(steps))  # the whole run, equal steps included
     colors = ["#444444", "#d62728"] if len(shown) <= 2 else RUN_COLORS[1:]
     for i, (label, pts) in enumerate(shown.items()):
         xs, ys = zip(*pts)
@@ -144,11 +164,19 @@ def difference_plot(series: dict[str, Sequence[tuple[int, float]]], step: int | 
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("difference")
-    ax.legend(loc="lower right", fontsize=9, framealpha=0.9)
+    _legend(ax)
     return _png(fig)
 
 
 # ---- page ----------------------------------------------------------------------------------------
+def _name(report: Report, index: int) -> str:
+    """What run ``index`` is called: its environment with ``--across``, the golden and this run
+    with ``verify``, A and B with ``diff``."""
+    if report.gate is not None and 1 <= index <= len(report.gate.labels):
+        return report.gate.labels[index - 1]
+    return report.run_name(index)
+
+
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
@@ -177,48 +205,44 @@ def _verdict(report: Report) -> tuple[str, str]:
     return report.verdict.label, report.verdict.tone
 
 
+def _bits(v: Any) -> Any:
+    """What makes two recorded values the same value: dtype and bits of a number."""
+    return (v.get("dtype"), v.get("bits"), v.get("value")) if isinstance(v, dict) else v
+
+
 def _context_rows(report: Report) -> tuple[list[str], list[tuple[list[Any], str]]]:
+    """The steps around the first divergence. A row is marked only where its values differ
+    (the first divergent step is highlighted whatever differed there); a step that differs in
+    another signal (its gradients, say) says which in "differs in"."""
     cmp = report.comparison
     if cmp is None or cmp.divergence is None or cmp.divergence.step is None:
         return [], []
-    first = True
+    step = cmp.divergence.step
     rows: list[tuple[list[Any], str]] = []
 
-    def cls(differs: bool) -> str:
-        nonlocal first
-        if differs and first:
-            first = False
+    def cls(row_step: int, vals: Sequence[Any]) -> str:
+        if row_step == step:
             return "first"
-        return "differs" if differs else ""
+        return "differs" if len({json.dumps(_bits(v), default=str) for v in vals}) > 1 else ""
 
     if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
-        head = ["step", *[report.run_name(k) for k in range(1, report.runs + 1)], "spread"]
+        head = ["step", *[_name(report, k) for k in range(1, report.runs + 1)], "spread"]
         for r in cmp.context_all:
-            rows.append(([r["step"], *map(_val, r["values"]), _num(r["spread"])], cls(r["differs"])))
+            rows.append(([r["step"], *map(_val, r["values"]), _num(r["spread"])],
+                         cls(r["step"], r["values"])))
         return head, rows
-    head = ["step", report.run_name(1), report.run_name(cmp.divergence.run), "|diff|"]
+    other = [r.get("signal") for r in cmp.context if r.get("signal") not in (None, "loss")]
+    head = ["step", _name(report, 1), _name(report, cmp.divergence.run), "|diff|"]
+    if other:
+        head.append("differs in")
     for r in cmp.context:
         a, b = r["reference"], r["value"]
         d = spread_of([a, b]) if isinstance(a, dict) and isinstance(b, dict) else None
-        rows.append(([r["step"], _val(a), _val(b), "—" if d is None or math.isnan(d) else _num(d)],
-                     cls(r["differs"])))
+        cells = [r["step"], _val(a), _val(b), "—" if d is None or math.isnan(d) else _num(d)]
+        if other:
+            cells.append(r.get("signal") or "")
+        rows.append((cells, cls(r["step"], [a, b])))
     return head, rows
-
-
-def _diagnosis(data: dict[str, Any]) -> str:
-    """``cause`` and any ``culprit*`` / ``diagnosis`` keys of the JSON report, when present."""
-    keys = [k for k in data if k == "cause" or k == "diagnosis" or k.startswith("culprit")]
-    parts = []
-    for k in keys:
-        v = data[k]
-        if v in (None, "", [], {}):
-            continue
-        if isinstance(v, (dict, list)):
-            body = f"<pre>{_e(json.dumps(v, indent=2, default=str))}</pre>"
-        else:
-            body = f"<p>{_e(v)}</p>"
-        parts.append(f"<h3>{_e(k.replace('_', ' '))}</h3>{body}")
-    return "".join(parts)
 
 
 def _environment(report: Report) -> str:
@@ -233,7 +257,7 @@ def _environment(report: Report) -> str:
         cells = [env.get(k, "—") for env in envs]
         rows.append(([k, *["—" if c is None else c for c in cells]],
                      "differs" if len({json.dumps(c, default=str) for c in cells}) > 1 else ""))
-    return _table(["", *[report.run_name(r.index) for r in report.results]], rows, "env")
+    return _table(["", *[_name(report, r.index) for r in report.results]], rows, "env")
 
 
 CSS = """
@@ -252,9 +276,12 @@ th,td{padding:3px 10px;border-bottom:1px solid #e5e5e5;text-align:right;
 font-variant-numeric:tabular-nums}
 th:first-child,td:first-child{text-align:left}
 tr.first td{background:#ffd6ff;font-weight:700} tr.differs td{color:#b71c1c}
+table.text td,table.text th{text-align:left}
 table.env td,table.env th{text-align:left;overflow-wrap:anywhere;max-width:320px}
 pre{background:#f0f0f0;padding:8px 10px;overflow-x:auto;white-space:pre}
 .diagnosis{border-left:4px solid #c62828;padding:2px 12px;background:#fff}
+.diagnosis.good{border-left-color:#2e7d32} .cause{color:#b71c1c}
+ol#sources li{margin:6px 0} code{overflow-wrap:anywhere}
 """
 
 
@@ -277,7 +304,7 @@ def _page_head(report: Report) -> list[str]:
 
 
 def _outcome_section(report: Report) -> list[str]:
-    """The error, the first divergence, or that everything agrees."""
+    """The error, the first divergence in a sentence, or that everything agrees."""
     cmp = report.comparison
     div = cmp.divergence if cmp else None
     out: list[str] = []
@@ -285,26 +312,161 @@ def _outcome_section(report: Report) -> list[str]:
         out.append(f"<p><b>Error:</b> {_e(report.error)}</p>")
     if div is not None:
         where = f"step {div.step}" if div.step is not None else "the final metrics"
-        out.append(f'<p id="first-divergence"><b>First divergence:</b> {_e(where)}, signal '
-                   f"<code>{_e(div.signal)}</code>, {_e(report.run_name(div.run))} vs "
-                   f"{_e(report.run_name(1))}: "
-                   f"{_e(_val(div.reference))} vs {_e(_val(div.value))} "
-                   f"(|diff| {_num(div.abs_diff)}, relative {_num(div.rel_diff)})"
-                   + (f"; {div.later_steps} later step(s) differ too" if div.step else "")
-                   + "</p>")
+        if report.gate is not None:
+            a_name, b_name = report.labels[0], report.labels[1]
+        else:
+            a_name, b_name = _name(report, 1), _name(report, div.run)
+        line = (f'<p id="first-divergence"><b>First divergence:</b> {_e(where)}, signal '
+                f"<code>{_e(div.signal)}</code>, {_e(b_name)} vs {_e(a_name)}: "
+                f"{_e(signal_sentence(div.signal, div.step))}.")
+        if is_number(div.reference) and is_number(div.value):
+            line += (f" {_e(a_name)} {_e(_val(div.reference))}, {_e(b_name)} "
+                     f"{_e(_val(div.value))}")
+            if div.abs_diff is not None:
+                line += f" (|diff| {_num(div.abs_diff)}, relative {_num(div.rel_diff)})"
+            line += "."
+        elif div.reference is not None or div.value is not None:
+            line += (f' <span class="sub">Fingerprints {_e(_val(div.reference))} and '
+                     f"{_e(_val(div.value))}.</span>")
+        head, _ = _context_rows(report)
+        later = later_text(div, cmp.context if head and cmp is not None else [])
+        if later:
+            line += f" {_e(later[0].upper() + later[1:])}."
+        out.append(line + "</p>")
         if div.detail:
             out.append(f"<p>{_e(div.detail)}</p>")
+        if div.policy and div.policy != "exact bits":
+            out.append(f'<p class="sub">judged by {_e(div.policy)}</p>')
     elif cmp is not None and report.error is None and not report.interrupted:
         out.append(f"<p>{_e(agreement(cmp, report.results))}</p>")
     return out
 
 
+def _where(loc: dict[str, Any] | None) -> str:
+    if not loc:
+        return ""
+    func = f" in {loc.get('function')}" if loc.get("function") else ""
+    return f"{loc.get('file')}:{loc.get('line')}{func}"
+
+
 def _diagnosis_section(report: Report) -> list[str]:
-    """The cause and culprits a diagnosis found, when there was one."""
-    diagnosis = _diagnosis(report.to_dict())
-    if not diagnosis:
+    """What the cause is, where it was made (file:line) and what it means, as the terminal and
+    the JSON say it; with ``diagnose``, the culprit op, the flagged ops, every source with its
+    lines and the seeding ablation. A reproducible check has no cause to show."""
+    part = report.diagnosis
+    cause = report.cause
+    if (cause in (None, "none")) and part is None:
         return []
-    return [f'<h2>Diagnosis</h2><div class="diagnosis" id="diagnosis">{diagnosis}</div>']
+    out = ["<h2>Diagnosis</h2>"]
+    if cause not in (None, "none"):
+        box = [f'<p><b>Cause: <span class="cause">{_e(cause)}</span></b>'
+               + (f" — {_e(report.cause_detail)}" if report.cause_detail else "") + "</p>"]
+        if report.cause_location:
+            box.append(f"<p>at <code>{_e(_where(report.cause_location))}</code></p>")
+        explanation = EXPLANATION.get(cause)
+        if explanation and explanation not in (report.cause_detail or ""):
+            box.append(f'<p class="sub">{_e(explanation)}</p>')
+        out.append(f'<div class="diagnosis bad" id="diagnosis">{"".join(box)}</div>')
+    elif cause == "none":
+        out.append('<div class="diagnosis good" id="diagnosis"><p><b>No cause to find:</b> '
+                   "every step and metric agree.</p></div>")
+    if part is not None:
+        out += _diagnose_parts(report, part)
+    return out
+
+
+def _diagnose_parts(report: Report, part: Any) -> list[str]:
+    """``diagnose``'s own sections: the culprit op, flagged ops, sources, the ablation."""
+    out: list[str] = []
+    loc = part.localization
+    if loc:
+        out.append("<h3>Culprit</h3>")
+        if loc.get("found"):
+            out.append(f'<p id="culprit"><b>{_e(part.culprit or "(outside any module)")}</b> · op '
+                       f"<code>{_e(part.culprit_op)}</code> · {_e(loc.get('phase'))} · step "
+                       f"{_e(loc.get('step'))}</p>")
+        if loc.get("detail"):
+            out.append(f"<p>{_e(loc.get('detail'))}</p>")
+    out.append("<h3>Ops PyTorch reports as nondeterministic</h3>")
+    if part.flagged_ops:
+        out.append(_table(["op", "first at step", "called from"],
+                          [([f.get("op"), f.get("step"), f.get("where") or ""], "")
+                           for f in part.flagged_ops], "text"))
+    else:
+        out.append("<p>None was reported.</p>")
+    if part.sources_cost is not None:
+        out += _sources(part)
+    if part.ablation:
+        scope = f", at most {report.max_steps} steps a run" if report.max_steps else ""
+        out.append(f"<h3>Seeding ablation (a pair of runs with the component off{_e(scope)})</h3>")
+        rows = []
+        for row in part.ablation:
+            name = row.get("component")
+            verdict = row.get("verdict") or ""
+            rows.append(([name or "(no seeding at all)", verdict, ablation_outcome(row)],
+                         "differs" if verdict == "needed" else ""))
+        out.append(_table(["component", "for this workload", "runs without it"], rows, "text"))
+        needed = part.necessary_components or []
+        out.append(f"<p><b>Necessary components:</b> {_e(', '.join(needed) or 'none')}</p>")
+    if part.ablation_note:
+        out.append(f'<p class="sub">{_e(part.ablation_note)}</p>')
+    return out
+
+
+def _sources(part: Any) -> list[str]:
+    """Every source found by pinning one and going on, each with its file:line and detail."""
+    cost = part.sources_cost or {}
+    spent = f"{cost.get('runs', 0)} pinned runs, {float(cost.get('seconds', 0)):.1f} s"
+    if not part.sources:
+        return [f"<h3>Sources</h3><p>None: the runs agree ({_e(spent)}).</p>"]
+    out = [f"<h3>Sources of non-determinism, in the order found ({len(part.sources)}; "
+           f"{_e(spent)})</h3>", '<ol id="sources">']
+    for src in part.sources:
+        step = f"step {src['step']}" if src.get("step") else "final metrics"
+        rank = f" · rank {src['rank']}" if src.get("rank") is not None else ""
+        item = [f"<b>{_e(src.get('cause'))}</b> · {_e(step)} · <code>{_e(src.get('signal'))}</code>"
+                f"{_e(rank)}"]
+        if src.get("culprit_op"):
+            item[0] += (f" · {_e(src.get('culprit') or '(outside any module)')} · "
+                        f"<code>{_e(src['culprit_op'])}</code>")
+        if src.get("location"):
+            item.append(f"at <code>{_e(_where(src['location']))}</code>")
+        if src.get("detail"):
+            item.append(_e(src["detail"]))
+        for frame in (src.get("stack") or [])[:-1][::-1]:
+            item.append(f'<span class="sub">called from <code>{_e(_where(frame))}</code></span>')
+        pinned = src.get("pinned_by")
+        item.append(f'<span class="sub">{_e(f"pinned by {pinned}" if pinned else "not pinned (the last)")}</span>')
+        out.append("<li>" + "<br>".join(item) + "</li>")
+    out.append("</ol>")
+    if part.sources_note:
+        out.append(f"<p>{_e(part.sources_note)}</p>")
+    return out
+
+
+def _gate_section(report: Report) -> list[str]:
+    """``verify`` and ``diff``: what was compared with what, and how the two environments
+    differ (the golden comparison)."""
+    gate = report.gate
+    if gate is None or gate.mode == "record":
+        return []
+    out = ["<h2>Golden comparison</h2>" if gate.mode == "verify" else "<h2>Traces compared</h2>"]
+    if gate.mode == "verify":
+        out.append(f"<p>{_e(gate.labels[1])} against the golden <code>{_e(gate.golden)}</code>"
+                   f" ({_e(gate.labels[0])}).</p>")
+    else:
+        out.append(f"<p>A: <code>{_e(gate.a)}</code><br>B: <code>{_e(gate.b)}</code></p>")
+    diffs = gate.environment_differences
+    if diffs:
+        out.append(_table(["environment", gate.labels[0], gate.labels[1]],
+                          [([d.get("key"), "—" if d.get("reference") is None else d["reference"],
+                             "—" if d.get("value") is None else d["value"]], "differs")
+                           for d in diffs], "env"))
+    else:
+        out.append("<p>The two environments agree.</p>")
+    if gate.environment_note:
+        out.append(f"<p>{_e(gate.environment_note)}</p>")
+    return out
 
 
 def _loss_section(report: Report) -> list[str]:
@@ -320,7 +482,7 @@ def _loss_section(report: Report) -> list[str]:
                 unread.append(str(e))
     out = ["<h2>Loss per step</h2>"]
     img = loss_plot(curves, cmp.divergence if cmp else None,
-                    {r.index: report.run_name(r.index) for r in report.results})
+                    {r.index: _name(report, r.index) for r in report.results})
     if img:
         out.append(f'<figure id="loss-plot"><img alt="loss of every run per step" '
                    f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
@@ -342,7 +504,7 @@ def _difference_section(report: Report) -> list[str]:
     div = cmp.divergence
     series: dict[str, Sequence[tuple[int, float]]] = {}
     other = div.run if div is not None and div.step is not None else 2
-    series[f"|run {other} − run 1|"] = cmp.diff_series
+    series[f"|{_name(report, other)} − {_name(report, 1)}|"] = cmp.diff_series
     if report.runs >= 3:
         series[f"spread (max − min of {report.runs} runs)"] = cmp.spread_series
     out = ["<h2>Difference per step</h2>"]
@@ -395,11 +557,16 @@ def _across_section(report: Report) -> list[str]:
         out.append("<p>The loss has the same bits in every environment at every step.</p>")
     if part.price:
         out.append("<h2>Price of determinism</h2>")
-        out.append(_table(["deterministic on", "per step", "deterministic off", "per step",
-                           "on / off"],
-                          [([r["on"], _num(r["on_seconds_per_step"]), r["off"],
-                             _num(r["off_seconds_per_step"]), _num(r["ratio"])], "")
-                           for r in part.price]))
+        out.append(_table(["deterministic on", "per step", "± spread", "deterministic off",
+                           "per step", "± spread", "on / off", ""],
+                          [([r["on"], _num(r["on_seconds_per_step"]),
+                             _num(r.get("on_step_spread")), r["off"],
+                             _num(r["off_seconds_per_step"]), _num(r.get("off_step_spread")),
+                             _num(r["ratio"]), "within noise" if r.get("within_noise") else ""],
+                            "") for r in part.price]))
+        out.append('<p class="sub">± spread: the standard deviation of the seconds between '
+                   "consecutive steps; a difference inside it is within noise (a loaded machine "
+                   "moves step times more than determinism does).</p>")
     return out
 
 
@@ -438,7 +605,7 @@ def _metrics_section(report: Report) -> list[str]:
         same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
         rows.append(([n, *map(_val, raw)], "" if same else "differs"))
     return ["<h2>Metrics</h2>",
-            _table(["metric", *[report.run_name(k) for k in range(1, report.runs + 1)]], rows)]
+            _table(["metric", *[_name(report, k) for k in range(1, report.runs + 1)]], rows)]
 
 
 def _runs_section(report: Report) -> list[str]:
@@ -468,7 +635,8 @@ def _page_foot(report: Report) -> list[str]:
 
 
 #: the sections of the page, top to bottom
-SECTIONS = (_page_head, _outcome_section, _diagnosis_section, _loss_section, _difference_section,
+SECTIONS = (_page_head, _outcome_section, _diagnosis_section, _gate_section, _loss_section,
+            _difference_section,
             _across_section, _context_section, _groups_section, _metrics_section, _runs_section, _page_foot)
 
 

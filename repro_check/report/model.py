@@ -160,6 +160,8 @@ class AcrossCell:
     versions: dict[str, Any] = field(default_factory=dict)
     #: with --runs >= 2: whether its own runs agree (None with one run a cell)
     reproducible: bool | None = None
+    #: standard deviation of the seconds between consecutive steps (None: under 3 steps)
+    step_spread: float | None = None
 
     @property
     def per_step(self) -> float | None:
@@ -178,7 +180,8 @@ class AcrossCell:
                 "runs": self.runs, "steps": self.steps, "seconds": round(self.seconds, 3),
                 "seconds_per_step": _rounded(self.per_step),
                 "loop_seconds_per_step": _rounded(self.loop_per_step),
-                "versions": self.versions, "reproducible": self.reproducible}
+                "versions": self.versions, "reproducible": self.reproducible,
+                "seconds_per_step_spread": _rounded(self.step_spread)}
 
 
 @dataclass
@@ -323,6 +326,9 @@ class Report:
     distributed: DistributedPart | None = None
     across: AcrossPart | None = None
     processes: ProcessesPart | None = None
+    #: wall-clock seconds the whole command took for this target (runs in parallel count once);
+    #: None when not measured (then a JUnit time falls back to the runs' sum)
+    wall_seconds: float | None = None
 
     @property
     def labels(self) -> list[str]:

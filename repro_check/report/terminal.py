@@ -23,6 +23,7 @@ from repro_check.report.text import (
     agreement,
     diff_text,
     failure_output,
+    later_text,
     value_text,
     verdict_style,
 )
@@ -117,6 +118,7 @@ def _context_table(report: Report) -> Table | None:
     t.add_column("", width=1)
     t.add_column("step", justify="right")
     rows: list[tuple[int, list[Any], bool, str]] = []
+    signals: dict[int, str] = {}
     if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
         shown = min(report.runs, MAX_RUN_COLUMNS)
         for k in range(1, shown + 1):
@@ -136,8 +138,12 @@ def _context_table(report: Report) -> Table | None:
             else:
                 d = "—"
             rows.append((r["step"], [a, b], r["differs"], d))
+            if r.get("signal") and r.get("signal") != focus:
+                signals[r["step"]] = str(r["signal"])
     else:
         return None
+    if signals:  # a step can differ in a signal other than the loss: say which
+        t.add_column("differs in")
     for step, vals, _, d in rows:
         # ▶ is the first divergent step (whichever signal parted there); ≠ a step whose losses
         # differ: a grads divergence leaves equal losses unmarked
@@ -147,7 +153,8 @@ def _context_table(report: Report) -> Table | None:
             mark, style = "▶", "bold red" if differs else "bold"
         elif differs:
             mark, style = "≠", "red"
-        t.add_row(mark, str(step), *[value_text(v) for v in vals], d, style=style)
+        extra = [signals.get(step, "")] if signals else []
+        t.add_row(mark, str(step), *[value_text(v) for v in vals], d, *extra, style=style)
     return t
 
 
@@ -186,6 +193,16 @@ def _groups_line(report: Report) -> Text | None:
     return line
 
 
+def hanging(label: Text | str, body: Text | str) -> Table:
+    """``label`` then ``body``, whose wrapped lines start under its first character, not at
+    column 0 (a long cause or source detail stays readable as one block)."""
+    grid = Table.grid(padding=0)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(label, body)
+    return grid
+
+
 class Unwrapped:
     """A line printed whole, never wrapped or cropped (a command the user copies)."""
 
@@ -210,8 +227,9 @@ def summary(report: Report) -> Group:
         parts.append(groups)
     if report.cause is not None and report.cause != "none":
         detail = report.cause_detail
-        parts.append(Text.assemble(("Cause: ", "bold"), (report.cause, "bold red"),
-                                   f" — {detail}" if detail else ""))
+        parts.append(hanging(Text("Cause: ", style="bold"),
+                             Text.assemble((report.cause, "bold red"),
+                                           f" — {detail}" if detail else "")))
     parts += _metrics_table(report)
     parts += footer_parts(report)
     return Group(*parts)
@@ -308,8 +326,10 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
         parts.append(Text(f"  |diff| {diff_text(div.abs_diff)}, relative {diff_text(div.rel_diff)}"))
     if context is not None:
         parts.append(context)
-    if div.step is not None:
-        parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+    later = later_text(div, report.comparison.context if context is not None and
+                       report.comparison is not None else [])
+    if later:
+        parts.append(Text(f"  {later}"))
     if report.comparison is not None and not report.comparison.metrics_compared:
         parts.append(Text("  no metric was compared", style="dim"))
     if report.distributed is not None:

@@ -72,11 +72,19 @@ def verdict_style(report: Report) -> str:
     return TONE_STYLE[report.verdict.tone]
 
 
+#: the list of loaded extension modules Python's fault handler prints after a crash's stack
+#: (one line of 30-odd names: nothing about the crash, and it pushes the stack off the screen)
+_EXTENSION_MODULES = re.compile(r"\n*^Extension modules: .*?\(total: \d+\)[ \t]*$",
+                                re.MULTILINE | re.DOTALL)
+
+
 def failure_output(r: RunResult, lines: int = 30, chars: int = 6000) -> str:
-    """What a failed run left to read: its traceback, else the last lines of its output."""
+    """What a failed run left to read: its traceback, else the last lines of its output (a
+    crash's line and stack kept, the fault handler's list of extension modules left out)."""
     if r.error and r.error.get("traceback"):
         return str(r.error["traceback"]).rstrip()[-chars:]
-    return "\n".join(r.output_tail.rstrip().splitlines()[-lines:])[-chars:]
+    tail = _EXTENSION_MODULES.sub("", r.output_tail)
+    return "\n".join(tail.rstrip().splitlines()[-lines:])[-chars:]
 
 
 #: characters a terminal would act on: C0 controls but newline and tab, DEL, C1 controls, and
@@ -110,3 +118,50 @@ class Visible:
                 from rich.segment import Segment
 
                 yield Segment(visible(seg.text), seg.style, seg.control)
+
+
+#: what each per-step signal is, as a sentence's subject (``{}``: the step)
+_SIGNAL_SUBJECT = {
+    "init": ("the parameters going into step {}", "differ"),
+    "batch": ("the batch of step {}", "differs"),
+    "loss": ("the loss of step {}", "differs"),
+    "grads": ("the gradients of step {}", "differ"),
+    "params": ("the parameters after step {}", "differ"),
+    "rank_desync": ("the ranks' parameters after step {}", "differ"),
+}
+
+
+def signal_sentence(signal: str | None, step: int | None) -> str:
+    """The first divergence in words: ``rng.torch`` at step 1 is "the torch RNG state going into
+    step 1 differs" (a fingerprint says nothing to a reader; the sentence says what it stands for)."""
+    if not signal:
+        return "the runs differ"
+    if signal.startswith("metric:"):
+        return f"the final metric {signal.removeprefix('metric:')} differs"
+    if signal == "steps":
+        return f"one run has no step {step}: it stopped earlier"
+    if signal.startswith("rng."):
+        return f"the {signal.removeprefix('rng.')} RNG state going into step {step} differs"
+    subject, verb = _SIGNAL_SUBJECT.get(signal, (f"{signal} at step {{}}", "differs"))
+    return f"{subject.format(step)} {verb}"
+
+
+def is_number(enc: Any) -> bool:
+    """Whether a recorded value is a number (else a fingerprint, whose |diff| means nothing)."""
+    return isinstance(enc, dict) and enc.get("dtype") in ("float16", "bfloat16", "float32",
+                                                          "float64") or (
+        isinstance(enc, dict) and str(enc.get("dtype", "")).startswith(("int", "uint", "bool")))
+
+
+def later_text(div: Any, rows: list[dict[str, Any]]) -> str:
+    """How many steps after the first divergent one differ too, not counting those the table of
+    steps around it (``rows``) already shows; empty when there is nothing more to say."""
+    if div is None or div.step is None or not div.later_steps:
+        return ""
+    shown = sum(1 for r in rows if r.get("step", 0) > div.step and r.get("differs"))
+    beyond = div.later_steps - shown
+    if beyond <= 0:
+        return ""
+    if shown:
+        return f"{beyond} later step(s) beyond those shown differ too"
+    return f"{div.later_steps} later step(s) differ too"

@@ -119,10 +119,15 @@ class AcrossFeed(Feed):
         self.routes = routes
         self.first_at: dict[int, float] = {}
         self.last_at: dict[int, float] = {}
+        #: seconds between consecutive steps of each run, as they arrived (their spread says
+        #: how much a time per step can be trusted on a loaded machine)
+        self.gaps: dict[int, list[float]] = {}
 
     def add_step(self, index: int, event: dict[str, Any]) -> None:
         super().add_step(index, event)
         now = time.monotonic()
+        if index in self.last_at:
+            self.gaps.setdefault(index, []).append(now - self.last_at[index])
         self.first_at.setdefault(index, now)
         self.last_at[index] = now
         for cmp, local in self.routes.get(index, ()):
@@ -221,11 +226,13 @@ def _cell(cell: Cell, plan: Plan, by_index: dict[int, RunResult], feed: AcrossFe
     versions["executable"] = cell.executable or sys.executable
     ran = [r for r in results if r.steps]
     loops = [x for i in indices if (x := feed.loop_seconds(i)) is not None]
+    gaps = [g for i in indices for g in feed.gaps.get(i, ())]
     return AcrossCell(
         index=cell.index, label=cell.label, settings=cell.settings_dict(), runs=indices,
         steps=max((r.steps for r in results), default=0),
         seconds=_median([r.seconds for r in ran]) or 0.0, loop_seconds=_median(loops),
-        versions=versions, reproducible=own.result().reproducible if own else None)
+        versions=versions, reproducible=own.result().reproducible if own else None,
+        step_spread=statistics.stdev(gaps) if len(gaps) >= 2 else None)
 
 
 def _pair(part: AcrossPart, cell: Cell, result: ComparisonResult, a: RunResult | None,
@@ -278,7 +285,9 @@ def metrics_side_by_side(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str,
 
 def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> list[dict[str, Any]]:
     """Every deterministic=on environment beside its deterministic=off twin (all else equal):
-    seconds per step of each, and on / off."""
+    seconds per step of each, and on / off. ``within_noise``: the two times per step differ by
+    no more than the spread (standard deviation) of either side's step times, so the ratio says
+    nothing (a loaded machine); None when a side has too few steps to tell."""
     out = []
     for cell, info in zip(cells, infos):
         if cell.deterministic is not True:
@@ -290,9 +299,14 @@ def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> 
         loop = info.loop_per_step is not None and twin.loop_per_step is not None
         on = info.loop_per_step if loop else info.per_step
         off = twin.loop_per_step if loop else twin.per_step
+        spreads = [x for x in (info.step_spread, twin.step_spread) if x is not None]
+        noise = max(spreads) if len(spreads) == 2 else None
         out.append({"on": info.label, "off": twin.label, "measure": "loop" if loop else "run",
                     "on_seconds_per_step": on, "off_seconds_per_step": off,
-                    "ratio": on / off if on and off else None})
+                    "ratio": on / off if on and off else None,
+                    "on_step_spread": info.step_spread, "off_step_spread": twin.step_spread,
+                    "within_noise": None if noise is None or on is None or off is None
+                    else abs(on - off) <= noise})
     return out
 
 

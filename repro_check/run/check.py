@@ -15,6 +15,13 @@ from repro_check.run.runner import PRINTED_STATUSES, Listener
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
 
 
+def require_two_runs(runs: int) -> None:
+    """A check compares runs: fewer than two is a usage error (one line), for 0 as for 1."""
+    if runs < 2:
+        raise UsageError(f"a check compares runs: --runs must be at least 2, got {runs} "
+                         "(record makes one run; verify compares one run with a golden)")
+
+
 def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
     """Run ``options.target`` ``options.runs`` times and compare the runs step by step.
 
@@ -23,9 +30,7 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
     for bad options or a TARGET that cannot be resolved; a target that fails is reported
     (``report.error``, exit 3), not raised.
     """
-    if options.runs < 2:
-        raise UsageError(f"a check compares runs: --runs must be at least 2, got {options.runs} "
-                         "(record makes one run; verify compares one run with a golden)")
+    require_two_runs(options.runs)
     policy = options.policy()
     dist = None
     if options.distributed is not None:

@@ -198,6 +198,12 @@ class RunOptions:
     def replace(self, **changes: Any) -> RunOptions:
         return dataclasses.replace(self, **changes)
 
+    def unseeded(self, **changes: Any) -> RunOptions:
+        """These options with every seeding component off, for runs repro-check builds itself
+        (``diagnose``'s pair without seeding): the user's ``--seed`` is dropped with the seeding,
+        so the user-facing ``--seed``/``--no-seed`` conflict cannot refuse an internal step."""
+        return self.replace(seed=None, no_seed=True, without=(), **changes)
+
     def inherit(self, recorded: RecordedSettings) -> RunOptions:
         """These options with what was not given taken from a recorded run (a golden's header):
         seeding, threads, max steps and the target's arguments; never the target itself, nor a

@@ -29,7 +29,7 @@ BAD_FLAGS = [
     (["--jobs", "0"], "--jobs must be at least 1"),
     (["--jobs", "-1"], "--jobs must be at least 1"),
     (["--runs", "1"], "a check compares runs: --runs must be at least 2"),
-    (["--runs", "0"], "--runs must be at least 1"),
+    (["--runs", "0"], "a check compares runs: --runs must be at least 2, got 0"),
     (["--no-seed", "--seed", "5"], "--no-seed runs without any seed"),
     (["--atol", "los=1e-3"], "unknown signal 'los' (did you mean 'loss'?)"),
     (["--rtol", "gradz=1"], "unknown signal 'gradz'"),

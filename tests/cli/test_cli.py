@@ -146,7 +146,7 @@ def test_sys_exit_zero_keeps_steps(tmp: Path) -> None:
         (("missing.py",), "no such file: missing.py"),
         (("tiny:main", "--without", "numpi"), "did you mean 'numpy'"),
         (("tiny:main", "--seed", "-1"), "--seed must be between"),
-        (("tiny:main", "--runs", "0"), "--runs must be at least 1"),
+        (("tiny:main", "--runs", "0"), "--runs must be at least 2, got 0"),
         (("tiny:main", "--json", "/nonexistent/dir/r.json"), "does not exist"),
         (("tiny:main", "--bogus"), "unrecognized arguments"),
         ((), "the following arguments are required: TARGET"),
@@ -187,3 +187,34 @@ def test_python_api_does_what_the_cli_does(tmp_path: Path, monkeypatch: pytest.M
     report = repro_check.check("tiny:main", seed=5, args=["--steps", "6"], trace_dir=tmp_path)
     assert report.reproducible and report.exit_code == 0
     assert [r.steps for r in report.results] == [6, 6]
+
+
+def test_a_mistyped_command_is_named_and_a_target_of_that_name_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from repro_check import cli
+    from repro_check.cli.commands import COMMANDS
+    from repro_check.cli.main import mistyped_command
+    from repro_check.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.console_main(["verfy", "train:main"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'verfy' (did you mean 'verify'?)" in err
+    assert len(err.strip().splitlines()) == 1 and "unrecognized arguments" not in err
+    for word in ("train:main", "tiny", "verify.py", "pkg.verfy", "--seed"):
+        mistyped_command(word, COMMANDS)  # targets and flags are the check's to judge
+    (tmp_path / "recods.py").write_text("print('a script named like a command')\n")
+    mistyped_command("recods", COMMANDS)  # resolves as a module here: a bare TARGET
+    with pytest.raises(UsageError, match="did you mean 'record'"):
+        mistyped_command("recod", COMMANDS)
+
+
+def test_top_level_help_lists_every_command_and_exit_code(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from repro_check import cli
+
+    assert cli.console_main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for command in ("record", "verify", "diff", "diagnose", "doctor"):
+        assert f"{command} (" in text, command
+    assert "130 interrupted" in text and "3 target failed" in text

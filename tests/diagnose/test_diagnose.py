@@ -111,9 +111,10 @@ def gan_workers(tmp: Path) -> Report:
 
 @pytest.fixture(scope="module")
 def hash_order(tmp: Path) -> CliResult:
-    # two components a dataset order could plausibly depend on (all nine would cost 4x)
-    return run_cli("diagnose", "zoo/hash_order.py:main", "--max-steps", "2", "--ablate",
-                   "hashseed,dataloader", tmp=tmp / "hash")
+    # two components a dataset order could plausibly depend on (all nine would cost 4x); a
+    # --seed given must not stop the ablation's own pair without seeding
+    return run_cli("diagnose", "zoo/hash_order.py:main", "--seed", "123", "--max-steps", "2",
+                   "--ablate", "hashseed,dataloader", tmp=tmp / "hash")
 
 
 def test_a_shuffle_generator_seeded_from_the_clock_is_rng_with_its_line(
@@ -210,7 +211,7 @@ def test_flagged_op_listed_with_its_first_step(unpool: Report) -> None:
 def test_hash_order_needs_hashseed(hash_order: CliResult) -> None:
     assert hash_order.code == 0, hash_order.stdout + hash_order.stderr
     r = hash_order.report
-    assert r["reproducible"] is True and r["cause"] == "none"
+    assert r["reproducible"] is True and r["cause"] == "none" and r["seed"] == 123
     assert r["necessary_components"] == ["hashseed"]
     rows = {row["component"]: row for row in r["ablation"]}
     assert rows["hashseed"]["reproducible"] is False and rows["hashseed"]["cause"] == "data"

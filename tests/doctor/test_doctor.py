@@ -276,3 +276,13 @@ def test_doctor_never_imports_or_runs_the_target(tmp_path):
     assert [(f["code"], f["line"]) for f in data["findings"]] == [("RC102", 13)]
     assert data["environment"] is None
     assert "never_run" not in sys.modules
+
+
+def test_identical_findings_share_one_why_and_fix(elsewhere):
+    script = elsewhere / "many.py"
+    script.write_text("import os\n" + "".join(f"k{i} = os.urandom(4)\n" for i in range(10)))
+    report = doctor.doctor(str(script), env=False)
+    assert sum(f.code == "RC111" for f in report.findings) == 10
+    text = render(report)
+    assert text.count("why: ") == len({f.code for f in report.findings})
+    assert text.count("RC111  ") == 10 and "(all 10 above)" in text

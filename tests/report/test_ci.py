@@ -119,3 +119,14 @@ def test_nothing_printed_can_act_as_a_workflow_command() -> None:
     assert text.replace("\u200b", "") == (HOSTILE_TEXT + "\n::set-output name=x::1\n"
                                           "a ##[group]\n")
     assert ci.command_stream(out) is raw  # where repro-check's own annotations go
+
+
+def test_junit_time_is_the_wall_time_not_the_sum_of_parallel_runs() -> None:
+    from repro_check.run.runner import RunResult
+
+    runs = [RunResult(k, status="completed", steps=5, seconds=10.0) for k in (1, 2)]
+    report = Report(target="train:main", args=[], seed=1, components=[], runs=2, results=runs,
+                    comparison=None, wall_seconds=10.5)  # the two runs went side by side
+    root = ET.fromstring(ci.junit_xml([report], "check").split("?>", 1)[1])
+    assert root.find("./testsuite/testcase").get("time") == "10.500"
+    assert root.get("time") == "10.500"

@@ -82,3 +82,19 @@ def test_paths_and_the_replay_line_are_never_wrapped_at_80_columns() -> None:
     out = render(report).splitlines()
     assert f"traces: {folder}" in out
     assert report.replay in out
+
+
+def test_a_crash_shows_its_line_and_stack_without_the_extension_module_list() -> None:
+    from repro_check.report.text import failure_output
+    from repro_check.run.runner import RunResult
+
+    names = ", ".join(f"pkg{i}._ext" for i in range(31))
+    tail = ("about to crash\nFatal Python error: Segmentation fault\n\n"
+            "Current thread 0x00007fab48860b80 (most recent call first):\n"
+            '  File "/x/ctypes/__init__.py", line 519 in string_at\n'
+            '  File "/home/u/crash.py", line 29 in main\n\n'
+            f"Extension modules: {names} (total: 31)\n")
+    shown = failure_output(RunResult(1, status="failed", output_tail=tail))
+    assert "Fatal Python error: Segmentation fault" in shown
+    assert 'crash.py", line 29 in main' in shown and shown.endswith("in main")
+    assert "Extension modules" not in shown and "pkg30" not in shown

@@ -78,14 +78,44 @@ def build_report(folder: Path, runs: list[list[float]], accuracies: list[float],
     return report
 
 
+def diagnose_part() -> DiagnosisPart:
+    """What ``diagnose`` adds: a culprit, a flagged op, two sources, the ablation."""
+    return DiagnosisPart(
+        culprit="model.embed", culprit_op="scatter_add_",
+        localization={"found": True, "phase": "backward", "step": 120,
+                      "detail": "aten::scatter_add_ returned different results"},
+        flagged_ops=[{"op": "scatter_add_cuda_", "step": 1, "where": "train.py:40"}],
+        sources=[
+            {"step": 120, "signal": "loss", "cause": "compute", "rank": None,
+             "detail": "aten::scatter_add_ returned different results", "culprit": "model.embed",
+             "culprit_op": "aten::scatter_add_",
+             "location": {"file": "train.py", "line": 40, "function": "forward"},
+             "stack": [{"file": "train.py", "line": 88, "function": "main"},
+                       {"file": "train.py", "line": 40, "function": "forward"}],
+             "pinned_by": "run 1's outputs of aten::scatter_add_ from step 120 on"},
+            {"step": 130, "signal": "batch", "cause": "rng", "rank": None,
+             "detail": "seeded from OS entropy (no seed given) at train.py:23",
+             "location": {"file": "train.py", "line": 22, "function": "main"}, "stack": [],
+             "pinned_by": None},
+        ],
+        sources_cost={"runs": 4, "seconds": 31.5},
+        ablation=[{"component": "torch", "verdict": "needed", "reproducible": False,
+                   "first_divergent_step": 1, "divergent_signal": "rng.torch", "error": None},
+                  {"component": None, "verdict": None, "reproducible": False,
+                   "first_divergent_step": 1, "divergent_signal": "rng.torch", "error": None}],
+        necessary_components=["torch"],
+    )
+
+
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("html")
     divergent = build_report(
         tmp / "divergent", [losses(300), losses(300, diverge_at=120), losses(300)],
-        [0.9463, 0.9459, 0.9463], cause="nondeterministic scatter_add_ in the backward pass",
-        diagnosis=DiagnosisPart(culprit="model.embed", culprit_op="scatter_add_"),
+        [0.9463, 0.9459, 0.9463], cause="compute", diagnosis=diagnose_part(),
     )
+    divergent.cause_detail = "nondeterministic scatter_add_ in the backward pass"
+    divergent.cause_location = {"file": "train.py", "line": 42, "function": "forward"}
     same = build_report(tmp / "same", [losses(300)] * 2, [0.9463] * 2)
     out = {"divergent": tmp / "divergent.html", "same": tmp / "same.html"}
     write_html(divergent, out["divergent"])
@@ -141,11 +171,66 @@ def test_sections_in_page_order(pages: dict[str, Path]) -> None:
 
 def test_diagnosis_shown_when_there_is_one(pages: dict[str, Path]) -> None:
     html = pages["divergent"].read_text(encoding="utf-8")
-    diagnosis = html.split('id="diagnosis">')[1].split("</div>")[0]
-    assert "nondeterministic scatter_add_ in the backward pass" in diagnosis
-    assert "<h3>culprit</h3><p>model.embed</p>" in diagnosis
-    assert "<h3>culprit op</h3><p>scatter_add_</p>" in diagnosis
+    box = html.split('id="diagnosis">')[1].split("</div>")[0]
+    # what, where and what it means, as the terminal and the JSON say it: not just a word
+    assert '<span class="cause">compute</span>' in box
+    assert "nondeterministic scatter_add_ in the backward pass" in box
+    assert "<code>train.py:42 in forward</code>" in box
+    section = html.split("<h2>Diagnosis</h2>")[1].split("<h2>")[0]
+    assert "<b>model.embed</b> · op <code>scatter_add_</code> · backward · step 120" in section
+    assert "scatter_add_cuda_" in section and "train.py:40" in section  # flagged ops
+    sources = section.split('id="sources">')[1].split("</ol>")[0]
+    assert sources.count("<li>") == 2
+    assert "seeded from OS entropy (no seed given) at train.py:23" in sources  # source 2's detail
+    assert "called from <code>train.py:88 in main</code>" in sources
+    assert "(no seeding at all)" in section and "<b>Necessary components:</b> torch" in section
     assert 'id="diagnosis"' not in pages["same"].read_text(encoding="utf-8")
+
+
+def test_a_reproducible_run_has_no_red_cause_box(tmp_path: Path) -> None:
+    same = build_report(tmp_path / "none", [losses(20)] * 2, [0.9] * 2, cause="none")
+    html = write_html(same, tmp_path / "none.html").read_text(encoding="utf-8")
+    assert "Diagnosis" not in html and "cause none" not in html.lower()
+    same.diagnosis = DiagnosisPart(ablation_note="the runs reproduce")
+    html = write_html(same, tmp_path / "none.html").read_text(encoding="utf-8")
+    assert 'class="diagnosis good"' in html and 'class="diagnosis bad"' not in html
+
+
+def test_a_fingerprint_divergence_is_a_sentence_and_only_differing_rows_are_marked(
+        tmp_path: Path) -> None:
+    """rng.torch at step 1 reads as what it is; steps whose loss agrees (their gradients
+    differ) are not painted as divergent, and say which signal differs."""
+    folder = tmp_path / "fp"
+    folder.mkdir()
+    paths = []
+    for run in (1, 2):
+        w = TraceWriter(folder / f"run-{run}.jsonl")
+        w.write(header_line({"target": "train:main", "run": run, "seed": 1,
+                             "environment": environment(1)}))
+        for s in range(1, 7):
+            sig = {"rng.torch": f"{run:02x}" * 8 if s == 1 else "aa" * 8,
+                   "loss": values.encode(np.float32(1.0 / s)),
+                   "grads": f"{run}{s}" * 8}
+            w.write({"step": s, "signals": sig})
+        w.write({"end": {"status": "completed", "steps": 6}})
+        paths.append(str(w.close()))
+    traces = [load_trace(p) for p in paths]
+    cmp = compare_traces(traces)
+    assert cmp.divergence is not None and cmp.divergence.signal == "rng.torch"
+    report = Report(target="train:main", args=[], seed=1, components=list(COMPONENTS), runs=2,
+                    results=[RunResult(k, status="completed", steps=6, header=traces[k - 1].header,
+                                       trace_path=paths[k - 1]) for k in (1, 2)],
+                    comparison=cmp, cause="rng")
+    html = write_html(report, tmp_path / "fp.html").read_text(encoding="utf-8")
+    first = html.split('id="first-divergence">')[1].split("</p>")[0]
+    assert "the torch RNG state going into step 1 differs" in first
+    assert "|diff| —" not in first and "relative —" not in first
+    assert "later step(s) differ too" not in first  # all five are in the table below
+    table = html.split("Steps around the first divergence")[1].split("</table>")[0]
+    rows = re.findall(r"<tr( class=\"[a-z]+\")?><td>(\d+)</td>", table)
+    assert [(cls, int(step)) for cls, step in rows] == [(' class="first"', 1)] + [
+        ("", k) for k in range(2, 7)]
+    assert "<th>differs in</th>" in table and table.count("<td>grads</td>") == 5
 
 
 def test_plots_mark_the_first_divergence(pages: dict[str, Path]) -> None:
@@ -178,7 +263,7 @@ def screenshot(page: Path, out: Path) -> Image.Image:
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
-           f"--screenshot={out}", "--window-size=1100,1400", page.resolve().as_uri()]
+           f"--screenshot={out}", "--window-size=1100,2600", page.resolve().as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert out.exists(), proc.stderr[-2000:]
     return Image.open(out).convert("RGB")
@@ -226,3 +311,45 @@ def test_cli_report_without_matplotlib_is_exit_2_before_any_run(tmp_path: Path) 
         "repro-check: error: --report needs matplotlib, which is not installed "
         "(pip install 'repro-check[report]')"]
     assert not (tmp_path / "traces").exists() and not (tmp_path / "r.html").exists()
+
+
+def test_a_divergence_at_step_1_is_drawn_clear_of_the_axis(tmp_path: Path) -> None:
+    report = build_report(tmp_path / "s1", [losses(900), losses(900, diverge_at=1)], [0.9, 0.8])
+    page = write_html(report, tmp_path / "s1.html")
+    for name, img in images(page).items():
+        arr = np.asarray(img, dtype=int)
+        magenta = (np.abs(arr - [255, 0, 255]) <= 40).all(axis=2).sum(axis=0)
+        dark = (arr < 80).all(axis=2).sum(axis=0)  # the y axis: a long dark vertical line
+        marker = int(np.nonzero(magenta > 100)[0].min())
+        axis = int(np.nonzero(dark > 100)[0].min())
+        assert marker - axis >= 6, (name, marker, axis)
+
+
+def test_every_command_with_a_verdict_writes_the_report(tmp_path: Path) -> None:
+    """verify, diff and diagnose take --report as check does, each page with its own section."""
+    golden = tmp_path / "golden.json"
+    res = run_cli("record", "tiny.py:main", "--seed", "3", "--max-steps", "6", "-o", str(golden),
+                  tmp=tmp_path / "record")
+    assert res.code == 0, res.stderr
+    page = tmp_path / "verify.html"
+    res = run_cli("verify", "tiny.py:main", "--golden", str(golden), "--report", str(page), "--",
+                  "--diverge-at", "4", tmp=tmp_path / "verify")
+    assert res.code == 1, res.stdout + res.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "<h2>Golden comparison</h2>" in html and str(golden) in html
+    assert "<th>golden</th><th>this run</th>" in html  # the sides are named as the terminal does
+    trace = res.report["run_results"][-1]["trace"]  # run 1 is the golden
+    page = tmp_path / "diff.html"
+    res = run_cli("diff", str(golden), trace, "--report", str(page), tmp=tmp_path / "diff",
+                  traces=False)
+    assert res.code == 1, res.stdout + res.stderr
+    assert "<h2>Traces compared</h2>" in page.read_text(encoding="utf-8")
+    page = tmp_path / "diagnose.html"
+    res = run_cli("diagnose", "tiny.py:main", "--seed", "3", "--max-steps", "5", "--no-ablation",
+                  "--max-sources", "0", "--report", str(page), "--", "--diverge-at", "3",
+                  tmp=tmp_path / "diagnose")
+    assert res.code == 1, res.stdout + res.stderr
+    html = page.read_text(encoding="utf-8")
+    box = html.split('id="diagnosis">')[1].split("</div>")[0]
+    assert res.report["cause"] in box and res.report["cause_detail"] in html
+    assert "Ops PyTorch reports as nondeterministic" in html

@@ -214,3 +214,22 @@ def test_no_color_honoured(no_color: bool, monkeypatch: pytest.MonkeyPatch) -> N
     report = make_report([loss_stream(20), loss_stream(20, diverge_at=5)])
     print_summary(report, console)
     assert bool(_colour_codes(buf.getvalue())) is not no_color
+
+
+def test_steps_that_differ_only_in_their_gradients_say_so_and_are_not_counted_twice() -> None:
+    """A 6-step run whose gradients differ from step 1: the loss rows agree and are not marked
+    ≠, "differs in" names grads, and no "later steps differ" line repeats the rows shown."""
+    cmp = Comparison(2)
+    for k in (1, 2):
+        for s in range(1, 7):
+            cmp.add_step(k, s, {"loss": values.encode(np.float32(1.0 / s)),
+                                "grads": f"{k}{s}" * 8})
+        cmp.end(k, 6)
+    report = Report(target="ddp:main", args=[], seed=1, components=list(COMPONENTS), runs=2,
+                    results=[RunResult(k, status="completed", steps=6) for k in (1, 2)],
+                    comparison=cmp.result(), threads=1)
+    text = render(report, 100)
+    rows = [line.split() for line in text.splitlines() if re.match(r"^\s*[▶≠]?\s+\d+\s+\d", line)]
+    assert [r[0] for r in rows] == ["▶", "2", "3", "4", "5", "6"]  # only the first is marked
+    assert all(r[-1] == "grads" for r in rows)
+    assert "later step(s)" not in text

@@ -61,3 +61,40 @@ def test_diagnosis_shows_culprit_flagged_ops_and_ablation() -> None:
     assert ["numpy", "needed", "differ", "at", "step", "1", "(rng.numpy)"] in lines
     assert ["threads", "not", "needed", "reproducible"] in lines
     assert "necessary components: numpy" in text
+
+
+def sources_report() -> Report:
+    rep = report()
+    long = ("the global numpy stream differs at the start of step 1; reseeded from entropy at "
+            "fixtures/zoo/three_sources.py:16, which every run reaches with another seed")
+    rep.cause_detail = long
+    assert rep.diagnosis is not None
+    rep.diagnosis.sources = [
+        {"step": 1, "signal": "rng.numpy", "cause": "rng", "rank": None, "detail": long,
+         "location": {"file": "three_sources.py", "line": 16, "function": "main"},
+         "stack": [], "pinned_by": "run 1's numpy state at the start of step 1"},
+        {"step": 1, "signal": "batch", "cause": "rng", "rank": None,
+         "detail": "seeded from OS entropy (no seed given) at three_sources.py:23",
+         "location": {"file": "three_sources.py", "line": 22, "function": "main"},
+         "stack": [], "pinned_by": None},
+    ]
+    rep.diagnosis.sources_cost = {"runs": 4, "seconds": 12.0}
+    return rep
+
+
+def test_every_source_shows_its_detail_and_wrapped_lines_hang_under_their_text() -> None:
+    rep = sources_report()
+    text = render(diagnosis(rep))
+    # source 2 has a location and still shows what it is (the JSON's detail)
+    assert "seeded from OS entropy (no seed given) at three_sources.py:23" in text
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("1. "))
+    block = []
+    for line in lines[at + 1:]:
+        if line.startswith("2. "):
+            break
+        block.append(line)
+    assert block and all(line.startswith("   ") for line in block), block  # none at column 0
+    cause = [line for line in render(summary(rep)).splitlines()]
+    first = next(i for i, line in enumerate(cause) if line.startswith("Cause: "))
+    assert cause[first + 1].startswith(" " * len("Cause: ")) and cause[first + 1].strip()

@@ -8,7 +8,9 @@ interpreter probe) is tested on its own, without one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -203,6 +205,25 @@ def test_price_of_determinism_pairs_each_on_with_its_off() -> None:
     assert price[0]["measure"] == "loop" and price[0]["ratio"] == pytest.approx(1.5)
     assert price[0]["on_seconds_per_step"] == pytest.approx(0.15)
     assert infos[0].per_step == pytest.approx(2.0 / 11)
+    assert price[0]["within_noise"] is None  # no step times: nothing claimed
+
+
+def test_a_price_inside_the_spread_of_the_step_times_is_within_noise() -> None:
+    """-44.5 % on a loaded machine: the step times scatter more than the difference, so the
+    report says so instead of showing a bare percentage."""
+    from repro_check.report.across import price_text
+
+    cells = ax.grid(ax.parse_axes(["deterministic=on,off"]))
+    noisy = [dataclasses.replace(_cell(c.index, c.label, c.settings_dict(), loop),
+                                 step_spread=spread)
+             for c, loop, spread in zip(cells, (1.0, 1.8), (0.12, 0.10))]
+    row = price_of_determinism(cells, noisy)[0]
+    assert row["ratio"] == pytest.approx(1 / 1.8) and row["within_noise"] is True
+    text = price_text(row)
+    assert "within noise (-44.4 %" in text and "± 120 ms" in text
+    steady = [dataclasses.replace(c, step_spread=0.01) for c in noisy]
+    row = price_of_determinism(cells, steady)[0]
+    assert row["within_noise"] is False and "within noise" not in price_text(row)
 
 
 def test_uninitialized_memory_is_no_culprit() -> None:
@@ -343,6 +364,15 @@ def test_grid_terminal_and_html(grid: tuple[CliResult, Path]) -> None:
     assert 'id="loss-plot"' in page and 'id="drift-plot"' in page
     assert "<h2>Price of determinism</h2>" in page
     assert "<th>threads=2, deterministic=off</th>" in page  # runs named by environment
+    # the pair parts in its gradients at step 1 and its losses agree until step 3: rows whose
+    # spread is 0 are not painted as divergent
+    table = page.split("Steps around the first divergence")[1].split("</table>")[0]
+    rows = re.findall(r'<tr(?: class="([a-z]+)")?><td>(\d+)</td>(.*?)</tr>', table)
+    assert rows and rows[0][:2] == ("first", "1")
+    for cls, _, cells in rows[1:]:
+        equal = re.findall(r"<td>([^<]*)</td>", cells)[-1] == "0"  # the spread of 4 environments
+        assert (cls == "differs") != equal, (cls, cells)
+    assert all("within_noise" in p for p in res.report["across"]["price_of_determinism"])
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,341 @@
+"""Every command line README.md and docs/ show runs as shown, on a fresh copy of the fixtures.
+
+The commands are read from the documents' code blocks (``$ `` lines of a transcript, the lines
+of a ``sh`` block or an indented block that start with ``repro-check``/``make``/``python``/
+``cd``/``pip``, and the ``- run:`` steps of a workflow). Each must be in :data:`KNOWN` below,
+which says how it is run here: as shown, or with a cheaper stand-in that keeps every flag the
+document shows and only adds bounds (``--max-steps 2``, fewer sources, fewer ablation pairs) or
+drops what a fresh clone cannot have (the full MNIST of ``-- --data DIR``: the embedded subset
+is read instead). Commands that cannot run here say why (two machines, the network). A
+synopsis line is checked against the command's ``--help``.
+
+A command added to a document without an entry here fails :func:`test_every_documented_command_is_known`
+with the list of the new ones: add each to :data:`KNOWN`.
+
+The runs cost a few minutes on a loaded 2-core machine, so they are marked ``slow``
+(``pytest -m 'not slow'`` leaves them out); the check that every command is known is instant.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .conftest import FIXTURES, ROOT, cli_env
+
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@dataclass(frozen=True)
+class Run:
+    """How a documented command is run here: ``run`` (default: as shown) from ``cwd`` (a fresh
+    copy of ``fixtures`` or an empty project folder), after ``setup`` (commands it needs run
+    first, e.g. the ``record`` before a ``verify``); ``codes``: the exit codes it may give."""
+
+    cwd: str = "fixtures"
+    run: str | None = None
+    codes: tuple[int, ...] = (0,)
+    setup: tuple[str, ...] = ()
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A command that cannot run in a test, and why."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Synopsis:
+    """A usage line (placeholders, brackets): its command's ``--help`` must name every flag."""
+
+    command: str
+
+
+@dataclass(frozen=True)
+class Make:
+    """A make target: its recipe (``make -n``) must hold ``contains``."""
+
+    contains: tuple[str, ...] = field(default_factory=tuple)
+
+
+CHEAP = "bounded with --max-steps to keep the test short"
+FULL_MNIST = "DIR is the full MNIST, which a fresh clone does not have: the embedded subset"
+SECOND_TORCH = "needs a second torch installed from the network by the command before it"
+
+KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
+    # ---- README: the opening example and the two make targets
+    "cd fixtures && repro-check train:main --seed 123":
+        Run(run="repro-check train:main --seed 123 --max-steps 3", why=CHEAP),
+    "make demo": Make(("repro-check repro_check.workloads.mnist:main --seed 123",)),
+    "make test": Make(("pytest",)),
+    "repro-check repro_check.workloads.mnist:main --seed 123":  # what `make demo` runs
+        Run(run="repro-check repro_check.workloads.mnist:main --seed 123 --max-steps 3",
+            why=CHEAP),
+    # ---- Usage synopsis
+    "repro-check [check] TARGET [--seed N | --no-seed] [--without A,B] [--runs N] [--max-steps N]":
+        Synopsis("check"),
+    "repro-check record TARGET -o golden.json [--runs N]": Synopsis("record"),
+    "repro-check verify TARGET --golden golden.json": Synopsis("verify"),
+    "repro-check diff A.jsonl B.jsonl": Synopsis("diff"),
+    "repro-check doctor [TARGET]": Synopsis("doctor"),
+    # ---- metrics
+    "repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' -- --epochs 1":
+        Run(run="repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' --max-steps 3 -- "
+                "--epochs 1", why=CHEAP),
+    # ---- the gate
+    "repro-check record train:main --seed 123 -o goldens/train.json":
+        Run(run="repro-check record train:main --seed 123 -o goldens/train.json --max-steps 3",
+            why=CHEAP),
+    "repro-check verify train:main --golden goldens/train.json":
+        Run(setup=("repro-check record train:main --seed 123 -o goldens/train.json "
+                   "--max-steps 3",), why="the golden recorded first, bounded"),
+    # the workflow's steps, in a project whose [tool.repro-check] lists a target and its golden
+    "pip install -e .": Skip("installs the user's project from the network (the CI's own step)"),
+    "mkdir -p reports": Run(cwd="project", run="mkdir -p reports"),
+    "repro-check verify --junit reports/repro-check.xml --json reports/repro-check.json":
+        Run(cwd="project", setup=("mkdir -p reports", "repro-check record"),
+            why="in a project whose [tool.repro-check] holds a target and its golden"),
+    # ---- doctor
+    "repro-check doctor train.py:main": Run(codes=(0, 1)),
+    "repro-check doctor train.py --json doctor.json": Run(codes=(0, 1)),
+    "repro-check doctor train.py --no-env --ignore RC107": Run(codes=(0, 1)),
+    # ---- diagnose
+    "repro-check diagnose zoo/three_sources.py:main --without hashseed --no-ablation":
+        Run(run="repro-check diagnose zoo/three_sources.py:main --without hashseed "
+                "--no-ablation --max-steps 1 --max-sources 1", codes=(1,),
+            why="all three sources are at step 1; one pinned pair instead of three"),
+    "repro-check diagnose repro_check.workloads.mnist:main --seed 123 --max-steps 50":
+        Run(run="repro-check diagnose repro_check.workloads.mnist:main --seed 123 "
+                "--max-steps 2 --ablate torch",
+            why="one component's pair and the pair without seeding (the one --seed broke)"),
+    # ---- --across
+    "repro-check train.py:main --seed 123 --across threads=1,2":
+        Run(run="repro-check train.py:main --seed 123 --across threads=1,2 --max-steps 2",
+            codes=(0, 1), why=CHEAP),
+    "repro-check train.py:main --across deterministic=on,off --across threads=1,2":
+        Run(run="repro-check train.py:main --across deterministic=on,off --across threads=1,2 "
+                "--max-steps 2", codes=(0, 1), why=CHEAP),
+    "repro-check repro_check.workloads.mnist:main --seed 123 --across threads=1,2 -- --data DIR":
+        Run(run="repro-check repro_check.workloads.mnist:main --seed 123 --across threads=1,2 "
+                "--max-steps 2", codes=(0, 1), why=FULL_MNIST),
+    "python3 -m venv /tmp/venv213 && /tmp/venv213/bin/pip install torch==2.13.0 numpy rich xxhash":
+        Skip("installs torch 2.13.0 from the network"),
+    "cd fixtures && repro-check environments.py:main --across python=../.venv/bin/python,"
+    "/tmp/venv213 --across threads=1,2 -- --steps 100": Skip(SECOND_TORCH),
+    # ---- torchrun
+    "repro-check train.py:main --seed 123 --nproc-per-node 2":
+        Run(run="repro-check train.py:main --seed 123 --nproc-per-node 2 --max-steps 2",
+            codes=(0, 1), why=CHEAP),
+    "repro-check train.py:main --seed 123 --nproc-per-node 8 --nnodes 2 --node-rank 0 "
+    "--master-addr 10.0.0.1 --master-port 29500": Skip("needs two machines, one at 10.0.0.1"),
+    "repro-check train.py:main --seed 123 --nproc-per-node 8 --nnodes 2 --node-rank 1 "
+    "--master-addr 10.0.0.1 --master-port 29500": Skip("needs two machines, one at 10.0.0.1"),
+    # ---- the write-ups' result
+    "cd fixtures": Skip("only changes folder (the commands after it run in fixtures here)"),
+    "repro-check train:main --seed 123 -- --data DIR":
+        Run(run="repro-check train:main --seed 123 --max-steps 2", why=FULL_MNIST),
+    "repro-check train:main --no-seed -- --data DIR":
+        Run(run="repro-check train:main --no-seed --max-steps 2", codes=(1,), why=FULL_MNIST),
+}
+
+#: commands that are not runs of ours but appear in a block with them (the shell's own)
+SHELL = ("mkdir",)
+
+#: the project of the CI workflow: one target with its golden, bounded
+PROJECT_TOML = """\
+[tool.repro-check]
+seed = 123
+max-steps = 3
+golden-dir = "goldens"
+targets = ["tiny.py:main"]
+"""
+
+
+# ---- reading the documents ---------------------------------------------------------------------
+def code_blocks(text: str) -> list[tuple[str, list[str]]]:
+    """(language, lines) of every fenced block, and of every indented block ("indented")."""
+    out: list[tuple[str, list[str]]] = []
+    lines = text.splitlines()
+    i, after_blank = 0, True
+    while i < len(lines):
+        fence = re.match(r"^```(\w*)\s*$", lines[i])
+        if fence:
+            body: list[str] = []
+            i += 1
+            while i < len(lines) and not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            out.append((fence.group(1), body))
+            i, after_blank = i + 1, False
+            continue
+        if after_blank and lines[i].startswith("    ") and lines[i].strip():
+            body = []
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                body.append(lines[i][4:])
+                i += 1
+            out.append(("indented", body))
+            after_blank = False
+            continue
+        after_blank = not lines[i].strip()
+        i += 1
+    return out
+
+
+COMMAND = re.compile(r"^(repro-check|make|python3?|cd|pip)\b")
+
+
+def commands_in(text: str) -> list[str]:
+    """The command lines of a document: continuation lines joined, trailing ``  # comments``
+    dropped; in a transcript (a block with ``$`` lines) only the ``$`` lines."""
+    found: list[str] = []
+    for lang, body in code_blocks(text):
+        if lang in ("python", "py", "toml", "json", "ini"):
+            continue
+        joined: list[str] = []
+        for line in body:
+            if joined and joined[-1].endswith("\\"):
+                joined[-1] = joined[-1][:-1].rstrip() + " " + line.strip()
+            else:
+                joined.append(line.strip())
+        transcript = any(line.startswith("$ ") for line in joined)
+        for line in joined:
+            if lang == "yaml":
+                step = re.match(r"^- run:\s*(.+)$", line)
+                if step:
+                    found.append(re.sub(r"\s{2,}#.*$", "", step.group(1)).strip())
+                continue
+            if transcript:
+                if not line.startswith("$ "):
+                    continue
+                line = line[2:]
+            elif not COMMAND.match(line):
+                continue
+            found.append(re.sub(r"\s{2,}#.*$", "", line).strip())
+    return found
+
+
+def documented() -> dict[str, str]:
+    """Every documented command, with the document it is in."""
+    out: dict[str, str] = {}
+    for doc in DOCUMENTS:
+        for command in commands_in(doc.read_text(encoding="utf-8")):
+            out.setdefault(command, doc.name)
+    return out
+
+
+def test_every_documented_command_is_known() -> None:
+    shown = documented()
+    unknown = [f"{doc}: {cmd}" for cmd, doc in shown.items() if cmd not in KNOWN]
+    assert not unknown, (
+        "commands in the documents that tests/test_readme_commands.py does not know how to run; "
+        "add each to KNOWN (as shown, with a cheaper stand-in, or a Skip with the reason):\n  "
+        + "\n  ".join(unknown))
+    make_demo = "repro-check repro_check.workloads.mnist:main --seed 123"
+    stale = [cmd for cmd in KNOWN if cmd not in shown and cmd != make_demo]
+    assert not stale, "KNOWN lists commands no document shows any more:\n  " + "\n  ".join(stale)
+
+
+def test_the_reader_finds_transcripts_blocks_and_workflow_steps() -> None:
+    text = ("```console\n$ repro-check a:main \\\n    --seed 1   # note\nout: 1\n```\n\n"
+            "    repro-check doctor x.py\n    python   not a command here? yes, it is\n\n"
+            "```yaml\n      - run: repro-check verify   # ci\n```\n"
+            "```python\nrepro_check.check('x')\n```\n")
+    assert commands_in(text) == ["repro-check a:main --seed 1", "repro-check doctor x.py",
+                                 "python   not a command here? yes, it is",
+                                 "repro-check verify"]
+
+
+# ---- running them ------------------------------------------------------------------------------
+def folder(kind: str, tmp: Path) -> Path:
+    """A fresh copy of the fixtures (what a clone has), or an empty project with a config."""
+    if kind == "fixtures":
+        where = tmp / "fixtures"
+        shutil.copytree(FIXTURES, where, ignore=shutil.ignore_patterns(".repro-check",
+                                                                       "__pycache__"))
+        return where
+    where = tmp / "project"
+    where.mkdir()
+    shutil.copy(FIXTURES / "tiny.py", where / "tiny.py")
+    (where / "pyproject.toml").write_text(PROJECT_TOML)
+    return where
+
+
+def execute(command: str, cwd: Path, timeout: float = 420) -> subprocess.CompletedProcess[str]:
+    """Run one documented command line: ``repro-check`` is this checkout's, ``cd X &&`` moves."""
+    argv = shlex.split(command)
+    while len(argv) > 2 and argv[0] == "cd" and argv[2] == "&&":
+        cwd = cwd / argv[1] if (cwd / argv[1]).is_dir() else cwd  # the copy is fixtures already
+        argv = argv[3:]
+    if argv[0] == "repro-check":
+        argv = [sys.executable, "-m", "repro_check", *argv[1:]]
+    elif argv[0] not in SHELL:
+        raise AssertionError(f"do not know how to run {command!r}")
+    proc = subprocess.Popen(argv, cwd=cwd, env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = subprocess.run(["ps", "-o", "pid,stat,etime,wchan:20,args", "-g",
+                               str(proc.pid)], capture_output=True, text=True).stdout
+        os.killpg(proc.pid, signal.SIGKILL)  # the command and everything it started
+        out, err = proc.communicate()
+        raise AssertionError(f"{command!r} did not end within {timeout} s; its processes:\n"
+                             f"{tree}\n{out[-2000:]}\n{err[-2000:]}") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+RUNS = [cmd for cmd, how in KNOWN.items() if isinstance(how, Run)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", RUNS)
+def test_documented_command_runs(command: str, tmp_path: Path) -> None:
+    how = KNOWN[command]
+    assert isinstance(how, Run)
+    cwd = folder(how.cwd, tmp_path)
+    for step in how.setup:
+        res = execute(step, cwd)
+        assert res.returncode == 0, f"setup {step!r}: {res.stdout[-2000:]}{res.stderr[-2000:]}"
+    res = execute(how.run or command, cwd)
+    assert res.returncode in how.codes, (
+        f"{how.run or command!r} (for the documented {command!r}) exited {res.returncode}, "
+        f"expected {how.codes}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr
+
+
+@pytest.mark.parametrize("command", [c for c, how in KNOWN.items() if isinstance(how, Synopsis)])
+def test_synopsis_flags_exist(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from repro_check import cli
+
+    how = KNOWN[command]
+    assert isinstance(how, Synopsis)
+    argv = ["--help"] if how.command == "check" else [how.command, "--help"]
+    assert cli.console_main(argv) == 0
+    help_text = capsys.readouterr().out
+    for flag in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", command):
+        assert flag in help_text, f"{command!r} shows {flag}, which {how.command} --help lacks"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("command", [c for c, how in KNOWN.items() if isinstance(how, Make)])
+def test_make_targets_exist_and_run_what_the_readme_says(command: str) -> None:
+    how = KNOWN[command]
+    assert isinstance(how, Make)
+    target = command.split()[1]
+    proc = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for text in how.contains:
+        assert text in proc.stdout, f"make {target} no longer runs {text!r}"
