@@ -173,6 +173,7 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     two."""
     from repro_check.child import capture
     from repro_check.child import origin
+    from repro_check.child import env_hooks
     from repro_check.child import metric_hooks
     from repro_check.child import watch
     from repro_check.trace.format import header_line
@@ -195,6 +196,8 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     pins.attach(recorder)
     _flush_before_os_exit(recorder)
     metric_hooks.install(recorder)  # what the target logs to TensorBoard, Lightning, ...
+    if recorder.probe is not None:  # an RL environment's calls, for diagnose's step probe
+        env_hooks.install(recorder)
     overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()
     recorder.watchers.append(overrides.check)
     origin.SITES.install()

@@ -12,7 +12,9 @@ pays nothing for the other steps. While armed it records, in execution order:
 * every tensor the target's code makes from data outside torch (``torch.tensor``,
   ``torch.as_tensor``, ``torch.asarray``, ``torch.from_numpy``, ``torch.frombuffer``: an
   environment's observation, a numpy array, bytes from the OS), with the line that made it
-  (``{"k": "made"}``), so that a value no op produced is traced to where it entered.
+  (``{"k": "made"}``), so that a value no op produced is traced to where it entered;
+* what other hooks note (:meth:`StepProbe.note`): the observations an RL environment's
+  ``reset``/``step`` returned (``{"k": "env"}``, :mod:`repro_check.child.env_hooks`).
 
 An op in forward belongs to the innermost module whose forward is running. An op in backward
 belongs to the module that created the autograd node being executed: each module, when its
@@ -111,6 +113,8 @@ class StepProbe:
         self._labels: set[str] = set()
         self._node_module: dict[Any, str] = {}
         self._hooked: dict[int, Any] = {}
+        #: called with the probe once it is armed (what others kept from before the step)
+        self.on_arm: list[Callable[[StepProbe], None]] = []
 
     # ---- arming --------------------------------------------------------------------------
     @property
@@ -136,6 +140,11 @@ class StepProbe:
         self._mode = _Ops()
         self._mode.__enter__()
         self._wrap_factories()
+        for then in self.on_arm:
+            try:
+                then(self)
+            except Exception:  # noqa: BLE001 - never break the target
+                pass
 
     def disarm(self) -> None:
         if self.step is None:
@@ -164,6 +173,13 @@ class StepProbe:
             yield
         finally:
             self._quiet -= 1
+
+    def note(self, rec: dict[str, Any]) -> None:
+        """Record ``rec`` (another hook's record, such as an environment call) while armed."""
+        if self.step is None or self._quiet:
+            return
+        with self.quiet():
+            self._record(rec)
 
     def _record(self, rec: dict[str, Any]) -> None:
         self.seq += 1

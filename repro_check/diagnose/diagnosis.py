@@ -284,8 +284,8 @@ def explain_localization(report: Report, part: DiagnosisPart, loc: Localization)
     cause ``rng``; nothing found with an unpinned thread count names threads."""
     if loc.cause == "rng" and report.cause_location is None:  # else the generator is named
         report.cause, report.cause_detail = "rng", loc.detail
-        if loc.entered:  # where a value from outside torch entered the computation
-            report.cause_location = dict(loc.entered)
+        if loc.location:  # the env call, or where a value from outside torch entered
+            report.cause_location = loc.location
     elif not loc.found and not threads_pinned(report):
         loc.detail += THREADS_HINT
     part.localization = loc.to_dict()

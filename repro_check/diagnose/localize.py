@@ -14,7 +14,10 @@ them), and the op is where it first meets the computation. That is no nondetermi
 cause is ``rng`` (something outside torch that no seed reaches), and the line where the value
 entered is named (``entered``): the tensor made from outside data (``torch.tensor``,
 ``as_tensor``, ``from_numpy``, ``frombuffer`` of a numpy array or bytes) that differs between
-the runs and that the op's differing argument was computed from. Either way the module that ran the op is the culprit module; the
+the runs and that the op's differing argument was computed from. When the target ran an RL
+environment (gymnasium), the environment call that returned the differing observation is named
+too (``env_call``): the one whose observation is the entered tensor's bytes, else the first
+whose observation differs between the runs (see :mod:`repro_check.child.env_hooks`). Either way the module that ran the op is the culprit module; the
 first module whose output (in forward) or whose output's gradient (in backward) differs is
 reported beside it.
 
@@ -55,6 +58,16 @@ class Localization:
     entered: dict[str, Any] | None = None
     #: the function that made it a tensor (``torch.as_tensor``)
     entered_by: str | None = None
+    #: the environment call that returned the differing observation:
+    #: ``{"call": "reset" | "step", "file", "line", "function"}``
+    env_call: dict[str, Any] | None = None
+
+    @property
+    def location(self) -> dict[str, Any] | None:
+        """Where to fix it: the environment call, else the line where the value entered."""
+        if self.env_call and self.env_call.get("file"):
+            return {k: self.env_call[k] for k in ("file", "line", "function")}
+        return dict(self.entered) if self.entered else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +86,7 @@ class Localization:
             "cause": self.cause,
             "entered": self.entered,
             "entered_by": self.entered_by,
+            "env_call": self.env_call,
         }
 
 
@@ -190,6 +204,27 @@ def entered(records_a: Sequence[dict[str, Any]], records_b: Sequence[dict[str, A
     return None
 
 
+def env_call(records_a: Sequence[dict[str, Any]], records_b: Sequence[dict[str, Any]],
+             made: dict[str, Any]) -> dict[str, Any] | None:
+    """The environment call (an ``{"k": "env"}`` record of run a) that returned the differing
+    value that became ``made``: the one whose observation is ``made``'s bytes, else the first,
+    made before it, whose observation differs from run b's at the same position; None when
+    there is none."""
+    env_a = [r for r in records_a if r.get("k") == "env"]
+    env_b = [r for r in records_b if r.get("k") == "env"]
+
+    def differs(k: int) -> bool:
+        return k >= len(env_b) or env_b[k].get("obs") != env_a[k].get("obs")
+
+    for k, rec in enumerate(env_a):
+        if rec.get("obs") == made.get("out") and differs(k):
+            return rec
+    for k, rec in enumerate(env_a):
+        if (rec.get("i") or 0) < (made.get("i") or 0) and differs(k):
+            return rec
+    return None
+
+
 def _allocated(ops: list[dict[str, Any]]) -> set[str]:
     """What the allocating ops returned: fingerprints of memory nothing has written yet."""
     return {fp for r in ops if base_name(r.get("op")) in ALLOCATING for fp in r.get("out") or []}
@@ -249,6 +284,16 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
                     loc.entered, loc.entered_by = at, str(made.get("fn"))
                     loc.detail += (f"; it entered at {at['file']}:{at['line']} ({made.get('fn')} "
                                    "of data from outside torch), and differs between the runs")
+                env = env_call(records_a, records_b, made) if made is not None else None
+                if env is not None and env.get("loc"):
+                    call, at = str(env.get("call")), env["loc"]
+                    loc.env_call = {"call": call, **at}
+                    loc.detail += (f"; the observation returned by env.{call}() at "
+                                   f"{at['file']}:{at['line']} differs between the runs: the "
+                                   "environment seeds itself from OS entropy when reset() gets "
+                                   "no seed; pass env.reset(seed=...) and seed env.action_space "
+                                   "(env.action_space.seed(...))")
+                    return loc
                 loc.detail += (": seed what produced it (an environment: env.reset(seed=...) and "
                                "env.action_space.seed(...); numpy: a seeded "
                                "np.random.default_rng(seed); os.urandom and the like cannot be "

@@ -205,7 +205,7 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
             src.detail = loc.detail
             if loc.cause == "rng":  # a random op, or a value from outside torch: no op's fault
                 src.cause = "rng"
-                src.location = dict(loc.entered) if loc.entered else src.location
+                src.location = loc.location or src.location
             if loc.op and not any(p["kind"] == "compute" for p in pins):
                 src.pin = {"kind": "compute", "op": loc.op, "step": step}
                 src.pinned_by = f"run 1's outputs of {loc.op} from step {step} on"
@@ -231,6 +231,7 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
             loc.detail = part.localization.get("detail")
             loc.cause = part.localization.get("cause")
             loc.entered = part.localization.get("entered")
+            loc.env_call = part.localization.get("env_call")
             return loc
         return None
 

@@ -85,6 +85,34 @@ def test_an_unseeded_environment_is_named_where_its_observation_enters(
 
 
 @pytest.fixture(scope="module")
+def gym_env(tmp: Path) -> Report:
+    pytest.importorskip("gymnasium", reason="gymnasium is not installed (pip install gymnasium)")
+    return diagnose(f"{FIXTURES / 'gym_env.py'}:main", ablate=[], max_sources=0, max_steps=2,
+                    trace_dir=tmp / "gym")
+
+
+def test_a_gymnasium_reset_without_a_seed_is_named_as_the_environment_call(
+        gym_env: Report) -> None:
+    """A real gymnasium environment (made through ``gym.make``, so wrapped) reset without a
+    seed: the observation that entered at ``torch.as_tensor`` is traced to the ``env.reset()``
+    that returned it, which becomes the cause's location, with what to seed."""
+    path = str(FIXTURES / "gym_env.py")
+    lines = (FIXTURES / "gym_env.py").read_text().splitlines()
+    reset_line = next(n for n, text in enumerate(lines, 1) if "env.reset()" in text)
+    made_line = next(n for n, text in enumerate(lines, 1) if "torch.as_tensor(obs)" in text)
+    d = gym_env.to_dict()
+    assert d["cause"] == "rng" and d["first_divergent_step"] == 1
+    assert d["cause_location"] == {"file": path, "line": reset_line, "function": "main"}
+    loc = d["localization"]
+    assert loc["env_call"] == {"call": "reset", "file": path, "line": reset_line,
+                               "function": "main"}
+    assert loc["entered"]["line"] == made_line and loc["entered_by"] == "torch.as_tensor"
+    detail = d["cause_detail"]
+    assert f"env.reset() at {path}:{reset_line} differs between the runs" in detail
+    assert "env.reset(seed=...)" in detail and "env.action_space" in detail
+
+
+@pytest.fixture(scope="module")
 def eval_noise(tmp: Path) -> Report:
     return run("eval_noise", tmp)
 

@@ -54,6 +54,40 @@ def test_a_value_from_outside_is_traced_to_the_line_that_made_it_a_tensor() -> N
     assert loc.cause == "rng" and loc.entered is None
 
 
+def test_the_environment_call_that_returned_the_observation_is_named() -> None:
+    """An RL environment's reset/step records (``{"k": "env"}``): the call whose observation is
+    the entered tensor's bytes is named and becomes the location; without one whose bytes match
+    (an observation converted to another dtype), the first call before the tensor was made
+    whose observation differs between the runs."""
+    def env(call: str, obs: str, line: int) -> dict[str, Any]:
+        return {"k": "env", "call": call, "obs": obs,
+                "loc": {"file": "rl.py", "line": line, "function": "main"}}
+
+    def run(reset: str, stepped: str, made_fp: str) -> list[dict[str, Any]]:
+        recs = [env("reset", "r0", 4), env("step", stepped, 7), env("reset", reset, 8),
+                {"k": "made", "fn": "torch.as_tensor", "out": made_fp,
+                 "loc": {"file": "rl.py", "line": 9, "function": "main"}},
+                op("aten::addmm", ["b", made_fp, "w"], [made_fp + "q"], "Q.0"),
+                env("step", "late" + made_fp, 11)]
+        for i, rec in enumerate(recs, 1):
+            rec["i"] = i
+        return recs
+
+    loc = compare(1, run("o1", "s", "o1"), run("o2", "s", "o2"), batch_agreed=True)
+    assert loc.cause == "rng" and loc.entered == {"file": "rl.py", "line": 9, "function": "main"}
+    assert loc.env_call == {"call": "reset", "file": "rl.py", "line": 8, "function": "main"}
+    assert loc.location == {"file": "rl.py", "line": 8, "function": "main"}
+    assert "env.reset() at rl.py:8 differs between the runs" in loc.detail
+    assert "env.reset(seed=...)" in loc.detail and "env.action_space" in loc.detail
+    assert loc.to_dict()["env_call"] == loc.env_call
+    # no observation with the tensor's bytes: the first that differs, made before the tensor
+    loc = compare(1, run("o1", "s1", "t1"), run("o2", "s2", "t2"), batch_agreed=True)
+    assert loc.env_call is not None and (loc.env_call["call"], loc.env_call["line"]) == ("step", 7)
+    # every observation agrees: the value came from elsewhere, no environment call is named
+    loc = compare(1, run("o", "s", "t1"), run("o", "s", "t2"), batch_agreed=True)
+    assert loc.env_call is None and loc.location == loc.entered
+
+
 def test_different_ops_mean_different_control_flow() -> None:
     a = [op("aten::mul", ["x"], ["y"]), op("aten::relu", ["y"], ["z"])]
     b = [op("aten::mul", ["x"], ["y"]), op("aten::tanh", ["y"], ["z"])]

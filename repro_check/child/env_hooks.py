@@ -1,0 +1,178 @@
+"""The observations an RL environment returns, for the step probe: which ``reset()`` or ``step()``
+call of the script returned what.
+
+A gymnasium environment reset without a seed seeds itself from OS entropy, so its observations
+differ between two runs though every op is deterministic. The probe traces such a difference to
+the line that made the observation a tensor (``torch.as_tensor``); this names the environment
+call that returned it, the place to seed.
+
+``reset`` and ``step`` of ``gymnasium.Env`` (and of the older ``gym.Env``), of every subclass
+(wrappers and environments, defined later too: ``__init_subclass__``) and of gymnasium's vector
+environments are wrapped once the script imports the module that defines them (through
+:class:`~repro_check.child.metric_hooks.PatchOnImport`; nothing here imports gymnasium). Only the
+outermost call counts (``gym.make`` nests wrappers), at the innermost frame of the script's own
+code (:func:`repro_check.child.origin.is_library`). While the probe is armed each call is recorded
+with a fingerprint of its observation (``{"k": "env"}``); otherwise only the last call is kept,
+undigested, and recorded when the probe arms (the observation a step starts from was returned
+in the step before). A hook never changes what the call does or returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from repro_check.child import origin
+from repro_check.child.metric_hooks import PatchOnImport
+
+#: the methods wrapped on each environment class
+METHODS: tuple[str, ...] = ("reset", "step")
+#: module -> names of the environment base classes it defines
+MODULES: dict[str, tuple[str, ...]] = {
+    "gymnasium.core": ("Env",),
+    "gymnasium.vector.vector_env": ("VectorEnv",),
+    "gym.core": ("Env",),
+}
+
+
+def _location(frame: Any) -> dict[str, Any] | None:
+    while frame is not None and origin.is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return {"file": frame.f_code.co_filename, "line": frame.f_lineno,
+            "function": frame.f_code.co_name}
+
+
+def observation_fingerprint(obs: Any) -> str:
+    """A numpy array or tensor observation as the probe fingerprints the tensor made from it
+    (``torch.as_tensor(obs)``: equal digests mean the same bytes); anything else (a dict
+    observation) by its content."""
+    import torch
+
+    from repro_check.child.probe import arg_fingerprint
+    from repro_check.trace import fingerprint
+
+    if isinstance(obs, torch.Tensor) or (type(obs).__module__ == "numpy"
+                                         and hasattr(obs, "dtype")):
+        try:
+            return arg_fingerprint(torch.as_tensor(obs))
+        except Exception:  # noqa: BLE001 - an array torch cannot read: by content
+            pass
+    return str(fingerprint.nested(obs))
+
+
+class EnvCalls:
+    """The hooks of one run; ``recorder.probe`` (a StepProbe or None) decides what is recorded."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+        self.undo: list[Callable[[], None]] = []
+        self.finder = PatchOnImport({name: functools.partial(self._hook, name, classes)
+                                     for name, classes in MODULES.items()})
+        self._depth = threading.local()
+        #: the last call made while the probe was not armed: (method, location, observation)
+        self.pending: tuple[str, dict[str, Any] | None, Any] | None = None
+
+    # ---- installing ----------------------------------------------------------------------
+    def install(self) -> EnvCalls:
+        probe = getattr(self.recorder, "probe", None)
+        if probe is not None:
+            probe.on_arm.append(self._flush_pending)
+        self.finder.install()
+        return self
+
+    def uninstall(self) -> None:
+        self.finder.uninstall()
+        for undo in reversed(self.undo):
+            undo()
+        self.undo.clear()
+
+    def _hook(self, name: str, classes: tuple[str, ...], module: Any) -> None:
+        try:
+            for cls_name in classes:
+                self._hook_tree(getattr(module, cls_name))
+        except Exception as e:  # noqa: BLE001 - a version we do not know: say so, run on
+            self.recorder.emit({"warning": f"environment calls of {name} are not named by "
+                                           f"diagnose: {type(e).__name__}: {e}"})
+
+    def _hook_tree(self, base: type) -> None:
+        """Wrap ``base`` and its subclasses now, and every subclass defined from now on."""
+        todo = [base]
+        while todo:
+            cls = todo.pop()
+            self._wrap_class(cls)
+            todo.extend(cls.__subclasses__())
+        own = base.__dict__.get("__init_subclass__")
+        calls = self
+
+        def init_subclass(cls: type, **kwargs: Any) -> None:
+            if own is not None:
+                own.__func__(cls, **kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
+            calls._wrap_class(cls)
+
+        base.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
+        self.undo.append(lambda: setattr(base, "__init_subclass__", own) if own is not None
+                         else delattr(base, "__init_subclass__"))
+
+    def _wrap_class(self, cls: type) -> None:
+        for method in METHODS:
+            original = cls.__dict__.get(method)
+            if not callable(original) or getattr(original, "__repro_check_hook__", False):
+                continue
+            setattr(cls, method, self._wrapped(method, original))
+            self.undo.append(functools.partial(setattr, cls, method, original))
+
+    def _wrapped(self, method: str, original: Any) -> Any:
+        calls = self
+
+        @functools.wraps(original)
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(calls._depth, "n", 0)
+            calls._depth.n = depth + 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                calls._depth.n = depth
+            if depth == 0:
+                try:
+                    calls._returned(method, sys._getframe(1), result)
+                except Exception:  # noqa: BLE001 - recording never breaks the environment
+                    pass
+            return result
+
+        hooked.__repro_check_hook__ = True  # type: ignore[attr-defined]
+        return hooked
+
+    # ---- recording -----------------------------------------------------------------------
+    def _returned(self, method: str, frame: Any, result: Any) -> None:
+        obs = result[0] if isinstance(result, tuple) and result else result
+        where = _location(frame)
+        probe = getattr(self.recorder, "probe", None)
+        if probe is None:
+            return
+        if probe.armed:
+            self.pending = None
+            self._record(probe, method, where, obs)
+        else:
+            self.pending = (method, where, obs)  # no digest: cheap outside the probed step
+
+    def _flush_pending(self, probe: Any) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            self._record(probe, *pending)
+
+    def _record(self, probe: Any, method: str, where: dict[str, Any] | None, obs: Any) -> None:
+        with probe.quiet():
+            digest = observation_fingerprint(obs)
+        probe.note({"k": "env", "call": method, "loc": where, "obs": digest})
+
+
+def install(recorder: Any) -> EnvCalls:
+    """Name, for ``recorder``'s step probe, the environment calls of the run from now on."""
+    return EnvCalls(recorder).install()

@@ -1,0 +1,64 @@
+"""The RL environment hooks in this process, on real gymnasium: which call of the script
+returned which observation, recorded for the step probe."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from repro_check.child import env_hooks
+from repro_check.child.probe import StepProbe, arg_fingerprint
+
+gym = pytest.importorskip("gymnasium", reason="gymnasium is not installed (pip install gymnasium)")
+
+
+def test_env_calls_are_recorded_where_the_script_made_them_during_the_probed_step() -> None:
+    """The call before the probe arms is recorded when it arms (the observation a step starts
+    from); a wrapped environment's call counts once, at the script's line, with the digest the
+    probe gives the tensor made from its observation; nothing is recorded once disarmed, and
+    uninstalling restores gymnasium's classes."""
+    records: list[dict[str, Any]] = []
+    probe = StepProbe(records.append)
+    hooks = env_hooks.install(SimpleNamespace(probe=probe, emit=records.append))
+    try:
+        class Tiny(gym.Env):  # defined after the hooks: wrapped through __init_subclass__
+            observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+                super().reset(seed=seed)
+                return self.np_random.random(3).astype(np.float32), {}
+
+            def step(self, action: int) -> Any:
+                return self.np_random.random(3).astype(np.float32), 0.0, False, False, {}
+
+        env = gym.wrappers.TimeLimit(gym.wrappers.OrderEnforcing(Tiny()), 5)
+        reset_line = sys._getframe().f_lineno + 1
+        first, _ = env.reset(seed=3)
+        assert not [r for r in records if "probe" in r]  # not armed: nothing digested yet
+        probe.arm(1)
+        try:
+            step_line = sys._getframe().f_lineno + 1
+            second, *_ = env.step(0)
+        finally:
+            probe.disarm()
+        env.step(1)
+        env_recs = [r["probe"] for r in records if r.get("probe", {}).get("k") == "env"]
+        assert [(r["call"], r["loc"]["line"]) for r in env_recs] == [
+            ("reset", reset_line), ("step", step_line)]
+        assert env_recs[0]["loc"]["file"] == __file__
+        assert env_recs[0]["loc"]["function"] == (
+            "test_env_calls_are_recorded_where_the_script_made_them_during_the_probed_step")
+        assert env_recs[0]["obs"] == arg_fingerprint(torch.as_tensor(first))
+        assert env_recs[1]["obs"] == arg_fingerprint(torch.as_tensor(second))
+        assert env_recs[0]["obs"] != env_recs[1]["obs"]
+    finally:
+        hooks.uninstall()
+    assert not getattr(Tiny.reset, "__repro_check_hook__", False)
+    assert not getattr(gym.Wrapper.step, "__repro_check_hook__", False)
+    assert "__init_subclass__" not in gym.Env.__dict__
