@@ -251,6 +251,8 @@ class _Spread:
     values: list[Any]
     visits: int = 0
     differs: bool = False
+    #: the first signal that differs at this step in any run (of the lowest run that differs)
+    signal: str | None = None
 
 
 def spread_of(vals: list[Any]) -> float:
@@ -370,7 +372,8 @@ class Comparison:
             "signal": signal if differs else None,
         }
 
-    def _visit(self, step: int, run: int, ref: Mapping[str, Any], value: Any, differs: bool) -> None:
+    def _visit(self, step: int, run: int, ref: Mapping[str, Any], value: Any, differs: bool,
+               signal: str | None = None) -> None:
         """Run ``run`` was compared with run 1 at ``step``; once every run was, the step's spread
         is known. Steps complete in increasing order (each pair compares in step order)."""
         acc = self.spreads.get(step)
@@ -379,6 +382,8 @@ class Comparison:
         acc.values[run - 1] = value
         acc.visits += 1
         acc.differs = acc.differs or differs
+        if differs and acc.signal is None:
+            acc.signal = signal
         if acc.visits == self.runs - 1:
             self._settle(step)
 
@@ -386,7 +391,8 @@ class Comparison:
         acc = self.spreads.pop(step)
         spread = spread_of(acc.values)
         self.spread.add(step, spread)
-        row = {"step": step, "values": acc.values, "differs": acc.differs, "spread": spread}
+        row = {"step": step, "values": acc.values, "differs": acc.differs, "spread": spread,
+               "signal": acc.signal}
         if not self.all_after:
             if acc.differs:
                 self.all_after.append(row)
@@ -400,7 +406,7 @@ class Comparison:
         pair.compared = max(pair.compared, step)
         name = first_difference(ref, other, self.policy, band, self.judged)
         a, b = ref.get(self.focus), other.get(self.focus)
-        self._visit(step, pair.run, ref, b, name is not None)
+        self._visit(step, pair.run, ref, b, name is not None, name)
         if isinstance(a, dict) and isinstance(b, dict):
             absdiff, _ = values.differences(a, b)
             pair.diffs.add(step, absdiff if absdiff is not None else (0.0 if a == b else math.nan))
@@ -425,7 +431,7 @@ class Comparison:
                  other: dict[str, Any] | None) -> None:
         """One side has ``step``, the other ended before it."""
         if ref is not None:
-            self._visit(step, pair.run, ref, None, pair.complete)
+            self._visit(step, pair.run, ref, None, pair.complete, "steps")
         if ref is None and not self.ref_complete or other is None and not pair.complete:
             return  # cut short by us, not by the target
         pair.compared = max(pair.compared, step)

@@ -227,9 +227,14 @@ def _context_rows(report: Report) -> tuple[list[str], list[tuple[list[Any], str]
 
     if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
         head = ["step", *[_name(report, k) for k in range(1, report.runs + 1)], "spread"]
+        named = any(r.get("signal") not in (None, "loss") for r in cmp.context_all)
+        if named:
+            head.append("differs in")
         for r in cmp.context_all:
-            rows.append(([r["step"], *map(_val, r["values"]), _num(r["spread"])],
-                         cls(r["step"], r["values"])))
+            cells = [r["step"], *map(_val, r["values"]), _num(r["spread"])]
+            if named:
+                cells.append(r.get("signal") or "")
+            rows.append((cells, cls(r["step"], r["values"])))
         return head, rows
     other = [r.get("signal") for r in cmp.context if r.get("signal") not in (None, "loss")]
     head = ["step", _name(report, 1), _name(report, cmp.divergence.run), "|diff|"]

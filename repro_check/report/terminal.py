@@ -127,6 +127,8 @@ def _context_table(report: Report) -> Table | None:
                      justify="right")
         for r in cmp.context_all:
             rows.append((r["step"], r["values"][:shown], r["differs"], diff_text(r["spread"])))
+            if r.get("signal") and r.get("signal") != focus:
+                signals[r["step"]] = str(r["signal"])
     elif cmp.context:
         other = cmp.divergence.run
         for name in ("run 1", f"run {other}", "|diff|"):

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import escape as html_escape
 from pathlib import Path
 
 import numpy as np
@@ -351,5 +352,5 @@ def test_every_command_with_a_verdict_writes_the_report(tmp_path: Path) -> None:
     assert res.code == 1, res.stdout + res.stderr
     html = page.read_text(encoding="utf-8")
     box = html.split('id="diagnosis">')[1].split("</div>")[0]
-    assert res.report["cause"] in box and res.report["cause_detail"] in html
+    assert res.report["cause"] in box and html_escape(res.report["cause_detail"], quote=True) in html
     assert "Ops PyTorch reports as nondeterministic" in html

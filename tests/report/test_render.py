@@ -233,3 +233,23 @@ def test_steps_that_differ_only_in_their_gradients_say_so_and_are_not_counted_tw
     assert [r[0] for r in rows] == ["▶", "2", "3", "4", "5", "6"]  # only the first is marked
     assert all(r[-1] == "grads" for r in rows)
     assert "later step(s)" not in text
+
+
+def test_three_runs_name_the_signal_a_step_differs_in() -> None:
+    """Three runs (an --across grid has as many) whose gradients differ in run 3 only: the spread
+    rows agree on the loss, are not marked ≠, and say that they differ in grads."""
+    cmp = Comparison(3)
+    for k in (1, 2, 3):
+        for s in range(1, 5):
+            cmp.add_step(k, s, {"loss": values.encode(np.float32(1.0 / s)),
+                                "grads": f"{k if k == 3 else 1}{s}" * 8})
+        cmp.end(k, 4)
+    report = Report(target="ddp:main", args=[], seed=1, components=list(COMPONENTS), runs=3,
+                    results=[RunResult(k, status="completed", steps=4) for k in (1, 2, 3)],
+                    comparison=cmp.result(), threads=1)
+    text = render(report, 120)
+    assert "differs in" in text
+    rows = [line.split() for line in text.splitlines() if re.match(r"^\s*[▶≠]?\s+\d+\s+\d", line)]
+    assert [r[0] for r in rows] == ["▶", "2", "3", "4"]
+    assert all(r[-1] == "grads" for r in rows)
+    assert [r.get("signal") for r in report.comparison.context_all] == ["grads"] * 4
