@@ -112,7 +112,11 @@ class Remote:
             self.answered.wait(WAIT_WITHOUT_TIMEOUT if timeout is None else timeout)
         result = self.result
         running = self.running
+        ended = self.proc.poll()  # before close(): the status of a process that died on its own
         self.close()
+        if result is None and ended is not None and not self.overrun:
+            raise UsageError(f"--metric {self.rules[0][0]}: the process that matches the "
+                             f"--metric rules ended without a result (status {ended})")
         if result is None:
             name = self.rules[running][0] if 0 <= running < len(self.rules) else self.rules[0][0]
             if self.overrun:
@@ -167,10 +171,11 @@ class Remote:
                     self.running = int(line[2:])
                 elif line.startswith(b"= "):
                     self.result = json.loads(line[2:])
-                    self.answered.set()
                     return
         except (OSError, ValueError):
             return
+        finally:
+            self.answered.set()  # a result, or the process is gone: no use waiting
 
 
 def merge(local: printed.Scanner, remote: list[Any]) -> dict[str, dict[str, Any]]:

@@ -75,6 +75,15 @@ def test_a_rule_that_does_not_finish_is_killed_and_named() -> None:
     remote.close()  # again: nothing left to do
 
 
+def test_a_process_that_died_is_said_at_once() -> None:
+    remote = scanproc.Remote((("x", r"x=(\d+)"),))
+    remote.proc.kill()
+    remote.add(b"x=1\n")
+    with pytest.raises(UsageError, match="ended without a result"):
+        remote.finish(600)  # not waited for: the process is gone
+    assert remote.proc.poll() is not None
+
+
 def _left_running(mark: str) -> list[int]:
     """Processes whose environment carries ``mark``."""
     left = []
@@ -107,3 +116,11 @@ def test_a_regex_that_backtracks_for_ever_ends_the_command_within_its_timeout(
     assert "Traceback" not in proc.stderr
     assert _left_running(mark) == [], "a process of the command is still running"
     assert os.environ.get(mark.split("=", 1)[0]) is None
+
+
+def test_the_scanner_process_imports_nothing_heavy() -> None:
+    code = ("import sys, repro_check.compare.scanproc; "
+            "print(sorted(m for m in ('torch', 'numpy', 'rich') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
