@@ -74,7 +74,7 @@ class Remote:
         self.behind = 0  # bytes in self.pending
         self.overrun = False
         self.closed = False
-        self.running = 0  # the rule the process said it is running
+        self.running = -1  # the rule the process said it is running (-1: none yet)
         self.result: list[Any] | None = None
         self.answered = threading.Event()
         assert self.proc.stdin is not None
@@ -112,13 +112,20 @@ class Remote:
             self.answered.wait(WAIT_WITHOUT_TIMEOUT if timeout is None else timeout)
         result = self.result
         running = self.running
-        ended = self.proc.poll()  # before close(): the status of a process that died on its own
+        ended = None  # the status of a process that died on its own (its output ended)
+        if result is None and self.answered.is_set():
+            try:
+                ended = self.proc.wait(MIN_WAIT)  # its files close just before its status is out
+            except subprocess.TimeoutExpired:
+                pass
         self.close()
         if result is None and ended is not None and not self.overrun:
             raise UsageError(f"--metric {self.rules[0][0]}: the process that matches the "
                              f"--metric rules ended without a result (status {ended})")
         if result is None:
-            name = self.rules[running][0] if 0 <= running < len(self.rules) else self.rules[0][0]
+            # the rule it was running; every rule when it had not started one
+            name = self.rules[running][0] if 0 <= running < len(self.rules) \
+                else ", --metric ".join(n for n, _ in self.rules)
             if self.overrun:
                 raise RuleTimedOut(f"--metric {name}: the regex fell over "
                                    f"{MAX_BEHIND // 2**20} MiB behind the run's output "
