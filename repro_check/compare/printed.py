@@ -10,9 +10,11 @@ The default rule picks ``NAME: number``, ``NAME = number``, ``NAME number`` and 
 ``NAME: 9876/10000`` (0.9876) for common metric names (:data:`BASES`, each optionally after one
 of :data:`PREFIXES`: ``Average loss``, ``val_acc``, ``test ppl``), case-insensitive, a quote or
 ``tensor(`` allowed around the number. ``--metric NAME=REGEX`` adds a rule of its own: the
-regex's named group ``value`` (else its first group) is the number, searched in every line. Each
-name keeps its last occurrence and is reported as ``printed:NAME`` (lower case, a prefix joined
-with ``_``), so it never collides with a returned metric.
+regex's named group ``value`` (else its first group) is the number, searched in every line (in a
+process of its own during a run, :mod:`repro_check.compare.scanproc`, so that a regex that never
+ends cannot hold up repro-check). Each name keeps its last occurrence and is reported as
+``printed:NAME`` (lower case, a prefix joined with ``_``), so it never collides with a returned
+metric.
 
 A printed value is compared on its text exactly as printed: a printed float is already rounded,
 so two runs that print the same text agree and any difference in the text is a difference. It is
@@ -25,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from repro_check.errors import UsageError
@@ -196,10 +198,20 @@ class Scanner:
     returns the metrics, encoded, in the order their names first appeared.
     """
 
-    def __init__(self, rules: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, rules: Sequence[tuple[str, str]] = (), *, default: bool = True,
+                 custom: Iterable[str] = (),
+                 on_rule: Callable[[int], None] | None = None) -> None:
+        """``default``: whether the default rule runs; ``custom``: names of rules matched
+        elsewhere (:mod:`repro_check.compare.scanproc`) the default rule leaves alone;
+        ``on_rule(i)``: called before rule ``i`` is searched (which rule is running)."""
         self.rules = [(name, re.compile(regex, re.MULTILINE)) for name, regex in rules]
-        self.custom = {name for name, _ in rules}
+        self.custom = {name for name, _ in rules} | set(custom)
+        self.default = default
+        self.on_rule = on_rule
         self.found: dict[str, str] = {}
+        #: the number of the scan (a piece of output) each name first appeared in
+        self.first: dict[str, int] = {}
+        self.scans = 0
         self.partial = b""
 
     def add(self, chunk: bytes) -> None:
@@ -214,22 +226,32 @@ class Scanner:
         self.partial = data[cut + 1:]
         self._scan(data[:cut + 1])
 
-    def finish(self) -> dict[str, dict[str, Any]]:
+    def flush(self) -> None:
+        """Scan what is left of the last line."""
         if self.partial:
             self._scan(self.partial)
             self.partial = b""
-        out = {}
-        for name, text in self.found.items():
-            enc = encode(text)
-            if enc is not None:
-                out[PREFIX + name] = enc
-        return out
+
+    def finish(self, timeout: float | None = None) -> dict[str, dict[str, Any]]:
+        """The metrics found. ``timeout`` is for the scan in a process of its own
+        (:class:`repro_check.compare.scanproc.Remote`); in this process the scan is done."""
+        self.flush()
+        return encoded(self.found)
+
+    def close(self) -> None:
+        """Nothing to release in this process (a :class:`~repro_check.compare.scanproc.Remote`
+        kills its process)."""
 
     def _scan(self, data: bytes) -> None:
+        self.scans += 1
         if self.rules:
             text = data.decode("utf-8", errors="replace").replace("\r", "\n")
-            for name, rx in self.rules:
+            for i, (name, rx) in enumerate(self.rules):
+                if self.on_rule is not None:
+                    self.on_rule(i)
                 self._custom(name, rx, text)
+        if not self.default:
+            return
         lowered = data.lower()
         if not data.translate(None, _NOT_DIGITS) and b"nan" not in lowered \
                 and b"inf" not in lowered:
@@ -268,4 +290,16 @@ class Scanner:
                 self._keep(name, value.strip())
 
     def _keep(self, name: str, text: str) -> None:
+        if name not in self.found:
+            self.first[name] = self.scans
         self.found[name] = text  # the last text; the order names first appeared in
+
+
+def encoded(found: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Each metric's last text (NAME -> text) encoded as ``printed:NAME``; not a number: left."""
+    out = {}
+    for name, text in found.items():
+        enc = encode(text)
+        if enc is not None:
+            out[PREFIX + name] = enc
+    return out

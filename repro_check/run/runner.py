@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro_check.compare import cause, printed
+from repro_check.compare import cause, scanproc
 from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
@@ -344,7 +344,8 @@ class _LiveRun:
         self.pacer = pacer
         self.result = RunResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
-        self.printed = printed.Scanner(spec.printed_metrics)
+        #: set when a --metric rule did not finish in time: raised once the run is finished
+        self.scan_error: UsageError | None = None
         self.streams = streams.ProcessStreams(spec.index, spec.trace_path, events) \
             if spec.processes else None
         self.open_streams = 2 if self.streams is None else 3
@@ -358,6 +359,8 @@ class _LiveRun:
         self.abandon = threading.Event()
         self.dropped = 0  # lines of the run that could not be taken
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
+        # the user's --metric rules run in a process of their own (see scanproc)
+        self.printed = scanproc.scanner(spec.printed_metrics)
         read_fd, write_fd = os.pipe()
         config_fd = -1
         try:
@@ -371,6 +374,7 @@ class _LiveRun:
                                                spec.cwd, pass_fds=(write_fd, config_fd))
         except BaseException:
             os.close(read_fd)
+            self.printed.close()
             if self.writer is not None:
                 self.writer.abort()
             if self.streams is not None:
@@ -567,8 +571,13 @@ class _LiveRun:
                 res.error = {"kind": "exit", "message": f"exited with status {returncode}{after}"}
         elif res.status == "pending":
             res.status = "exited"  # os._exit(0) or similar before the target returned
-        if res.status in PRINTED_STATUSES:
-            res.printed_metrics = self.printed.finish()
+        try:
+            if res.status in PRINTED_STATUSES:
+                res.printed_metrics = self.printed.finish(self._scan_wait())
+        except scanproc.RuleTimedOut as e:
+            self.scan_error = e
+        finally:
+            self.printed.close()
         if self.streams is not None:
             res.processes = self.streams.finish(res)
         if self.writer is not None:
@@ -585,6 +594,14 @@ class _LiveRun:
             else:
                 self.writer.abort()
         return res
+
+    def _scan_wait(self) -> float | None:
+        """Seconds the --metric rules may still take: what is left of --timeout (at least
+        MIN_WAIT); None (their own bound) without a timeout."""
+        if self.spec.timeout is None:
+            return None
+        left = self.started + self.spec.timeout - time.monotonic()
+        return max(left, scanproc.MIN_WAIT)
 
     def _keep_trace(self, writer: TraceWriter) -> str | None:
         """The run's trace under its name; None, with a warning, when its folder is gone (the
@@ -684,6 +701,9 @@ class _Runs:
                 continue
             result = self.results[idx] = run.finish()
             del self.live[idx]
+            error = getattr(run, "scan_error", None)
+            if error is not None:
+                raise error  # the other runs are stopped on the way out (run_all)
             if result.printed_metrics:  # compared like the metrics the run itself recorded
                 self.listener.event(idx, {"metrics": result.printed_metrics})
             if result.status == "unresolved":
