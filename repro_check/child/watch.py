@@ -20,11 +20,17 @@ it was made. A seed that equals a coarse field of the time (the hour, the date) 
 
 DataLoader workers: a forked worker inherits the watch, and a seeding call made directly from
 the target's code in a worker (``np.random.seed()`` in a ``worker_init_fn`` or a Dataset's
-``__getitem__``) is reported too, with ``"worker": id``, on the run's own trace (a line written
-at once to the inherited pipe or events file, which a write of under 4 kB keeps whole), once a
-run for all workers and epochs (a page of memory shared with the workers holds what was
-reported). torch's own seeding of each worker is not the target's and is not reported. A
-``spawn`` worker is a fresh interpreter without the watch: its seeding calls are not seen.
+``__getitem__``) is reported too, with ``"worker": id`` (the first worker's; the text does not
+name it, so runs whose workers came first in another order agree), on the run's own trace (a
+line written at once to the inherited pipe or events file, which a write of under 4 kB keeps
+whole), once a run for all workers and epochs (a page shared with the workers, in an unlinked
+file, holds what was reported). torch's own seeding of each worker is not the target's and is
+not reported. A ``spawn`` (or ``forkserver``) worker is a fresh interpreter: every DataLoader's
+``worker_init_fn`` is wrapped (:class:`WorkerWatch`, also under ``--no-seed``), and the wrapper,
+pickled into the worker with its arguments, installs the watch there as it is unpickled (before
+torch seeds the worker): it carries the run's trace descriptor and the shared page's file, which
+multiprocessing passes to the new interpreter (``reduction.DupFd``, as it passes its own pipes),
+so the records take the same way, in the same shape, once a run as from forked workers.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import mmap
 import os
 import random
 import sys
+import tempfile
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -100,6 +107,9 @@ class SeedingWatch:
         self.worker_reported: Any = None
         #: in a forked DataLoader worker: this worker's emitter, made on its first report
         self.worker_emit: tuple[int, Emit] | None = None
+        #: the shared page's file descriptor (kept open), passed to spawned workers
+        self.page_fd: int | None = None
+        self.numpy_wrapped = False
 
     def warn(self, component: str, key: str, value: Any, text: str, *, where: str | None = None,
              source: str | None = None, once: str | None = None, override: bool = True,
@@ -110,7 +120,8 @@ class SeedingWatch:
             worker = _worker_id()
             if worker is None or not self._worker_first(once):
                 return  # a process of the target's own records in a stream of its own
-            text = f"{text} in DataLoader worker {worker}"
+            # which worker is first differs between runs: the id is in the record, not the text
+            text = f"{text} in a DataLoader worker"
         elif once in self.reported:
             return  # once a run
         else:
@@ -160,20 +171,77 @@ class SeedingWatch:
         DataLoader worker once torch seeded it (from then on the calls are the target's)."""
         return os.getpid() == self.pid or _worker_id() is not None
 
-    # ---- seeding calls -------------------------------------------------------------------
-    def install(self) -> SeedingWatch:
+    def _share_page(self, fd: int | None) -> None:
+        """The page of what workers reported: ``fd``'s (in a spawned worker), else a new one in
+        an unlinked file, which forked workers share as mapped and spawned ones map from its
+        descriptor (anonymous memory, shared with forked workers only, where no file can be
+        made)."""
         try:
-            self.worker_reported = mmap.mmap(-1, 4096)  # shared with forked workers
+            if fd is None:
+                from repro_check.child.emit import move_high
+
+                with tempfile.TemporaryFile() as file:  # out of the target's way, as the trace's
+                    fd = move_high(os.dup(file.fileno()))
+                os.ftruncate(fd, mmap.PAGESIZE)
+            self.page_fd = fd
+            self.worker_reported = mmap.mmap(fd, mmap.PAGESIZE)
         except (OSError, ValueError):
-            self.worker_reported = None
+            self.page_fd = None
+            try:
+                self.worker_reported = mmap.mmap(-1, 4096)
+            except (OSError, ValueError):
+                self.worker_reported = None
+
+    def spawn_carry(self) -> dict[str, Any] | None:
+        """What a spawned (or forkserver) DataLoader worker needs to watch its seeding calls,
+        while multiprocessing pickles the worker's arguments in the run's process (None
+        otherwise: a pickle made for anything else carries no descriptor)."""
+        from multiprocessing import context, reduction
+
+        fd = getattr(self.emit, "fd", None)
+        if (os.getpid() != self.pid or context.get_spawning_popen() is None
+                or not isinstance(fd, int)):
+            return None
+        page = reduction.DupFd(self.page_fd) if self.page_fd is not None else None
+        return {"emit": reduction.DupFd(fd), "page": page, "applied": dict(self.applied),
+                "seed": self.seed, "pid": self.pid}
+
+    # ---- seeding calls -------------------------------------------------------------------
+    def install(self, page_fd: int | None = None) -> SeedingWatch:
+        self._share_page(page_fd)
         self._wrap_torch_seed()
         self._wrap_torch_manual_seed()
         random.seed = self._wrap_seed_call(  # type: ignore[assignment]
             random.seed, "python", "random.seed")
-        np = sys.modules.get("numpy")
-        if np is not None and hasattr(np, "random"):
-            np.random.seed = self._wrap_seed_call(np.random.seed, "numpy", "numpy.random.seed")
+        self.wrap_numpy()
+        self._wrap_loaders()
         return self
+
+    def wrap_numpy(self) -> None:
+        """Watch ``numpy.random.seed`` once numpy is imported (once a watch)."""
+        np = sys.modules.get("numpy")
+        if np is None or not hasattr(np, "random") or self.numpy_wrapped:
+            return
+        np.random.seed = self._wrap_seed_call(np.random.seed, "numpy", "numpy.random.seed")
+        self.numpy_wrapped = True
+
+    def _wrap_loaders(self) -> None:
+        """Every DataLoader's ``worker_init_fn`` (its own or none) becomes a :class:`WorkerWatch`,
+        which watches a spawned worker (a forked one inherits the watch)."""
+        from torch.utils.data import DataLoader
+
+        original = DataLoader.__init__
+
+        @functools.wraps(original)  # frameworks read its signature to rebuild loaders
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            # DataLoader(dataset, ..., worker_init_fn=args[10], ...)
+            if len(args) > 10:
+                args = args[:10] + (WorkerWatch.of(args[10], self),) + args[11:]
+            else:
+                kwargs["worker_init_fn"] = WorkerWatch.of(kwargs.get("worker_init_fn"), self)
+            original(loader, *args, **kwargs)
+
+        DataLoader.__init__ = __init__  # type: ignore[method-assign]
 
     def _wrap_torch_seed(self) -> None:
         import torch
@@ -364,6 +432,63 @@ class SeedingWatch:
             self.warn("threads", "set_num_threads", n,
                       f"the target changed torch's thread count to {n} (repro-check set {threads}; "
                       "the thread count changes result bits)")
+
+
+class WorkerWatch:
+    """A DataLoader's ``worker_init_fn`` (``user_fn``, or None), wrapped: it calls it, and when
+    multiprocessing pickles it into a spawned (or forkserver) worker it brings the watch along
+    (:func:`arrive`), installed before the worker runs any of the target's code."""
+
+    def __init__(self, user_fn: Any, watch: SeedingWatch | None) -> None:
+        self.user_fn = user_fn
+        self.watch = watch
+
+    @classmethod
+    def of(cls, user_fn: Any, watch: SeedingWatch) -> Any:
+        """``user_fn`` wrapped (once: a loader rebuilt from another's attributes keeps it)."""
+        return user_fn if isinstance(user_fn, WorkerWatch) else cls(user_fn, watch)
+
+    def __call__(self, worker_id: int) -> Any:
+        if _SPAWNED is not None:
+            _SPAWNED.wrap_numpy()  # numpy imported by the worker's code since it arrived
+        if self.user_fn is not None:
+            return self.user_fn(worker_id)
+        return None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        carry = None
+        if self.watch is not None:
+            try:
+                carry = self.watch.spawn_carry()
+            except Exception:  # noqa: BLE001 - the worker then starts unwatched, never fails
+                carry = None
+        return (arrive, (self.user_fn, carry))
+
+
+#: in a spawned DataLoader worker: the watch :func:`arrive` installed (None elsewhere)
+_SPAWNED: SeedingWatch | None = None
+
+
+def arrive(user_fn: Any, carry: dict[str, Any] | None) -> WorkerWatch:
+    """A :class:`WorkerWatch` unpickled (in a spawned worker): install the watch of the run's
+    process ``carry`` describes here (once a process), writing to its trace."""
+    global _SPAWNED
+    if carry is not None and _SPAWNED is None:
+        try:
+            from repro_check.child.emit import Emitter
+
+            emit = Emitter(carry["emit"].detach())
+            page = carry["page"].detach() if carry.get("page") is not None else None
+            spawned = SeedingWatch(emit, carry["applied"], carry["seed"])
+            spawned.pid = carry["pid"]  # the run's process: this one is its worker
+            _SPAWNED = spawned.install(page)
+        except Exception as e:  # noqa: BLE001 - the worker runs unwatched, never fails
+            try:
+                sys.stderr.write(f"repro-check: a DataLoader worker's seeding is not watched: "
+                                 f"{type(e).__name__}: {e}\n")
+            except Exception:  # noqa: BLE001
+                pass
+    return WorkerWatch(user_fn, _SPAWNED)
 
 
 def cross_run_notes(overrides_by_run: dict[int, list[dict[str, Any]]]) -> list[str]:

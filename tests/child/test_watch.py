@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
 from repro_check.child import clock  # noqa: E402
-from repro_check.child.watch import SeedingWatch, cross_run_notes  # noqa: E402
+from repro_check.child.watch import SeedingWatch, WorkerWatch, cross_run_notes  # noqa: E402
 
 SEED = 1234
 THREADS = 1
@@ -43,8 +43,11 @@ def seeded(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         "numpy_rng": np.random.get_state(),
     }
     # install() replaces these functions: monkeypatch puts the originals back
+    from torch.utils.data import DataLoader
+
     for owner, name in ((torch, "seed"), (torch.random, "seed"), (random, "seed"),
-                        (np.random, "seed"), (torch, "manual_seed"), (torch.random, "manual_seed")):
+                        (np.random, "seed"), (torch, "manual_seed"), (torch.random, "manual_seed"),
+                        (DataLoader, "__init__")):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     random.seed(SEED)
     np.random.seed(SEED)
@@ -339,6 +342,38 @@ def test_never_reports_from_a_forked_worker(seeded: dict[str, Any]) -> None:
     _, status = os.waitpid(pid, os.WNOHANG if not ready else 0)
     assert seen_in_child == "0"
     assert w.check() == []  # the worker's changes stay in the worker
+
+
+#: what :func:`_init_worker` was called with
+_INITS: list[int] = []
+
+
+def _init_worker(worker_id: int) -> None:
+    _INITS.append(worker_id)
+
+
+def test_a_loaders_worker_init_fn_carries_the_watch_only_into_a_worker_it_starts(
+        seeded: dict[str, Any]) -> None:
+    """Every DataLoader's worker_init_fn is wrapped (a spawned worker gets the watch from it); the
+    wrapper calls the script's function, is not wrapped again when a loader is rebuilt from
+    another's, and a pickle made for anything but starting a worker carries no descriptor."""
+    import pickle
+
+    from torch.utils.data import DataLoader
+
+    w = Watched(seeded)
+    assert w.watch.page_fd is not None  # a file a spawned worker can map
+    loader = DataLoader([1, 2], worker_init_fn=_init_worker)
+    wrapped = loader.worker_init_fn
+    assert isinstance(wrapped, WorkerWatch) and wrapped.user_fn is _init_worker
+    assert isinstance(DataLoader([1]).worker_init_fn, WorkerWatch)  # none of the script's
+    _INITS.clear()
+    wrapped(3)
+    assert _INITS == [3]
+    assert DataLoader([1], worker_init_fn=wrapped).worker_init_fn is wrapped
+    assert w.watch.spawn_carry() is None
+    copy = pickle.loads(pickle.dumps(wrapped))
+    assert copy.watch is None and copy.user_fn is _init_worker
 
 
 # ---- across runs ---------------------------------------------------------------------------------

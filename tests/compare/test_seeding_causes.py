@@ -4,6 +4,7 @@ stream under ``--no-seed``. One check per fixture (module-scoped) serves every a
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -59,18 +60,25 @@ def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(
         assert d["cause_location"]["line"] == 15  # the seeding call
 
 
-@pytest.fixture(scope="module")
-def worker_reseed(tmp: Path) -> Report:
-    return check(f"{ZOO / 'worker_reseed.py'}:main", max_steps=2, trace_dir=tmp / "worker")
+@pytest.fixture(scope="module", params=["fork", "spawn"])
+def worker_reseed(request: pytest.FixtureRequest, tmp: Path) -> Report:
+    """Forked workers inherit the watch; spawned ones get it through their worker_init_fn (here
+    without the ``dataloader`` component, whose wrapper of it is then absent)."""
+    if request.param == "fork":
+        return check(f"{ZOO / 'worker_reseed.py'}:main", max_steps=2, trace_dir=tmp / "worker")
+    return check(f"{ZOO / 'worker_reseed.py'}:spawned", max_steps=2, without=["dataloader"],
+                 trace_dir=tmp / "worker-spawn")
 
 
 def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report) -> None:
-    """np.random.seed() in a worker_init_fn: the watch sees it in the (forked) workers, once a
-    run, and the cause names its line, not only the DataLoader's."""
+    """np.random.seed() in a worker_init_fn: the watch sees it in the workers (forked or
+    spawned), once a run, and the cause names its line, not only the DataLoader's."""
     d = worker_reseed.to_dict()
-    where = f"{ZOO / 'worker_reseed.py'}:25"
+    lines = (ZOO / "worker_reseed.py").read_text().splitlines()
+    line = lines.index("    np.random.seed()") + 1
+    where = f"{ZOO / 'worker_reseed.py'}:{line}"
     assert d["reproducible"] is False and d["divergent_signal"] == "batch"
-    assert d["cause"] == "rng" and d["cause_location"]["line"] == 25
+    assert d["cause"] == "rng" and d["cause_location"]["line"] == line
     assert "OS entropy in the DataLoader's workers" in d["cause_detail"] and where in \
         d["cause_detail"]
     assert "DataLoader made at" in d["cause_detail"]  # and where the batches come from
@@ -78,6 +86,10 @@ def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report)
     assert len(seen) == 1 and where in seen[0] and "numpy.random.seed()" in seen[0]
     # torch's own seeding of each worker is not the target's
     assert all(where in w for w in d["warnings"] if "seed" in w), d["warnings"]
+    for run in d["run_results"]:  # one record a run for all workers, in the run's own trace
+        lines = Path(run["trace"]).read_text().splitlines()
+        records = [json.loads(x) for x in lines if '"worker"' in x]
+        assert [(r["where"], r["source"]) for r in records] == [(where, "entropy")], records
 
 
 @pytest.fixture(scope="module")
