@@ -136,18 +136,20 @@ def test_an_entropy_seeded_generator_on_rank_1_names_rank_1_and_its_line(
 
 
 def test_diagnose_under_torchrun_finds_each_source_on_its_rank(diagnosed: CliResult) -> None:
-    """Source 1 (rank 1's generator, step 1) hides source 2 (rank 0's urandom noise, step 3)."""
+    """Source 1 (rank 1's generator, step 1) hides source 2 (rank 0's urandom noise, step 3):
+    a value from outside torch, named where it became a tensor (the ``frombuffer`` line) as an
+    unseeded source (``rng``), not as a nondeterministic op."""
     assert diagnosed.code == 1, diagnosed.stdout + diagnosed.stderr
     r = diagnosed.report
     got = [(s["step"], s["signal"], s["cause"], s["rank"], Path(s["location"]["file"]).name,
             s["location"]["line"]) for s in r["sources"]]
     assert got == [(1, "loss", "rng", 1, "two_sources.py", 20),
-                   (3, "loss", "compute", 0, "two_sources.py", 25)]
+                   (3, "loss", "rng", 0, "two_sources.py", 24)]
     assert r["sources"][1]["culprit_op"] is not None
     assert r["sources_cost"]["runs"] == 4
     assert r["sources_note"].startswith("with the 2 source(s) above pinned, the runs agree")
     assert "1. rng · step 1 · loss · rank 1" in diagnosed.stdout
-    assert "2. compute · step 3 · loss · rank 0" in diagnosed.stdout
+    assert "2. rng · step 3 · loss · rank 0" in diagnosed.stdout
 
 
 # ---- ranks out of sync -----------------------------------------------------------------------

@@ -369,8 +369,9 @@ def test_grid_terminal_and_html(grid: tuple[CliResult, Path]) -> None:
     table = page.split("Steps around the first divergence")[1].split("</table>")[0]
     rows = re.findall(r'<tr(?: class="([a-z]+)")?><td>(\d+)</td>(.*?)</tr>', table)
     assert rows and rows[0][:2] == ("first", "1")
+    assert "<th>differs in</th>" in table  # the rows name the signal that differs (grads)
     for cls, _, cells in rows[1:]:
-        equal = re.findall(r"<td>([^<]*)</td>", cells)[-1] == "0"  # the spread of 4 environments
+        equal = re.findall(r"<td>([^<]*)</td>", cells)[-2] == "0"  # the spread of 4 environments
         assert (cls == "differs") != equal, (cls, cells)
     assert all("within_noise" in p for p in res.report["across"]["price_of_determinism"])
 
