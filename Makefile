@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-frameworks test-all bench clean
+.PHONY: install demo lint test test-slow test-frameworks test-all bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/repro-check repro_check.workloads.mnist:main --seed 123
+
+# ruff (pyflakes, pycodestyle errors, bugbear's bug patterns) and mypy, both configured in pyproject.toml
+lint: $(STAMP)
+	$(BIN)/ruff check repro_check tests scripts
+	$(BIN)/mypy
 
 # --durations: the slowest tests are printed, so the next slow one is seen when it lands
 PYTEST := $(BIN)/python -m pytest -q --durations=15

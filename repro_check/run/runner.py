@@ -33,7 +33,7 @@ from repro_check.compare import cause, scanproc
 from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
-from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE,
+from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RESOLVE,
                                      EXIT_TERMINATED)
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.targets import Target
