@@ -207,7 +207,7 @@ def _toml_loads(text: str, path: Path) -> dict[str, Any]:
         import tomllib  # Python 3.11+
     except ImportError:  # pragma: no cover - Python 3.10
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
         except ImportError:
             raise UsageError(f"{path}: reading [tool.{SECTION}] needs Python 3.11 or the tomli "
                              "package") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class ExitCode(enum.IntEnum):
@@ -52,6 +53,6 @@ class Interrupted(ReproCheckError):
 
     exit_code = ExitCode.INTERRUPTED
 
-    def __init__(self, message: str, results: list | None = None) -> None:  # type: ignore[type-arg]
+    def __init__(self, message: str, results: list[Any] | None = None) -> None:
         super().__init__(message)
         self.results = results or []

@@ -48,7 +48,8 @@ def default_timeout(config: pytest.Config) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise pytest.UsageError(f"repro_check_timeout must be a number of seconds, got {text!r}")
+        raise pytest.UsageError(
+            f"repro_check_timeout must be a number of seconds, got {text!r}") from None
     if value != value or value < 0:
         raise pytest.UsageError(f"repro_check_timeout must be >= 0, got {text!r}")
     return value or None

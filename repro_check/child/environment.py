@@ -16,6 +16,7 @@ import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 #: environment variables that set the thread counts of PyTorch's math libraries
@@ -146,7 +147,7 @@ def collect() -> Facts:
     facts.cpu_capability = _quiet(lambda: str(torch.backends.cpu.get_cpu_capability()))
     facts.cuda_available = bool(_quiet(torch.cuda.is_available))
     if facts.cuda_available:
-        facts.cuda_devices = [(_quiet(lambda: torch.cuda.get_device_name(i)), _capability(torch, i))
+        facts.cuda_devices = [(_quiet(partial(torch.cuda.get_device_name, i)), _capability(torch, i))
                               for i in range(_quiet(torch.cuda.device_count) or 0)]
     facts.mps_available = bool(_quiet(lambda: torch.backends.mps.is_available()))
     facts.threads = torch.get_num_threads()

@@ -148,16 +148,16 @@ def fold(metrics: Mapping[str, Any], warn: Warn, limit: int = MAX_METRICS) -> di
     out: dict[str, Any] = {}
     members_of: dict[str, list[str]] = {}
     for name, enc in metrics.items():
-        group = folded.get(name)
-        if group is None:
+        into = folded.get(name)
+        if into is None:
             out[name] = enc
             continue
-        if group in metrics and group not in folded:
-            group = folded[name] = f"{group}#digest"
-        if group not in members_of:
-            members_of[group] = []
-            out[group] = None  # its place in the recording order
-        members_of[group].append(name)
+        if into in metrics and into not in folded:
+            into = folded[name] = f"{into}#digest"
+        if into not in members_of:
+            members_of[into] = []
+            out[into] = None  # its place in the recording order
+        members_of[into].append(name)
     for group, members in members_of.items():
         body = json.dumps([[n, metrics[n]] for n in members], sort_keys=True,
                           separators=(",", ":")).encode("utf-8", "replace")

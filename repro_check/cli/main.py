@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,7 @@ def one_line(text: str) -> str:
     return visible(text).replace("\n", "\\n")
 
 
-def mistyped_command(word: str, commands: Sequence[str]) -> None:
+def mistyped_command(word: str, commands: Iterable[str]) -> None:
     """A first word close to a command name (``verfy``) that is no TARGET either: one line
     naming the command, instead of argparse's "unrecognized arguments" about what follows.
 

@@ -39,8 +39,8 @@ def reads_clock(call: ast.Call, q: str | None) -> bool:
         return False
     given = len(call.args) > pos or any(k.arg is None for k in call.keywords) or \
         any(isinstance(a, ast.Starred) for a in call.args)
-    return not given or (len(call.args) > pos and isinstance(call.args[pos], ast.Constant)
-                         and call.args[pos].value is None)
+    arg = call.args[pos] if len(call.args) > pos else None
+    return not given or (isinstance(arg, ast.Constant) and arg.value is None)
 
 
 #: calls whose value differs in every run or process
@@ -129,7 +129,7 @@ class Evaluator(Names):
             except (KeyError, ZeroDivisionError):
                 return UNKNOWN
         if isinstance(expr, ast.BoolOp):
-            v: Any = UNKNOWN
+            v = UNKNOWN
             for item in expr.values:
                 v = self.const(item, seen)
                 if v is UNKNOWN:
@@ -260,12 +260,13 @@ class Evaluator(Names):
             return [d for p in ast.iter_child_nodes(expr) if isinstance(p, ast.expr)
                     for d in self.draws(p, seen, via)]
         if isinstance(expr, ast.Subscript):
-            key = expr.slice
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                return self._bound_draws(self.keys.get(key.value), ("key", key.value), seen, via)
-            return self.draws(expr.value, seen, via) + self.draws(key, seen, via)
+            index = expr.slice
+            if isinstance(index, ast.Constant) and isinstance(index.value, str):
+                return self._bound_draws(self.keys.get(index.value), ("key", index.value), seen,
+                                         via)
+            return self.draws(expr.value, seen, via) + self.draws(index, seen, via)
         if isinstance(expr, ast.Name) and isinstance(expr.ctx, ast.Load):
-            key = ("name", expr.id, self.scope(expr))
+            key: tuple[Any, ...] = ("name", expr.id, self.scope(expr))
             memo = ("draws", key, via)
             if key in seen:
                 return []

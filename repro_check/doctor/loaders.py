@@ -27,8 +27,8 @@ def dataloader(ev: Evaluator, call: ast.Call) -> Iterator[Hazard]:
                               "workers finish them")
     if not (isinstance(n, int) and not isinstance(n, bool) and n > 0):
         return
-    given = {name for name in ("generator", "worker_init_fn")
-             if name in kw and not (isinstance(kw[name], ast.Constant) and kw[name].value is None)}
+    given = {name for name, value in kw.items() if name in ("generator", "worker_init_fn")
+             and not (isinstance(value, ast.Constant) and value.value is None)}
     if len(call.args) > 10:
         given.add("worker_init_fn")
     if len(call.args) > 12:

@@ -123,9 +123,9 @@ class Names:
             self._bind(fn, arg.arg, default)
         for arg, default in zip(a.kwonlyargs, a.kw_defaults):
             self._bind(fn, arg.arg, default if default is not None else UNKNOWN)
-        for arg in (a.vararg, a.kwarg):
-            if arg is not None:
-                self._bind(fn, arg.arg, UNKNOWN)
+        for extra in (a.vararg, a.kwarg):
+            if extra is not None:
+                self._bind(fn, extra.arg, UNKNOWN)
 
     def _collect_call(self, call: ast.Call) -> None:
         func = call.func

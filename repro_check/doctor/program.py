@@ -42,7 +42,7 @@ def facts(ev: Evaluator, loaders: list[Hazard]) -> Facts:
     found = list(seedings(ev))
     signs = sorted(training_signs(ev), key=lambda n: (n.lineno, n.col_offset))
     workers = worker_functions(ev)
-    in_workers = {d[1] for s in found for d in s.draws if inside(ev, d[1], workers)}
+    in_workers: set[ast.AST] = {d[1] for s in found for d in s.draws if inside(ev, d[1], workers)}
     return Facts(found, signs[0] if signs else None, loaders, in_workers)
 
 
@@ -139,11 +139,12 @@ def drawn_seeds(f: Facts, fixed: frozenset[str]) -> Iterator[Hazard]:
             effective = "torch" if draw in f.in_workers else stream
             if stream != ENTROPY_STREAM and effective not in fixed:
                 sites.setdefault(draw, []).append((via, getattr(s.node, "lineno", 0), s, stream))
-    for draw, found in sites.items():
+    for site_draw, found in sites.items():
         _, line, site, stream = min(found, key=lambda t: (t[0], t[1]))
-        where = f" (line {draw.lineno})" if draw.lineno != line else ""
+        draw_line = getattr(site_draw, "lineno", 0)
+        where = f" (line {draw_line})" if draw_line != line else ""
         yield ("RC115", site.node,
-               f"{site.what} from {text(draw, 40)}{where}, drawn from {STREAM_NAMES[stream]}, "
+               f"{site.what} from {text(site_draw, 40)}{where}, drawn from {STREAM_NAMES[stream]}, "
                "which nothing seeds with a fixed value")
 
 

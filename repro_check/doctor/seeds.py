@@ -134,8 +134,8 @@ def environments(ev: Evaluator) -> Iterator[Hazard]:
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         receiver, method = node.func.value, node.func.attr
-        space = isinstance(receiver, ast.Attribute) and receiver.attr == "action_space"
-        if space and method in ("seed", "sample"):
+        is_space = isinstance(receiver, ast.Attribute) and receiver.attr == "action_space"
+        if is_space and method in ("seed", "sample"):
             (spaces.add(text(receiver)) if method == "seed" else
              samples.append((node, text(receiver))))
             continue

@@ -160,8 +160,8 @@ class BodyCheck:
 def result_from_trace(index: int, stream: TraceStream) -> RunResult:
     """A saved trace seen as a finished run, for the report."""
     end = stream.end or {}
-    status = end.get("status") if isinstance(end.get("status"), str) else "completed"
-    seconds = end.get("seconds") if isinstance(end.get("seconds"), (int, float)) else 0.0
+    status = end["status"] if isinstance(end.get("status"), str) else "completed"
+    seconds = end["seconds"] if isinstance(end.get("seconds"), (int, float)) else 0.0
     error = stream.errors[-1] if stream.errors else None
     res = RunResult(index, status=status, returncode=end.get("returncode"), error=error,
                     steps=stream.steps, header=stream.header, warnings=list(stream.warnings),

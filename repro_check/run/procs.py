@@ -491,8 +491,8 @@ def supervise(argv: list[str]) -> None:
             signal.signal(sig, on_signal)
     _shrug_off_signals()
     child[0] = pid = _spawn(command)
-    for sig in early:
-        _send(pid, sig)
+    for early_signal in early:
+        _send(pid, early_signal)
     _close_inherited({lifeline, wake_r, wake_w})
     watched = [wake_r, lifeline]
     status = _reap(pid)

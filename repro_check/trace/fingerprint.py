@@ -362,6 +362,7 @@ def combine(parts: Iterable[Fingerprint], defer: bool = False) -> Fingerprint:
         return d if defer else resolve([d])[0]
     h = _hasher()
     for p in parts:
+        assert isinstance(p, str)  # no Deferred part: checked above
         h.update(p.encode())
     return h.hexdigest()
 
@@ -445,4 +446,4 @@ def _feed_array(b: _Builder, obj: Any, depth: int) -> None:
             _feed(b, item, depth + 1)
         return
     flat = np.ascontiguousarray(arr).reshape(-1)
-    b.h.update(memoryview(flat.view(np.uint8)))
+    b.h.update(flat.view(np.uint8).data)

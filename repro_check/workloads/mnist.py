@@ -16,7 +16,9 @@ import argparse
 import gzip
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,7 +71,7 @@ def data_folder(requested: str | None) -> Path:
 class IdxMNIST(Dataset):
     """MNIST from IDX arrays, yielding what torchvision's ``datasets.MNIST`` yields."""
 
-    def __init__(self, folder: Path, split: str, transform: object = None) -> None:
+    def __init__(self, folder: Path, split: str, transform: Callable[[Any], Any] | None = None) -> None:
         images, labels = FILES[split]
         img_path, lbl_path = find_file(folder, images), find_file(folder, labels)
         assert img_path is not None and lbl_path is not None

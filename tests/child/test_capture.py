@@ -159,7 +159,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from repro_check.child import capture
+from repro_check.child import capture  # noqa: E402
 
 SIGNAL_ORDER = ["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "batch", "loss",
                 "grads", "params"]

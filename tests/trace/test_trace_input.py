@@ -13,6 +13,7 @@ import sys
 import threading
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +225,7 @@ def test_a_fifo_device_socket_or_folder_is_refused_without_blocking(tmp_path: Pa
                            (Path("/dev/zero"), "not a regular file (a device)"),
                            (sock_path, "not a regular file (a socket)"),
                            (tmp_path / "folder", "is a directory")):
-            for read in (lambda: load_trace(path), lambda: scan(path)):
+            for read in (partial(load_trace, path), partial(scan, path)):
                 err = no_block(read)
                 assert isinstance(err, TraceFileError) and str(err) == f"{path}: {kind}", err
 
