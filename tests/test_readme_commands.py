@@ -91,7 +91,7 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "repro-check diagnose TARGET [--max-sources N] [--no-localize] [--no-ablation]":
         Synopsis("diagnose"),
     "repro-check doctor [TARGET]": Synopsis("doctor"),
-    # ---- docs/metrics.md
+    # ---- docs/works-with.md
     "repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' -- --epochs 1":
         Run(run="repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' --max-steps 3 -- "
                 "--epochs 1", why=CHEAP),
