@@ -82,18 +82,20 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "repro-check repro_check.workloads.mnist:main --seed 123":  # what `make demo` runs
         Run(run="repro-check repro_check.workloads.mnist:main --seed 123 --max-steps 3",
             why=CHEAP),
-    # ---- Usage synopsis
+    # ---- README: the usage synopsis
     "repro-check [check] TARGET [--seed N | --no-seed] [--without A,B] [--runs N] [--max-steps N]":
         Synopsis("check"),
     "repro-check record TARGET -o golden.json [--runs N]": Synopsis("record"),
     "repro-check verify TARGET --golden golden.json": Synopsis("verify"),
     "repro-check diff A.jsonl B.jsonl": Synopsis("diff"),
+    "repro-check diagnose TARGET [--max-sources N] [--no-localize] [--no-ablation]":
+        Synopsis("diagnose"),
     "repro-check doctor [TARGET]": Synopsis("doctor"),
-    # ---- metrics
+    # ---- docs/works-with.md
     "repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' -- --epochs 1":
         Run(run="repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' --max-steps 3 -- "
                 "--epochs 1", why=CHEAP),
-    # ---- the gate
+    # ---- docs/gate-and-ci.md
     "repro-check record train:main --seed 123 -o goldens/train.json":
         Run(run="repro-check record train:main --seed 123 -o goldens/train.json --max-steps 3",
             why=CHEAP),
@@ -106,11 +108,11 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "repro-check verify --junit reports/repro-check.xml --json reports/repro-check.json":
         Run(cwd="project", setup=("mkdir -p reports", "repro-check record"),
             why="in a project whose [tool.repro-check] holds a target and its golden"),
-    # ---- doctor
+    # ---- docs/debugging.md: doctor
     "repro-check doctor train.py:main": Run(codes=(0, 1)),
     "repro-check doctor train.py --json doctor.json": Run(codes=(0, 1)),
     "repro-check doctor train.py --no-env --ignore RC107": Run(codes=(0, 1)),
-    # ---- diagnose
+    # ---- docs/debugging.md: diagnose
     "repro-check diagnose zoo/three_sources.py:main --without hashseed --no-ablation":
         Run(run="repro-check diagnose zoo/three_sources.py:main --without hashseed "
                 "--no-ablation --max-steps 1 --max-sources 1", codes=(1,),
@@ -119,7 +121,7 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
         Run(run="repro-check diagnose repro_check.workloads.mnist:main --seed 123 "
                 "--max-steps 2 --ablate torch",
             why="one component's pair and the pair without seeding (the one --seed broke)"),
-    # ---- --across
+    # ---- docs/across.md
     "repro-check train.py:main --seed 123 --across threads=1,2":
         Run(run="repro-check train.py:main --seed 123 --across threads=1,2 --max-steps 2",
             codes=(0, 1), why=CHEAP),
@@ -133,7 +135,7 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
         Skip("installs torch 2.13.0 from the network"),
     "cd fixtures && repro-check environments.py:main --across python=../.venv/bin/python,"
     "/tmp/venv213 --across threads=1,2 -- --steps 100": Skip(SECOND_TORCH),
-    # ---- torchrun
+    # ---- docs/distributed.md
     "repro-check train.py:main --seed 123 --nproc-per-node 2":
         Run(run="repro-check train.py:main --seed 123 --nproc-per-node 2 --max-steps 2",
             codes=(0, 1), why=CHEAP),
@@ -141,7 +143,7 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "--master-addr 10.0.0.1 --master-port 29500": Skip("needs two machines, one at 10.0.0.1"),
     "repro-check train.py:main --seed 123 --nproc-per-node 8 --nnodes 2 --node-rank 1 "
     "--master-addr 10.0.0.1 --master-port 29500": Skip("needs two machines, one at 10.0.0.1"),
-    # ---- the write-ups' result
+    # ---- docs/reference-workload.md
     "cd fixtures": Skip("only changes folder (the commands after it run in fixtures here)"),
     "repro-check train:main --seed 123 -- --data DIR":
         Run(run="repro-check train:main --seed 123 --max-steps 2", why=FULL_MNIST),
@@ -254,6 +256,105 @@ def test_the_reader_finds_transcripts_blocks_and_workflow_steps() -> None:
     assert commands_in(text) == ["repro-check a:main --seed 1", "repro-check doctor x.py",
                                  "python   not a command here? yes, it is",
                                  "repro-check verify"]
+
+
+# ---- what the documents link to and name -------------------------------------------------------
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, punctuation dropped (``-`` and
+    ``_`` kept), spaces as ``-``; a repeated heading gets ``-1``, ``-2``, ..."""
+    out: set[str] = set()
+    in_fence = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+        heading = None if in_fence else re.match(r"^#{1,6}\s+(.*?)\s*$", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-")
+            base, n = slug, 0
+            while slug in out:
+                n += 1
+                slug = f"{base}-{n}"
+            out.add(slug)
+    return out
+
+
+def test_every_link_between_the_documents_resolves() -> None:
+    broken = []
+    for doc in DOCUMENTS:
+        for target in LINK.findall(doc.read_text(encoding="utf-8")):
+            if re.match(r"^[a-z]+:", target):
+                continue  # https: and the like
+            path, _, anchor = target.partition("#")
+            where = (doc.parent / path).resolve() if path else doc
+            if not where.exists():
+                broken.append(f"{doc.name}: {target} (no such file)")
+            elif anchor and where.suffix == ".md" and \
+                    anchor not in anchors(where.read_text(encoding="utf-8")):
+                broken.append(f"{doc.name}: {target} (no such heading)")
+    assert not broken, "links that lead nowhere:\n  " + "\n  ".join(broken)
+
+
+def test_the_anchor_rule_is_githubs() -> None:
+    text = "# A `--max-steps` and final metrics\n## When repro-check fails: exit 4\n## X\n## X\n"
+    assert anchors(text) == {"a---max-steps-and-final-metrics",
+                             "when-repro-check-fails-exit-4", "x", "x-1"}
+
+
+#: what only the developers' machines have: no document may show it
+DEVELOPERS_ONLY = ("/work/", "../shared", "shared/data", "this project's machine")
+
+
+def test_no_document_names_a_path_or_machine_only_the_developers_have() -> None:
+    found = [f"{doc.name}: {word!r}" for doc in DOCUMENTS
+             for word in DEVELOPERS_ONLY if word in doc.read_text(encoding="utf-8")]
+    assert not found, "\n".join(found)
+
+
+def flags_of(command: str, capsys: pytest.CaptureFixture[str]) -> set[str]:
+    from repro_check import cli
+
+    assert cli.console_main(["--help"] if command == "check" else [command, "--help"]) == 0
+    return set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", capsys.readouterr().out))
+
+
+def test_every_command_and_flag_of_the_help_is_in_the_cli_reference(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from repro_check.cli.commands import COMMANDS
+
+    reference = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    missing = [f"{command} (the command)" for command in COMMANDS
+               if f"`{command}`" not in reference]
+    for command in COMMANDS:
+        missing += [f"{command} {flag}" for flag in sorted(flags_of(command, capsys))
+                    if f"`{flag}" not in reference and flag not in ("-h", "--help")]
+    assert not missing, "flags of --help that docs/cli.md does not document:\n  " + \
+        "\n  ".join(missing)
+
+
+def test_every_key_of_the_json_report_is_documented() -> None:
+    """A key added to the report (adding is allowed, it is a public API) is documented too: every
+    key of a report with every part, the gate's of all three modes, and ``--across``'s."""
+    from repro_check.report import model
+
+    parts = dict(gate=model.GatePart(mode="verify"), diagnosis=model.DiagnosisPart(),
+                 distributed=model.DistributedPart(launch={}, ranks=[], ddp_model_seen=False,
+                                                   cross_rank_steps=0),
+                 across=model.AcrossPart(axes=[], cells=[], pairs=[]),
+                 processes=model.ProcessesPart(first_divergent_process=None))
+    report = model.Report(target="t", args=[], seed=1, components=[], runs=2, results=[],
+                          comparison=None, **parts)  # type: ignore[arg-type]
+    keys = set(report.to_dict())
+    for mode in ("record", "diff"):
+        keys |= set(model.GatePart(mode=mode, golden="g").to_dict())  # type: ignore[arg-type]
+    reference = (ROOT / "docs" / "json-report.md").read_text(encoding="utf-8")
+    missing = sorted(k for k in keys if f"`{k}`" not in reference)
+    across = (ROOT / "docs" / "across.md").read_text(encoding="utf-8")
+    missing += [f"across.{k}" for k in parts["across"].to_dict()["across"] if k not in across]
+    assert not missing, "keys of --json that docs/json-report.md does not document: " + \
+        ", ".join(missing)
 
 
 # ---- running them ------------------------------------------------------------------------------

@@ -17,6 +17,10 @@ From repro-check's side, :func:`kill_run` reaches a run's processes through ``/p
 supervisor's descendants, the members of its session and whatever holds the run's pipes (a
 process that was handed them from outside the tree). Without ``/proc`` only the lifeline is left,
 and the supervisor then reaches only the command's process group.
+
+The subreaper, the parent-death signal (:mod:`repro_check.child.main`, the ``--metric`` scanner)
+and ``/proc`` are Linux's. Elsewhere the runs go on without them, and :func:`tell_missing_guards`
+says once, in one line, which are missing and what is lost: never a silent skip.
 """
 
 from __future__ import annotations
@@ -250,6 +254,40 @@ def ensure_standard_fds() -> None:
             setattr(sys, name, open(fd, mode, closefd=False, errors="backslashreplace"))
 
 
+#: whether the line naming the guards this system lacks was written (once a process)
+_guards_told = False
+
+
+def missing_guards() -> list[tuple[str, str]]:
+    """The Linux process guards this system lacks, each as (what, what is lost without it)."""
+    missing: list[tuple[str, str]] = []
+    if not sys.platform.startswith("linux"):
+        missing.append(("a child subreaper", "a process a run starts in a process group of its "
+                        "own (a daemon) can outlive the run"))
+        missing.append(("a parent-death signal", "a run whose supervisor is killed, or a "
+                        "--metric regex process whose repro-check is killed, lives on"))
+    if not os.path.isdir(PROC):
+        missing.append((PROC, "a run is stopped through its process group only (not its other "
+                        "descendants, its session or the holders of its pipes)"))
+    return missing
+
+
+def tell_missing_guards() -> None:
+    """One warning line on stderr, once a process, naming the guards :func:`missing_guards`
+    finds: on macOS (or without ``/proc``) runs work, but their clean-up is weaker."""
+    global _guards_told
+    if _guards_told:
+        return
+    _guards_told = True
+    missing = missing_guards()
+    if missing and sys.stderr is not None:
+        names = ", ".join(name for name, _ in missing)
+        lost = "; ".join(why for _, why in missing)
+        verb = "is" if len(missing) == 1 else "are"
+        sys.stderr.write(f"repro-check: warning: on {sys.platform}, {names} {verb} not "
+                         f"available: {lost}\n")
+
+
 class Supervised:
     """A run's command started under its supervisor, as repro-check sees it: ``proc`` is the
     supervisor (its pid leads the run's session; its exit status is the command's), and the
@@ -263,6 +301,7 @@ class Supervised:
                  pass_fds: Sequence[int] = ()) -> None:
         import subprocess
 
+        tell_missing_guards()
         read_end, self._lifeline = os.pipe()
         try:
             self.proc = subprocess.Popen(

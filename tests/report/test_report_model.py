@@ -4,7 +4,7 @@ check, a verify, a record and a diff.
 The keys ``reproducible``, ``first_divergent_step``, ``divergent_signal``, ``steps``, ``metrics``,
 ``runs``, ``seed`` and ``error`` are a public API; ``exit_code``, ``divergence``, ``components``,
 ``threads``, ``tolerance``, ``run_results``, ``environment``, ``replay``, ``identical_groups`` and
-``judged`` are documented beside them (README, "JSON report"). Diff reports are built from trace
+``judged`` are documented beside them (docs/json-report.md). Diff reports are built from trace
 files written here by hand: nothing is run.
 """
 

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from repro_check.run import procs
 
 # a session leader that starts a grandchild in a process group of its own, then waits
@@ -112,3 +114,37 @@ def test_closing_the_lifeline_kills_the_whole_tree() -> None:
     run.release()  # as when repro-check dies, however it dies
     assert run.proc.wait(timeout=30) == -signal.SIGKILL
     assert not procs.is_alive(daemon)
+
+
+def test_a_system_without_the_linux_guards_is_told_so_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(procs, "PROC", "/no-such-proc")
+    monkeypatch.setattr(procs, "_guards_told", False)
+    run = procs.Supervised(["true"], env=dict(os.environ))  # the first run says it
+    run.end(timeout=10)
+    err = capsys.readouterr().err
+    procs.tell_missing_guards()  # and only once a process
+    procs.Supervised(["true"], env=dict(os.environ)).end(timeout=10)
+    assert capsys.readouterr().err == ""
+    assert err.count("\n") == 1, err
+    assert err.startswith("repro-check: warning: on darwin, ")
+    for lost in ("child subreaper", "parent-death signal", "/no-such-proc",
+                 "can outlive the run", "process group only"):
+        assert lost in err, err
+    assert run.proc.returncode == 0  # the run itself works without them
+
+
+def test_linux_with_proc_has_every_guard_and_says_nothing(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(procs, "_guards_told", False)
+    assert procs.missing_guards() == []
+    procs.tell_missing_guards()
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(procs, "PROC", "/no-such-proc")  # a container without /proc mounted
+    monkeypatch.setattr(procs, "_guards_told", False)
+    procs.tell_missing_guards()
+    err = capsys.readouterr().err
+    assert err.startswith("repro-check: warning: on linux, /no-such-proc is not available: ")
+    assert err.count("\n") == 1 and "subreaper" not in err and "process group only" in err
