@@ -4,7 +4,8 @@ Every comparison runs its two sides alternately in one invocation, ``--reps`` ti
 and prints the medians and their ratio next to the target. Exits 1 when a target is missed.
 
 Workload: the reference MNIST MLP (``repro_check.workloads.mnist:main``) on the full set from
-``../shared/data/mnist`` or ``$REPRO_CHECK_MNIST`` (the embedded subset when neither exists).
+``$REPRO_CHECK_MNIST`` or a ``shared/data/mnist`` folder beside the checkout (the embedded
+subset when neither exists).
 A "bare" run is the same target under the same seeding, in a fresh interpreter, without capture.
 
 Two rows explain others and have no limit of their own: "in the run" compares

@@ -301,6 +301,13 @@ class Supervised:
                  pass_fds: Sequence[int] = ()) -> None:
         import subprocess
 
+        if os.name == "nt":
+            # here, not at the top: this file also runs alone (``-I -S``) as the supervisor
+            from repro_check.errors import UsageError
+
+            raise UsageError("repro-check starts runs on Linux and macOS only (a run's trace "
+                             "channel is a pipe handed over by file descriptor); on Windows, "
+                             "use WSL 2")
         tell_missing_guards()
         read_end, self._lifeline = os.pipe()
         try:

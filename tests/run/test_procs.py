@@ -148,3 +148,15 @@ def test_linux_with_proc_has_every_guard_and_says_nothing(
     err = capsys.readouterr().err
     assert err.startswith("repro-check: warning: on linux, /no-such-proc is not available: ")
     assert err.count("\n") == 1 and "subreaper" not in err and "process group only" in err
+
+
+def test_windows_is_refused_in_one_line_before_anything_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro_check.errors import UsageError
+
+    monkeypatch.setattr(os, "name", "nt")
+    pipes_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(UsageError, match="Linux and macOS only.*WSL 2") as err:
+        procs.Supervised([sys.executable, "-c", "pass"], env=dict(os.environ))
+    assert "\n" not in str(err.value)
+    assert len(os.listdir("/proc/self/fd")) == pipes_before  # no lifeline pipe left open
