@@ -162,8 +162,8 @@ def test_timeout_stops_the_run_its_workers_and_its_group(tmp: Path) -> None:
                                     "--pid-file", str(pid_file), "--ignore-term"],
                                    tmp / f"hang-{attempt}")
         try:
-            wait_for(lambda: proc.poll() is not None
-                     or (pid_file.exists() and "ready" in pid_file.read_text()),
+            wait_for(lambda p=proc, f=pid_file: p.poll() is not None
+                     or (f.exists() and "ready" in f.read_text()),
                      limit + 600, "the run to get ready or end")
             ready_at = time.monotonic()
             out, err = proc.communicate(timeout=limit + STOP_GRACE + 300)
