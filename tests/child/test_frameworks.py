@@ -13,9 +13,12 @@ from ..conftest import FIXTURES, run_cli
 
 METRICS = FIXTURES / "metrics"
 
+#: why a test here skips: make test-frameworks (and so .ci/run) installs what they need
+FRAMEWORK_MISSING = "{} is not installed (make test-frameworks installs it and runs these tests)"
+
 
 def test_tensorboard_scalars_are_metrics(tmp_path: Path) -> None:
-    pytest.importorskip("tensorboard")
+    pytest.importorskip("tensorboard", reason=FRAMEWORK_MISSING.format("tensorboard"))
     res = run_cli(str(METRICS / "tensorboard_log.py"), tmp=tmp_path / "same")
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr
@@ -43,7 +46,7 @@ def test_tensorboard_scalars_are_metrics(tmp_path: Path) -> None:
 
 def test_lightning_self_log_is_compared(tmp_path: Path) -> None:
     if importlib.util.find_spec("lightning") is None:
-        pytest.importorskip("pytorch_lightning")
+        pytest.importorskip("pytorch_lightning", reason=FRAMEWORK_MISSING.format("pytorch_lightning"))
     res = run_cli(str(METRICS / "lightning_fit.py"), tmp=tmp_path, timeout=600)
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr
@@ -55,8 +58,8 @@ def test_lightning_self_log_is_compared(tmp_path: Path) -> None:
 
 
 def test_hf_trainer_logs_and_evaluation_are_compared(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
+    pytest.importorskip("transformers", reason=FRAMEWORK_MISSING.format("transformers"))
+    pytest.importorskip("accelerate", reason=FRAMEWORK_MISSING.format("accelerate"))
     res = run_cli(str(METRICS / "hf_trainer.py"), tmp=tmp_path, timeout=600)
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr

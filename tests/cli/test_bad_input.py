@@ -18,7 +18,7 @@ from repro_check import cli
 from repro_check.errors import UsageError
 from repro_check.run.options import RunOptions
 
-from ..conftest import FIXTURES, cli_env
+from ..conftest import FIXTURES, cli_env, repro_check_cli
 
 BAD_FLAGS = [
     (["--threads", "2147483648"], "--threads must be at most"),
@@ -181,9 +181,8 @@ def test_a_hostile_target_cannot_drive_the_terminal_or_ci_log(tmp_path: Path) ->
         f"print({HOSTILE!r} * 3)\n"
         f"raise RuntimeError({HOSTILE!r})\n")
     env = cli_env(GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))
-    proc = subprocess.run([sys.executable, "-m", "repro_check", str(script), "--trace-dir",
-                           str(tmp_path / "t"), "--junit", str(tmp_path / "j.xml")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = repro_check_cli([str(script), "--trace-dir", str(tmp_path / "t"), "--junit",
+                            str(tmp_path / "j.xml")], cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 3, proc.stderr
     for where, text in (("stdout", proc.stdout), ("stderr", proc.stderr),
                         ("step summary", (tmp_path / "summary.md").read_text())):
@@ -207,8 +206,7 @@ def test_a_hostile_golden_header_is_shown_escaped(tmp_path: Path) -> None:
         w.write({"end": {"status": "completed"}})
         w.close()
         paths.append(str(path))
-    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", *paths], cwd=tmp_path,
-                          env=cli_env(), capture_output=True, text=True, timeout=60)
+    proc = repro_check_cli(["diff", *paths], cwd=tmp_path, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert "\x1b" not in proc.stdout + proc.stderr and "\\x1b" in proc.stdout
 
@@ -231,8 +229,7 @@ def test_text_from_a_golden_cannot_issue_workflow_commands(tmp_path: Path) -> No
         paths.append(str(path))
     summary = tmp_path / "summary.md"
     env = cli_env(GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(summary))
-    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", *paths], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = repro_check_cli(["diff", *paths], cwd=tmp_path, env=env, timeout=60)
     assert proc.returncode == 1, proc.stderr
     commands = [line for line in (proc.stdout + proc.stderr).replace("\r", "\n").splitlines()
                 if line.lstrip().startswith("::") or "##[" in line]
@@ -441,8 +438,7 @@ def test_never_reached():
 
 def test_json_dash_is_standard_output_and_the_summary_goes_to_stderr(tmp_path: Path) -> None:
     a, b = _two_traces(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", a, b, "--json", "-"],
-                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60)
+    proc = repro_check_cli(["diff", a, b, "--json", "-"], cwd=tmp_path, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["first_divergent_step"] == 1  # stdout is one JSON document
     assert "NOT REPRODUCIBLE" in proc.stderr

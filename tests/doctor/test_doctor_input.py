@@ -4,8 +4,6 @@ internal error."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ import pytest
 from repro_check.doctor import checkup as doctor
 from repro_check.errors import UsageError
 
-from ..conftest import cli_env
+from ..conftest import repro_check_cli
 
 #: 500,000 signs end in MemoryError in the parser, 5,000 in RecursionError
 DEEP = {"memory": "x = " + "-" * 500_000 + "1\n", "recursion": "x = " + "-" * 5_000 + "1\n"}
@@ -31,9 +29,7 @@ def test_a_target_nested_too_deeply_is_unreadable(elsewhere: Path, kind: str) ->
     (elsewhere / "deep.py").write_text(DEEP[kind])
     with pytest.raises(UsageError, match=r"^cannot read deep.py: nested too deeply to parse$"):
         doctor.doctor("deep.py", env=False)
-    proc = subprocess.run([sys.executable, "-m", "repro_check", "doctor", "--no-env", "deep.py"],
-                          cwd=elsewhere, env=cli_env(), capture_output=True, text=True,
-                          timeout=120)
+    proc = repro_check_cli(["doctor", "--no-env", "deep.py"], cwd=elsewhere, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "nested too deeply to parse" in proc.stderr and "internal error" not in proc.stderr
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,7 @@ import pytest
 
 from repro_check.trace.format import dumps, header_line, iter_trace, load_trace
 
-from ..conftest import FIXTURES, cli_env, with_options
+from ..conftest import FIXTURES, cli_env, repro_check_cli, with_options
 
 PUBLIC_KEYS = {"reproducible", "first_divergent_step", "divergent_signal", "steps", "metrics",
                "runs", "seed", "error"}
@@ -50,8 +48,7 @@ class Res:
 
 
 def cli(*args: str, cwd: Path, **env: str) -> Res:
-    proc = subprocess.run([sys.executable, "-m", "repro_check", *args], cwd=cwd,
-                          env=cli_env(**env), capture_output=True, text=True, timeout=300)
+    proc = repro_check_cli(list(args), cwd=cwd, env=cli_env(**env), timeout=300)
     return Res(proc.returncode, proc.stdout, proc.stderr)
 
 

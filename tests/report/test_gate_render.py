@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from ..api_targets import (
     STEPS,
     Golden,
 )
-from ..conftest import ROOT, cli_env
+from ..conftest import ROOT, cli_env, repro_check_cli
 from ..synthetic_traces import LOSSES, write_trace
 
 # the shared runs (same_check, golden, verify_same, ...): computed once a session
@@ -44,9 +42,8 @@ def render(report: Any) -> str:
 def diff_cli(a: Path, b: Path, *options: str, tmp: Path) -> tuple[int, str, dict[str, Any]]:
     """``python -m repro_check diff A B`` in a subprocess; its stdout and its --json report."""
     out = tmp / "diff-report.json"
-    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", str(a), str(b), *options,
-                           "--json", str(out)], cwd=tmp, env=cli_env(COLUMNS=str(WIDTH)),
-                          capture_output=True, text=True, timeout=60)
+    proc = repro_check_cli(["diff", str(a), str(b), *options, "--json", str(out)], cwd=tmp,
+                           env=cli_env(COLUMNS=str(WIDTH)), timeout=60)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, proc.stdout, json.loads(out.read_text())
 
@@ -156,9 +153,8 @@ def test_diff_of_a_failed_run(traces: dict[str, Path], tmp_path: Path) -> None:
 def test_the_replay_line_is_whole_in_a_narrow_terminal(traces: dict[str, Path],
                                                        tmp_path: Path) -> None:
     out_path = tmp_path / "narrow.json"
-    proc = subprocess.run([sys.executable, "-m", "repro_check", "diff", str(traces["a"]),
-                           str(traces["changed"]), "--json", str(out_path)], cwd=ROOT,
-                          env=cli_env(COLUMNS="60"), capture_output=True, text=True, timeout=60)
+    proc = repro_check_cli(["diff", str(traces["a"]), str(traces["changed"]), "--json",
+                            str(out_path)], cwd=ROOT, env=cli_env(COLUMNS="60"), timeout=60)
     replay = json.loads(out_path.read_text())["replay"]
     lines = proc.stdout.splitlines()
     assert f"Replay: {replay}" in lines

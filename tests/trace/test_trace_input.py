@@ -32,7 +32,7 @@ from repro_check.trace.format import (
     scan,
 )
 
-from ..conftest import FIXTURES, cli_env
+from ..conftest import FIXTURES, cli_env, repro_check_cli
 
 STEP = {"step": 1, "signals": {"loss": {"dtype": "float32", "bits": "3f800000", "value": 1.0}}}
 END = {"end": {"status": "completed", "returncode": 0, "seconds": 1.5, "steps": 1}}
@@ -58,8 +58,7 @@ def trace_text(header: Any, *records: Any, version: Any = 2) -> list[str]:
 
 
 def run_cli(*argv: str, cwd: Path = FIXTURES) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "repro_check", *argv], cwd=cwd, env=cli_env(),
-                          capture_output=True, text=True, timeout=120)
+    return repro_check_cli(list(argv), cwd=cwd, timeout=120)
 
 
 def test_a_complete_header_with_unknown_keys_reads(tmp_path: Path) -> None:
