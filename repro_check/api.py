@@ -1,7 +1,10 @@
 """The Python API: what the commands do, as functions that return a :class:`Report`.
 
 Each function takes the run options as keywords (or one :class:`RunOptions` as ``options=``,
-keywords then override it) and calls the same code as the command line.
+keywords then override it) and calls the same code as the command line. The keywords are those
+of :data:`repro_check.run.options.OPTIONS`, read by the same builder as the command line's flags:
+the fields of :class:`RunOptions`, and the parts of its tolerances one by one (``atol``, ``rtol``,
+``ulps`` as a number or a table ``{"loss": 1e-6}``, ``band_widen``, ``band``, ``signals``).
 """
 
 from __future__ import annotations
@@ -13,24 +16,25 @@ from typing import Any
 from repro_check.compare.steps import Policy
 from repro_check.compare.tolerances import ToleranceOptions
 from repro_check.report.model import Report
-from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions, options_of
+from repro_check.run.options import (
+    CHECK_RUNS,
+    RECORD_RUNS,
+    InternalSettings,
+    RunOptions,
+    build_options,
+    keyword_values,
+)
 from repro_check.run.runner import Listener
-from repro_check.trace.values import Tolerance
 
 __all__ = ["RunOptions", "across", "check", "diff", "record", "verify"]
 
 
-def _options(options: RunOptions | None, target: str | None, **given: Any) -> RunOptions:
-    """``options`` with every keyword that is not None put over it (unknown ones: TypeError)."""
-    given = {k: v for k, v in given.items() if v is not None}
-    if "trace_dir" in given:
-        given["trace_dir"] = os.fspath(given["trace_dir"])
-    if options is None:
-        return options_of(target, **given)
-    if target is not None:
-        given["target"] = target
-    # an unknown keyword is a TypeError here too; RunOptions makes sequences tuples itself
-    return options.replace(**given)
+def _options(options: RunOptions | None, target: str | None, default_runs: int | None = None,
+             **given: Any) -> RunOptions:
+    """``options`` (or the defaults, with ``default_runs``) with every keyword that is not None
+    put over it (unknown ones: TypeError)."""
+    return build_options(target, given=keyword_values(given), base=options,
+                         defaults={"runs": default_runs} if options is None else None)
 
 
 def check(
@@ -38,8 +42,6 @@ def check(
     *,
     options: RunOptions | None = None,
     listener: Listener | None = None,
-    atol: float = 0.0,
-    rtol: float = 0.0,
     policy: Policy | None = None,
     **run_options: Any,
 ) -> Report:
@@ -47,18 +49,17 @@ def check(
 
     ``run_options`` are the fields of :class:`RunOptions` (``seed``, ``runs``, ``args``,
     ``without``, ``no_seed``, ``max_steps``, ``timeout``, ``threads``, ``jobs``, ``fail_fast``,
-    ``trace_dir``, ``tolerances``, ``distributed``, ``warn_only``, ``probe_step``); ``atol`` and
-    ``rtol`` set one tolerance for every value. Raises :class:`~repro_check.errors.UsageError`
-    (exit 2) for bad arguments or a TARGET that cannot be resolved; a target that fails is
-    reported (``report.error``, exit 3), not raised.
+    ``trace_dir``, ``tolerances``, ``printed_metrics``, ``distributed``) and the tolerances one
+    by one (``atol=1e-6`` sets one tolerance for every value, ``atol={"loss": 1e-6}`` one for a
+    signal; ``rtol``, ``ulps``, ``signals``). ``policy``: a comparison policy object instead of
+    the tolerances. Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or
+    a TARGET that cannot be resolved; a target that fails is reported (``report.error``,
+    exit 3), not raised.
     """
     from repro_check.run.check import run_check
 
-    if policy is None and (atol or rtol):
-        policy = Policy(_tolerance(atol, rtol))
-    if options is None:
-        run_options.setdefault("runs", CHECK_RUNS)
-    return run_check(_options(options, target, policy_override=policy, **run_options), listener)
+    return run_check(_options(options, target, CHECK_RUNS, **run_options), listener,
+                     InternalSettings(policy_override=policy))
 
 
 def record(
@@ -77,9 +78,7 @@ def record(
     """
     from repro_check.gate.record import record_golden
 
-    if options is None:
-        run_options.setdefault("runs", RECORD_RUNS)
-    return record_golden(_options(options, target, **run_options), output, listener)
+    return record_golden(_options(options, target, RECORD_RUNS, **run_options), output, listener)
 
 
 def verify(
@@ -100,8 +99,8 @@ def verify(
     """
     from repro_check.gate.verify import verify_golden
 
-    return verify_golden(_options(options, target, policy_override=policy, **run_options),
-                         golden, listener)
+    return verify_golden(_options(options, target, **run_options), golden, listener,
+                         InternalSettings(policy_override=policy))
 
 
 def diff(
@@ -135,15 +134,5 @@ def across(
     """
     from repro_check.run.across import run_across
 
-    if options is None:
-        run_options.setdefault("runs", 1)
-    opts = _options(options, target, across=tuple(axes) if axes else None, **run_options)
+    opts = _options(options, target, 1, across=tuple(axes) if axes else None, **run_options)
     return run_across(opts, listener)
-
-
-def _tolerance(atol: float, rtol: float) -> Tolerance:
-    from repro_check.errors import UsageError
-
-    if atol < 0 or rtol < 0:
-        raise UsageError("--atol and --rtol must not be negative")
-    return Tolerance(atol, rtol)

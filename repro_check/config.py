@@ -11,120 +11,38 @@ and docs/doctor-codes.md.
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro_check.child import seeding
-from repro_check.compare import printed
-from repro_check.errors import UsageError
-from repro_check.compare.tolerances import ToleranceOptions, parse_config
+from repro_check.compare.tolerances import ToleranceOptions
 from repro_check.doctor.codes import parse_codes
+from repro_check.errors import UsageError
+from repro_check.run import options
 
 SECTION = "repro-check"
 FILENAME = "pyproject.toml"
 
 
-def _int(minimum: int) -> Any:
-    def check(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError(f"expected a whole number >= {minimum}")
-        return v
-    return check
-
-
-def _float(v: Any, why: str) -> float:
-    """A TOML number as a float (an integer too large for one is refused, not an overflow)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(why)
-    try:
-        return float(v)
-    except OverflowError:
-        raise ValueError(why) from None
-
-
-def _positive(v: Any) -> float:
-    x = _float(v, "expected a number > 0")
-    if not x > 0 or math.isinf(x):
-        raise ValueError("expected a number > 0")
-    return x
-
-
-def _at_least_one(v: Any) -> float:
-    x = _float(v, "expected a number >= 1")
-    if not x >= 1 or math.isinf(x):
-        raise ValueError("expected a number >= 1")
-    return x
-
-
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError("expected true or false")
-    return v
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str) or not v.strip():
-        raise ValueError("expected a non-empty string")
-    return v
-
-
-def _str_list(v: Any) -> list[str]:
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ValueError("expected a list of strings")
-    return list(v)
-
-
-def _seed(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= seeding.MAX_SEED:
-        raise ValueError(f"expected a whole number from 0 to {seeding.MAX_SEED}")
-    return v
-
-
-def _metric(v: Any) -> tuple[tuple[str, str], ...]:
-    """``metric = { NAME = "REGEX" }`` or ``["NAME=REGEX", ...]``: printed metrics to pick."""
-    if not isinstance(v, (dict, list)):
-        raise ValueError('expected a table of NAME = "REGEX" or a list of "NAME=REGEX" strings')
-    return printed.rules_of(v, "")
-
-
-def _without(v: Any) -> list[str]:
-    names = [c.strip() for c in v.split(",")] if isinstance(v, str) else _str_list(v)
-    seeding.select_components(names)  # unknown names raise with a suggestion
-    return [n for n in names if n]
-
-
-#: key -> (validator, what it is); run settings may also be set per target
+#: key -> validator of the run settings (:data:`repro_check.run.options.OPTIONS`, where each is
+#: listed once); ``record-runs`` is record's ``runs``. Run settings may also be set per target.
 RUN_KEYS: dict[str, Any] = {
-    "args": _str_list,
-    "seed": _seed,
-    "no-seed": _bool,
-    "without": _without,
-    "runs": _int(2),
-    "record-runs": _int(1),
-    "max-steps": _int(1),
-    "timeout": _positive,
-    "threads": _int(1),
-    "metric": _metric,
+    **{key: options.CONFIG_KEYS[key].from_config for key in options.TARGET_KEYS},
+    "record-runs": options.whole_at_least(1),
 }
 PATH_KEYS = ("golden", "golden-dir", "trace-dir", "junit", "json")
+#: the settings of the whole table that are not run settings of their own
+TOLERANCE_KEYS = {spec.key: spec.name for spec in options.OPTIONS
+                  if spec.part_of == "tolerances" and spec.key is not None}
 KEYS: dict[str, Any] = {
     **RUN_KEYS,
-    "jobs": _int(1),
-    "fail-fast": _bool,
-    "band-widen": _at_least_one,
-    "band": _bool,
-    "golden": _str,
-    "golden-dir": _str,
-    "trace-dir": _str,
-    "junit": _str,
-    "json": _str,
-    "atol": None,
-    "rtol": None,
-    "ulps": None,
+    **{key: spec.from_config for key, spec in options.CONFIG_KEYS.items()},
+    "golden": options.text,
+    "golden-dir": options.text,
+    "junit": options.text,
+    "json": options.text,
     "targets": None,
     "doctor": None,
 }
@@ -255,7 +173,7 @@ def parse(table: Mapping[str, Any], path: Path) -> Config:
             raise _unknown(path, key, KEYS)
         if key in ("atol", "rtol", "ulps"):
             try:
-                parsed = parse_config(key, value, key)
+                parsed = KEYS[key](value)
             except UsageError as e:
                 raise UsageError(f"{path}: [tool.{SECTION}] {e}") from None
             setattr(cfg.tolerances, key, parsed)
@@ -263,10 +181,9 @@ def parse(table: Mapping[str, Any], path: Path) -> Config:
             cfg.targets = _targets(value, path)
         elif key == "doctor":
             cfg.doctor_ignore = _doctor(value, path)
-        elif key == "band-widen":
-            cfg.tolerances.band_widen = _check(path, key, value)
-        elif key == "band":
-            cfg.tolerances.use_band = _check(path, key, value)
+        elif key in TOLERANCE_KEYS:
+            field_name = {"band": "use_band"}.get(key, TOLERANCE_KEYS[key])
+            setattr(cfg.tolerances, field_name, _check(path, key, value))
         else:
             checked = _check(path, key, value)
             cfg.values[key] = root / checked if key in PATH_KEYS else checked

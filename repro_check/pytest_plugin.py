@@ -26,9 +26,21 @@ if TYPE_CHECKING:
     from repro_check.report.model import Report
 
 MARKER = "reproducible"
-#: keyword arguments the marker and the fixture accept besides the target
-OPTIONS = ("seed", "runs", "max_steps", "args", "golden", "without", "no_seed", "timeout",
-           "threads", "atol", "rtol", "ulps", "band_widen", "trace_dir", "fail_fast")
+
+
+def keywords() -> tuple[str, ...]:
+    """The keyword arguments the marker and the fixture accept besides the target: every run
+    option :data:`repro_check.run.options.OPTIONS` lets a test give (read by the same builder as
+    the Python API's), and ``golden``. Looked up on use: importing the plugin imports nothing."""
+    from repro_check.run.options import PYTEST_KEYWORDS
+
+    return (*PYTEST_KEYWORDS, "golden")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OPTIONS":  # the keyword list, as it was once spelled
+        return keywords()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: seconds a run under the fixture or the marker may take unless told otherwise
@@ -64,35 +76,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _tolerances(options: dict[str, Any]) -> Any:
-    from repro_check.compare.tolerances import ToleranceOptions, parse_config
-
-    tol = ToleranceOptions()
-    for kind in ("atol", "rtol", "ulps"):
-        if options.get(kind) is not None:
-            setattr(tol, kind, parse_config(kind, options[kind], kind))
-    tol.band_widen = options.get("band_widen")
-    return tol
-
-
 def run_reproducibility(target: str, trace_dir: str | Path | None = None, **options: Any) -> Report:
     """Check ``target`` (or verify it against ``golden=``) and return the report."""
-    unknown = sorted(set(options) - set(OPTIONS))
+    unknown = sorted(set(options) - set(keywords()))
     if unknown:
         raise TypeError(f"unexpected option(s) for repro-check: {', '.join(unknown)}")
-    from repro_check.run.options import RunOptions
+    from repro_check.run.options import build_options, keyword_values
 
-    trace_dir = options.pop("trace_dir", None) or trace_dir
     golden = options.pop("golden", None)
-    tol = _tolerances(options)
-    for kind in ("atol", "rtol", "ulps", "band_widen"):
-        options.pop(kind, None)
-    for name in ("args", "without"):
-        if options.get(name) is not None:
-            options[name] = tuple(options[name])
-    run_options = RunOptions(target=target, tolerances=tol,
-                             trace_dir=None if trace_dir is None else str(trace_dir),
-                             **{k: v for k, v in options.items() if v is not None})
+    options["trace_dir"] = options.get("trace_dir") or trace_dir
+    run_options = build_options(target, given=keyword_values(options))
     if golden is not None:
         from repro_check.gate.verify import verify_golden
 

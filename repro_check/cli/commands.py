@@ -20,10 +20,8 @@ from repro_check.cli.plan import (
     announce,
     Outputs,
     finish,
-    first,
     html_report,
     in_folder,
-    metric_rules,
     options_for,
     outputs,
     planned,
@@ -36,7 +34,7 @@ from repro_check.config import Config, TargetEntry, load
 from repro_check.errors import ExitCode, UsageError
 from repro_check.report.model import Report
 from repro_check.run import signals
-from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions
+from repro_check.run.options import RECORD_RUNS, RunOptions
 from repro_check.trace.atomic import STDOUT, check_distinct, check_writable, write_text_atomic
 
 #: one target of a plan: its TARGET, its config entry, and (record, verify) its golden file
@@ -102,7 +100,7 @@ def html_path_of(ns: argparse.Namespace) -> str | None:
 
 # ---- check -------------------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
-    from repro_check.run.check import require_two_runs, run_check
+    from repro_check.run.check import run_check
 
     ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     targets, from_config = planned(ns, cfg)
@@ -111,17 +109,14 @@ def check_command(argv: Sequence[str]) -> ExitCode:
     out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
                   [("--report", ns.report_path)])
     html_path = html_path_of(ns)
-    tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
-    distributed = parsers.distributed_options(ns)
-
-    across = tuple(ns.across) if ns.across else None
+    parsers.flag_values(ns)  # a bad flag (--atol los=1) fails before any target runs
+    across = bool(ns.across)
 
     def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
-        runs = first(ns.runs, 1) if across else first(ns.runs, cfg.get("runs", entry), CHECK_RUNS)
-        if not across and isinstance(runs, int) and not isinstance(runs, bool):
-            require_two_runs(runs)  # --runs 0 is "at least 2" too, not RunOptions' "at least 1"
-        options = options_for(ns, cfg, target, entry, target_args, tolerances=tol, runs=runs,
-                              distributed=distributed, across=across)
+        # --across: each environment runs once unless --runs says (the config's runs are a check's)
+        options = options_for(ns, cfg, target, entry, target_args, compare_runs=not across,
+                              keys={"runs": None} if across else None,
+                              defaults={"runs": 1} if across else None)
         if across:
             return across_one(ns, options)
         with progress(ns, options, options.runs) as listener:
@@ -170,7 +165,7 @@ def record_command(argv: Sequence[str]) -> ExitCode:
 
     def run_one(target: str, entry: TargetEntry | None, golden: str) -> Report:
         options = options_for(ns, cfg, target, entry, target_args,
-                              runs=first(ns.runs, cfg.get("record-runs", entry), RECORD_RUNS))
+                              keys={"runs": "record-runs"}, defaults={"runs": RECORD_RUNS})
         with progress(ns, options, options.runs) as listener:
             return record_golden(options, golden, listener)
 
@@ -205,14 +200,14 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
                   + [("golden", _from_root(g, cfg, from_config)) for _, _, g in plan],
                   [("--report", ns.report_path)])
     html_path = html_path_of(ns)
-    tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
-    tol.policy()  # a bad value fails before any run
+    # the run count is verify's own (one run against the golden): never the config's check runs
+    keys: dict[str, str | None] = {"runs": None}
     with in_folder(cfg.root if from_config else None):
         for target, entry, golden in plan:  # every golden is checked before anything runs
-            prepare(options_for(ns, cfg, target, entry, target_args, tolerances=tol), golden)
+            prepare(options_for(ns, cfg, target, entry, target_args, keys=keys), golden)
 
     def run_one(target: str | None, entry: TargetEntry | None, golden: str) -> Report:
-        options = options_for(ns, cfg, target, entry, target_args, tolerances=tol)
+        options = options_for(ns, cfg, target, entry, target_args, keys=keys)
         with progress(ns, options, 1) as listener:
             return verify_golden(options, golden, listener)
 
@@ -272,6 +267,10 @@ def doctor_command(argv: Sequence[str]) -> ExitCode:
     return report.exit_code
 
 
+#: config keys diagnose does not take: it starts from seeding and makes its own pairs of runs
+DIAGNOSE_OWN: dict[str, str | None] = {"no_seed": None, "runs": None, "fail_fast": None}
+
+
 def diagnose_command(argv: Sequence[str]) -> ExitCode:
     own, target_args = parsers.split_argv(argv)
     ns = parsers.build_diagnose_parser().parse_args(own)
@@ -287,12 +286,11 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.report.terminal import Progress, make_console
 
     errors = make_console(stderr=True)
-    options = RunOptions(target=ns.target, args=tuple(target_args or ()), seed=ns.seed,
-                         without=tuple(ns.without or ()), max_steps=ns.max_steps,
-                         timeout=ns.timeout, threads=ns.threads, jobs=ns.jobs,
-                         trace_dir=ns.trace_dir,
-                         printed_metrics=metric_rules(ns, Config(), None),
-                         distributed=parsers.distributed_options(ns))
+    cfg = load(ns.config)
+    # the run settings of [tool.repro-check] too (flags over the target's entry over the table);
+    # not its no-seed, runs or fail-fast: diagnose starts from seeding and makes its own pairs
+    options = options_for(ns, cfg, ns.target, cfg.entry(ns.target), target_args,
+                          keys=DIAGNOSE_OWN)
     report = diagnose(
         options, ablate=[] if ns.no_ablation else ns.ablate, localize=not ns.no_localize,
         max_sources=ns.max_sources, keep_replay=ns.keep_replay, listener=Progress(2, quiet=ns.quiet),

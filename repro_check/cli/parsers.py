@@ -1,7 +1,9 @@
 """Every parser of the command line, and the flags the commands share.
 
-Flags left out are ``None``, so that ``[tool.repro-check]`` (then the defaults of
-:class:`~repro_check.run.options.RunOptions`) can fill them in.
+The flags of run options are made from :data:`repro_check.run.options.OPTIONS` (where each is
+listed once), and read back by :func:`flag_values`. Flags left out are ``None``, so that
+``[tool.repro-check]`` (then the defaults of :class:`~repro_check.run.options.RunOptions`) can
+fill them in.
 """
 
 from __future__ import annotations
@@ -9,8 +11,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from typing import Any
+
 from repro_check.compare import tolerances
 from repro_check.errors import UsageError
+from repro_check.run.options import SPECS, components_list
 from repro_check.version import __version__
 
 
@@ -30,8 +35,42 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def components_list(text: str) -> list[str]:
-    return [c for c in text.split(",") if c.strip()]
+def add_option(p: Any, name: str, help: str | None = None) -> None:
+    """The flag of run option ``name`` as :data:`~repro_check.run.options.OPTIONS` lists it
+    (``help``: a command's own wording)."""
+    spec = SPECS[name]
+    assert spec.flag is not None
+    names = [spec.flag, *([spec.short] if spec.short else [])]
+    kwargs: dict[str, Any] = {"help": help or spec.help}
+    if spec.action == "switch":
+        kwargs["action"] = "store_true"
+    else:
+        kwargs["default"] = None
+        if spec.metavar:
+            kwargs["metavar"] = spec.metavar
+        if spec.action == "append":
+            kwargs["action"] = "append"
+        elif spec.type is not None:
+            kwargs["type"] = spec.type
+    p.add_argument(*names, **kwargs)
+
+
+def flag_values(ns: argparse.Namespace) -> dict[str, Any]:
+    """The run options given on the command line (a parser without a flag, or a switch left
+    off, gives nothing), read as :func:`~repro_check.run.options.build_options` takes them."""
+    out: dict[str, Any] = {}
+    for spec in SPECS.values():
+        if spec.flag is None:
+            continue
+        if spec.name == "distributed":
+            value: Any = distributed_options(ns)
+        else:
+            value = getattr(ns, spec.dest, None)
+            if spec.action == "switch" and not value:
+                continue
+        if value is not None:
+            out[spec.name] = spec.from_flag(value)
+    return out
 
 
 def add_run_options(p: argparse.ArgumentParser, no_seed: bool = True) -> None:
@@ -40,20 +79,10 @@ def add_run_options(p: argparse.ArgumentParser, no_seed: bool = True) -> None:
     p.add_argument("target", metavar="TARGET", nargs="?", default=None,
                    help="module:function, path/to/file.py:function or path/to/file.py "
                         "(default: the targets in [tool.repro-check])")
-    p.add_argument("--seed", type=int, default=None, help="seed for every component (default 0)")
-    if no_seed:
-        p.add_argument("--no-seed", action="store_true",
-                       help="no seeding at all (the unseeded protocol)")
-    p.add_argument("--without", type=components_list, default=None, metavar="A,B",
-                   help="seeding components to turn off (e.g. numpy,cudnn)")
-    p.add_argument("--max-steps", type=int, default=None, metavar="N",
-                   help="stop each run after N optimizer steps")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds allowed per run")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="torch intra-op threads in every run (default 1: thread count changes bits)")
-    p.add_argument("--metric", action="append", default=None, metavar="NAME=REGEX",
-                   help="also compare the number REGEX finds in the run's output (its first "
-                        "group, or the group named value) as metric printed:NAME; repeatable")
+    for name in ("seed", "no_seed", "without", "max_steps", "timeout", "threads",
+                 "printed_metrics"):
+        if name != "no_seed" or no_seed:
+            add_option(p, name)
     p.add_argument("--json", dest="json_path", default=None, metavar="PATH",
                    help="write the machine-readable report to PATH")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
@@ -65,10 +94,8 @@ def add_run_options(p: argparse.ArgumentParser, no_seed: bool = True) -> None:
 
 def add_parallel_options(p: argparse.ArgumentParser) -> None:
     """Where runs go and how many at once (every command that starts several runs)."""
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                   help="runs at the same time (default: as many as the CPUs hold)")
-    p.add_argument("--trace-dir", default=None, metavar="DIR",
-                   help="where run traces are kept (default .repro-check/runs)")
+    add_option(p, "jobs")
+    add_option(p, "trace_dir")
 
 
 def add_distributed_options(p: argparse.ArgumentParser) -> None:
@@ -117,28 +144,21 @@ def add_report_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_tolerance_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--atol", action="append", default=None, metavar="[NAME=]X",
-                   help="absolute tolerance, for all values or one signal/metric "
-                        "(loss=1e-6, metric:accuracy=1e-3); repeatable (default: exact bits)")
-    p.add_argument("--rtol", action="append", default=None, metavar="[NAME=]X",
-                   help="relative tolerance, as --atol")
-    p.add_argument("--ulps", action="append", default=None, metavar="[NAME=]N",
-                   help="accept values at most N representable floats apart, as --atol")
-    p.add_argument("--signals", default=None, metavar="A,B",
-                   help="compare only these per-step signals, e.g. loss (default: all of "
-                        "rng, batch, loss, grads, params); final metrics always count")
+    for name in ("atol", "rtol", "ulps", "signals"):
+        add_option(p, name)
 
 
 def add_band_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--band-widen", type=float, default=None, metavar="F",
-                   help="widen the golden's band of repeated runs by F about its centre")
-    p.add_argument("--no-band", action="store_true",
-                   help="ignore the band stored in the golden (judge by tolerances only)")
+    add_option(p, "band_widen")
+    add_option(p, "band")
 
 
 def tolerance_options(ns: argparse.Namespace) -> tolerances.ToleranceOptions:
-    return tolerances.from_cli(ns.atol, ns.rtol, ns.ulps, getattr(ns, "band_widen", None),
-                               getattr(ns, "no_band", False), getattr(ns, "signals", None))
+    """The tolerance flags alone (``diff``, which runs nothing, compares with them)."""
+    given = flag_values(ns)
+    return tolerances.ToleranceOptions(
+        given.get("atol", {}), given.get("rtol", {}), given.get("ulps", {}),
+        given.get("band_widen"), given.get("band"), given.get("signals"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,16 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"repro-check {__version__}")
     add_run_options(p)
-    p.add_argument("--runs", type=int, default=None, metavar="N", help="number of runs (default 2)")
+    add_option(p, "runs")
     add_tolerance_options(p)
     add_parallel_options(p)
-    p.add_argument("--fail-fast", action="store_true",
-                   help="stop every run as soon as the first divergent step is known")
+    add_option(p, "fail_fast")
     add_report_option(p)
-    p.add_argument("--across", action="append", default=None, metavar="AXIS=A,B",
-                   help="run in each environment (--runs times, default once) and compare each "
-                        "with the first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  "
-                        "deterministic=on,off  env:NAME=a,b; repeat for a grid")
+    add_option(p, "across")
     add_distributed_options(p)
     return p
 
@@ -178,8 +194,8 @@ def record_parser() -> argparse.ArgumentParser:
     add_run_options(p)
     p.add_argument("-o", "--output", default=None, metavar="PATH",
                    help="the golden file to write (default: golden path in [tool.repro-check])")
-    p.add_argument("--runs", type=int, default=None, metavar="N",
-                   help="runs to record (default 1); with more, their spread is stored as a band")
+    add_option(p, "runs",
+               help="runs to record (default 1); with more, their spread is stored as a band")
     add_parallel_options(p)
     return p
 
@@ -194,11 +210,9 @@ def verify_parser() -> argparse.ArgumentParser:
                    help="the golden trace (default: golden path in [tool.repro-check])")
     add_tolerance_options(p)
     add_band_options(p)
-    p.add_argument("--fail-fast", action="store_true",
-                   help="stop the run as soon as it diverges from the golden")
+    add_option(p, "fail_fast", help="stop the run as soon as it diverges from the golden")
     add_report_option(p)
-    p.add_argument("--trace-dir", default=None, metavar="DIR",
-                   help="where the run's trace is kept (default .repro-check/runs)")
+    add_option(p, "trace_dir", help="where the run's trace is kept (default .repro-check/runs)")
     return p
 
 

@@ -10,53 +10,33 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro_check.compare import printed
+from repro_check.cli import parsers
 from repro_check.config import Config, TargetEntry
 from repro_check.errors import ExitCode, UsageError
 from repro_check.report import ci
 from repro_check.report.model import Report
-from repro_check.run.options import RunOptions
+from repro_check.run.options import RunOptions, build_options
 from repro_check.trace.atomic import STDOUT, check_distinct, check_writable, write_text_atomic
-
-
-def first(*choices: Any) -> Any:
-    return next((c for c in choices if c is not None), None)
 
 
 def options_for(ns: argparse.Namespace, cfg: Config, target: str | None,
                 entry: TargetEntry | None, target_args: list[str] | None, *,
-                runs: int | None = None, **more: Any) -> RunOptions:
-    """The run options of one target: flags over its config entry over the config table."""
-    # a flag beats the config: --seed over no-seed = true, --no-seed over seed = N
-    no_seed = bool(ns.no_seed or (ns.seed is None and cfg.get("no-seed", entry, False)))
-    given = {
-        "seed": ns.seed if ns.seed is not None or no_seed else cfg.get("seed", entry),
-        "no_seed": no_seed,
-        "without": first(ns.without, cfg.get("without", entry)),
-        "max_steps": first(ns.max_steps, cfg.get("max-steps", entry)),
-        "timeout": first(ns.timeout, cfg.get("timeout", entry)),
-        "threads": first(ns.threads, cfg.get("threads", entry)),
-        "args": target_args if target_args is not None else cfg.get("args", entry),
-        "jobs": first(getattr(ns, "jobs", None), cfg.get("jobs")),
-        "fail_fast": bool(getattr(ns, "fail_fast", False) or cfg.get("fail-fast", None, False)),
-        "trace_dir": absolute(getattr(ns, "trace_dir", None)) or cfg_path(cfg, "trace-dir"),
-        "runs": runs,
-        "printed_metrics": metric_rules(ns, cfg, entry),
-        **more,
-    }
-    return RunOptions(target=target, **{k: v for k, v in given.items() if v is not None})
-
-
-def metric_rules(ns: argparse.Namespace, cfg: Config,
-                 entry: TargetEntry | None) -> tuple[tuple[str, str], ...]:
-    """The printed-metric rules: ``metric`` of the config, each ``--metric`` over its name."""
-    flags = [printed.parse_flag(text) for text in getattr(ns, "metric", None) or ()]
-    return printed.merge_rules(cfg.get("metric", entry) or (), flags)
+                keys: Mapping[str, str | None] | None = None,
+                defaults: Mapping[str, Any] | None = None,
+                compare_runs: bool = False) -> RunOptions:
+    """The run options of one target: flags over its config entry over the config table (the
+    one builder, :func:`~repro_check.run.options.build_options`, which takes ``keys``,
+    ``defaults`` and ``compare_runs``); ``target_args``: after ``--`` (None: not given)."""
+    given = parsers.flag_values(ns)
+    if target_args is not None:
+        given["args"] = target_args
+    return build_options(target, given=given, config=cfg, entry=entry, keys=keys,
+                         defaults=defaults, compare_runs=compare_runs)
 
 
 @dataclass

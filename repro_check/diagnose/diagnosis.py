@@ -31,7 +31,7 @@ from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
-from repro_check.run.options import RunOptions, options_of
+from repro_check.run.options import InternalSettings, RunOptions, options_of
 from repro_check.run.runner import Listener, RunResult
 from repro_check.run.session import NullListener, make_trace_dir
 
@@ -180,32 +180,34 @@ def diagnose(
     if not on and components:
         raise UsageError("every seeding component is off: there is nothing to ablate")
     folder = make_trace_dir(options.trace_dir)
-    common = options.replace(runs=2, warn_only=True, no_seed=False, fail_fast=False,
-                             without=tuple(base_off))
+    common = options.replace(runs=2, no_seed=False, fail_fast=False, without=tuple(base_off))
+    # every run of the diagnosis lists the ops PyTorch flags instead of stopping at the first
+    internal = InternalSettings(warn_only=True)
 
     collector = Collector(listener)
     baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
     say(f"check: two runs under {baseline} (deterministic algorithms in warn-only mode)")
-    report = run_check(plan(common, folder / "check", []) if max_sources else
-                       common.replace(trace_dir=str(folder / "check")), collector)
+    first_options, first_internal = plan(common, internal, folder / "check", []) \
+        if max_sources else (common.replace(trace_dir=str(folder / "check")), internal)
+    report = run_check(first_options, collector, first_internal)
     part = DiagnosisPart(flagged_ops=flagged_ops(collector.flagged))
     report.diagnosis = part
     if report.error is not None or report.interrupted:
         return report
 
     if localize and report.first_divergent_step is not None and _localizable(report):
-        loc, note = _localize(report.first_divergent_step, folder, common, say)
+        loc, note = _localize(report.first_divergent_step, folder, common, internal, say)
         if loc is not None:
             explain_localization(report, part, loc)
         if note:
             report.warnings.append(note)
     if max_sources:
-        find_sources(report, part, common, folder, say,
-                     lambda step, opts, where: _localize(step, where, opts, say),
+        find_sources(report, part, common, internal, folder, say,
+                     lambda step, opts, inner, where: _localize(step, where, opts, inner, say),
                      max_sources, keep_replay)
 
     if components:
-        _ablation(report, part, components, base_off, baseline, common, folder, say)
+        _ablation(report, part, components, base_off, baseline, common, internal, folder, say)
     return report
 
 
@@ -227,8 +229,8 @@ def _seeding_call(report: Report) -> bool:
 
 
 def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
-              base_off: list[str], baseline: str, common: RunOptions, folder: Path,
-              say: Log) -> None:
+              base_off: list[str], baseline: str, common: RunOptions,
+              internal: InternalSettings, folder: Path, say: Log) -> None:
     """A pair of runs with each component off, then one with no seeding at all; a component is
     needed when the pair without it is not reproducible (only the verdict is used: fail-fast)."""
     full = PairResult.of(baseline, base_off, report)
@@ -243,11 +245,13 @@ def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
         say(f"ablation {k}/{total}: without {name}")
         off = [*base_off, name]
         rep = run_check(common.replace(without=tuple(off), fail_fast=True,
-                                       trace_dir=str(folder / f"without-{name}")))
+                                       trace_dir=str(folder / f"without-{name}")),
+                        internal=internal)
         pairs[name] = PairResult.of(f"without {name}", off, rep)
         say(f"  {pairs[name].outcome()}")
     say(f"ablation {total}/{total}: no seeding")
-    rep = run_check(common.unseeded(fail_fast=True, trace_dir=str(folder / "no-seeding")))
+    rep = run_check(common.unseeded(fail_fast=True, trace_dir=str(folder / "no-seeding")),
+                    internal=internal)
     none_pair = PairResult.of("no seeding", list(seeding.COMPONENTS), rep)
     say(f"  {none_pair.outcome()}")
     needed = verdicts(full, pairs)
@@ -301,15 +305,15 @@ def threads_pinned(report: Report) -> bool:
     return not any(o.get("component") == "threads" for r in report.results for o in r.overrides)
 
 
-def _localize(step: int, folder: Path, common: RunOptions,
+def _localize(step: int, folder: Path, common: RunOptions, internal: InternalSettings,
               say: Log) -> tuple[Localization | None, str | None]:
     """Replay two runs up to ``step`` recording that step; if they part earlier, record that step."""
     for attempt in range(2):
         say(f"localization: replaying two runs to step {step}, recording every op of that step")
         collector = Collector()
-        rep = run_check(common.replace(max_steps=step, probe_step=step,
+        rep = run_check(common.replace(max_steps=step,
                                        trace_dir=str(folder / f"localize-step-{step}")),
-                        collector)
+                        collector, internal.replace(probe_step=step))
         if rep.error is not None:
             return None, f"localization replay failed: {rep.error}"
         first = rep.first_divergent_step

@@ -28,11 +28,12 @@ from repro_check.compare.cause import EXPLANATION, from_signal, private_generato
 from repro_check.diagnose.localize import Localization
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
-from repro_check.run.options import RunOptions
+from repro_check.run.options import InternalSettings, RunOptions
 
 Log = Callable[[str], None]
-#: replays a pair to ``step`` recording every op there: (step, options, folder)
-Localizer = Callable[[int, RunOptions, Path], "tuple[Localization | None, str | None]"]
+#: replays a pair to ``step`` recording every op there: (step, options, internal, folder)
+Localizer = Callable[[int, RunOptions, InternalSettings, Path],
+                     "tuple[Localization | None, str | None]"]
 
 #: sources looked for unless told otherwise
 DEFAULT_MAX_SOURCES = 5
@@ -62,12 +63,13 @@ class Source:
                 "pinned_by": self.pinned_by}
 
 
-def plan(options: RunOptions, folder: Path, pins: list[dict[str, Any]]) -> RunOptions:
+def plan(options: RunOptions, internal: InternalSettings, folder: Path,
+         pins: list[dict[str, Any]]) -> tuple[RunOptions, InternalSettings]:
     """The options of a pair that tracks generators and applies ``pins`` (run 1 records)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "pins.json"
     path.write_text(json.dumps({"dir": str(folder / "replay"), "pins": pins}))
-    return options.replace(pin_plan=str(path), trace_dir=str(folder))
+    return options.replace(trace_dir=str(folder)), internal.replace(pin_plan=str(path))
 
 
 def _records(replay: Path, run: int, rank: int = 0) -> list[dict[str, Any]]:
@@ -212,11 +214,11 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     return src
 
 
-def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder: Path,
-                 say: Log, localize: Localizer, max_sources: int = DEFAULT_MAX_SOURCES,
-                 keep_replay: bool = False) -> None:
+def find_sources(report: Report, part: DiagnosisPart, common: RunOptions,
+                 internal: InternalSettings, folder: Path, say: Log, localize: Localizer,
+                 max_sources: int = DEFAULT_MAX_SOURCES, keep_replay: bool = False) -> None:
     """Fill ``part.sources`` from the check's pair (made with :func:`plan`), then pair after
-    pair of pinned runs."""
+    pair of pinned runs (``common`` and ``internal``: the options and settings of every pair)."""
     started = time.monotonic()
     pins: list[dict[str, Any]] = []
     sources: list[Source] = []
@@ -255,17 +257,17 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions, folder
             break
         pins.append(src.pin)
         where = folder / f"pinned-{len(sources)}"
-        options = plan(common.replace(jobs=1, fail_fast=True), where, pins)
+        options, pinned = plan(common.replace(jobs=1, fail_fast=True), internal, where, pins)
         say(f"pinned: {src.pinned_by}; two more runs go on to the next divergence")
-        current = run_check(options)
+        current = run_check(options, internal=pinned)
         runs += 2
         replays.append(where / "replay")
         if src.pin["kind"] == "compute" and src.location is None:
             _op_site(src, where / "replay", rank)
 
-        def later(step: int, options: RunOptions = options, where: Path = where) -> \
-                Localization | None:
-            loc, note = localize(step, options.replace(fail_fast=False), where)
+        def later(step: int, options: RunOptions = options, pinned: InternalSettings = pinned,
+                  where: Path = where) -> Localization | None:
+            loc, note = localize(step, options.replace(fail_fast=False), pinned, where)
             return loc
 
         find = later

@@ -19,7 +19,7 @@ from repro_check.gate.golden import (
 )
 from repro_check.report.model import GatePart, Report
 from repro_check.report.text import visible
-from repro_check.run.options import RecordedSettings, RunOptions
+from repro_check.run.options import PLAIN, InternalSettings, RecordedSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.run.runner import Listener, RunResult
 from repro_check.run.session import NullListener, Session, failure
@@ -124,19 +124,20 @@ def prepare(options: RunOptions, golden: str | os.PathLike[str]) -> Prepared:
 
 
 def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
-                  listener: Listener | None = None) -> Report:
+                  listener: Listener | None = None, internal: InternalSettings = PLAIN) -> Report:
     """Run the target once and compare it step by step with the golden trace ``golden``.
 
     What ``options`` leaves unset (seed, seeding, threads, max steps, the target's arguments)
     is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad options and
     :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a complete
-    trace or whose header disagrees with what it holds.
+    trace or whose header disagrees with what it holds. ``internal`` as
+    :func:`~repro_check.run.check.run_check` takes it.
     """
     golden_path = str(golden)
     prepared = prepare(options, golden_path)
     options, scanned, recorded = prepared.options, prepared.golden, prepared.recorded
-    policy = options.policy()
-    session = Session(options, runs=1)
+    policy = options.policy(internal.policy_override)
+    session = Session(options, runs=1, internal=internal)
     comparison = Comparison(2, policy)
     stream = TraceStream(golden_path, require_end=True)
     feed = GoldenFeed(comparison, stream, listener, scanned)

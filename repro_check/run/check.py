@@ -7,31 +7,25 @@ from typing import Any
 from repro_check.compare import cause, printed, processes
 from repro_check.compare.processes import ProcessComparison, ProcessFeed
 from repro_check.compare.steps import ComparisonResult, Policy
-from repro_check.errors import UsageError
 from repro_check.report.model import Report
-from repro_check.run.options import RunOptions
+from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import PRINTED_STATUSES, Listener
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
 
 
-def require_two_runs(runs: int) -> None:
-    """A check compares runs: fewer than two is a usage error (one line), for 0 as for 1."""
-    if runs < 2:
-        raise UsageError(f"a check compares runs: --runs must be at least 2, got {runs} "
-                         "(record makes one run; verify compares one run with a golden)")
-
-
-def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
+def run_check(options: RunOptions, listener: Listener | None = None,
+              internal: InternalSettings = PLAIN) -> Report:
     """Run ``options.target`` ``options.runs`` times and compare the runs step by step.
 
     With ``options.distributed`` every run is a torchrun job, each rank compared across runs and
     the ranks of each run with each other. Raises :class:`~repro_check.errors.UsageError` (exit 2)
     for bad options or a TARGET that cannot be resolved; a target that fails is reported
-    (``report.error``, exit 3), not raised.
+    (``report.error``, exit 3), not raised. ``internal``: what ``diagnose`` (or the API's
+    ``policy=``) sets on the runs beside the options.
     """
     require_two_runs(options.runs)
-    policy = options.policy()
+    policy = options.policy(internal.policy_override)
     dist = None
     if options.distributed is not None:
         from repro_check.distributed.launch import Distributed
@@ -40,7 +34,8 @@ def run_check(options: RunOptions, listener: Listener | None = None) -> Report:
     # runs compared with each other go in parallel even without a fixed thread count
     # runs compared with each other go in parallel even without a fixed thread count; the
     # processes the target starts are compared across runs too (a stream each)
-    session = Session(options, launcher=dist, share_threads=True, processes=dist is None)
+    session = Session(options, launcher=dist, share_threads=True, processes=dist is None,
+                      internal=internal)
     comparison: Any
     if dist is None:
         comparison = ProcessComparison(options.runs, policy)

@@ -1,9 +1,16 @@
 """Every option of a run, in one frozen object: its default, its validation, what it means.
 
-The command line, ``[tool.repro-check]``, the Python API and the pytest plugin all build a
-:class:`RunOptions`; nothing below them takes loose run arguments. Fields a command can inherit
+Each option a user can give is listed once, in :data:`OPTIONS`: its keyword (the Python API's and
+the pytest plugin's), its command-line flag and its ``[tool.repro-check]`` key, with how each form
+of its value is read. :func:`build_options` is the one way a front end (the command line with the
+config, the API, the pytest plugin, ``diagnose``, ``--across``) makes a :class:`RunOptions` from
+what it was given; nothing below them takes loose run arguments. Fields a command can inherit
 from a golden trace (``verify``) are ``None`` when not given; :meth:`RunOptions.inherit` fills
 them in, and the properties (``seed_value``, ``components``, ...) give what a run actually uses.
+
+What repro-check's own commands set on their runs and no user does (``diagnose``'s warn-only
+mode, probe step and pin plan, the API's policy object) is :class:`InternalSettings`, passed
+beside the options to the run machinery, never part of them.
 """
 
 from __future__ import annotations
@@ -11,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from repro_check.child import seeding
 from repro_check.compare import printed
-from repro_check.compare.tolerances import ToleranceOptions
+from repro_check.compare.tolerances import ToleranceOptions, parse_cli, parse_config, parse_signals
 from repro_check.errors import UsageError
 from repro_check.run import axes as across_axes
 
@@ -64,14 +71,9 @@ class RunOptions:
     fail_fast: bool = False
     trace_dir: str | None = None
     tolerances: ToleranceOptions = field(default_factory=ToleranceOptions)
-    policy_override: Policy | None = None
     distributed: DistOptions | None = None
-    warn_only: bool = False
-    probe_step: int | None = None
     #: ``--across AXIS=A,B`` flags as written: run in each environment and compare them
     across: tuple[str, ...] | None = None
-    #: a pin plan of ``diagnose`` (:mod:`repro_check.child.pin`): a JSON file the runs read
-    pin_plan: str | None = None
     #: printed metrics to pick beside the default rule: (NAME, REGEX) pairs (``--metric``); a
     #: mapping NAME -> REGEX or ``"NAME=REGEX"`` strings are accepted too
     printed_metrics: tuple[tuple[str, str], ...] = ()
@@ -93,8 +95,6 @@ class RunOptions:
         _whole("--runs", self.runs, 1, MAX_RUNS)
         if self.max_steps is not None:
             _whole("--max-steps", self.max_steps, 1, MAX_STEPS)
-        if self.probe_step is not None:
-            _whole("probe step", self.probe_step, 1, MAX_STEPS)
         if self.timeout is not None:
             if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
                     or not math.isfinite(self.timeout) or self.timeout <= 0:
@@ -188,9 +188,10 @@ class RunOptions:
     def target_args(self) -> list[str]:
         return list(self.args or ())
 
-    def policy(self) -> Policy:
-        policy = self.policy_override if self.policy_override is not None \
-            else self.tolerances.policy()
+    def policy(self, override: Policy | None = None) -> Policy:
+        """The comparison policy of these tolerances (``override``: a policy object given to the
+        API instead), with every ``--metric`` rule's metric always compared."""
+        policy = override if override is not None else self.tolerances.policy()
         asked = frozenset(f"printed:{name}" for name, _ in self.printed_metrics)
         return dataclasses.replace(policy, always_metrics=policy.always_metrics | asked) \
             if asked else policy
@@ -287,13 +288,363 @@ def _whole(flag: str, value: Any, minimum: int, maximum: int | None = None) -> N
         raise UsageError(f"{flag} must be at most {maximum}, got {value}")
 
 
+@dataclass(frozen=True)
+class InternalSettings:
+    """What repro-check's own commands set on their runs and no user option does: ``diagnose``'s
+    runs with deterministic algorithms in warn-only mode (``warn_only``), a probe of every op at
+    one step (``probe_step``) and a pin plan (``pin_plan``, a JSON file the runs read, see
+    :mod:`repro_check.child.pin`), and a :class:`Policy` object given to the Python API
+    (``policy_override``, instead of the options' tolerances). Passed beside the
+    :class:`RunOptions` to the run machinery; the default is a plain run."""
+
+    policy_override: Policy | None = None
+    warn_only: bool = False
+    probe_step: int | None = None
+    pin_plan: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.probe_step is not None:
+            _whole("probe step", self.probe_step, 1, MAX_STEPS)
+
+    def replace(self, **changes: Any) -> InternalSettings:
+        return dataclasses.replace(self, **changes)
+
+
+#: a plain run: what every command but ``diagnose`` (and the API given ``policy=``) uses
+PLAIN = InternalSettings()
+
+
+def require_two_runs(runs: int) -> None:
+    """A check compares runs: fewer than two is a usage error (one line), for 0 as for 1."""
+    if runs < 2:
+        raise UsageError(f"a check compares runs: --runs must be at least 2, got {runs} "
+                         "(record makes one run; verify compares one run with a golden)")
+
+
+# ---- each option once: keyword, flag, config key -------------------------------------------------
+# Readers of a [tool.repro-check] value: a ValueError's text (or a UsageError) becomes one line
+# naming the file and the key (repro_check.config).
+def whole_at_least(minimum: int) -> Callable[[Any], int]:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise ValueError(f"expected a whole number >= {minimum}")
+        return v
+    return check
+
+
+def _toml_float(v: Any, why: str) -> float:
+    """A TOML number as a float (an integer too large for one is refused, not an overflow)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(why)
+    try:
+        return float(v)
+    except OverflowError:
+        raise ValueError(why) from None
+
+
+def positive_number(v: Any) -> float:
+    x = _toml_float(v, "expected a number > 0")
+    if not x > 0 or math.isinf(x):
+        raise ValueError("expected a number > 0")
+    return x
+
+
+def number_at_least_one(v: Any) -> float:
+    x = _toml_float(v, "expected a number >= 1")
+    if not x >= 1 or math.isinf(x):
+        raise ValueError("expected a number >= 1")
+    return x
+
+
+def boolean(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError("expected true or false")
+    return v
+
+
+def text(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("expected a non-empty string")
+    return v
+
+
+def text_list(v: Any) -> list[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError("expected a list of strings")
+    return list(v)
+
+
+def seed_number(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= seeding.MAX_SEED:
+        raise ValueError(f"expected a whole number from 0 to {seeding.MAX_SEED}")
+    return v
+
+
+def metric_rules(v: Any) -> tuple[tuple[str, str], ...]:
+    """``metric = { NAME = "REGEX" }`` or ``["NAME=REGEX", ...]``: printed metrics to pick."""
+    if not isinstance(v, (dict, list)):
+        raise ValueError('expected a table of NAME = "REGEX" or a list of "NAME=REGEX" strings')
+    return printed.rules_of(v, "")
+
+
+def components_of(v: Any) -> list[str]:
+    """Seeding components as a list or ``"a,b"`` (unknown names: one line with a suggestion)."""
+    names = [c.strip() for c in v.split(",")] if isinstance(v, str) else text_list(v)
+    seeding.select_components(names)
+    return [n for n in names if n]
+
+
+def components_list(text: str) -> list[str]:
+    """``--without a,b`` as written on the command line."""
+    return [c for c in text.split(",") if c.strip()]
+
+
+def signal_names(v: Any) -> tuple[str, ...] | None:
+    """``signals``: ``"loss,grads"`` or a list of names (``--signals``)."""
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+        v = ",".join(v)
+    if not isinstance(v, str):
+        raise ValueError('expected signal names, as a list or "a,b"')
+    return parse_signals(v)
+
+
+def _tolerance_reader(kind: str) -> Callable[[Any], dict[str, float | int]]:
+    """A number (the default) or a table of NAME = number: as the config and keywords give it."""
+    return lambda v: parse_config(kind, v, kind)
+
+
+def _tolerance_flags(kind: str) -> Callable[[Any], dict[str, float | int]]:
+    """``--atol loss=1e-6`` (repeatable) as the command line gives it."""
+    return lambda v: parse_cli(kind, v)
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One run option: every front end reads it from here.
+
+    ``name`` is its keyword in the Python API and the pytest plugin and (unless ``part_of`` names
+    another) its :class:`RunOptions` field; ``flag`` its command-line flag (None: not a flag of its
+    own); ``key`` its ``[tool.repro-check]`` key (None: not in the config). ``from_flag``,
+    ``from_config`` and ``from_keyword`` turn each form of the value into the one the builder
+    merges."""
+
+    name: str
+    flag: str | None
+    key: str | None
+    help: str
+    metavar: str | None = None
+    #: argparse: ``"value"`` (``type`` applied), ``"switch"`` (store_true), ``"append"``
+    action: str = "value"
+    type: Callable[[str], Any] | None = None
+    short: str | None = None
+    from_flag: Callable[[Any], Any] = _same
+    from_config: Callable[[Any], Any] = _same
+    from_keyword: Callable[[Any], Any] = _same
+    #: settable per target in ``targets``
+    per_target: bool = False
+    #: a keyword of ``assert_reproducible`` and ``@pytest.mark.reproducible``
+    pytest: bool = True
+    #: the RunOptions field it is a part of (``tolerances``), when not its own
+    part_of: str | None = None
+
+    @property
+    def field(self) -> str:
+        return self.part_of or self.name
+
+    @property
+    def dest(self) -> str:
+        """The attribute argparse stores the flag in (``--max-steps``: ``max_steps``)."""
+        return (self.flag or self.name).lstrip("-").replace("-", "_")
+
+
+def _fspath(v: Any) -> str:
+    return os.fspath(v)
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("args", None, "args", "the target's arguments (after -- on the command line)",
+               from_config=text_list, per_target=True),
+    OptionSpec("seed", "--seed", "seed", "seed for every component (default 0)", type=int,
+               from_config=seed_number, per_target=True),
+    OptionSpec("no_seed", "--no-seed", "no-seed", "no seeding at all (the unseeded protocol)",
+               action="switch", from_config=boolean, per_target=True),
+    OptionSpec("without", "--without", "without",
+               "seeding components to turn off (e.g. numpy,cudnn)", metavar="A,B",
+               type=components_list, from_config=components_of, per_target=True),
+    OptionSpec("runs", "--runs", "runs", "number of runs (default 2)", metavar="N", type=int,
+               from_config=whole_at_least(2), per_target=True),
+    OptionSpec("max_steps", "--max-steps", "max-steps", "stop each run after N optimizer steps",
+               metavar="N", type=int, from_config=whole_at_least(1), per_target=True),
+    OptionSpec("timeout", "--timeout", "timeout", "seconds allowed per run", metavar="S",
+               type=float, from_config=positive_number, per_target=True),
+    OptionSpec("threads", "--threads", "threads",
+               "torch intra-op threads in every run (default 1: thread count changes bits)",
+               metavar="N", type=int, from_config=whole_at_least(1), per_target=True),
+    OptionSpec("printed_metrics", "--metric", "metric",
+               "also compare the number REGEX finds in the run's output (its first group, or the "
+               "group named value) as metric printed:NAME; repeatable", metavar="NAME=REGEX",
+               action="append", from_flag=lambda v: tuple(printed.parse_flag(t) for t in v),
+               from_config=metric_rules,
+               from_keyword=lambda v: printed.rules_of(v, "printed_metrics"), per_target=True),
+    OptionSpec("jobs", "--jobs", "jobs", "runs at the same time (default: as many as the CPUs hold)",
+               metavar="N", type=int, short="-j", from_config=whole_at_least(1)),
+    OptionSpec("fail_fast", "--fail-fast", "fail-fast",
+               "stop every run as soon as the first divergent step is known", action="switch",
+               from_config=boolean),
+    OptionSpec("trace_dir", "--trace-dir", "trace-dir",
+               "where run traces are kept (default .repro-check/runs)", metavar="DIR",
+               from_flag=os.path.abspath, from_config=text, from_keyword=_fspath),
+    OptionSpec("atol", "--atol", "atol",
+               "absolute tolerance, for all values or one signal/metric (loss=1e-6, "
+               "metric:accuracy=1e-3); repeatable (default: exact bits)", metavar="[NAME=]X",
+               action="append", from_flag=_tolerance_flags("atol"),
+               from_config=_tolerance_reader("atol"), from_keyword=_tolerance_reader("atol"),
+               part_of="tolerances"),
+    OptionSpec("rtol", "--rtol", "rtol", "relative tolerance, as --atol", metavar="[NAME=]X",
+               action="append", from_flag=_tolerance_flags("rtol"),
+               from_config=_tolerance_reader("rtol"), from_keyword=_tolerance_reader("rtol"),
+               part_of="tolerances"),
+    OptionSpec("ulps", "--ulps", "ulps",
+               "accept values at most N representable floats apart, as --atol",
+               metavar="[NAME=]N", action="append", from_flag=_tolerance_flags("ulps"),
+               from_config=_tolerance_reader("ulps"), from_keyword=_tolerance_reader("ulps"),
+               part_of="tolerances"),
+    OptionSpec("signals", "--signals", "signals",
+               "compare only these per-step signals, e.g. loss (default: all of rng, batch, loss, "
+               "grads, params); final metrics always count", metavar="A,B",
+               from_flag=parse_signals, from_config=signal_names, from_keyword=signal_names,
+               part_of="tolerances"),
+    OptionSpec("band_widen", "--band-widen", "band-widen",
+               "widen the golden's band of repeated runs by F about its centre", metavar="F",
+               type=float, from_config=number_at_least_one, part_of="tolerances"),
+    OptionSpec("band", "--no-band", "band",
+               "ignore the band stored in the golden (judge by tolerances only)",
+               action="switch", from_flag=lambda on: not on, from_config=boolean,
+               part_of="tolerances"),
+    OptionSpec("across", "--across", None,
+               "run in each environment (--runs times, default once) and compare each with the "
+               "first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  deterministic=on,off"
+               "  env:NAME=a,b; repeat for a grid", metavar="AXIS=A,B", action="append",
+               from_flag=tuple, pytest=False),
+    #: its flags are torchrun's (--nproc-per-node, --nnodes, ...): one group, one DistOptions
+    OptionSpec("distributed", "--nproc-per-node", None,
+               "launch every run with torchrun (turns distributed checking on)", pytest=False),
+)
+SPECS: dict[str, OptionSpec] = {s.name: s for s in OPTIONS}
+#: the keywords of the pytest plugin: every option it can pass on (and ``golden`` for verify)
+PYTEST_KEYWORDS: tuple[str, ...] = tuple(s.name for s in OPTIONS if s.pytest)
+#: the keywords of the Python API: every option, and a whole ToleranceOptions as ``tolerances``
+KEYWORDS: tuple[str, ...] = (*SPECS, "tolerances")
+#: the [tool.repro-check] keys of the run options (and which a ``targets`` entry may set)
+CONFIG_KEYS: dict[str, OptionSpec] = {s.key: s for s in OPTIONS if s.key is not None}
+TARGET_KEYS: tuple[str, ...] = tuple(s.key for s in OPTIONS if s.key is not None and s.per_target)
+#: the seeding pair: whichever source gives one of them decides both (a flag beats the config)
+SEEDING = ("seed", "no_seed")
+
+
+class ConfigSource(Protocol):
+    """What the builder reads of :class:`repro_check.config.Config`."""
+
+    tolerances: ToleranceOptions
+
+    def get(self, key: str, entry: Any = None, default: Any = None) -> Any: ...
+
+
+def keyword_values(given: Mapping[str, Any], *, allowed: Collection[str] = KEYWORDS) -> dict[str, Any]:
+    """Keywords as the Python API and the pytest plugin take them, read (``None``: not given);
+    an unknown one is a TypeError, as a function call's would be."""
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise TypeError(f"unexpected option(s): {', '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        out[name] = value if name == "tolerances" else SPECS[name].from_keyword(value)
+    return out
+
+
+def config_values(config: ConfigSource, entry: Any = None,
+                  keys: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """What ``[tool.repro-check]`` sets (a target's entry over the table), by option name.
+    ``keys`` renames or drops (None) an option's key for one command (record's ``record-runs``).
+    Tolerances come whole, as ``tolerances``; within the config ``no-seed`` drops its ``seed``."""
+    keys = keys or {}
+    out: dict[str, Any] = {}
+    for spec in OPTIONS:
+        key = keys.get(spec.name, spec.key)
+        if key is None or spec.part_of is not None:
+            continue
+        value = config.get(key, entry)
+        if value is not None:
+            out[spec.name] = str(value) if isinstance(value, os.PathLike) else value
+    if out.get("no_seed"):
+        out.pop("seed", None)
+    out["tolerances"] = config.tolerances
+    return out
+
+
+def _tolerances_of(layer: Mapping[str, Any], lower: ToleranceOptions) -> ToleranceOptions:
+    """``lower`` with what ``layer`` sets over it: a whole ``tolerances`` replaces it, each piece
+    (``atol``, ``band``, ...) goes over its own part."""
+    base = layer["tolerances"] if layer.get("tolerances") is not None else lower
+    over = ToleranceOptions(
+        dict(layer.get("atol") or {}), dict(layer.get("rtol") or {}), dict(layer.get("ulps") or {}),
+        layer.get("band_widen"), layer.get("band"), layer.get("signals"))
+    return base.merged(over)
+
+
+def build_options(target: str | None = None, *, given: Mapping[str, Any] | None = None,
+                  config: ConfigSource | None = None, entry: Any = None,
+                  base: RunOptions | None = None, keys: Mapping[str, str | None] | None = None,
+                  defaults: Mapping[str, Any] | None = None,
+                  compare_runs: bool = False) -> RunOptions:
+    """The one way a front end makes its :class:`RunOptions`.
+
+    Sources, highest first: ``given`` (the command line's flags, read by
+    :func:`repro_check.cli.parsers.flag_values`, or the API's or the pytest plugin's keywords,
+    read by :func:`keyword_values`; None: not given), ``config`` (``[tool.repro-check]``, ``entry``'s own
+    settings over the table's; ``keys`` as :func:`config_values`), ``base`` (a RunOptions the
+    API was given), ``defaults`` (a command's own, e.g. record's one run), then RunOptions'.
+
+    Each option takes the highest source that gives it, but for three: the seeding pair (``seed``,
+    ``no_seed``) comes whole from the highest source that gives either (``--seed`` beats
+    ``no-seed = true``), tolerances and printed metrics are merged name by name, the higher
+    source's over the lower's. ``compare_runs``: the runs are compared with each other (a
+    check), so fewer than two is refused in those words."""
+    layers: list[Mapping[str, Any]] = [given or {}]
+    if config is not None:
+        layers.append(config_values(config, entry, keys))
+    if base is not None:
+        layers.append({f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    layers.append(defaults or {})
+    out: dict[str, Any] = {}
+    for layer in reversed(layers):  # lowest first: each higher source goes over it
+        if any(layer.get(n) is not None for n in SEEDING):
+            for n in SEEDING:
+                out[n] = layer.get(n)
+        if "printed_metrics" in layer:
+            out["printed_metrics"] = printed.merge_rules(out.get("printed_metrics", ()),
+                                                         layer["printed_metrics"] or ())
+        out["tolerances"] = _tolerances_of(layer, out.get("tolerances", ToleranceOptions()))
+        for name, value in layer.items():
+            if name in SEEDING or name == "printed_metrics" or name == "tolerances" or \
+                    value is None or (name in SPECS and SPECS[name].part_of is not None):
+                continue
+            out[name] = value
+    if target is not None:
+        out["target"] = target
+    runs = out.get("runs")
+    if compare_runs and isinstance(runs, int) and not isinstance(runs, bool):
+        require_two_runs(runs)  # --runs 0 is "at least 2" too, not RunOptions' "at least 1"
+    return RunOptions(**{k: v for k, v in out.items() if v is not None})
+
+
 def options_of(target: str | None, args: Sequence[str] | None = None, **given: Any) -> RunOptions:
     """A :class:`RunOptions` from keyword arguments as the Python API takes them: ``None`` means
     not given, ``args`` and ``without`` may be any sequence."""
-    fields = {f.name for f in dataclasses.fields(RunOptions)}
-    unknown = sorted(set(given) - fields)
-    if unknown:
-        raise TypeError(f"unexpected option(s): {', '.join(unknown)}")
-    if args is not None:
-        given["args"] = args  # a sequence: RunOptions makes it a tuple
-    return RunOptions(target=target, **{k: v for k, v in given.items() if v is not None})
+    return build_options(target, given=keyword_values({"args": args, **given}))

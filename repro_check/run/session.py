@@ -26,7 +26,7 @@ from repro_check.child.pin import PLAN_VAR
 from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import signals
-from repro_check.run.options import RunOptions
+from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.runner import Listener, RunResult, RunSpec, run_all
 
 TRACE_ROOT = ".repro-check"
@@ -239,10 +239,12 @@ class Session:
 
     def __init__(self, options: RunOptions, *, runs: int | None = None,
                  launcher: Any = None, share_threads: bool = False,
-                 processes: bool = False) -> None:
+                 processes: bool = False, internal: InternalSettings = PLAIN) -> None:
         if not options.target:
             raise UsageError("the following arguments are required: TARGET")
         self.options = options
+        #: what ``diagnose`` sets on its runs beside the options (warn-only, probe, pins)
+        self.internal = internal
         self.runs = options.runs if runs is None else runs
         self.target = targets.parse(options.target)
         targets.check(self.target)
@@ -254,15 +256,17 @@ class Session:
         self.folder = make_trace_dir(options.trace_dir)
 
     def specs(self, jobs: int = 1) -> list[RunSpec]:
-        o = self.options
+        o, internal = self.options, self.internal
         env = shared_thread_env(min(jobs, self.runs)) \
             if self.share_threads and o.run_threads is None else {}
         return [
             RunSpec(index=i, target=self.target, args=o.target_args, seed=o.run_seed,
                     components=o.components, threads=o.run_threads, max_steps=o.max_steps,
                     timeout=o.timeout, trace_path=self.folder / f"run-{i}.jsonl",
-                    launcher=self.launcher, warn_only=o.warn_only, probe_step=o.probe_step,
-                    extra_env={**env, **({PLAN_VAR: o.pin_plan} if o.pin_plan else {})},
+                    launcher=self.launcher, warn_only=internal.warn_only,
+                    probe_step=internal.probe_step,
+                    extra_env={**env, **({PLAN_VAR: internal.pin_plan} if internal.pin_plan
+                                         else {})},
                     printed_metrics=o.printed_metrics, processes=self.processes)
             for i in range(1, self.runs + 1)
         ]

@@ -173,3 +173,29 @@ def test_with_table_passes_over_files_without_one(tmp_path: Path) -> None:
     assert load(start=sub).doctor_ignore == set()
     cfg = load(start=sub, with_table=True)
     assert cfg.path == (root / "pyproject.toml").resolve() and cfg.doctor_ignore == {"RC107"}
+
+
+def test_diagnose_honours_the_config(tmp_path: Path) -> None:
+    """``diagnose`` runs with the project's settings: the table's seed and max steps, the target
+    entry's arguments and threads (here planting a divergence at step 2); not the table's
+    ``no-seed`` or ``runs``, which are a check's (diagnose starts from seeding, with pairs)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from ..conftest import FIXTURES, cli_env
+
+    shutil.copyfile(FIXTURES / "tiny.py", tmp_path / "tiny.py")
+    project(tmp_path, "[tool.repro-check]\nseed = 123\nmax-steps = 3\nno-seed = true\nruns = 5\n"
+                      'targets = [{ target = "tiny.py:main", threads = 2, '
+                      'args = ["--steps", "6", "--diverge-at", "2"] }]\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "repro_check", "diagnose", "tiny.py:main", "--no-ablation",
+         "--no-localize", "--max-sources", "0", "--json", "report.json", "--quiet"],
+        cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["seed"] == 123 and report["threads"] == 2 and report["runs"] == 2
+    assert report["steps"] == [3, 3] and report["first_divergent_step"] == 2
+    assert "--max-steps" in report["replay"] and "--seed 123" in report["replay"]
