@@ -52,7 +52,7 @@ def check(
     (exit 2) for bad arguments or a TARGET that cannot be resolved; a target that fails is
     reported (``report.error``, exit 3), not raised.
     """
-    from repro_check.run.check import run_check
+    from repro_check.verdict import run_check
 
     if policy is None and (atol or rtol):
         policy = Policy(_tolerance(atol, rtol))
@@ -133,7 +133,7 @@ def across(
     identical or not, the first divergent step and signal, the culprit op, the loss drift and
     the metrics side by side.
     """
-    from repro_check.run.across import run_across
+    from repro_check.diagnose.across import run_across
 
     if options is None:
         run_options.setdefault("runs", 1)

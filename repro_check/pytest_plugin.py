@@ -96,7 +96,7 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
         from repro_check.gate.verify import verify_golden
 
         return verify_golden(run_options, golden)
-    from repro_check.run.check import run_check
+    from repro_check.verdict import run_check
 
     return run_check(run_options)
 

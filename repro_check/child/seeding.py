@@ -17,18 +17,10 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: every component, in the order it is applied
-COMPONENTS: tuple[str, ...] = (
-    "hashseed",
-    "python",
-    "numpy",
-    "torch",
-    "cuda",
-    "cudnn",
-    "deterministic_algorithms",
-    "dataloader",
-    "threads",
-)
+from repro_check.trace import protocol
+
+#: every component, in the order it is applied (defined with the protocol both sides share)
+COMPONENTS: tuple[str, ...] = protocol.COMPONENTS
 
 #: the global streams a seeding call can set, in words (the seeding watch's warnings and the
 #: cause of a check say them the same way)
@@ -39,7 +31,7 @@ STREAM_NAMES: dict[str, str] = {
 }
 
 #: largest seed every component accepts (numpy's legacy seed and PYTHONHASHSEED are 32-bit)
-MAX_SEED = 2**32 - 1
+MAX_SEED = protocol.MAX_SEED
 
 CUBLAS_WORKSPACE = ":4096:8"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

@@ -102,7 +102,7 @@ def html_path_of(ns: argparse.Namespace) -> str | None:
 
 # ---- check -------------------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
-    from repro_check.run.check import require_two_runs, run_check
+    from repro_check.verdict import require_two_runs, run_check
 
     ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     targets, from_config = planned(ns, cfg)
@@ -139,7 +139,7 @@ def check_command(argv: Sequence[str]) -> ExitCode:
 def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
     """``--across``: every environment's runs, with progress and what is being done on stderr."""
     from repro_check.report.terminal import make_console
-    from repro_check.run.across import run_across
+    from repro_check.diagnose.across import run_across
     from repro_check.run.axes import grid
 
     errors = make_console(stderr=True)
@@ -264,7 +264,8 @@ def doctor_command(argv: Sequence[str]) -> ExitCode:
         check_writable(ns.json_path, "--json")
     from repro_check.doctor.checkup import doctor, print_summary
 
-    report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env)
+    report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env,
+                    project=lambda: load(with_table=True))
     from repro_check.report.terminal import make_console
 
     print_summary(report, make_console(file=summary_stream(ns.json_path)))
