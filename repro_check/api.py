@@ -12,6 +12,7 @@ from typing import Any
 
 from repro_check.compare.steps import Policy
 from repro_check.compare.tolerances import ToleranceOptions
+from repro_check.errors import UsageError
 from repro_check.report.model import Report
 from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions, options_of
 from repro_check.run.runner import Listener
@@ -52,6 +53,7 @@ def check(
     (exit 2) for bad arguments or a TARGET that cannot be resolved; a target that fails is
     reported (``report.error``, exit 3), not raised.
     """
+    # on first call: importing the API loads no command it does not run
     from repro_check.verdict import run_check
 
     if policy is None and (atol or rtol):
@@ -75,6 +77,7 @@ def record(
     spread, which ``verify`` accepts. Nothing is written when a run fails (exit 3) or the runs
     record different numbers of steps (exit 1).
     """
+    # on first call: importing the API loads no command it does not run
     from repro_check.gate.record import record_golden
 
     if options is None:
@@ -98,6 +101,7 @@ def verify(
     :class:`UsageError` (exit 2) for bad arguments and :class:`TraceFileError` (exit 2) for a
     golden that is not a complete trace.
     """
+    # on first call: importing the API loads no command it does not run
     from repro_check.gate.verify import verify_golden
 
     return verify_golden(_options(options, target, policy_override=policy, **run_options),
@@ -112,6 +116,7 @@ def diff(
     policy: Policy | None = None,
 ) -> Report:
     """Compare two saved traces step by step (A is the reference); nothing is run."""
+    # on first call: importing the API loads no command it does not run
     from repro_check.gate.diff import diff_traces
 
     return diff_traces(a, b, tolerances, policy)
@@ -133,6 +138,7 @@ def across(
     identical or not, the first divergent step and signal, the culprit op, the loss drift and
     the metrics side by side.
     """
+    # on first call: importing the API loads no command it does not run
     from repro_check.diagnose.across import run_across
 
     if options is None:
@@ -142,8 +148,6 @@ def across(
 
 
 def _tolerance(atol: float, rtol: float) -> Tolerance:
-    from repro_check.errors import UsageError
-
     if atol < 0 or rtol < 0:
         raise UsageError("--atol and --rtol must not be negative")
     return Tolerance(atol, rtol)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from repro_check.errors import ReproCheckError
+
 if TYPE_CHECKING:
     from repro_check.report.model import Report
 
@@ -64,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _tolerances(options: dict[str, Any]) -> Any:
+    # when a test uses it: pytest loads this plugin in every session
     from repro_check.compare.tolerances import ToleranceOptions, parse_config
 
     tol = ToleranceOptions()
@@ -79,6 +82,7 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"unexpected option(s) for repro-check: {', '.join(unknown)}")
+    # when a test uses it: pytest loads this plugin in every session
     from repro_check.run.options import RunOptions
 
     trace_dir = options.pop("trace_dir", None) or trace_dir
@@ -93,9 +97,11 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
                              trace_dir=None if trace_dir is None else str(trace_dir),
                              **{k: v for k, v in options.items() if v is not None})
     if golden is not None:
+        # when a test uses it: pytest loads this plugin in every session
         from repro_check.gate.verify import verify_golden
 
         return verify_golden(run_options, golden)
+    # when a test uses it: pytest loads this plugin in every session
     from repro_check.verdict import run_check
 
     return run_check(run_options)
@@ -105,6 +111,7 @@ def report_text(report: Report, width: int = 100) -> str:
     """The report as the terminal shows it, in plain text, for a test failure."""
     from rich.console import Console
 
+    # when a test uses it: pytest loads this plugin in every session
     from repro_check.report.render import summary
 
     buf = io.StringIO()
@@ -131,8 +138,6 @@ def assert_reproducible(request: pytest.FixtureRequest,
     timeout = default_timeout(request.config)
 
     def check(target: str, **options: Any) -> Report:
-        from repro_check.errors import ReproCheckError
-
         options.setdefault("timeout", timeout)
         try:
             report = run_reproducibility(target, trace_dir=folder, **options)
@@ -166,8 +171,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     own_body = target is None
     if own_body:
         target = _function_target(pyfuncitem)
-    from repro_check.errors import ReproCheckError
-
     folder = pyfuncitem.config._tmp_path_factory.mktemp("repro-check")  # type: ignore[attr-defined]
     options.setdefault("timeout", default_timeout(pyfuncitem.config))
     try:

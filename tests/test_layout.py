@@ -230,3 +230,49 @@ def test_the_tests_mirror_the_package() -> None:
     missing = sorted(packages - folders - {"workloads"})
     assert not missing, f"subpackages without a test folder: {missing}"
 
+
+#: third-party modules that are always imported where they are used: each costs from a tenth of a
+#: second (rich) to seconds (torch) of start-up, which ``import repro_check``, ``--help`` and a
+#: run's entry before seeding must not pay (see the test above)
+HEAVY = ("torch", "torchvision", "numpy", "rich", "matplotlib", "PIL")
+
+
+def function_level_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import inside a function of ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    out[node.lineno] = ("." * node.level) + (node.module or "")
+                elif isinstance(node, ast.Import):
+                    out[node.lineno] = node.names[0].name
+    return sorted(out.items())
+
+
+def says_why(lines: list[str], lineno: int) -> bool:
+    """A comment on the import's line, or on the lines right above it (the comment of a group of
+    imports covers every import of the group)."""
+    if "#" in lines[lineno - 1]:
+        return True
+    i = lineno - 2
+    while i >= 0 and lines[i].strip().startswith(("from ", "import ")):
+        if "#" in lines[i]:
+            return True
+        i -= 1
+    return i >= 0 and lines[i].strip().startswith("#")
+
+
+def test_an_import_inside_a_function_says_why() -> None:
+    """An import belongs at the top of its module, where the module's dependencies are seen at
+    a glance; one inside a function is there only to keep start-up cheap (a heavy library, or
+    a module ``--help``, ``import repro_check`` or a run's entry need not load), and says so."""
+    bad = []
+    for name, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        for lineno, module in function_level_imports(path):
+            if module.split(".")[0] in HEAVY or says_why(lines, lineno):
+                continue
+            bad.append(f"{path.relative_to(PACKAGE.parent)}:{lineno} imports {module}")
+    assert not bad, f"{len(bad)} imports inside functions say not why:\n" + "\n".join(bad)

@@ -17,6 +17,7 @@ repro-check dies, so not even a ``kill -9`` of repro-check leaves anything runni
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import signal
@@ -24,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+from repro_check import targets
 from repro_check.child import clock, runconfig
 from repro_check.child.emit import Emitter
 from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
@@ -54,6 +56,7 @@ def _die_with_parent() -> None:
     parent = os.environ.pop(PARENT_VAR, None)
     if sys.platform.startswith("linux"):
         try:
+            # Linux only (prctl)
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
@@ -92,14 +95,13 @@ def main() -> int:
         return EXIT_PROTOCOL
     emit = Emitter(config.event_fd)
     started = time.time()
-    import faulthandler
-
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault shows where it happened
 
-    from repro_check.child import capture  # noqa: F401 - loaded before seeding, as always
+    # torch comes with these: loaded once the run is tied to its supervisor (the rank supervisor
+    # imports this module too, and never loads torch); the capture before seeding, as always
+    from repro_check.child import capture  # noqa: F401
     from repro_check.child import environment  # noqa: F401
     from repro_check.child import seeding
-    from repro_check import targets
     from repro_check.child import watch  # noqa: F401
 
     done = seeding.apply(config.seed, list(config.components), config.threads,
@@ -140,8 +142,8 @@ def main() -> int:
 def _header(config: RunConfig, target: Any, done: dict[str, Any],
             started: float) -> dict[str, Any]:
     """The trace header: what was run, how it was seeded, in which environment."""
+    # imports torch: loaded once the run is tied to its supervisor
     from repro_check.child import environment
-    from repro_check import targets
 
     seed = config.seed
     components = list(config.components)
@@ -167,6 +169,7 @@ def _header(config: RunConfig, target: Any, done: dict[str, Any],
         "clock_shift_ns": clock.shift_of(config.run),
     }
     if config.distributed:
+        # only under torchrun
         from repro_check.child import rank
 
         header.update(rank.rank_header())
@@ -178,6 +181,7 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     """Emit the header, then install the step recorder (a rank's under torchrun), the watch on the
     seeding and, when asked, the recording of the processes the target starts; returns the first
     two."""
+    # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
     from repro_check.child import origin
     from repro_check.child import env_hooks
@@ -187,11 +191,13 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
 
     recorder_class = capture.Recorder
     if config.distributed:
+        # only under torchrun
         from repro_check.child import rank
 
         recorder_class = rank.RankRecorder
     emit(header_line(header))
     flag_ops = config.warn_only and "deterministic_algorithms" in config.components
+    # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import pin
 
     # the private generators, and diagnose's pins: before the recorder, which sees their batches
@@ -209,6 +215,7 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     origin.SITES.install()
     clock.install(config.run)  # a seed taken from the clock differs in every run
     if config.processes:  # the processes the target starts record streams of their own
+        # only when the target's processes are recorded
         from repro_check.child import processes
 
         processes.install(config, header, done)
@@ -218,8 +225,8 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
 def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
     """Call the target; how it went: a status to report (completed, stopped, exited), or the
     exit status of a run that failed (its error already emitted)."""
+    # imports torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
-    from repro_check import targets
 
     try:
         result = run()
@@ -251,8 +258,6 @@ def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
 
 
 def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
-    from repro_check import targets
-
     tb = targets.target_traceback(e)
     sys.stderr.write(tb)
     sys.stderr.flush()
@@ -263,6 +268,7 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
 
 
 def _terminated() -> int:
+    # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
 
     recorder = capture.active()

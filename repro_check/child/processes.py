@@ -150,6 +150,7 @@ def _may_train(process: Any) -> bool:
 def install(config: RunConfig, header: dict[str, Any], done: dict[str, Any]) -> None:
     """In the run's main process: number the processes it starts and give each a stream."""
     global _STARTS
+    # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing.process import BaseProcess
 
     components = list(config.components)
@@ -183,6 +184,7 @@ def install(config: RunConfig, header: dict[str, Any], done: dict[str, Any]) -> 
 def _seed_in_preparation(starts: _Starts) -> None:
     """Add :class:`SpawnSeeding` to the preparation data of every recorded process spawned (or
     started by the forkserver): multiprocessing's ``prepare`` ignores keys it does not know."""
+    # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing import spawn
 
     original = spawn.get_preparation_data
@@ -200,6 +202,7 @@ def _seed_in_preparation(starts: _Starts) -> None:
 
 def _wrap_bootstrap() -> None:
     """Run every process that carries a stream token as a recorded child (once a process)."""
+    # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing.process import BaseProcess
 
     original = BaseProcess._bootstrap  # type: ignore[attr-defined]

@@ -36,6 +36,7 @@ from typing import Any
 from repro_check.child import runconfig
 from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
                                      EXIT_RESOLVE)
+from repro_check.distributed.compare import RankComparison, RankFeed, finish_report
 from repro_check.errors import TraceFileError
 from repro_check.run import procs
 from repro_check.run.options import DistOptions
@@ -423,16 +424,10 @@ class Distributed:
         return requested or default
 
     def comparison(self, policy: Any) -> Any:
-        from repro_check.distributed.compare import RankComparison
-
         return RankComparison(self.runs, policy, self.local_ranks)
 
     def feed(self, comparison: Any, listener: Any) -> Any:
-        from repro_check.distributed.compare import RankFeed
-
         return RankFeed(comparison, listener)
 
     def finish_report(self, report: Any, comparison: Any) -> None:
-        from repro_check.distributed.compare import finish_report
-
         finish_report(report, comparison, self)

@@ -483,8 +483,10 @@ def summary(report: DoctorReport) -> Any:
 
 
 def print_summary(report: DoctorReport, console: Any = None) -> None:
+    # rich and the renderers: loaded only to print
     from repro_check.report.terminal import make_console
 
+    # rich and the renderers: loaded only to print
     from repro_check.report.text import Visible
 
     (console or make_console(file=sys.stdout)).print(Visible(summary(report)))
