@@ -47,19 +47,23 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "log_metric":  # loaded on first use: the console script starts without it
+    if name == "log_metric":
+        # loaded on first use: the console script starts without it
         from repro_check.child.capture import log_metric
 
         return log_metric
     if name in ("across", "check", "verify", "record", "diff"):
+        # on first use: ``import repro_check`` loads none of it
         from repro_check import api
 
         return getattr(api, name)
     if name == "Report":
+        # on first use: ``import repro_check`` loads none of it
         from repro_check.report.model import Report
 
         return Report
     if name == "RunOptions":
+        # on first use: ``import repro_check`` loads none of it
         from repro_check.run.options import RunOptions
 
         return RunOptions

@@ -56,7 +56,8 @@ def check(
     a TARGET that cannot be resolved; a target that fails is reported (``report.error``,
     exit 3), not raised.
     """
-    from repro_check.run.check import run_check
+    # on first call: importing the API loads no command it does not run
+    from repro_check.verdict import run_check
 
     return run_check(_options(options, target, CHECK_RUNS, **run_options), listener,
                      InternalSettings(policy_override=policy))
@@ -76,6 +77,7 @@ def record(
     spread, which ``verify`` accepts. Nothing is written when a run fails (exit 3) or the runs
     record different numbers of steps (exit 1).
     """
+    # on first call: importing the API loads no command it does not run
     from repro_check.gate.record import record_golden
 
     return record_golden(_options(options, target, RECORD_RUNS, **run_options), output, listener)
@@ -97,6 +99,7 @@ def verify(
     :class:`UsageError` (exit 2) for bad arguments and :class:`TraceFileError` (exit 2) for a
     golden that is not a complete trace.
     """
+    # on first call: importing the API loads no command it does not run
     from repro_check.gate.verify import verify_golden
 
     return verify_golden(_options(options, target, **run_options), golden, listener,
@@ -111,6 +114,7 @@ def diff(
     policy: Policy | None = None,
 ) -> Report:
     """Compare two saved traces step by step (A is the reference); nothing is run."""
+    # on first call: importing the API loads no command it does not run
     from repro_check.gate.diff import diff_traces
 
     return diff_traces(a, b, tolerances, policy)
@@ -132,7 +136,8 @@ def across(
     identical or not, the first divergent step and signal, the culprit op, the loss drift and
     the metrics side by side.
     """
-    from repro_check.run.across import run_across
+    # on first call: importing the API loads no command it does not run
+    from repro_check.diagnose.across import run_across
 
     opts = _options(options, target, 1, across=tuple(axes) if axes else None, **run_options)
     return run_across(opts, listener)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from repro_check.errors import ReproCheckError
+
 if TYPE_CHECKING:
     from repro_check.report.model import Report
 
@@ -81,16 +83,19 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
     unknown = sorted(set(options) - set(keywords()))
     if unknown:
         raise TypeError(f"unexpected option(s) for repro-check: {', '.join(unknown)}")
+    # when a test uses it: pytest loads this plugin in every session
     from repro_check.run.options import build_options, keyword_values
 
     golden = options.pop("golden", None)
     options["trace_dir"] = options.get("trace_dir") or trace_dir
     run_options = build_options(target, given=keyword_values(options))
     if golden is not None:
+        # when a test uses it: pytest loads this plugin in every session
         from repro_check.gate.verify import verify_golden
 
         return verify_golden(run_options, golden)
-    from repro_check.run.check import run_check
+    # when a test uses it: pytest loads this plugin in every session
+    from repro_check.verdict import run_check
 
     return run_check(run_options)
 
@@ -99,6 +104,7 @@ def report_text(report: Report, width: int = 100) -> str:
     """The report as the terminal shows it, in plain text, for a test failure."""
     from rich.console import Console
 
+    # when a test uses it: pytest loads this plugin in every session
     from repro_check.report.render import summary
 
     buf = io.StringIO()
@@ -125,8 +131,6 @@ def assert_reproducible(request: pytest.FixtureRequest,
     timeout = default_timeout(request.config)
 
     def check(target: str, **options: Any) -> Report:
-        from repro_check.errors import ReproCheckError
-
         options.setdefault("timeout", timeout)
         try:
             report = run_reproducibility(target, trace_dir=folder, **options)
@@ -160,8 +164,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     own_body = target is None
     if own_body:
         target = _function_target(pyfuncitem)
-    from repro_check.errors import ReproCheckError
-
     folder = pyfuncitem.config._tmp_path_factory.mktemp("repro-check")  # type: ignore[attr-defined]
     options.setdefault("timeout", default_timeout(pyfuncitem.config))
     try:

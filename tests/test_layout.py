@@ -1,6 +1,10 @@
-"""The package's floor plan, read from its source with ``ast``: no import cycle between modules,
-no ``_private`` name imported from another module, and the process boundary kept (what runs
-inside the training process never imports the parent's side)."""
+"""The package's floor plan, read from its source with ``ast``: no import cycle between
+packages nor between modules, no ``_private`` name imported from another module, and the process
+boundary kept (what runs inside the training process never imports the parent's side).
+
+Every import counts: at the top of a module, inside a function and under ``if TYPE_CHECKING:``.
+An import that only runs later still ties the two modules together, and a cycle hidden that way
+is a cycle all the same (each side's types and behaviour depend on the other's)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "repro_check"
 
 #: subpackages that run inside the user's training process, and what they may import
 INSIDE = ("repro_check.child",)
+#: what both sides use: the trace format and the parent/child protocol (``trace``), and the few
+#: top-level modules the run entry needs besides: errors (the exceptions a run reports),
+#: targets (finding and calling the TARGET), version, and the bundled workloads
 SHARED = ("repro_check.trace", "repro_check.errors", "repro_check.targets",
           "repro_check.version", "repro_check.workloads")
 
@@ -29,28 +36,15 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """Line numbers of imports under ``if TYPE_CHECKING:`` (never executed)."""
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for inner in node.body:
-                for sub in ast.walk(inner):
-                    lines.add(getattr(sub, "lineno", -1))
-    return lines
-
-
 def imports_of(name: str) -> list[tuple[str, str | None, int]]:
-    """(module imported, name taken from it or None, line) for every import of the package."""
+    """(module imported, name taken from it or None, line) for every import of the package,
+    wherever it stands (module level, in a function, under ``if TYPE_CHECKING:``)."""
     path = MODULES[name]
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_only(tree)
     is_pkg = path.name == "__init__.py"
     here = name.split(".") if is_pkg else name.split(".")[:-1]
     out: list[tuple[str, str | None, int]] = []
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in skip:
-            continue
         if isinstance(node, ast.Import):
             out += [(a.name, None, node.lineno) for a in node.names
                     if a.name.split(".")[0] == "repro_check"]
@@ -76,6 +70,22 @@ def graph() -> dict[str, set[str]]:
             for name in MODULES}
 
 
+def package_of(module: str) -> str:
+    """The node of ``module`` in the package graph: its subpackage right under repro_check, or
+    the module itself for a top-level module (``repro_check.config``) and the package root."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def package_graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name, targets in graph().items():
+        here = package_of(name)
+        edges.setdefault(here, set()).update(
+            package_of(m) for m in targets if package_of(m) != here)
+    return edges
+
+
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -83,7 +93,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     def visit(n: str) -> list[str] | None:
         state[n] = 1
         stack.append(n)
-        for m in sorted(edges[n]):
+        for m in sorted(edges.get(n, ())):
             if state.get(m) == 1:
                 return stack[stack.index(m):] + [m]
             if m not in state and (found := visit(m)):
@@ -98,14 +108,56 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def where(cycle: list[str], edges_of: dict[str, list[str]]) -> str:
+    """The cycle, with the import lines that make each of its edges."""
+    return " -> ".join(cycle) + "".join(f"\n  {a} -> {b}: {', '.join(edges_of[a, b][:4])}"
+                                        for a, b in zip(cycle, cycle[1:]))
+
+
+def import_sites(of: object = None) -> dict[tuple[str, str], list[str]]:
+    """(importer node, imported node) -> the ``file:line`` of each import making that edge;
+    ``of`` maps a module to its node (the module itself when None)."""
+    node = of if callable(of) else (lambda m: m)
+    sites: dict[tuple[str, str], list[str]] = {}
+    for name in MODULES:
+        for mod, _, line in imports_of(name):
+            if mod in MODULES and node(mod) != node(name):
+                sites.setdefault((node(name), node(mod)), []).append(
+                    f"{MODULES[name].relative_to(PACKAGE.parent)}:{line}")
+    return sites
+
+
 def test_no_import_cycle_between_modules() -> None:
     cycle = find_cycle(graph())
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+    assert cycle is None, "import cycle: " + where(cycle or [], import_sites())
+
+
+def test_no_import_cycle_between_packages() -> None:
+    cycle = find_cycle(package_graph())
+    assert cycle is None, "package cycle: " + where(cycle or [], import_sites(package_of))
 
 
 def test_the_cycle_finder_finds_cycles() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_imports_in_functions_and_under_type_checking_count(tmp_path: Path) -> None:
+    """A cycle hidden in a function or under ``TYPE_CHECKING`` is found, at both levels."""
+    names = {"repro_check.x.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                "    from repro_check.y import b\n",
+             "repro_check.y.b": "def f():\n    from repro_check.x.a import thing\n"}
+    saved = dict(MODULES)
+    try:
+        for name, text in names.items():
+            path = tmp_path / f"{name.rsplit('.', 1)[-1]}.py"
+            path.write_text(text)
+            MODULES[name] = path
+        assert find_cycle(graph()) == ["repro_check.x.a", "repro_check.y.b", "repro_check.x.a"]
+        assert find_cycle(package_graph()) == ["repro_check.x", "repro_check.y", "repro_check.x"]
+    finally:
+        MODULES.clear()
+        MODULES.update(saved)
 
 
 def test_no_private_name_imported_from_another_module() -> None:
@@ -177,3 +229,50 @@ def test_the_tests_mirror_the_package() -> None:
     assert folders <= packages, f"test folders with no subpackage: {sorted(folders - packages)}"
     missing = sorted(packages - folders - {"workloads"})
     assert not missing, f"subpackages without a test folder: {missing}"
+
+
+#: third-party modules that are always imported where they are used: each costs from a tenth of a
+#: second (rich) to seconds (torch) of start-up, which ``import repro_check``, ``--help`` and a
+#: run's entry before seeding must not pay (see the test above)
+HEAVY = ("torch", "torchvision", "numpy", "rich", "matplotlib", "PIL")
+
+
+def function_level_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import inside a function of ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    out[node.lineno] = ("." * node.level) + (node.module or "")
+                elif isinstance(node, ast.Import):
+                    out[node.lineno] = node.names[0].name
+    return sorted(out.items())
+
+
+def says_why(lines: list[str], lineno: int) -> bool:
+    """A comment on the import's line, or on the lines right above it (the comment of a group of
+    imports covers every import of the group)."""
+    if "#" in lines[lineno - 1]:
+        return True
+    i = lineno - 2
+    while i >= 0 and lines[i].strip().startswith(("from ", "import ")):
+        if "#" in lines[i]:
+            return True
+        i -= 1
+    return i >= 0 and lines[i].strip().startswith("#")
+
+
+def test_an_import_inside_a_function_says_why() -> None:
+    """An import belongs at the top of its module, where the module's dependencies are seen at
+    a glance; one inside a function is there only to keep start-up cheap (a heavy library, or
+    a module ``--help``, ``import repro_check`` or a run's entry need not load), and says so."""
+    bad = []
+    for name, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        for lineno, module in function_level_imports(path):
+            if module.split(".")[0] in HEAVY or says_why(lines, lineno):
+                continue
+            bad.append(f"{path.relative_to(PACKAGE.parent)}:{lineno} imports {module}")
+    assert not bad, f"{len(bad)} imports inside functions say not why:\n" + "\n".join(bad)

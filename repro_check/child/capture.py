@@ -46,6 +46,8 @@ import functools
 import os
 import threading
 import time
+import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -229,8 +231,6 @@ class Hooks:
         script does with ``showwarning`` or ``catch_warnings``; a filter in front makes every
         occurrence reach it, and each op is recorded (and shown) once.
         """
-        import warnings
-
         warnings.filterwarnings("always", message=".*" + NONDETERMINISTIC_ALERT)
         attr = "_showwarnmsg" if hasattr(warnings, "_showwarnmsg") else "showwarning"
         rec, original = self.rec, getattr(warnings, attr)
@@ -461,6 +461,7 @@ class Recorder:
         self.signals = StepSignals(rngstate.cuda_available(), self.quiet)
         self.hooks.install(self.flag_ops)
         if self.probe_step is not None:
+            # only when a step is probed (diagnose)
             from repro_check.child.probe import StepProbe
 
             self.probe = StepProbe(self.emit)
@@ -711,8 +712,6 @@ def _leaves(tensors: Any, inputs: Any) -> list[Any]:
 
 def _caller() -> str | None:
     """``file:line`` of the innermost frame of the target's own code on the stack."""
-    import traceback
-
     import torch
 
     package = os.path.dirname(os.path.dirname(__file__))  # repro_check's own frames

@@ -29,9 +29,11 @@ HIGH_FD = 1000
 def move_high(fd: int) -> int:
     """``fd`` moved to a high free number (close-on-exec: a program the target executes does not
     hold the run's pipe), the old number closed; ``fd`` itself when the limit leaves no room."""
+    # Unix only
     import fcntl
 
     try:
+        # Unix only
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -56,6 +58,7 @@ class Emitter:
     descriptor out of the target's way first (see :func:`move_high`)."""
 
     def __init__(self, fd: int, high: bool = True) -> None:
+        # after start-up: the run entry reads its configuration before the trace format loads
         from repro_check.trace.format import MAX_LINE_BYTES, dumps
 
         self.fd = move_high(fd) if high else fd

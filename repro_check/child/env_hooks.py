@@ -53,6 +53,7 @@ def observation_fingerprint(obs: Any) -> str:
     observation) by its content."""
     import torch
 
+    # with torch, only when an environment's observation is fingerprinted
     from repro_check.child.probe import arg_fingerprint
     from repro_check.trace import fingerprint
 

@@ -201,6 +201,7 @@ def fingerprint(
         env["device_name"] = facts.processor
         env["device_count"] = 0
         env["device_capability"] = None
+    # with torch, only when the environment is fingerprinted
     from repro_check.trace import fingerprint as fingerprints
 
     env["fingerprints"] = f"{fingerprints.ALGORITHM}, {fingerprints.DEVICE_ALGORITHM} on devices"

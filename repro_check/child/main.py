@@ -17,6 +17,7 @@ repro-check dies, so not even a ``kill -9`` of repro-check leaves anything runni
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import signal
@@ -24,9 +25,12 @@ import sys
 import time
 from typing import Any
 
+from repro_check import targets
 from repro_check.child import clock, runconfig
 from repro_check.child.emit import Emitter
-from repro_check.child.exits import EXIT_ORPHANED, EXIT_RAISED, EXIT_RESOLVE, EXIT_TERMINATED
+from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
+                                     EXIT_TERMINATED)
+from repro_check.trace.protocol import ProtocolError, RunConfig
 
 
 class Terminated(BaseException):
@@ -52,6 +56,7 @@ def _die_with_parent() -> None:
     parent = os.environ.pop(PARENT_VAR, None)
     if sys.platform.startswith("linux"):
         try:
+            # Linux only (prctl)
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
@@ -79,25 +84,29 @@ def _flush_before_os_exit(recorder: Any) -> None:
 
 
 def main() -> int:
-    config = runconfig.read_config(os.environ)
+    try:
+        config = runconfig.read_config(os.environ)
+    except ProtocolError as e:  # nothing to record through: the parent reads the exit status
+        sys.stderr.write(f"repro-check: {e}\n")
+        return EXIT_PROTOCOL
     _die_with_parent()
-    emit = Emitter(int(config["event_fd"]))
+    if config.event_fd is None:
+        sys.stderr.write("repro-check: the run configuration names no trace channel\n")
+        return EXIT_PROTOCOL
+    emit = Emitter(config.event_fd)
     started = time.time()
-    import faulthandler
-
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault shows where it happened
 
-    from repro_check.child import capture  # noqa: F401 - loaded before seeding, as always
+    # torch comes with these: loaded once the run is tied to its supervisor (the rank supervisor
+    # imports this module too, and never loads torch); the capture before seeding, as always
+    from repro_check.child import capture  # noqa: F401
     from repro_check.child import environment  # noqa: F401
     from repro_check.child import seeding
-    from repro_check import targets
     from repro_check.child import watch  # noqa: F401
 
-    seed = config.get("seed")
-    components = config.get("components", [])
-    done = seeding.apply(seed, components, config.get("threads"), config.get("warn_only", False)) \
-        if seed is not None else {}
-    target = targets.Target(**config["target"])
+    done = seeding.apply(config.seed, list(config.components), config.threads,
+                         config.warn_only) if config.seed is not None else {}
+    target = config.target
     header = _header(config, target, done, started)
     recorder, overrides = _install(config, emit, header, done)
     # What is loaded by now (torch and this package) lives as long as the process: the collector
@@ -105,7 +114,7 @@ def main() -> int:
     # than the capture. What the target creates is collected as usual, at exit too.
     gc.freeze()
     try:
-        run = targets.resolve(target, config.get("args", []))
+        run = targets.resolve(target, list(config.args))
     except targets.TargetNotFound as e:
         emit({"error": {"kind": "resolve", "message": str(e), "traceback": e.detail}})
         return EXIT_RESOLVE
@@ -121,7 +130,7 @@ def main() -> int:
     if status == "stopped" and recorder.metrics:  # recorded before the cut: not final
         info["held_metrics"] = list(recorder.metrics)[:5]
     emit({"info": info})
-    if config.get("distributed"):
+    if config.distributed:
         # a process group still alive (stopped mid-training, or a script that never destroys it):
         # its communication threads can abort the interpreter's exit with SIGABRT
         sys.stdout.flush()
@@ -130,14 +139,14 @@ def main() -> int:
     return 0
 
 
-def _header(config: dict[str, Any], target: Any, done: dict[str, Any],
+def _header(config: RunConfig, target: Any, done: dict[str, Any],
             started: float) -> dict[str, Any]:
     """The trace header: what was run, how it was seeded, in which environment."""
+    # imports torch: loaded once the run is tied to its supervisor
     from repro_check.child import environment
-    from repro_check import targets
 
-    seed = config.get("seed")
-    components = config.get("components", [])
+    seed = config.seed
+    components = list(config.components)
     source = target.path
     if source is None and target.module:
         try:
@@ -146,31 +155,33 @@ def _header(config: dict[str, Any], target: Any, done: dict[str, Any],
             source = None
     header = {
         "target": target.text,
-        "args": config.get("args", []),
-        "run": config.get("run", 1),
+        "args": list(config.args),
+        "run": config.run,
         "seed": seed,
         "components": list(components),
         "seeding": done,
-        "max_steps": config.get("max_steps"),
-        "threads": config.get("threads"),
-        "probe_step": config.get("probe_step"),
-        "printed_metrics": config.get("printed_metrics", []),
+        "max_steps": config.max_steps,
+        "threads": config.threads,
+        "probe_step": config.probe_step,
+        "printed_metrics": [list(rule) for rule in config.printed_metrics],
         "environment": environment.fingerprint(source, seed, components),
         "started": started,
-        "clock_shift_ns": clock.shift_of(config.get("run", 1)),
+        "clock_shift_ns": clock.shift_of(config.run),
     }
-    if config.get("distributed"):
+    if config.distributed:
+        # only under torchrun
         from repro_check.child import rank
 
         header.update(rank.rank_header())
     return header
 
 
-def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
+def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
              done: dict[str, Any]) -> tuple[Any, Any]:
     """Emit the header, then install the step recorder (a rank's under torchrun), the watch on the
     seeding and, when asked, the recording of the processes the target starts; returns the first
     two."""
+    # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
     from repro_check.child import origin
     from repro_check.child import env_hooks
@@ -179,30 +190,32 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     from repro_check.trace.format import header_line
 
     recorder_class = capture.Recorder
-    if config.get("distributed"):
+    if config.distributed:
+        # only under torchrun
         from repro_check.child import rank
 
         recorder_class = rank.RankRecorder
     emit(header_line(header))
-    components = config.get("components", [])
-    flag_ops = bool(config.get("warn_only")) and "deterministic_algorithms" in components
+    flag_ops = config.warn_only and "deterministic_algorithms" in config.components
+    # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import pin
 
     # the private generators, and diagnose's pins: before the recorder, which sees their batches
-    rank = header.get("distributed", {}).get("rank") if config.get("distributed") else None
+    rank = header.get("distributed", {}).get("rank") if config.distributed else None
     pins = pin.from_environment(emit, rank)
-    recorder = recorder_class(emit, config.get("max_steps"), probe_step=config.get("probe_step"),
+    recorder = recorder_class(emit, config.max_steps, probe_step=config.probe_step,
                               flag_ops=flag_ops).install()
     pins.attach(recorder)
     _flush_before_os_exit(recorder)
     metric_hooks.install(recorder)  # what the target logs to TensorBoard, Lightning, ...
     if recorder.probe is not None:  # an RL environment's calls, for diagnose's step probe
         env_hooks.install(recorder)
-    overrides = watch.SeedingWatch(emit, done, config.get("seed")).install()
+    overrides = watch.SeedingWatch(emit, done, config.seed).install()
     recorder.watchers.append(overrides.check)
     origin.SITES.install()
-    clock.install(config.get("run", 1))  # a seed taken from the clock differs in every run
-    if config.get("processes"):  # the processes the target starts record streams of their own
+    clock.install(config.run)  # a seed taken from the clock differs in every run
+    if config.processes:  # the processes the target starts record streams of their own
+        # only when the target's processes are recorded
         from repro_check.child import processes
 
         processes.install(config, header, done)
@@ -212,8 +225,8 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
 def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
     """Call the target; how it went: a status to report (completed, stopped, exited), or the
     exit status of a run that failed (its error already emitted)."""
+    # imports torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
-    from repro_check import targets
 
     try:
         result = run()
@@ -245,8 +258,6 @@ def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
 
 
 def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
-    from repro_check import targets
-
     tb = targets.target_traceback(e)
     sys.stderr.write(tb)
     sys.stderr.flush()
@@ -257,6 +268,7 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
 
 
 def _terminated() -> int:
+    # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
 
     recorder = capture.active()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import sys
 import threading
 import traceback
@@ -62,8 +63,6 @@ def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
     """The frames of the target's own code on the stack (:func:`origin.is_library` tells them),
     innermost last; None when ``direct`` and the direct caller is not the target's code (a
     generator torch or a library makes for itself)."""
-    import random
-
     def ours(path: str) -> bool:  # our wrappers (this module, the seeding watch), random.py,
         # and torch's (torch._dynamo wraps torch.manual_seed once it is imported)
         if origin.is_transparent(path):
@@ -279,6 +278,7 @@ class Pins:
             elif path.exists():
                 _set_stream_state(stream, torch.load(path, weights_only=False))
         if self.run != 1 and self.recorder is not None and self.recorder.signals is not None:
+            # only when pins are applied (diagnose)
             from repro_check.child import rngstate
 
             signals = self.recorder.signals
@@ -423,6 +423,7 @@ def _set_state(kind: str, obj: Any, state: Any) -> None:
 
 def _how(seed: Any, call: str) -> str:
     """How a seeding call seeds: ``clock`` for a value within a day of the wall clock."""
+    # only when pins are applied (diagnose)
     from repro_check.child import clock
 
     try:
@@ -432,8 +433,6 @@ def _how(seed: Any, call: str) -> str:
 
 
 def _track_generators(pins: Pins) -> None:
-    import random
-
     import torch
 
     base = torch.Generator
@@ -519,8 +518,6 @@ def _track_loaders(pins: Pins) -> None:
 
 
 def _track_reseeding(pins: Pins) -> None:
-    import random
-
     import torch
 
     def wrap(owner: Any, name: str, stream: str) -> None:
@@ -543,8 +540,6 @@ def _track_reseeding(pins: Pins) -> None:
 
 
 def _stream_state(stream: str) -> Any:
-    import random
-
     import torch
 
     if stream == "python":
@@ -572,8 +567,6 @@ def _state_digest(stream: str) -> str:
 
 
 def _set_stream_state(stream: str, state: Any) -> None:
-    import random
-
     import torch
 
     if stream == "python":

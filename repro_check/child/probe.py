@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -213,8 +214,6 @@ class StepProbe:
             out = original(*args, **kwargs)
             if probe.step is not None and not probe._quiet:
                 try:
-                    import sys
-
                     frame = sys._getframe(1)
                     while frame is not None and origin.is_library(frame.f_code.co_filename):
                         frame = frame.f_back

@@ -49,6 +49,7 @@ from repro_check.child import seeding
 from repro_check.child import watch
 from repro_check.child.emit import Emitter
 from repro_check.trace.format import header_line
+from repro_check.trace.protocol import RunConfig
 
 #: the process object's attribute that carries its stream (set in the main process)
 TOKEN = "_repro_check_stream"
@@ -146,20 +147,21 @@ def _may_train(process: Any) -> bool:
     return getattr(target, "__module__", None) not in NOT_TRAINING
 
 
-def install(config: dict[str, Any], header: dict[str, Any], done: dict[str, Any]) -> None:
+def install(config: RunConfig, header: dict[str, Any], done: dict[str, Any]) -> None:
     """In the run's main process: number the processes it starts and give each a stream."""
     global _STARTS
+    # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing.process import BaseProcess
 
-    components = list(config.get("components", []))
+    components = list(config.components)
     settings = {
-        "events_dir": config["processes"]["events_dir"],
-        "seed": config.get("seed"),
+        "events_dir": config.processes,
+        "seed": config.seed,
         "components": components,
-        "threads": config.get("threads"),
-        "warn_only": bool(config.get("warn_only")),
-        "flag_ops": bool(config.get("warn_only")) and "deterministic_algorithms" in components,
-        "max_steps": config.get("max_steps"),
+        "threads": config.threads,
+        "warn_only": config.warn_only,
+        "flag_ops": config.warn_only and "deterministic_algorithms" in components,
+        "max_steps": config.max_steps,
         "header": header,
     }
     _STARTS = starts = _Starts(settings, done)
@@ -182,6 +184,7 @@ def install(config: dict[str, Any], header: dict[str, Any], done: dict[str, Any]
 def _seed_in_preparation(starts: _Starts) -> None:
     """Add :class:`SpawnSeeding` to the preparation data of every recorded process spawned (or
     started by the forkserver): multiprocessing's ``prepare`` ignores keys it does not know."""
+    # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing import spawn
 
     original = spawn.get_preparation_data
@@ -199,6 +202,7 @@ def _seed_in_preparation(starts: _Starts) -> None:
 
 def _wrap_bootstrap() -> None:
     """Run every process that carries a stream token as a recorded child (once a process)."""
+    # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing.process import BaseProcess
 
     original = BaseProcess._bootstrap  # type: ignore[attr-defined]

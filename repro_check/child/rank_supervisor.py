@@ -21,7 +21,9 @@ import time
 from typing import Any
 
 from repro_check.child import runconfig
+from repro_check.child.exits import EXIT_PROTOCOL
 from repro_check.child.main import PARENT_VAR
+from repro_check.trace.protocol import ProtocolError
 
 #: name of the events file of rank R in the events folder
 EVENTS_NAME = "rank-{rank}.events"
@@ -67,9 +69,16 @@ def _shrug_off_signals() -> None:
 
 
 def main() -> int:
-    config = runconfig.read_config(os.environ, keep=True)
+    try:
+        config = runconfig.read_config(os.environ, keep=True)
+    except ProtocolError as e:
+        sys.stderr.write(f"repro-check: {e}\n")
+        return EXIT_PROTOCOL
     rank = int(os.environ.get("RANK", "0"))
-    folder = config["distributed"]["events_dir"]
+    folder = config.distributed
+    if folder is None:
+        sys.stderr.write("repro-check: the rank supervisor runs only under torchrun\n")
+        return EXIT_PROTOCOL
     path = os.path.join(folder, EVENTS_NAME.format(rank=rank))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     parent = os.getppid()
@@ -84,7 +93,7 @@ def main() -> int:
         signal.signal(sig, on_signal)
     _shrug_off_signals()
 
-    config_fd = runconfig.config_file(dict(config, event_fd=fd))
+    config_fd = runconfig.config_file(config.replace(event_fd=fd))
     env = dict(os.environ)
     env[runconfig.RUN_VAR] = runconfig.by_descriptor(config_fd)
     env[PARENT_VAR] = str(os.getpid())  # the run entry dies with this process

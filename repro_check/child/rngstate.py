@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+import struct
 import sys
 from typing import Any
 
@@ -61,8 +62,6 @@ def _raw_python_state(inst: Any) -> bytes | None:
     if not _RAW_CHECKED:
         _RAW_CHECKED = True
         try:
-            import struct
-
             probe = random.Random(12345)
             probe.random()
             _, words, _ = probe.getstate()

@@ -1,4 +1,5 @@
-"""How a run's configuration reaches its process: in a file, named by ``REPRO_CHECK_RUN``.
+"""How a run's configuration (:class:`repro_check.trace.protocol.RunConfig`) reaches its
+process: in a file, named by ``REPRO_CHECK_RUN``.
 
 The configuration holds the target's arguments, which may be as long as a command line allows
 (about 2 MB in all, 128 KiB each on Linux), while one environment variable may hold no more than
@@ -10,22 +11,22 @@ without torch.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import MutableMapping
-from typing import Any
+
+from repro_check.trace.protocol import RunConfig
 
 #: the variable that says where the run's configuration is
 RUN_VAR = "REPRO_CHECK_RUN"
 
 
-def config_file(config: dict[str, Any], folder: str | None = None) -> int:
+def config_file(config: RunConfig, folder: str | None = None) -> int:
     """The configuration in an unlinked temporary file (in ``folder``, else the temporary
     folder): a descriptor to hand over, inheritable, positioned at its start."""
     fh = tempfile.TemporaryFile(dir=folder)
     try:
-        fh.write(json.dumps(config).encode("utf-8"))
+        fh.write(config.to_json().encode("utf-8"))
         fh.flush()
         fd = os.dup(fh.fileno())
     finally:
@@ -43,9 +44,11 @@ def by_path(path: str) -> str:
     return f"file:{path}"
 
 
-def read_config(environ: MutableMapping[str, str], keep: bool = False) -> dict[str, Any]:
+def read_config(environ: MutableMapping[str, str], keep: bool = False) -> RunConfig:
     """The configuration ``environ[RUN_VAR]`` points to; the variable is removed (the target's
-    own processes must not take it for theirs) unless ``keep``."""
+    own processes must not take it for theirs) unless ``keep``. A configuration of another
+    version of the format, or a broken one, is a
+    :class:`~repro_check.trace.protocol.ProtocolError`."""
     where = environ[RUN_VAR] if keep else environ.pop(RUN_VAR)
     if where.startswith("fd:"):
         fd = int(where[3:])
@@ -65,7 +68,4 @@ def read_config(environ: MutableMapping[str, str], keep: bool = False) -> dict[s
             data = fh.read()
     else:
         raise ValueError(f"{RUN_VAR} must be fd:N or file:PATH, got {where[:80]!r}")
-    config = json.loads(data)
-    if not isinstance(config, dict):
-        raise ValueError(f"the run configuration is not a JSON object: {where}")
-    return config
+    return RunConfig.from_json(data)

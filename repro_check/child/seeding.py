@@ -14,21 +14,15 @@ import functools
 import hashlib
 import os
 import random
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: every component, in the order it is applied
-COMPONENTS: tuple[str, ...] = (
-    "hashseed",
-    "python",
-    "numpy",
-    "torch",
-    "cuda",
-    "cudnn",
-    "deterministic_algorithms",
-    "dataloader",
-    "threads",
-)
+from repro_check.trace import protocol
+from repro_check.errors import UsageError
+
+#: every component, in the order it is applied (defined with the protocol both sides share)
+COMPONENTS: tuple[str, ...] = protocol.COMPONENTS
 
 #: the global streams a seeding call can set, in words (the seeding watch's warnings and the
 #: cause of a check say them the same way)
@@ -39,7 +33,7 @@ STREAM_NAMES: dict[str, str] = {
 }
 
 #: largest seed every component accepts (numpy's legacy seed and PYTHONHASHSEED are 32-bit)
-MAX_SEED = 2**32 - 1
+MAX_SEED = protocol.MAX_SEED
 
 CUBLAS_WORKSPACE = ":4096:8"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -47,8 +41,6 @@ THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 def select_components(without: Iterable[str] = (), no_seed: bool = False) -> tuple[str, ...]:
     """Return the components that are on, in :data:`COMPONENTS` order; unknown names raise."""
-    from repro_check.errors import UsageError
-
     off = {name.strip() for name in without if name.strip()}
     unknown = sorted(off - set(COMPONENTS))
     if unknown:
@@ -65,8 +57,6 @@ def select_components(without: Iterable[str] = (), no_seed: bool = False) -> tup
 
 def check_seed(seed: int) -> int:
     """Validate a seed against the narrowest range any component accepts."""
-    from repro_check.errors import UsageError
-
     if not 0 <= seed <= MAX_SEED:
         raise UsageError(f"--seed must be between 0 and {MAX_SEED}, got {seed}")
     return seed
@@ -142,8 +132,6 @@ def configure_cudnn() -> dict[str, bool]:
 
 def enable_deterministic_algorithms(warn_only: bool = False) -> dict[str, Any]:
     """Make PyTorch raise (or warn) on ops it knows to be nondeterministic."""
-    import sys
-
     import torch
 
     if "torch._inductor.config" in sys.modules:

@@ -80,6 +80,7 @@ def _worker_id() -> int | None:
 
 def _step() -> int:
     """The step in progress (1 before the first optimizer step)."""
+    # loaded when a seeding call or a worker needs it: the run entry imports this module before torch
     from repro_check.child import capture
 
     recorder = capture.active()
@@ -161,6 +162,7 @@ class SeedingWatch:
             fd = getattr(self.emit, "fd", None)
             if not isinstance(fd, int):
                 return None
+            # loaded when a seeding call or a worker needs it: the run entry imports this module before torch
             from repro_check.child.emit import Emitter
 
             self.worker_emit = (pid, Emitter(fd))
@@ -178,6 +180,8 @@ class SeedingWatch:
         made)."""
         try:
             if fd is None:
+                # loaded when a seeding call or a worker needs it: the run entry imports this module
+                # before torch
                 from repro_check.child.emit import move_high
 
                 with tempfile.TemporaryFile() as file:  # out of the target's way, as the trace's
@@ -196,6 +200,7 @@ class SeedingWatch:
         """What a spawned (or forkserver) DataLoader worker needs to watch its seeding calls,
         while multiprocessing pickles the worker's arguments in the run's process (None
         otherwise: a pickle made for anything else carries no descriptor)."""
+        # loaded when a seeding call or a worker needs it: the run entry imports this module before torch
         from multiprocessing import context, reduction
 
         fd = getattr(self.emit, "fd", None)
@@ -475,6 +480,7 @@ def arrive(user_fn: Any, carry: dict[str, Any] | None) -> WorkerWatch:
     global _SPAWNED
     if carry is not None and _SPAWNED is None:
         try:
+            # loaded when a seeding call or a worker needs it: the run entry imports this module before torch
             from repro_check.child.emit import Emitter
 
             emit = Emitter(carry["emit"].detach())

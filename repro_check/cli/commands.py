@@ -81,6 +81,7 @@ def parsed(parser: argparse.ArgumentParser, argv: Sequence[str]
 
 
 def progress(ns: argparse.Namespace, options: RunOptions, runs: int) -> Any:
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.report.terminal import Progress
 
     return Progress(runs, quiet=ns.quiet, max_steps=options.max_steps)
@@ -91,6 +92,7 @@ def html_path_of(ns: argparse.Namespace) -> str | None:
     run starts (one line, exit 2), so that no run is wasted on a report that cannot be written."""
     path = absolute(ns.report_path)
     if path:
+        # loaded by the command that runs: ``--help`` and the other commands do without it
         from repro_check.report.html import require_matplotlib
 
         check_writable(path, "--report")
@@ -100,7 +102,8 @@ def html_path_of(ns: argparse.Namespace) -> str | None:
 
 # ---- check -------------------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
-    from repro_check.run.check import run_check
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.verdict import run_check
 
     ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     targets, from_config = planned(ns, cfg)
@@ -133,8 +136,9 @@ def check_command(argv: Sequence[str]) -> ExitCode:
 
 def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
     """``--across``: every environment's runs, with progress and what is being done on stderr."""
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.report.terminal import make_console
-    from repro_check.run.across import run_across
+    from repro_check.diagnose.across import run_across
     from repro_check.run.axes import grid
 
     errors = make_console(stderr=True)
@@ -145,6 +149,7 @@ def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
 
 # ---- record ------------------------------------------------------------------------------------
 def record_command(argv: Sequence[str]) -> ExitCode:
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.gate.record import record_golden
 
     ns, target_args, cfg = parsed(parsers.record_parser(), argv)
@@ -176,6 +181,7 @@ def record_command(argv: Sequence[str]) -> ExitCode:
 
 # ---- verify ------------------------------------------------------------------------------------
 def verify_command(argv: Sequence[str]) -> ExitCode:
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.gate.verify import prepare, verify_golden
 
     ns, target_args, cfg = parsed(parsers.verify_parser(), argv)
@@ -222,6 +228,7 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
 
 # ---- diff --------------------------------------------------------------------------------------
 def diff_command(argv: Sequence[str]) -> ExitCode:
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.gate.diff import diff_traces
 
     ns = parsers.diff_parser().parse_args(list(argv))
@@ -257,9 +264,12 @@ def doctor_command(argv: Sequence[str]) -> ExitCode:
     if ns.json_path:
         check_distinct([("--json", ns.json_path)], [("TARGET", target_file(ns.target))])
         check_writable(ns.json_path, "--json")
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.doctor.checkup import doctor, print_summary
 
-    report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env)
+    report = doctor(ns.target, ignore=ns.ignore, env=not ns.no_env,
+                    project=lambda: load(with_table=True))
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.report.terminal import make_console
 
     print_summary(report, make_console(file=summary_stream(ns.json_path)))
@@ -281,6 +291,7 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
     if ns.json_path:
         check_writable(ns.json_path, "--json")
     html_path = html_path_of(ns)
+    # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.diagnose.diagnosis import diagnose
     from repro_check.report.diagnosis import print_diagnosis
     from repro_check.report.terminal import Progress, make_console

@@ -27,6 +27,7 @@ _EARLY_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
+    # after the early signal handlers: a Ctrl-C while these load exits cleanly, ``--help`` stays cheap
     from repro_check.cli.commands import COMMANDS, check_command
     from repro_check.errors import ExitCode
     from repro_check.run import signals
@@ -72,6 +73,7 @@ def _early_signals() -> dict[int, Any]:
 
 def one_line(text: str) -> str:
     """``text`` as one line of a terminal: control characters and line breaks written out."""
+    # only on the way to an error message
     from repro_check.report.text import visible
 
     return visible(text).replace("\n", "\\n")
@@ -84,9 +86,11 @@ def mistyped_command(word: str, commands: Iterable[str]) -> None:
     A bare TARGET may come first (``repro-check train:main``), so a word that looks like one
     (``:``, ``/``, ``.py``, a dotted module) or that names a module or folder found from the
     current folder is left to the check."""
+    # only on the way to an error message
     import difflib
     import importlib.machinery
 
+    # only on the way to an error message
     from repro_check.errors import UsageError
 
     if word.startswith("-") or any(c in word for c in ":/\\.") or not word.isidentifier():
@@ -108,6 +112,7 @@ def console_main(argv: Sequence[str] | None = None) -> int:
     GitHub Actions nothing printed can act as a workflow command but repro-check's own."""
     previous = _early_signals()
     try:
+        # after the early signal handlers: a Ctrl-C while these load exits cleanly, ``--help`` stays cheap
         from repro_check.run.procs import ensure_standard_fds
 
         ensure_standard_fds()
@@ -115,6 +120,7 @@ def console_main(argv: Sequence[str] | None = None) -> int:
             reconfigure = getattr(stream, "reconfigure", None)
             if reconfigure is not None:
                 reconfigure(errors="backslashreplace")
+        # after the early signal handlers: a Ctrl-C while these load exits cleanly, ``--help`` stays cheap
         from repro_check.report import ci
 
         if not ci.on_github():
@@ -133,6 +139,7 @@ def console_main(argv: Sequence[str] | None = None) -> int:
 
 def _guarded(argv: Sequence[str] | None) -> int:
     try:
+        # after the early signal handlers: a Ctrl-C while these load exits cleanly, ``--help`` stays cheap
         from repro_check.errors import ExitCode, ReproCheckError, TargetNotFound
         from repro_check.report.text import visible
     except KeyboardInterrupt:

@@ -121,7 +121,8 @@ def distributed_options(ns: argparse.Namespace) -> object | None:
     given = {n: getattr(ns, n) for n in names if getattr(ns, n, None) is not None}
     if not given:
         return None
-    from repro_check.distributed.launch import DistOptions
+    # only when torchrun options are given: ``--help`` stays cheap
+    from repro_check.run.options import DistOptions
 
     return DistOptions(**given)
 

@@ -155,6 +155,7 @@ def finish(reports: list[Report], command: str, out: Outputs) -> ExitCode:
 def printer(out: Outputs | None = None) -> Any:
     """Prints each report's summary with the renderer its kind needs: on stdout, or on stderr
     when the JSON report goes to stdout (``--json -``), so that stdout stays one JSON document."""
+    # rich and the renderers: only when a report is printed or written
     from repro_check.report.render import summary
     from repro_check.report.terminal import make_console
 
@@ -178,6 +179,7 @@ def planned(ns: argparse.Namespace, cfg: Config) -> tuple[list[tuple[str, Target
 
 def html_report(report: Report, path: str, index: int | None) -> None:
     """The HTML report; with several targets, one file each (``report-2.html``, ...)."""
+    # rich and the renderers: only when a report is printed or written
     from repro_check.report.html import write_html
     from repro_check.report.terminal import Unwrapped, make_console
     from repro_check.report.text import Visible

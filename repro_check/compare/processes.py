@@ -20,9 +20,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from repro_check.compare.feed import Feed
+from repro_check.trace.protocol import MetricsRecord, Record, StepRecord
 from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy, settled
-from repro_check.report.model import ProcessesPart, Report
-from repro_check.run.session import Feed
 
 #: the stream of the run's main process
 MAIN = 0
@@ -148,17 +148,17 @@ class ProcessFeed(Feed):
     """Passes the main process's events and those of the processes the target started to the
     per-stream comparison, and everything to the caller's listener."""
 
-    def add_step(self, index: int, event: dict[str, Any]) -> None:
-        self.comparison.add_step(index, MAIN, event["step"], event["signals"])
+    def add_step(self, index: int, event: StepRecord) -> None:
+        self.comparison.add_step(index, MAIN, event.step, event.signals)
 
-    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
-        self.comparison.set_metrics(index, MAIN, event["metrics"])
+    def add_metrics(self, index: int, event: MetricsRecord) -> None:
+        self.comparison.set_metrics(index, MAIN, event.metrics)
 
-    def add_process_event(self, index: int, event: dict[str, Any]) -> None:
-        if "step" in event:
-            self.comparison.add_step(index, event["proc"], event["step"], event["signals"])
-        elif "metrics" in event:
-            self.comparison.set_metrics(index, event["proc"], event["metrics"])
+    def add_process_event(self, index: int, event: Record) -> None:
+        if isinstance(event, StepRecord):
+            self.comparison.add_step(index, event.proc, event.step, event.signals)
+        elif isinstance(event, MetricsRecord):
+            self.comparison.set_metrics(index, event.proc, event.metrics)
 
     def end(self, result: Any) -> None:
         # a run that failed or was stopped by us is cut short: its missing steps are no divergence,
@@ -168,29 +168,3 @@ class ProcessFeed(Feed):
         cut = [p.index for p in result.processes
                if not p.ended_itself and result.status not in ("completed", "exited")]
         self.comparison.end(result.index, steps, complete=not cut_short, cut=cut)
-
-
-def finish_report(report: Report, comparison: ProcessComparison) -> None:
-    """Add the part about processes when any process the target started recorded something:
-    where the first divergence is, and each process's steps and end in every run."""
-    if not comparison.by_process:
-        return
-    div = report.comparison.divergence if report.comparison else None
-    by_run = {r.index: {p.index: p for p in r.processes} for r in report.results}
-    rows = []
-    for k in sorted(comparison.by_process):
-        got = [by_run.get(r.index, {}).get(k) for r in report.results]
-        rows.append({
-            "process": k,
-            "steps": [p.steps if p else 0 for p in got],
-            "status": [p.status if p else None for p in got],
-            "traces": [p.trace_path if p else None for p in got],
-        })
-    started = {k for procs in by_run.values() for k in procs}
-    report.processes = ProcessesPart(
-        first_divergent_process=getattr(div, "process", None),
-        processes=rows,
-        ignored=sorted(started - set(comparison.by_process)),
-        results=[{"run": r.index, "processes": [p.to_dict() for p in r.processes]}
-                 for r in report.results],
-    )

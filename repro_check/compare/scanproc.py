@@ -201,6 +201,7 @@ def _die_with_parent() -> None:
     must not outlive it."""
     if sys.platform.startswith("linux"):
         try:
+            # Linux only (prctl)
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)

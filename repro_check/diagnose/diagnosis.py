@@ -30,10 +30,12 @@ from repro_check.diagnose.localize import Localization, compare
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
 from repro_check.report.model import DiagnosisPart, Report
-from repro_check.run.check import run_check
+from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions, options_of
-from repro_check.run.runner import Listener, RunResult
-from repro_check.run.session import NullListener, make_trace_dir
+from repro_check.compare.feed import NullListener
+from repro_check.run.session import make_trace_dir
+from repro_check.trace.protocol import FlaggedRecord, ProbeRecord, Record
+from repro_check.trace.results import Listener, RunResult
 
 Log = Callable[[str], None]
 
@@ -114,13 +116,12 @@ class Collector:
     def run_started(self, index: int) -> None:
         self.inner.run_started(index)
 
-    def event(self, index: int, event: dict[str, Any]) -> None:
-        if "probe" in event:
-            rank = event.get("rank")
-            self.probes[(index, rank if isinstance(rank, int) else 0)].append(event["probe"])
+    def event(self, index: int, event: Record) -> None:
+        if isinstance(event, ProbeRecord):
+            self.probes[(index, event.rank or 0)].append(event.probe)
             return
-        if "flagged" in event:
-            self.flagged[index].append(event["flagged"])
+        if isinstance(event, FlaggedRecord):
+            self.flagged[index].append(event.flagged)
         self.inner.event(index, event)
 
     def run_finished(self, result: RunResult) -> None:

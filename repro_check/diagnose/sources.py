@@ -27,7 +27,7 @@ from repro_check.child.pin import RECORDS, rank_file
 from repro_check.compare.cause import EXPLANATION, from_signal, private_generator
 from repro_check.diagnose.localize import Localization
 from repro_check.report.model import DiagnosisPart, Report
-from repro_check.run.check import run_check
+from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions
 
 Log = Callable[[str], None]

@@ -20,12 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from repro_check.run.session import Feed
+from repro_check.compare.feed import Feed
 from repro_check.compare.steps import (Comparison, ComparisonResult, Divergence, Policy, same,
                                        settled)
 from repro_check.errors import TraceFileError
 from repro_check.report.model import DistributedPart, RankDesync, Report
 from repro_check.trace.format import iter_trace
+from repro_check.trace.protocol import MetricsRecord, StepRecord
 
 #: signal name of a desync between the ranks of one run
 RANK_DESYNC = "rank_desync"
@@ -239,11 +240,11 @@ class RankComparison:
 class RankFeed(Feed):
     """Passes the ranks' events to the per-rank comparison and to the caller's listener."""
 
-    def add_step(self, index: int, event: dict[str, Any]) -> None:
-        self.comparison.add_step(index, event.get("rank", 0), event["step"], event["signals"])
+    def add_step(self, index: int, event: StepRecord) -> None:
+        self.comparison.add_step(index, event.rank or 0, event.step, event.signals)
 
-    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
-        self.comparison.set_metrics(index, event.get("rank", 0), event["metrics"])
+    def add_metrics(self, index: int, event: MetricsRecord) -> None:
+        self.comparison.set_metrics(index, event.rank or 0, event.metrics)
 
     def end(self, result: Any) -> None:
         steps = {r.rank: r.steps for r in getattr(result, "ranks", [])}

@@ -34,22 +34,25 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import runconfig
-from repro_check.child.exits import CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE
-from repro_check.errors import TraceFileError, UsageError
+from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
+                                     EXIT_RESOLVE)
+from repro_check.distributed.compare import RankComparison, RankFeed, finish_report
+from repro_check.errors import TraceFileError
 from repro_check.run import procs
+from repro_check.run.options import DistOptions
 from repro_check.run.runner import (
     ABANDON,
     DROPPED_NAMED,
-    FAILED_STATUSES,
     OUTPUT_TAIL_BYTES,
     Events,
-    RunResult,
     RunSpec,
     apply_event,
-    run_config,
+    protocol_message,
     run_environment,
 )
 from repro_check.run.streams import EventFiles
+from repro_check.trace.protocol import ProtocolError, Record, record_of
+from repro_check.trace.results import FAILED_STATUSES, RunResult
 from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
                                        parse_event)
 
@@ -62,103 +65,6 @@ _PEER_FAILURE = re.compile(
     r"communicator was aborted|NCCL communicator|DistNetworkError|DistBackendError",
     re.IGNORECASE,
 )
-
-
-# ---- options ---------------------------------------------------------------------------------
-
-#: ranks one node may start: far beyond any machine, so no number given starts a process storm
-MAX_NPROC = 1024
-
-
-@dataclass
-class DistOptions:
-    """torchrun's node and rendezvous options, passed through to every run's launch."""
-
-    nproc_per_node: int = 1
-    nnodes: str = "1"
-    node_rank: int | None = None
-    rdzv_backend: str | None = None
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    rdzv_conf: str | None = None
-    master_addr: str | None = None
-    master_port: int | None = None
-
-    @property
-    def node_range(self) -> tuple[int, int]:
-        lo, _, hi = self.nnodes.partition(":")
-        return int(lo), int(hi or lo)
-
-    @property
-    def multi_node(self) -> bool:
-        return self.node_range != (1, 1)
-
-    @property
-    def shared_rendezvous(self) -> bool:
-        """True when the user chose the rendezvous: runs then go one at a time (they would meet
-        at the same endpoint), and in step with the other nodes."""
-        return self.multi_node or any(
-            v is not None for v in (self.rdzv_backend, self.rdzv_endpoint, self.master_addr,
-                                    self.master_port)
-        )
-
-    def validate(self) -> None:
-        if self.nproc_per_node < 1:
-            raise UsageError(f"--nproc-per-node must be at least 1, got {self.nproc_per_node}")
-        if self.nproc_per_node > MAX_NPROC:
-            raise UsageError(f"--nproc-per-node must be at most {MAX_NPROC}, got "
-                             f"{self.nproc_per_node}")
-        if not re.fullmatch(r"\d+(:\d+)?", self.nnodes):
-            raise UsageError(f"--nnodes must be N or MIN:MAX, got {self.nnodes!r}")
-        lo, hi = self.node_range
-        if lo < 1 or hi < lo:
-            raise UsageError(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {self.nnodes!r}")
-        if self.node_rank is not None and not 0 <= self.node_rank < hi:
-            raise UsageError(f"--node-rank must be between 0 and {hi - 1}, got {self.node_rank}")
-        if self.master_port is not None and not 1 <= self.master_port <= 65535:
-            raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
-        for flag, value in (("--rdzv-backend", self.rdzv_backend),
-                            ("--rdzv-endpoint", self.rdzv_endpoint), ("--rdzv-id", self.rdzv_id),
-                            ("--rdzv-conf", self.rdzv_conf), ("--master-addr", self.master_addr)):
-            if value is not None and (not value or any(c.isspace() for c in value)):
-                raise UsageError(f"{flag} must be a non-empty word, got {value!r}")
-
-    def torchrun_args(self, run: int) -> list[str]:
-        """torchrun's options for run ``run``.
-
-        Without a rendezvous of the user's, a standalone rendezvous binds a free port for each
-        run, so runs may go in parallel. With one, each run gets its own rendezvous id
-        (``ID-run-K``, the same on every node), so run K of one node meets run K of the others.
-        """
-        args = ["--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0",
-                "--monitor-interval", "0.1"]
-        if not self.shared_rendezvous:
-            return ["--standalone", "--nnodes", "1", *args]
-        args += ["--nnodes", self.nnodes, "--rdzv-id", f"{self.rdzv_id or 'repro-check'}-run-{run}"]
-        for flag, value in self._given():
-            if flag != "--rdzv-id":
-                args += [flag, value]
-        return args
-
-    def _given(self) -> list[tuple[str, str]]:
-        return [(flag, str(value)) for flag, value in (
-            ("--node-rank", self.node_rank), ("--rdzv-backend", self.rdzv_backend),
-            ("--rdzv-endpoint", self.rdzv_endpoint), ("--rdzv-id", self.rdzv_id),
-            ("--rdzv-conf", self.rdzv_conf), ("--master-addr", self.master_addr),
-            ("--master-port", self.master_port),
-        ) if value is not None]
-
-    def cli_args(self) -> list[str]:
-        """The repro-check options that ask for this launch (for the replay command)."""
-        out = ["--nproc-per-node", str(self.nproc_per_node)]
-        if self.nnodes != "1":
-            out += ["--nnodes", self.nnodes]
-        for flag, value in self._given():
-            out += [flag, value]
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 # ---- in the parent: one run as a torchrun job ------------------------------------------------
@@ -273,10 +179,9 @@ class Job:
         else:
             self.folder, self.stem = None, f"run-{spec.index}"
         self.events_dir = Path(tempfile.mkdtemp(prefix=f".{self.stem}-ranks-", dir=self.folder))
-        config = run_config(spec, None)
-        config["distributed"] = {"events_dir": str(self.events_dir)}
+        told = spec.told.replace(event_fd=None, distributed=str(self.events_dir))
         config_path = self.events_dir / "run.json"  # every rank reads it
-        config_path.write_text(json.dumps(config), encoding="utf-8")
+        config_path.write_text(told.to_json(), encoding="utf-8")
         env = run_environment(spec, runconfig.by_path(str(config_path)))
         command = [sys.executable, "-m", "torch.distributed.run",
                    *options.torchrun_args(spec.index), "-m", "repro_check.child.rank_supervisor"]
@@ -317,7 +222,7 @@ class Job:
         self.dropped[rank] = self.dropped.get(rank, 0) + 1
         if self.dropped[rank] <= DROPPED_NAMED:
             ev = dropped_warning(why, self.dropped[rank] == DROPPED_NAMED)
-            events.put(("event", self.spec.index, {**ev, "rank": rank},
+            events.put(("event", self.spec.index, record_of({**ev, "rank": rank}),
                         dumps(ev).encode("utf-8")))
 
     def _dispatch(self, rank: int, line: bytes, events: Any) -> None:
@@ -347,10 +252,11 @@ class Job:
             return
         try:
             event = obj if "format" in obj else parse_event(obj)
-        except TraceFileError as e:
+            rec = record_of({**event, "rank": rank})
+        except (TraceFileError, ProtocolError) as e:
             self._dropped(rank, dropped_reason(e), events)
             return
-        events.put(("event", self.spec.index, {**event, "rank": rank}, line))
+        events.put(("event", self.spec.index, rec, line))
 
     def _read_output(self, events: Any) -> None:
         assert self.proc.stdout is not None
@@ -397,9 +303,9 @@ class Job:
     def ready(self) -> bool:
         return self.open_streams == 0 and self.proc.poll() is not None
 
-    def handle(self, event: dict[str, Any], raw: str | bytes) -> None:
+    def handle(self, event: Record, raw: str | bytes) -> None:
         line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        rr = self._rank(event["rank"])
+        rr = self._rank(event.rank or 0)
         apply_event(rr, event)
         if self.folder is not None:
             writer = self.writers.get(rr.rank)
@@ -424,6 +330,9 @@ class Job:
         elif code == EXIT_CHANNEL:
             rr.status = "failed"
             rr.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
+        elif code == EXIT_PROTOCOL:
+            rr.status = "failed"
+            rr.error = {"kind": "protocol", "message": protocol_message(self.tail.text())}
         elif code == EXIT_RAISED or (code != 0 and rr.status == "pending"):
             rr.status = "terminated" if rr.stopped_by and rr.error is None else "failed"
             if rr.error is None and rr.status == "failed":
@@ -515,16 +424,10 @@ class Distributed:
         return requested or default
 
     def comparison(self, policy: Any) -> Any:
-        from repro_check.distributed.compare import RankComparison
-
         return RankComparison(self.runs, policy, self.local_ranks)
 
     def feed(self, comparison: Any, listener: Any) -> Any:
-        from repro_check.distributed.compare import RankFeed
-
         return RankFeed(comparison, listener)
 
     def finish_report(self, report: Any, comparison: Any) -> None:
-        from repro_check.distributed.compare import finish_report
-
         finish_report(report, comparison, self)

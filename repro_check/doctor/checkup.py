@@ -22,12 +22,12 @@ import re
 import sys
 import sysconfig
 import tokenize
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from repro_check import config, targets
+from repro_check import targets
 from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
 from repro_check.doctor.codes import CODES, parse_codes
@@ -359,9 +359,21 @@ def scan(target: targets.Target, report: DoctorReport, ignore: frozenset[str],
                 report.findings.append(f)
 
 
-def doctor(target: str | None = None, *, ignore: Iterable[str] = (),
-           env: bool = True) -> DoctorReport:
-    """The environment (when ``env``) and, with a TARGET, the static scan of its source.
+class ProjectSettings(Protocol):
+    """What ``doctor`` takes from the project's pyproject.toml (a :class:`repro_check.config.Config`:
+    the front end reads it, so that this package never imports the configuration's)."""
+
+    @property
+    def path(self) -> Path | None: ...
+
+    @property
+    def doctor_ignore(self) -> frozenset[str]: ...
+
+
+def doctor(target: str | None = None, *, ignore: Iterable[str] = (), env: bool = True,
+           project: Callable[[], ProjectSettings] | None = None) -> DoctorReport:
+    """The environment (when ``env``) and, with a TARGET, the static scan of its source;
+    ``project`` reads the project's settings (after the TARGET is checked: its errors first).
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for an unresolvable TARGET, a
     target file that is not Python, a bad ``--ignore`` code or a bad pyproject.toml setting.
@@ -371,11 +383,12 @@ def doctor(target: str | None = None, *, ignore: Iterable[str] = (),
     if target is not None:
         tgt = targets.parse(target)
         targets.check(tgt)
-    settings = config.load(with_table=True)
-    source = str(settings.path) if settings.path is not None else None
+    settings = project() if project is not None else None
+    source = str(settings.path) if settings is not None and settings.path is not None else None
     report = DoctorReport(target=target, environment=None, config=source)
     if tgt is not None:
-        scan(tgt, report, settings.doctor_ignore, option_ignore)
+        scan(tgt, report, settings.doctor_ignore if settings is not None else frozenset(),
+             option_ignore)
     if env:
         report.environment = environment()
     return report
@@ -470,8 +483,10 @@ def summary(report: DoctorReport) -> Any:
 
 
 def print_summary(report: DoctorReport, console: Any = None) -> None:
+    # rich and the renderers: loaded only to print
     from repro_check.report.terminal import make_console
 
+    # rich and the renderers: loaded only to print
     from repro_check.report.text import Visible
 
     (console or make_console(file=sys.stdout)).print(Visible(summary(report)))

@@ -17,7 +17,7 @@ from repro_check.gate.golden import (
 from repro_check.report.model import GatePart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
-from repro_check.run.runner import FAILED_STATUSES
+from repro_check.trace.results import FAILED_STATUSES
 from repro_check.trace.format import TraceStream
 
 

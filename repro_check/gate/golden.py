@@ -23,7 +23,7 @@ from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
 from repro_check.report.text import visible
 from repro_check.run.options import MAX_THREADS, RecordedSettings
-from repro_check.run.runner import RunResult
+from repro_check.trace.results import RunResult
 from repro_check.trace import values
 from repro_check.trace.format import MAX_STEP, TraceStream, TraceWriter, check_header, header_line
 from repro_check.version import __version__

@@ -9,8 +9,9 @@ from repro_check.gate.golden import make_parent, write_golden
 from repro_check.report.model import GatePart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
-from repro_check.run.runner import Listener
-from repro_check.run.session import Feed, Session, failure
+from repro_check.compare.feed import Feed
+from repro_check.run.session import Session, failure
+from repro_check.trace.results import Listener
 from repro_check.trace.atomic import check_writable
 
 

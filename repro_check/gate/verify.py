@@ -21,9 +21,11 @@ from repro_check.report.model import GatePart, Report
 from repro_check.report.text import visible
 from repro_check.run.options import PLAIN, InternalSettings, RecordedSettings, RunOptions
 from repro_check.run.replay import replay_line
-from repro_check.run.runner import Listener, RunResult
-from repro_check.run.session import NullListener, Session, failure
+from repro_check.trace.results import Listener, RunResult
+from repro_check.compare.feed import NullListener
+from repro_check.run.session import Session, failure
 from repro_check.trace.format import TraceStream
+from repro_check.trace.protocol import MetricsRecord, Record, StepRecord
 
 LABELS = ["golden", "this run"]
 
@@ -61,12 +63,12 @@ class GoldenFeed:
     def run_started(self, index: int) -> None:
         self.listener.run_started(index)
 
-    def event(self, index: int, event: dict[str, Any]) -> None:
-        if "step" in event:
-            self._advance(event["step"])
-            self.comparison.add_step(2, event["step"], event["signals"])
-        elif "metrics" in event:
-            self.comparison.set_metrics(2, event["metrics"])
+    def event(self, index: int, event: Record) -> None:
+        if isinstance(event, StepRecord):
+            self._advance(event.step)
+            self.comparison.add_step(2, event.step, event.signals)
+        elif isinstance(event, MetricsRecord):
+            self.comparison.set_metrics(2, event.metrics)
         self.listener.event(index, event)
 
     def run_finished(self, result: RunResult) -> None:
@@ -131,7 +133,7 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad options and
     :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a complete
     trace or whose header disagrees with what it holds. ``internal`` as
-    :func:`~repro_check.run.check.run_check` takes it.
+    :func:`~repro_check.verdict.run_check` takes it.
     """
     golden_path = str(golden)
     prepared = prepare(options, golden_path)

@@ -73,6 +73,7 @@ def plain_summary(report: Report, width: int = 100) -> str:
 
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, highlight=False, soft_wrap=False)
+    # with rich: only when a summary is written
     from repro_check.report.render import summary
 
     console.print(summary(report), crop=False)

@@ -15,7 +15,7 @@ from repro_check.trace import values
 from repro_check.compare.drift import Drift
 from repro_check.compare.steps import ComparisonResult, Policy
 from repro_check.errors import ExitCode
-from repro_check.run.runner import RunResult
+from repro_check.trace.results import RunResult
 
 REPORT_VERSION = 1
 

@@ -12,6 +12,7 @@ from repro_check.report.model import Report
 def summary(report: Report) -> Any:
     """The report as rich renderables (print with ``crop=False``), with every control character
     that came from a target or a file made visible."""
+    # each renderer (and rich) only when its kind of report is shown
     from repro_check.report.text import Visible
 
     return Visible(_layout(report))
@@ -19,18 +20,22 @@ def summary(report: Report) -> Any:
 
 def _layout(report: Report) -> Any:
     if report.gate is not None:
+        # each renderer (and rich) only when its kind of report is shown
         from repro_check.report import gate
 
         return gate.summary(report)
     if report.across is not None:
+        # each renderer (and rich) only when its kind of report is shown
         from repro_check.report import across
 
         return across.summary(report)
+    # each renderer (and rich) only when its kind of report is shown
     from repro_check.report import terminal
 
     if report.diagnosis is not None:
         from rich.console import Group
 
+        # each renderer (and rich) only when its kind of report is shown
         from repro_check.report import diagnosis
 
         return Group(terminal.summary(report), diagnosis.diagnosis(report))

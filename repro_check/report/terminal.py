@@ -27,7 +27,8 @@ from repro_check.report.text import (
     value_text,
     verdict_style,
 )
-from repro_check.run.runner import RunResult
+from repro_check.trace.protocol import InfoRecord, Record, StepRecord
+from repro_check.trace.results import RunResult
 
 
 def make_console(file: IO[str] | None = None, stderr: bool = False, width: int | None = None,
@@ -535,18 +536,18 @@ class Progress:
         elif not self.quiet:
             self.console.print(f"run {index}/{self.runs} started", style="dim")
 
-    def event(self, index: int, event: dict[str, Any]) -> None:
+    def event(self, index: int, event: Record) -> None:
         if not self.live or self._bars is None:
             return
-        if "step" in event:
-            step = event["step"]
+        if isinstance(event, StepRecord):
+            step = event.step
             self._done[index] = step
             total = self._total.get(index)
             if total is not None and total < step:  # the expectation was short (e.g. one epoch)
                 self._total[index] = total = step
             self._bars.update(self._tasks[index], completed=step, total=total)
-        elif "info" in event and isinstance(event["info"].get("expected_steps"), int):
-            total = event["info"]["expected_steps"]
+        elif isinstance(event, InfoRecord) and isinstance(event.info.get("expected_steps"), int):
+            total = event.info["expected_steps"]
             if self.max_steps is not None:
                 total = min(total, self.max_steps)
             self._total[index] = total = max(total, self._done.get(index, 0))

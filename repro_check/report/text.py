@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from repro_check.compare.printed import HOW_TO_GET_A_METRIC
 from repro_check.report.model import Report
-from repro_check.run.runner import RunResult
+from repro_check.trace.results import RunResult
 from repro_check.trace import values
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,10 +28,11 @@ from repro_check.compare import printed
 from repro_check.compare.tolerances import ToleranceOptions, parse_cli, parse_config, parse_signals
 from repro_check.errors import UsageError
 from repro_check.run import axes as across_axes
+from repro_check.targets import Target
+from repro_check.trace.protocol import RunConfig
 
 if TYPE_CHECKING:
     from repro_check.compare.steps import Policy
-    from repro_check.distributed.launch import DistOptions
 
 #: runs a check makes unless told otherwise; record makes one, verify always one
 CHECK_RUNS = 2
@@ -188,6 +190,18 @@ class RunOptions:
     def target_args(self) -> list[str]:
         return list(self.args or ())
 
+    def told(self, run: int, target: Target,
+             internal: InternalSettings | None = None) -> RunConfig:
+        """What run number ``run`` of ``target`` (parsed from :attr:`target`) is told: the one
+        object its process reads (:class:`~repro_check.trace.protocol.RunConfig`), with the
+        settings of repro-check's own commands (``internal``) beside the user's options."""
+        internal = internal or PLAIN
+        return RunConfig(run=run, target=target, args=tuple(self.target_args),
+                         seed=self.run_seed, components=tuple(self.components),
+                         threads=self.run_threads, max_steps=self.max_steps,
+                         warn_only=internal.warn_only, probe_step=internal.probe_step,
+                         printed_metrics=self.printed_metrics, pin_plan=internal.pin_plan)
+
     def policy(self, override: Policy | None = None) -> Policy:
         """The comparison policy of these tolerances (``override``: a policy object given to the
         API instead), with every ``--metric`` rule's metric always compared."""
@@ -229,6 +243,103 @@ class RunOptions:
             threads=self.threads if self.threads is not None else recorded.threads,
             max_steps=self.max_steps if self.max_steps is not None else recorded.max_steps,
         )
+
+
+# ---- torchrun's options ---------------------------------------------------------------------------------
+
+#: ranks one node may start: far beyond any machine, so no number given starts a process storm
+MAX_NPROC = 1024
+
+
+@dataclass
+class DistOptions:
+    """torchrun's node and rendezvous options, passed through to every run's launch."""
+
+    nproc_per_node: int = 1
+    nnodes: str = "1"
+    node_rank: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: str | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    @property
+    def node_range(self) -> tuple[int, int]:
+        lo, _, hi = self.nnodes.partition(":")
+        return int(lo), int(hi or lo)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.node_range != (1, 1)
+
+    @property
+    def shared_rendezvous(self) -> bool:
+        """True when the user chose the rendezvous: runs then go one at a time (they would meet
+        at the same endpoint), and in step with the other nodes."""
+        return self.multi_node or any(
+            v is not None for v in (self.rdzv_backend, self.rdzv_endpoint, self.master_addr,
+                                    self.master_port)
+        )
+
+    def validate(self) -> None:
+        if self.nproc_per_node < 1:
+            raise UsageError(f"--nproc-per-node must be at least 1, got {self.nproc_per_node}")
+        if self.nproc_per_node > MAX_NPROC:
+            raise UsageError(f"--nproc-per-node must be at most {MAX_NPROC}, got "
+                             f"{self.nproc_per_node}")
+        if not re.fullmatch(r"\d+(:\d+)?", self.nnodes):
+            raise UsageError(f"--nnodes must be N or MIN:MAX, got {self.nnodes!r}")
+        lo, hi = self.node_range
+        if lo < 1 or hi < lo:
+            raise UsageError(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {self.nnodes!r}")
+        if self.node_rank is not None and not 0 <= self.node_rank < hi:
+            raise UsageError(f"--node-rank must be between 0 and {hi - 1}, got {self.node_rank}")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
+        for flag, value in (("--rdzv-backend", self.rdzv_backend),
+                            ("--rdzv-endpoint", self.rdzv_endpoint), ("--rdzv-id", self.rdzv_id),
+                            ("--rdzv-conf", self.rdzv_conf), ("--master-addr", self.master_addr)):
+            if value is not None and (not value or any(c.isspace() for c in value)):
+                raise UsageError(f"{flag} must be a non-empty word, got {value!r}")
+
+    def torchrun_args(self, run: int) -> list[str]:
+        """torchrun's options for run ``run``.
+
+        Without a rendezvous of the user's, a standalone rendezvous binds a free port for each
+        run, so runs may go in parallel. With one, each run gets its own rendezvous id
+        (``ID-run-K``, the same on every node), so run K of one node meets run K of the others.
+        """
+        args = ["--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0",
+                "--monitor-interval", "0.1"]
+        if not self.shared_rendezvous:
+            return ["--standalone", "--nnodes", "1", *args]
+        args += ["--nnodes", self.nnodes, "--rdzv-id", f"{self.rdzv_id or 'repro-check'}-run-{run}"]
+        for flag, value in self._given():
+            if flag != "--rdzv-id":
+                args += [flag, value]
+        return args
+
+    def _given(self) -> list[tuple[str, str]]:
+        return [(flag, str(value)) for flag, value in (
+            ("--node-rank", self.node_rank), ("--rdzv-backend", self.rdzv_backend),
+            ("--rdzv-endpoint", self.rdzv_endpoint), ("--rdzv-id", self.rdzv_id),
+            ("--rdzv-conf", self.rdzv_conf), ("--master-addr", self.master_addr),
+            ("--master-port", self.master_port),
+        ) if value is not None]
+
+    def cli_args(self) -> list[str]:
+        """The repro-check options that ask for this launch (for the replay command)."""
+        out = ["--nproc-per-node", str(self.nproc_per_node)]
+        if self.nnodes != "1":
+            out += ["--nnodes", self.nnodes]
+        for flag, value in self._given():
+            out += [flag, value]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 @dataclass

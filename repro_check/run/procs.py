@@ -299,6 +299,7 @@ class Supervised:
 
     def __init__(self, command: Sequence[str], env: dict[str, str], cwd: str | None = None,
                  pass_fds: Sequence[int] = ()) -> None:
+        # only when a run starts: the console script imports this module at start-up
         import subprocess
 
         if os.name == "nt":
@@ -337,6 +338,7 @@ class Supervised:
     def end(self, timeout: float) -> None:
         """Kill the run and wait (bounded) for the supervisor to leave; SIGKILL it if it will not
         (its command dies with it: a parent-death signal)."""
+        # only when a run starts: the console script imports this module at start-up
         import subprocess
 
         self.kill()
@@ -371,6 +373,7 @@ def _become_subreaper() -> None:
     """Orphans among our descendants are reparented to us, not to init (Linux)."""
     if sys.platform.startswith("linux"):
         try:
+            # Linux only (prctl)
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -435,6 +438,7 @@ def _exit_as(status: int) -> None:
         os._exit(os.waitstatus_to_exitcode(status))
     sig = os.WTERMSIG(status)
     try:
+        # in the supervisor's last moments only
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the command dumped its own core

@@ -33,12 +33,17 @@ from repro_check.compare import cause, scanproc
 from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
-from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RESOLVE,
-                                     EXIT_TERMINATED)
+from repro_check.child.pin import PLAN_VAR
+from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RESOLVE,
+                                     EXIT_TERMINATED, PROTOCOL_MESSAGE)
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.targets import Target
+from repro_check.trace.protocol import (ErrorRecord, HeaderRecord, InfoRecord, MetricsRecord,
+                                        ProtocolError, Record, RunConfig, StepRecord,
+                                        WarningRecord, record_of)
+from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
-                                       dropped_warning, dumps, loads, parse_event)
+                                       dropped_warning, dumps, read_record)
 
 #: bytes of a run's combined stdout/stderr that are kept
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -57,103 +62,30 @@ READ_AHEAD_STEPS = 256
 #: lines of a run that cannot be taken are each named in a warning, up to this many
 DROPPED_NAMED = 10
 _POLL = 0.05
-#: the statuses of a run (or a rank) that failed: the target raised, crashed, hung or could not
-#: be found (a cancelled, stopped or early-exited run did not fail)
-FAILED_STATUSES = frozenset({"failed", "crashed", "timeout", "unresolved"})
-#: the statuses of a run whose printed metrics count (as its own metrics do): it ran to its end
-PRINTED_STATUSES = frozenset({"completed", "exited"})
-
-
 @dataclass
 class RunSpec:
-    """Everything one run needs."""
+    """One run as the runner starts it: what its process is told (``told``, made once from the
+    run options, :meth:`repro_check.run.options.RunOptions.told`), and what only this side needs."""
 
-    index: int
-    target: Target
-    args: Sequence[str] = ()
-    seed: int | None = 0
-    components: Sequence[str] = seeding.COMPONENTS
-    threads: int | None = 1
-    max_steps: int | None = None
+    told: RunConfig
     timeout: float | None = None
     trace_path: Path | None = None
-    warn_only: bool = False
-    probe_step: int | None = None
     cwd: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     #: the interpreter the run starts with (None: this one); it must import this package
     executable: str | None = None
-    #: ``--metric NAME=REGEX`` rules for the printed metrics, beside the default rule
-    printed_metrics: Sequence[tuple[str, str]] = ()
     #: starts the run some other way (e.g. as a torchrun job)
     launcher: Launcher | None = None
     #: record the processes the target starts, a stream each (see :mod:`repro_check.run.streams`)
     processes: bool = False
 
-
-@dataclass
-class RunResult:
-    """How one run ended; ``status`` is one of completed, stopped (max-steps), exited (early, with
-    status 0), failed (raised or exited non-zero), crashed (killed by a signal), timeout,
-    cancelled (stopped by fail-fast or an interrupt), unresolved."""
-
-    index: int
-    status: str = "pending"
-    returncode: int | None = None
-    signal: str | None = None
-    error: dict[str, Any] | None = None
-    output_tail: str = ""
-    steps: int = 0
-    header: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    trace_path: str | None = None
-    #: seeding components the target overrode, and seeds it set itself: the seeding watch's
-    #: {"component", "key", "value", "where", "source", "order"} records
-    overrides: list[dict[str, Any]] = field(default_factory=list)
-    #: the top-level models whose parameters went into step 1: {"class", "where", ...}
-    models: list[dict[str, Any]] = field(default_factory=list)
-    #: the private generators the target made: creation, seeding and first-draw records
-    #: (:func:`repro_check.compare.cause.generator_record`)
-    generators: list[dict[str, Any]] = field(default_factory=list)
-    #: the DataLoaders the target made and the epochs they started
-    #: (:func:`repro_check.compare.cause.loader_record`)
-    loaders: list[dict[str, Any]] = field(default_factory=list)
-    #: metrics picked from the run's output (``printed:NAME``), encoded
-    printed_metrics: dict[str, Any] = field(default_factory=dict)
-    #: the processes the target started, in index order (with ``RunSpec.processes``)
-    processes: list[streams.ProcessResult] = field(default_factory=list)
-    #: a run stopped by --max-steps: the metrics it had recorded by then (not final, not compared)
-    held_metrics: list[str] = field(default_factory=list)
-    #: why what the run recorded is incomplete (records it wrote that could not be taken)
-    incomplete: list[str] = field(default_factory=list)
+    @property
+    def index(self) -> int:
+        return self.told.run
 
     @property
-    def failed(self) -> bool:
-        return self.status in FAILED_STATUSES
-
-    def describe_failure(self) -> str:
-        if self.status == "timeout":
-            limit = (self.error or {}).get("limit")
-            took = f"{limit:g}" if isinstance(limit, (int, float)) else f"{self.seconds:.1f}"
-            return f"run {self.index} timed out after {took} s"
-        if self.status == "crashed":
-            return f"run {self.index} was killed by {self.signal}"
-        if self.error and self.error.get("kind") == "raised":
-            return f"run {self.index} raised {self.error.get('type')}: {self.error.get('message')}"
-        if self.error:
-            return f"run {self.index}: {self.error.get('message')}"
-        return f"run {self.index} exited with status {self.returncode}"
-
-
-class Listener(Protocol):
-    """Receives what happens in the runs (progress display, streaming comparison)."""
-
-    def run_started(self, index: int) -> None: ...
-
-    def event(self, index: int, event: dict[str, Any]) -> None: ...
-
-    def run_finished(self, result: RunResult) -> None: ...
+    def target(self) -> Target:
+        return self.told.target
 
 
 #: what the runs put on the runner's queue: ``("event", run, event, raw line)`` for each trace
@@ -175,7 +107,7 @@ class LiveRun(Protocol):
         """Every stream ended and the process too: :meth:`finish` may be called."""
         ...
 
-    def handle(self, event: dict[str, Any], raw: bytes) -> None:
+    def handle(self, event: Record, raw: bytes) -> None:
         """One trace record of the run, in the order it arrived."""
         ...
 
@@ -233,29 +165,21 @@ class _Lines:
             self.partial, self.skipping = b"", True
 
 
-def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
-    """What the run entry (:mod:`repro_check.child.main`) reads from the file ``REPRO_CHECK_RUN``
-    names (:mod:`repro_check.child.runconfig`)."""
-    return {
-        "event_fd": event_fd,
-        "target": spec.target.to_dict(),
-        "args": list(spec.args),
-        "seed": spec.seed,
-        "components": list(spec.components),
-        "threads": spec.threads,
-        "max_steps": spec.max_steps,
-        "run": spec.index,
-        "warn_only": spec.warn_only,
-        "probe_step": spec.probe_step,
-        "printed_metrics": [list(rule) for rule in spec.printed_metrics],
-    }
+def protocol_message(output: str) -> str:
+    """Why a run refused its configuration (:data:`EXIT_PROTOCOL`): the reason it wrote last."""
+    said = [line[len("repro-check: "):] for line in output.splitlines()
+            if line.startswith("repro-check: ")]
+    return f"{PROTOCOL_MESSAGE}: {said[-1]}" if said else PROTOCOL_MESSAGE
 
 
 def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
     """The environment a run starts with: seeding variables, where its configuration is
     (``config_at``: :func:`runconfig.by_descriptor` or :func:`runconfig.by_path`), our package."""
-    env = seeding.child_environment(os.environ, spec.seed, spec.components, spec.threads)
+    told = spec.told
+    env = seeding.child_environment(os.environ, told.seed, told.components, told.threads)
     env.update(spec.extra_env)
+    if told.pin_plan is not None:
+        env[PLAN_VAR] = told.pin_plan
     env[runconfig.RUN_VAR] = config_at
     env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
     env["PYTHONUNBUFFERED"] = "1"
@@ -264,37 +188,34 @@ def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
     return env
 
 
-def apply_event(res: Any, ev: dict[str, Any]) -> bool:
+def apply_event(res: Any, ev: Record) -> bool:
     """Fold one trace record of a run (or a rank) into its result; True when it is the record
     saying the target returned (its final status)."""
-    if "header" in ev and "format" in ev:
-        res.header = ev["header"]
-    elif "step" in ev:
-        res.steps = ev["step"]
-    elif "error" in ev:
-        res.error = ev["error"]
-    elif "warning" in ev:
-        res.warnings.append(ev["warning"])
-        if ev.get("incomplete") is True and isinstance(getattr(res, "incomplete", None), list):
-            res.incomplete.append(ev["warning"])
-        if isinstance(ev.get("component"), str):
-            res.overrides.append({k: ev.get(k) for k in ("component", "key", "value", "where",
-                                                         "source", "order", "at_step", "worker",
-                                                         "clock_fields") if k in ev})
-    elif "info" in ev and isinstance(ev["info"], dict) and "generator" in ev["info"]:
-        rec = cause.generator_record(ev["info"]["generator"])
+    if isinstance(ev, HeaderRecord):
+        res.header = ev.header
+    elif isinstance(ev, StepRecord):
+        res.steps = ev.step
+    elif isinstance(ev, ErrorRecord):
+        res.error = ev.error
+    elif isinstance(ev, WarningRecord):
+        res.warnings.append(ev.warning)
+        if ev.incomplete and isinstance(getattr(res, "incomplete", None), list):
+            res.incomplete.append(ev.warning)
+        if ev.override is not None:
+            res.overrides.append(ev.override)
+    elif isinstance(ev, InfoRecord) and "generator" in ev.info:
+        rec = cause.generator_record(ev.info["generator"])
         if rec is not None and len(res.generators) < cause.MAX_GENERATOR_RECORDS:
             res.generators.append(rec)
-    elif "info" in ev and isinstance(ev["info"], dict) and "loader" in ev["info"]:
-        rec = cause.loader_record(ev["info"]["loader"])
+    elif isinstance(ev, InfoRecord) and "loader" in ev.info:
+        rec = cause.loader_record(ev.info["loader"])
         if rec is not None and len(res.loaders) < cause.MAX_GENERATOR_RECORDS:
             res.loaders.append(rec)
-    elif "info" in ev and isinstance(ev["info"], dict) and isinstance(ev["info"].get("models"),
-                                                                        list):
-        res.models = [m for m in ev["info"]["models"] if isinstance(m, dict)]
-    elif "info" in ev and isinstance(ev["info"], dict) and "status" in ev["info"]:
-        res.status = str(ev["info"]["status"])
-        held = ev["info"].get("held_metrics")
+    elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("models"), list):
+        res.models = [m for m in ev.info["models"] if isinstance(m, dict)]
+    elif isinstance(ev, InfoRecord) and ev.status is not None:
+        res.status = ev.status
+        held = ev.info.get("held_metrics")
         if isinstance(held, list) and hasattr(res, "held_metrics"):
             res.held_metrics = [str(n) for n in held]
         return True
@@ -358,16 +279,17 @@ class _LiveRun:
         self.killed: set[int] = set()  # processes of the run we sent SIGKILL
         self.abandon = threading.Event()
         self.dropped = 0  # lines of the run that could not be taken
+        self.refused = False  # its header spoke another version of the trace format
         self.writer = TraceWriter(spec.trace_path) if spec.trace_path else None
         # the user's --metric rules run in a process of their own (see scanproc)
-        self.printed = scanproc.scanner(spec.printed_metrics)
+        self.printed = scanproc.scanner(spec.told.printed_metrics)
         read_fd, write_fd = os.pipe()
         config_fd = -1
         try:
-            config = run_config(spec, write_fd)
-            if self.streams is not None:
-                config["processes"] = self.streams.config
-            config_fd = runconfig.config_file(config)
+            told = spec.told.replace(
+                event_fd=write_fd,
+                processes=str(self.streams.events_dir) if self.streams is not None else None)
+            config_fd = runconfig.config_file(told)
             env = run_environment(spec, runconfig.by_descriptor(config_fd))
             self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
                                                 "repro_check.child"], env,
@@ -437,18 +359,24 @@ class _LiveRun:
         if self.dropped > DROPPED_NAMED:
             return
         ev = dropped_warning(why, self.dropped == DROPPED_NAMED)
-        self.events.put(("event", self.spec.index, ev, dumps(ev).encode("utf-8")))
+        self.events.put(("event", self.spec.index, record_of(ev), dumps(ev).encode("utf-8")))
 
     def _line(self, raw: bytes) -> None:
+        if self.refused:  # after a header of another version nothing can be read right
+            return
         try:
-            obj = loads(raw)
-            ev = obj if isinstance(obj, dict) and "format" in obj else parse_event(obj)
+            rec = read_record(raw)
+        except ProtocolError as e:  # the run speaks another version: it fails (see handle)
+            self.refused = True
+            ev = {"error": {"kind": "protocol", "message": str(e)}}
+            self.events.put(("event", self.spec.index, record_of(ev), dumps(ev).encode("utf-8")))
+            return
         except Exception as e:  # noqa: BLE001 - a garbled line is dropped, never silently
             self._dropped(dropped_reason(e))
             return
-        if self.pacer is not None and "step" in ev:
-            self.pacer.advance(self.spec.index, ev["step"], self.abandon)
-        self.events.put(("event", self.spec.index, ev, raw))
+        if self.pacer is not None and isinstance(rec, StepRecord):
+            self.pacer.advance(self.spec.index, rec.step, self.abandon)
+        self.events.put(("event", self.spec.index, rec, raw))
 
     # ---- stopping ------------------------------------------------------------------------
     def stop(self, reason: str, graceful: bool = True) -> None:
@@ -521,12 +449,14 @@ class _LiveRun:
         return self.open_streams == 0 and self.proc.poll() is not None
 
     # ---- results -------------------------------------------------------------------------
-    def handle(self, event: dict[str, Any], raw: bytes) -> None:
-        if self.streams is not None and "proc" in event:
+    def handle(self, event: Record, raw: bytes) -> None:
+        if self.streams is not None and event.proc is not None:
             self.streams.handle(event, raw)
             return
         if apply_event(self.result, event):
             self.done_at = time.monotonic()
+        if isinstance(event, ErrorRecord) and event.error.get("kind") == "protocol":
+            self.stop("failed")  # its records cannot be read: nothing it does counts
         if self.writer is not None:
             self.writer.write_raw(raw.decode("utf-8"))
 
@@ -564,6 +494,9 @@ class _LiveRun:
         elif returncode == EXIT_CHANNEL:
             res.status = "failed"  # whatever it recorded after that is lost: never a short run
             res.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
+        elif returncode == EXIT_PROTOCOL:
+            res.status = "failed"
+            res.error = {"kind": "protocol", "message": protocol_message(res.output_tail)}
         elif returncode != 0:  # EXIT_RAISED, or any other status: a run that failed
             after = " after the target returned" if res.status != "pending" else ""
             res.status = "failed"
@@ -705,7 +638,8 @@ class _Runs:
             if error is not None:
                 raise error  # the other runs are stopped on the way out (run_all)
             if result.printed_metrics:  # compared like the metrics the run itself recorded
-                self.listener.event(idx, {"metrics": result.printed_metrics})
+                self.listener.event(idx, MetricsRecord({"metrics": result.printed_metrics},
+                                                       result.printed_metrics))
             if result.status == "unresolved":
                 self.cancel_all()
             elif result.status == "timeout":

@@ -22,73 +22,14 @@ from typing import Any
 
 from repro_check import targets
 from repro_check.child import seeding, watch
-from repro_check.child.pin import PLAN_VAR
 from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import signals
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
-from repro_check.run.runner import Listener, RunResult, RunSpec, run_all
+from repro_check.run.runner import RunSpec, run_all
+from repro_check.trace.results import RunResult
 
 TRACE_ROOT = ".repro-check"
-
-
-class NullListener:
-    """A listener that ignores everything (no progress display)."""
-
-    def run_started(self, index: int) -> None:
-        pass
-
-    def event(self, index: int, event: dict[str, Any]) -> None:
-        pass
-
-    def run_finished(self, result: RunResult) -> None:
-        pass
-
-
-class Feed:
-    """Passes run events to the streaming comparison and to the caller's listener.
-
-    ``add_step``, ``add_metrics``, ``add_process_event`` and ``end`` are what a comparison of
-    another shape (one per rank, one per process, the golden's) overrides; the rest is shared.
-    """
-
-    def __init__(self, comparison: Any, listener: Listener | None = None) -> None:
-        self.comparison = comparison
-        self.listener = listener or NullListener()
-        self.uses_dataloader = False
-
-    def run_started(self, index: int) -> None:
-        self.listener.run_started(index)
-
-    def event(self, index: int, event: dict[str, Any]) -> None:
-        if "proc" in event:
-            self.add_process_event(index, event)
-            self.uses_dataloader = self.uses_dataloader or "batch" in event.get("signals", ())
-        elif "step" in event:
-            self.add_step(index, event)
-            self.uses_dataloader = self.uses_dataloader or "batch" in event["signals"]
-        elif "metrics" in event:
-            self.add_metrics(index, event)
-        self.listener.event(index, event)
-
-    def run_finished(self, result: RunResult) -> None:
-        self.end(result)
-        self.listener.run_finished(result)
-
-    def add_step(self, index: int, event: dict[str, Any]) -> None:
-        self.comparison.add_step(index, event["step"], event["signals"])
-
-    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
-        self.comparison.set_metrics(index, event["metrics"])
-
-    def add_process_event(self, index: int, event: dict[str, Any]) -> None:
-        """A record of a process the target started (``event["proc"]``): a comparison of the
-        main process alone has no use for it."""
-
-    def end(self, result: RunResult) -> None:
-        # a run that failed or was stopped by us is cut short: its missing steps are no divergence
-        cut_short = result.failed or result.status == "cancelled"
-        self.comparison.end(result.index, result.steps, complete=not cut_short)
 
 
 # ---- trace folders and parallelism -------------------------------------------------------------
@@ -260,14 +201,9 @@ class Session:
         env = shared_thread_env(min(jobs, self.runs)) \
             if self.share_threads and o.run_threads is None else {}
         return [
-            RunSpec(index=i, target=self.target, args=o.target_args, seed=o.run_seed,
-                    components=o.components, threads=o.run_threads, max_steps=o.max_steps,
-                    timeout=o.timeout, trace_path=self.folder / f"run-{i}.jsonl",
-                    launcher=self.launcher, warn_only=internal.warn_only,
-                    probe_step=internal.probe_step,
-                    extra_env={**env, **({PLAN_VAR: internal.pin_plan} if internal.pin_plan
-                                         else {})},
-                    printed_metrics=o.printed_metrics, processes=self.processes)
+            RunSpec(o.told(i, self.target, internal), timeout=o.timeout,
+                    trace_path=self.folder / f"run-{i}.jsonl", launcher=self.launcher,
+                    extra_env=env, processes=self.processes)
             for i in range(1, self.runs + 1)
         ]
 

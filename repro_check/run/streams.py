@@ -20,12 +20,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro_check.errors import TraceFileError
 from repro_check.run import procs
+from repro_check.trace.protocol import Record, record_of
+from repro_check.trace.results import ProcessResult
 from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
                                        parse_event)
 
@@ -81,61 +82,6 @@ class EventFiles:
             fh.close()
 
 
-@dataclass
-class ProcessResult:
-    """What one process the target started recorded, and how it ended. ``status`` is the one the
-    process recorded (completed, stopped at ``--max-steps``, exited, failed), or ``killed`` when
-    it ended without saying (a signal, or stopped with the run)."""
-
-    index: int
-    status: str = "killed"
-    steps: int = 0
-    backward_calls: int = 0
-    metrics: bool = False
-    exitcode: int | None = None
-    error: dict[str, Any] | None = None
-    header: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
-    #: warnings that say a record of the process was left out
-    incomplete: list[str] = field(default_factory=list)
-    trace_path: str | None = None
-
-    @property
-    def recorded(self) -> bool:
-        """Whether it has anything to compare: a process that did not train is ignored."""
-        return bool(self.steps or self.backward_calls or self.metrics)
-
-    @property
-    def ended_itself(self) -> bool:
-        return self.status != "killed"
-
-    def fold(self, ev: dict[str, Any]) -> None:
-        """Take one trace record of the process."""
-        if "header" in ev and "format" in ev:
-            self.header = ev["header"]
-        elif "step" in ev:
-            self.steps = ev["step"]
-        elif "metrics" in ev:
-            self.metrics = self.metrics or bool(ev["metrics"])
-        elif "error" in ev:
-            self.error = ev["error"]
-        elif "warning" in ev:
-            self.warnings.append(ev["warning"])
-            if ev.get("incomplete") is True:
-                self.incomplete.append(ev["warning"])
-        elif isinstance(ev.get("info"), dict) and "status" in ev["info"]:
-            info = ev["info"]
-            self.status = str(info["status"])
-            calls = info.get("backward_calls")
-            self.backward_calls = calls if isinstance(calls, int) else 0
-            self.exitcode = info.get("exitcode")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"process": self.index, "status": self.status, "steps": self.steps,
-                "backward_calls": self.backward_calls, "exitcode": self.exitcode,
-                "error": self.error, "trace": self.trace_path}
-
-
 class ProcessStreams:
     """The streams of the processes one run's target starts: tailed while the run goes, written
     as traces beside the run's, and summed up when it ends (see the module's docstring)."""
@@ -149,8 +95,6 @@ class ProcessStreams:
         else:
             self.folder, self.stem = None, f"run-{run}"
         self.events_dir = Path(tempfile.mkdtemp(prefix=f".{self.stem}-procs-", dir=self.folder))
-        #: what the run entry reads from its configuration (``config["processes"]``)
-        self.config = {"events_dir": str(self.events_dir)}
         self.results: dict[int, ProcessResult] = {}
         #: lines of each process that could not be taken (the first DROPPED_NAMED are named)
         self.dropped: dict[int, int] = {}
@@ -182,13 +126,15 @@ class ProcessStreams:
         try:
             obj = json.loads(line)
             event = obj if isinstance(obj, dict) and "format" in obj else parse_event(obj)
+            rec = record_of({**event, "proc": index})
         except (ValueError, RecursionError, TraceFileError) as e:  # dropped, never silently
             self.dropped[index] = self.dropped.get(index, 0) + 1
             if self.dropped[index] > DROPPED_NAMED:
                 return
             event = dropped_warning(dropped_reason(e), self.dropped[index] == DROPPED_NAMED)
             line = dumps(event).encode("utf-8")
-        self.events.put(("event", self.run, {**event, "proc": index}, line))
+            rec = record_of({**event, "proc": index})
+        self.events.put(("event", self.run, rec, line))
 
     # ---- the runner's side -------------------------------------------------------------------
     def last_pass(self, left: Iterable[int]) -> None:
@@ -201,10 +147,11 @@ class ProcessStreams:
         """Stop reading at once (the runner gives the run up)."""
         self.abandon.set()
 
-    def handle(self, event: dict[str, Any], raw: bytes | str) -> None:
-        """One record of process ``event["proc"]``, in the order it arrived: into its result and
+    def handle(self, event: Record, raw: bytes | str) -> None:
+        """One record of process ``event.proc``, in the order it arrived: into its result and
         its trace."""
-        index = event["proc"]
+        index = event.proc
+        assert index is not None, "a record of the run's main process"
         res = self.results.setdefault(index, ProcessResult(index))
         res.fold(event)
         if self.folder is None:

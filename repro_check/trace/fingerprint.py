@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
 try:
@@ -428,8 +428,6 @@ def _feed(b: _Builder, obj: Any, depth: int, in_object: bool = False) -> None:
 
 
 def _is_mapping(obj: Any) -> bool:
-    from collections.abc import Mapping
-
     return isinstance(obj, Mapping)  # e.g. UserDict subclasses such as tokenizer outputs
 
 

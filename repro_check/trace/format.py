@@ -27,13 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from repro_check.child import seeding
 from repro_check.trace import values
+from repro_check.trace.protocol import COMPONENTS, FORMAT, MAX_SEED, VERSION, Record, record_of
 from repro_check.trace.atomic import AtomicWriter
 from repro_check.errors import TraceFileError
 
-FORMAT = "repro-check-trace"
-VERSION = 2
 #: no valid line is longer than this; a longer one means a corrupt or foreign file
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_STEP = 10**12
@@ -190,9 +188,9 @@ HEADER_CHECKS: dict[str, Any] = {
     "target": _optional(lambda x: isinstance(x, str) and 0 < len(x) <= 4096),
     "args": _optional(_str_list),
     "run": _optional(_int_at_least(0, MAX_STEP)),
-    "seed": _optional(_int_at_least(0, seeding.MAX_SEED)),
+    "seed": _optional(_int_at_least(0, MAX_SEED)),
     "components": _optional(lambda x: isinstance(x, list)
-                            and all(c in seeding.COMPONENTS for c in x)),
+                            and all(c in COMPONENTS for c in x)),
     "seeding": _optional(_object_of({})),
     "threads": _optional(_int_at_least(1)),
     "max_steps": _optional(_int_at_least(1)),
@@ -309,6 +307,17 @@ def dropped_reason(exc: BaseException) -> str:
     if isinstance(exc, (ValueError, RecursionError)):
         return "not JSON"
     return f"{type(exc).__name__}: {_short(text, 80)}"
+
+
+def read_record(line: str | bytes, **tags: int) -> Record:
+    """One line a run wrote, as the parent's readers take it: decoded (:func:`loads`), validated
+    (:func:`parse_event`; a header line must be of this version) and typed
+    (:func:`~repro_check.trace.protocol.record_of`), with ``tags`` (``proc``, ``rank``: where it
+    came from) added. A bad line raises (the reader drops it and says so); a header of another
+    version raises :class:`~repro_check.trace.protocol.ProtocolError`."""
+    obj = loads(line)
+    event = obj if isinstance(obj, dict) and "format" in obj else parse_event(obj)
+    return record_of({**event, **tags} if tags else event)
 
 
 def dropped_warning(why: str, later_unnamed: bool = False) -> dict[str, Any]:

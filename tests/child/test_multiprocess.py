@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import repro_check
-from repro_check.compare.processes import ProcessComparison, finish_report
+from repro_check.compare.processes import ProcessComparison
+from repro_check.report.processes import finish_report
 from repro_check.compare.steps import Comparison
 from repro_check.report.model import Report
 from repro_check.run.runner import RunResult

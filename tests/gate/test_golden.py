@@ -404,6 +404,7 @@ def test_a_golden_swapped_during_the_run_is_refused(tmp_path: Path) -> None:
     from repro_check.gate.verify import GoldenFeed
     from repro_check.run.runner import RunResult
     from repro_check.trace.format import TraceStream
+    from repro_check.trace.protocol import record_of
 
     checked = check_golden(craft(tmp_path / "g.json", {}, [*steps(3), END]))
     for name, lines, why in (("longer", [*steps(4), END], "changed while verify read it"),
@@ -411,5 +412,5 @@ def test_a_golden_swapped_during_the_run_is_refused(tmp_path: Path) -> None:
         swapped = craft(tmp_path / f"{name}.json", {}, lines)
         feed = GoldenFeed(Comparison(2), TraceStream(swapped), None, checked)
         with pytest.raises(TraceFileError, match=why):
-            feed.event(2, {"step": 1, "signals": {"loss": f32(1.0)}})
+            feed.event(2, record_of({"step": 1, "signals": {"loss": f32(1.0)}}))
             feed.run_finished(RunResult(2, status="completed", steps=1))

@@ -23,6 +23,7 @@ from repro_check.report.model import Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import RunResult
+from repro_check.trace.protocol import record_of
 from repro_check.child.seeding import COMPONENTS
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -143,9 +144,9 @@ def test_sparkline_merges_points_by_max_into_the_width() -> None:
 def _drive(progress: Progress, steps: int, expected: int | None = None, finish: bool = False) -> None:
     progress.run_started(1)
     if expected is not None:
-        progress.event(1, {"info": {"expected_steps": expected}})
+        progress.event(1, record_of({"info": {"expected_steps": expected}}))
     for s in range(1, steps + 1):
-        progress.event(1, {"step": s, "signals": {}})
+        progress.event(1, record_of({"step": s, "signals": {}}))
     if finish:
         progress.run_finished(RunResult(1, status="completed", steps=steps, seconds=2.0))
     progress.close()

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -412,12 +413,12 @@ class _Collect:
     """A runner listener that keeps every event and the results."""
 
     def __init__(self) -> None:
-        self.events: dict[int, list[dict[str, object]]] = {}
+        self.events: dict[int, list[Any]] = {}
 
     def run_started(self, index: int) -> None:
         pass
 
-    def event(self, index: int, event: dict[str, object]) -> None:
+    def event(self, index: int, event: Any) -> None:
         self.events.setdefault(index, []).append(event)
 
     def run_finished(self, result: object) -> None:
@@ -433,23 +434,25 @@ def test_a_target_that_takes_fds_signals_its_parent_or_has_huge_args(tmp_path: P
     from repro_check import targets
     from repro_check.child.exits import CHANNEL_MESSAGE
     from repro_check.run import runner
+    from repro_check.trace.protocol import RunConfig
 
     pid_file = tmp_path / "pids.txt"
     many = [str(i) for i in range(30_000)] + ["x" * 100_000]
-    specs = [runner.RunSpec(index=1, target=targets.parse(f"{FAIL / 'signals_parent.py'}:main"),
-                            args=["--pid-file", str(pid_file), "--signals", "SIGUSR1,SIGSTOP",
-                                  *many],
+    specs = [runner.RunSpec(RunConfig(run=1, target=targets.parse(f"{FAIL / 'signals_parent.py'}:main"),
+                                      args=("--pid-file", str(pid_file), "--signals",
+                                            "SIGUSR1,SIGSTOP", *many)),
                             timeout=240, trace_path=tmp_path / "run-1.jsonl")]
     for index, mode in ((2, "close"), (3, "dup2")):
-        specs.append(runner.RunSpec(index=index, target=targets.parse(str(FAIL / "fd_thief.py")),
-                                    args=["--log", str(tmp_path / f"{mode}.log"), "--mode", mode],
+        specs.append(runner.RunSpec(RunConfig(run=index, target=targets.parse(str(FAIL / "fd_thief.py")),
+                                              args=("--log", str(tmp_path / f"{mode}.log"),
+                                                    "--mode", mode)),
                                     timeout=240, trace_path=tmp_path / f"run-{index}.jsonl"))
     listener = _Collect()
     hostile, closer, duper = runner.run_all(specs, listener, jobs=2)
 
     assert hostile.status == "completed" and hostile.steps == 3, hostile
     assert load_trace(hostile.trace_path).header["args"][4:] == many
-    metrics = [e["metrics"] for e in listener.events[1] if "metrics" in e]
+    metrics = [e.raw["metrics"] for e in listener.events[1] if "metrics" in e.raw]
     assert metrics and "args" in metrics[0]
     assert_none_alive(pids(pid_file))
 

@@ -148,10 +148,11 @@ class Kept:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[RunOptions, InternalSettings]] = []
+        from repro_check import verdict
+        from repro_check.diagnose import across
         from repro_check.gate import record, verify
-        from repro_check.run import across, check
 
-        monkeypatch.setattr(check, "run_check", self.keep)
+        monkeypatch.setattr(verdict, "run_check", self.keep)
         monkeypatch.setattr(across, "run_across", self.keep)
         monkeypatch.setattr(record, "record_golden", self.keep)
         monkeypatch.setattr(verify, "verify_golden", self.keep)

@@ -13,6 +13,7 @@ from repro_check.run import runner
 from repro_check import targets
 from repro_check.run.procs import Tail, is_alive
 from repro_check.trace.format import MAX_LINE_BYTES, load_trace
+from repro_check.trace.protocol import RunConfig
 
 from ..conftest import FIXTURES
 
@@ -80,8 +81,8 @@ def test_a_run_that_does_not_exit_after_returning_is_stopped(
     monkeypatch.setattr(runner, "FINISH_GRACE", 1.0)
     pid_file = tmp_path / "pids.txt"
     spec = runner.RunSpec(
-        index=1, target=targets.parse(f"{FIXTURES / 'failures' / 'leaky.py'}:main"),
-        args=["--linger", "--pid-file", str(pid_file)], timeout=120,
+        RunConfig(run=1, target=targets.parse(f"{FIXTURES / 'failures' / 'leaky.py'}:main"),
+                  args=("--linger", "--pid-file", str(pid_file))), timeout=120,
         trace_path=tmp_path / "run-1.jsonl",
     )
     events = _Events()
@@ -159,7 +160,7 @@ def test_a_line_a_started_process_wrote_that_cannot_be_read_marks_the_run_incomp
         procs_.finish(result)
     finally:
         procs_.stop()
-    assert [ev["incomplete"] for _, _, ev, _ in taken] == [True, True]
+    assert [ev.incomplete for _, _, ev, _ in taken] == [True, True]
     assert len(result.incomplete) == 2 and result.incomplete[0].startswith(
         "process 3: a line the run wrote was dropped (step 1 has malformed signals)")
 
@@ -171,9 +172,11 @@ def test_a_removed_trace_folder_and_an_exit_status_after_returning(tmp_path: Pat
     target = targets.parse(f"{FIXTURES / 'failures' / 'saboteur.py'}:main")
     folder = tmp_path / "gone"
     folder.mkdir()
-    specs = [runner.RunSpec(index=1, target=target, args=["--remove", str(folder)], timeout=240,
+    specs = [runner.RunSpec(RunConfig(run=1, target=target, args=("--remove", str(folder))),
+                            timeout=240,
                             trace_path=folder / "run-1.jsonl"),
-             runner.RunSpec(index=2, target=target, args=["--atexit-status", "7"], timeout=240,
+             runner.RunSpec(RunConfig(run=2, target=target, args=("--atexit-status", "7")),
+                            timeout=240,
                             trace_path=tmp_path / "run-2.jsonl")]
     removed, exited = runner.run_all(specs, _Events(), jobs=2)
     assert removed.status == "completed" and removed.steps == 3 and removed.trace_path is None
@@ -181,3 +184,39 @@ def test_a_removed_trace_folder_and_an_exit_status_after_returning(tmp_path: Pat
     assert exited.status == "failed" and exited.returncode == 7 and exited.steps == 3
     assert exited.error is not None and "status 7 after the target returned" in \
         exited.error["message"]
+
+
+def test_both_ends_refuse_another_version_of_the_trace_format(tmp_path: Path) -> None:
+    """Run 1 is told another version: the run entry refuses it (before importing anything) and
+    the run fails saying why. Run 2's entry (a stand-in interpreter) writes a header of another
+    version: the runner takes nothing of it and the run fails saying why. Neither is a short run
+    that would compare as reproducible."""
+    import sys
+
+    from repro_check.trace.protocol import VERSION
+
+    other = tmp_path / "other-entry"
+    other.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os\n"
+        "from repro_check.child import runconfig\n"
+        "config = runconfig.read_config(os.environ)\n"
+        "out = os.fdopen(config.event_fd, 'w')\n"
+        f"out.write(json.dumps({{'format': 'repro-check-trace', 'version': {VERSION + 1}, "
+        "'header': {}}) + '\\n')\n"
+        "out.write(json.dumps({'step': 1, 'signals': {}}) + '\\n')\n"
+        "out.write(json.dumps({'info': {'status': 'completed'}}) + '\\n')\n")
+    other.chmod(0o755)
+    target = targets.parse(f"{FIXTURES / 'tiny.py'}:main")
+    told = RunConfig(run=1, target=target, version=VERSION + 1)
+    specs = [runner.RunSpec(told, timeout=120, trace_path=tmp_path / "run-1.jsonl"),
+             runner.RunSpec(RunConfig(run=2, target=target), timeout=120,
+                            trace_path=tmp_path / "run-2.jsonl", executable=str(other))]
+    refused, foreign = runner.run_all(specs, _Events(), jobs=2)
+    assert refused.failed and refused.error is not None, refused
+    assert refused.error["kind"] == "protocol" and f"version {VERSION + 1}" in \
+        refused.error["message"], refused.error
+    assert foreign.failed and foreign.error is not None, foreign
+    assert foreign.error["kind"] == "protocol" and f"version {VERSION + 1}" in \
+        foreign.error["message"], foreign.error
+    assert foreign.header is None and foreign.steps == 0  # nothing of it was taken

@@ -28,9 +28,10 @@ from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, Report
 from repro_check.report.render import summary
 from repro_check.report.terminal import make_console
 from repro_check.run import axes as ax
-from repro_check.run.across import Fits, price_of_determinism
+from repro_check.diagnose.across import Fits, price_of_determinism
 from repro_check.run.options import RunOptions
 from repro_check.run.runner import RunSpec
+from repro_check.trace.protocol import RunConfig
 from repro_check.targets import parse
 from repro_check.trace.values import Tolerance
 
@@ -122,7 +123,7 @@ def test_more_threads_than_cores_is_refused() -> None:
 
 # ---- what may run at once ------------------------------------------------------------------------
 def _spec(index: int, threads: int | None) -> RunSpec:
-    return RunSpec(index=index, target=parse("t.py:main"), threads=threads)
+    return RunSpec(RunConfig(run=index, target=parse("t.py:main"), threads=threads))
 
 
 def test_runs_go_together_only_where_their_threads_and_the_gpu_fit() -> None:
@@ -444,7 +445,7 @@ def test_device_runs_fingerprint_with_the_device_digest(same_python: CliResult,
 
 def test_cross_device_comparison_and_localization_leave_out_one_sided_things() -> None:
     from repro_check.compare.steps import Policy
-    from repro_check.run.across import cross_device, drop_transfers
+    from repro_check.diagnose.across import cross_device, drop_transfers
 
     policy = cross_device(Policy())
     assert policy.compares("loss") and policy.compares("params") and not policy.compares("rng.cuda")

@@ -40,13 +40,16 @@ from repro_check.report.model import (
     plain_value,
 )
 from repro_check.run.axes import Cell, check_cores, check_interpreters, grid, usable_cores
-from repro_check.run.check import finished_report
+from repro_check.verdict import finished_report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
-from repro_check.run.runner import Listener, RunResult, RunSpec
-from repro_check.run.session import Feed, Session
+from repro_check.compare.feed import Feed
+from repro_check.run.runner import RunSpec
+from repro_check.run.session import Session
+from repro_check.trace.results import Listener, RunResult
 from repro_check.trace import values
 from repro_check.trace.fingerprint import DEVICE_DIGEST_ENV
+from repro_check.trace.protocol import MetricsRecord, StepRecord
 
 Log = Callable[[str], None]
 
@@ -84,10 +87,10 @@ class Plan:
             env = {**spec.extra_env, **cell.environment()}
             if self.device_digest:
                 env[DEVICE_DIGEST_ENV] = "1"
+            told = spec.told.replace(threads=cell.threads or spec.told.threads,
+                                     components=tuple(cell.components(spec.told.components)))
             out.append(dataclasses.replace(
-                spec, threads=cell.threads or spec.threads,
-                components=cell.components(spec.components), executable=cell.executable,
-                extra_env=env, trace_path=self.folder / f"env-{cell.index}-run-{run}.jsonl"))
+                spec, told=told, executable=cell.executable, extra_env=env, trace_path=self.folder / f"env-{cell.index}-run-{run}.jsonl"))
         return out
 
 
@@ -100,7 +103,7 @@ class Fits:
         self.cores = cores
 
     def cost(self, spec: RunSpec) -> int:
-        return min(self.cores, spec.threads or self.cores)
+        return min(self.cores, spec.told.threads or self.cores)
 
     def __call__(self, spec: RunSpec, running: list[RunSpec]) -> bool:
         if self.cells[spec.index].uses_gpu and any(self.cells[r.index].uses_gpu
@@ -123,7 +126,7 @@ class AcrossFeed(Feed):
         #: how much a time per step can be trusted on a loaded machine)
         self.gaps: dict[int, list[float]] = {}
 
-    def add_step(self, index: int, event: dict[str, Any]) -> None:
+    def add_step(self, index: int, event: StepRecord) -> None:
         super().add_step(index, event)
         now = time.monotonic()
         if index in self.last_at:
@@ -131,12 +134,12 @@ class AcrossFeed(Feed):
         self.first_at.setdefault(index, now)
         self.last_at[index] = now
         for cmp, local in self.routes.get(index, ()):
-            cmp.add_step(local, event["step"], event["signals"])
+            cmp.add_step(local, event.step, event.signals)
 
-    def add_metrics(self, index: int, event: dict[str, Any]) -> None:
+    def add_metrics(self, index: int, event: MetricsRecord) -> None:
         super().add_metrics(index, event)
         for cmp, local in self.routes.get(index, ()):
-            cmp.set_metrics(local, event["metrics"])
+            cmp.set_metrics(local, event.metrics)
 
     def end(self, result: RunResult) -> None:
         super().end(result)
@@ -329,8 +332,9 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
             index = len(specs) + len(probe_specs) + 1
             probes[(cell, step)] = index
             fits.cells[index] = plan.cells[cell - 1]
+            base = specs[plan.index(cell, 1) - 1]
             probe_specs.append(dataclasses.replace(
-                specs[plan.index(cell, 1) - 1], index=index, max_steps=step, probe_step=step,
+                base, told=base.told.replace(run=index, max_steps=step, probe_step=step),
                 trace_path=plan.folder / f"probe-env-{cell}-step-{step}.jsonl"))
     steps = sorted({p.first_divergent_step for p in wanted if p.first_divergent_step})
     say(f"localization: {len(probe_specs)} probe run(s) to step {', '.join(map(str, steps))}, "

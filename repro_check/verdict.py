@@ -1,17 +1,23 @@
-"""``check``: run a target several times under the same options and compare every step."""
+"""``check``: run a target several times under the same options and compare every step.
+
+Above the runner (:mod:`repro_check.run`), the torchrun launch (:mod:`repro_check.distributed`)
+and the report (:mod:`repro_check.report`), which it puts together; ``diagnose`` and ``--across``
+build on it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from repro_check.compare import cause, printed, processes
+from repro_check.compare import cause, printed
 from repro_check.compare.processes import ProcessComparison, ProcessFeed
 from repro_check.compare.steps import ComparisonResult, Policy
+from repro_check.distributed.launch import Distributed
+from repro_check.report import processes
 from repro_check.report.model import Report
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run.replay import check_runs, replay_line
-from repro_check.run.runner import PRINTED_STATUSES, Listener
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
+from repro_check.trace.results import PRINTED_STATUSES, Listener
 
 
 def run_check(options: RunOptions, listener: Listener | None = None,
@@ -28,10 +34,7 @@ def run_check(options: RunOptions, listener: Listener | None = None,
     policy = options.policy(internal.policy_override)
     dist = None
     if options.distributed is not None:
-        from repro_check.distributed.launch import Distributed
-
         dist = Distributed(options.distributed, options.runs)
-    # runs compared with each other go in parallel even without a fixed thread count
     # runs compared with each other go in parallel even without a fixed thread count; the
     # processes the target starts are compared across runs too (a stream each)
     session = Session(options, launcher=dist, share_threads=True, processes=dist is None,

@@ -1,0 +1,36 @@
+"""The report's part about the processes the target started (``--json`` key ``processes``).
+
+In the report layer: it reads a finished per-process comparison
+(:class:`~repro_check.compare.processes.ProcessComparison`) and the runs' results.
+"""
+
+from __future__ import annotations
+
+from repro_check.compare.processes import ProcessComparison
+from repro_check.report.model import ProcessesPart, Report
+
+
+def finish_report(report: Report, comparison: ProcessComparison) -> None:
+    """Add the part about processes when any process the target started recorded something:
+    where the first divergence is, and each process's steps and end in every run."""
+    if not comparison.by_process:
+        return
+    div = report.comparison.divergence if report.comparison else None
+    by_run = {r.index: {p.index: p for p in r.processes} for r in report.results}
+    rows = []
+    for k in sorted(comparison.by_process):
+        got = [by_run.get(r.index, {}).get(k) for r in report.results]
+        rows.append({
+            "process": k,
+            "steps": [p.steps if p else 0 for p in got],
+            "status": [p.status if p else None for p in got],
+            "traces": [p.trace_path if p else None for p in got],
+        })
+    started = {k for procs in by_run.values() for k in procs}
+    report.processes = ProcessesPart(
+        first_divergent_process=getattr(div, "process", None),
+        processes=rows,
+        ignored=sorted(started - set(comparison.by_process)),
+        results=[{"run": r.index, "processes": [p.to_dict() for p in r.processes]}
+                 for r in report.results],
+    )

@@ -1,0 +1,335 @@
+"""The line between repro-check and a run's process: what the run is told, what it tells back.
+
+Both sides import this module, and nothing of the other side: the parent (``run/``,
+``distributed/``) builds one frozen :class:`RunConfig` per run, serialises it once
+(:meth:`RunConfig.to_json`, carried by :mod:`repro_check.child.runconfig`); the run entry
+(:mod:`repro_check.child.main`) reads it once (:meth:`RunConfig.from_json`) and passes the typed
+object on. What comes back are trace lines (:mod:`repro_check.trace.format`), which the parent's
+readers turn into the typed records below (:func:`record_of`) instead of recognising dicts by
+their keys.
+
+Both ends check the trace format's version: a run refuses a configuration of another version
+(:class:`ProtocolError`, which it reports as a failed run), and the parent refuses a run whose
+header speaks another (:func:`check_version`). Standard library only, as the child starts
+before torch is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from repro_check.targets import Target
+
+#: the trace format's name and version, in every trace's first line and in every run's
+#: configuration (docs/trace-format.md)
+FORMAT = "repro-check-trace"
+VERSION = 2
+
+#: every seeding component, in the order it is applied (:mod:`repro_check.child.seeding`)
+COMPONENTS: tuple[str, ...] = (
+    "hashseed",
+    "python",
+    "numpy",
+    "torch",
+    "cuda",
+    "cudnn",
+    "deterministic_algorithms",
+    "dataloader",
+    "threads",
+)
+#: largest seed every component accepts (numpy's legacy seed and PYTHONHASHSEED are 32-bit)
+MAX_SEED = 2**32 - 1
+
+
+class ProtocolError(ValueError):
+    """A configuration or a trace header this side cannot take: another version of the format,
+    or a field of the wrong kind."""
+
+
+def check_version(version: Any, what: str) -> None:
+    """Refuse a ``version`` other than this side's: the two sides would read each other's
+    records wrongly (``what``: whose version it is, for the message)."""
+    if version != VERSION:
+        raise ProtocolError(f"{what} speaks trace format version {version!r}, this repro-check "
+                            f"speaks version {VERSION}: both sides must be the same repro-check")
+
+
+# ---- what a run is told ------------------------------------------------------------------------
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _optional_int(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is not None and not _is_int(value):
+        raise ProtocolError(f"the run configuration's {key!r} is not a whole number: {value!r}")
+    return value
+
+
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ProtocolError(f"the run configuration's {key!r} is not a string: {value!r}")
+    return value
+
+
+def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProtocolError(f"the run configuration's {key!r} is not a list of strings")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run's process is told: what to run, how to seed it, what to record.
+
+    Made by the parent from its :class:`~repro_check.run.options.RunOptions` (one per run),
+    written once, read once by the run entry; the field names are those of the options."""
+
+    #: the run's number (1, 2, ...): the trace header's ``run``, and the clock shift
+    run: int
+    target: Target
+    args: tuple[str, ...] = ()
+    seed: int | None = 0
+    components: tuple[str, ...] = COMPONENTS
+    threads: int | None = 1
+    max_steps: int | None = None
+    warn_only: bool = False
+    probe_step: int | None = None
+    #: ``--metric NAME=REGEX`` rules (picked by the parent; in the header for ``verify``)
+    printed_metrics: tuple[tuple[str, str], ...] = ()
+    #: ``diagnose``'s pin plan: a JSON file the run reads (:mod:`repro_check.child.pin`, through
+    #: the environment, as the target's own processes read it too)
+    pin_plan: str | None = None
+    #: the descriptor trace lines go to (set by whoever starts the run entry)
+    event_fd: int | None = None
+    #: under torchrun: the folder each rank writes its events to
+    distributed: str | None = None
+    #: recording the processes the target starts: the folder their streams go to
+    processes: str | None = None
+    #: the trace format the parent reads
+    version: int = VERSION
+
+    def __post_init__(self) -> None:
+        # sequences given as lists (the API's, a test's) are kept as tuples: the object is frozen
+        for name in ("args", "components"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+        if not isinstance(self.printed_metrics, tuple):
+            object.__setattr__(self, "printed_metrics",
+                               tuple((a, b) for a, b in self.printed_metrics))
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> str:
+        """The one serialised form (what :mod:`repro_check.child.runconfig` carries)."""
+        return json.dumps({
+            "version": self.version,
+            "run": self.run,
+            "target": self.target.to_dict(),
+            "args": list(self.args),
+            "seed": self.seed,
+            "components": list(self.components),
+            "threads": self.threads,
+            "max_steps": self.max_steps,
+            "warn_only": self.warn_only,
+            "probe_step": self.probe_step,
+            "printed_metrics": [list(rule) for rule in self.printed_metrics],
+            "pin_plan": self.pin_plan,
+            "event_fd": self.event_fd,
+            "distributed": self.distributed,
+            "processes": self.processes,
+        })
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunConfig:
+        """The configuration :meth:`to_json` wrote; :class:`ProtocolError` for one of another
+        version or a broken one."""
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ProtocolError(f"the run configuration is not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ProtocolError("the run configuration is not a JSON object")
+        check_version(data.get("version"), "the run configuration")
+        target = data.get("target")
+        if not isinstance(target, dict) or not isinstance(target.get("text"), str) \
+                or not isinstance(target.get("kind"), str):
+            raise ProtocolError("the run configuration names no target")
+        try:
+            tgt = Target(**target)
+        except TypeError as e:
+            raise ProtocolError(f"the run configuration's target is broken: {e}") from None
+        rules = data.get("printed_metrics", [])
+        if not isinstance(rules, list) or not all(
+                isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r)
+                for r in rules):
+            raise ProtocolError("the run configuration's 'printed_metrics' are not pairs")
+        run = _optional_int(data, "run")
+        return cls(
+            run=1 if run is None else run,
+            target=tgt,
+            args=_strings(data, "args"),
+            seed=_optional_int(data, "seed"),
+            components=_strings(data, "components"),
+            threads=_optional_int(data, "threads"),
+            max_steps=_optional_int(data, "max_steps"),
+            warn_only=bool(data.get("warn_only", False)),
+            probe_step=_optional_int(data, "probe_step"),
+            printed_metrics=tuple((a, b) for a, b in rules),
+            pin_plan=_optional_str(data, "pin_plan"),
+            event_fd=_optional_int(data, "event_fd"),
+            distributed=_optional_str(data, "distributed"),
+            processes=_optional_str(data, "processes"),
+            version=data["version"],
+        )
+
+
+# ---- what a run tells back ---------------------------------------------------------------------
+@dataclass
+class Record:
+    """One trace record, as the parent reads it. ``proc`` is the process of the target it came
+    from (``None``: the run's main process), ``rank`` the torchrun rank (``None`` without);
+    ``raw`` is the record as written (the trace files keep it byte for byte)."""
+
+    raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def proc(self) -> int | None:
+        value = self.raw.get("proc")
+        return value if _is_int(value) else None
+
+    @property
+    def rank(self) -> int | None:
+        value = self.raw.get("rank")
+        return value if _is_int(value) else None
+
+
+@dataclass
+class HeaderRecord(Record):
+    """The first line: what was run, how it was seeded, in which environment."""
+
+    header: dict[str, Any] = field(default_factory=dict)
+    version: int = VERSION
+
+
+@dataclass
+class StepRecord(Record):
+    """One optimizer step's signals (encoded values or fingerprints)."""
+
+    step: int = 0
+    signals: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MetricsRecord(Record):
+    """The run's final metrics (encoded values)."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WarningRecord(Record):
+    """A warning; ``component`` set when the target overrode a seeding component (the seeding
+    watch's record, :attr:`override`); ``incomplete`` when a record was left out."""
+
+    warning: str = ""
+    incomplete: bool = False
+    component: str | None = None
+
+    #: the keys of a seeding watch's record kept for the report
+    OVERRIDE_KEYS = ("component", "key", "value", "where", "source", "order", "at_step",
+                     "worker", "clock_fields")
+
+    @property
+    def override(self) -> dict[str, Any] | None:
+        if self.component is None:
+            return None
+        return {k: self.raw.get(k) for k in self.OVERRIDE_KEYS if k in self.raw}
+
+
+@dataclass
+class ErrorRecord(Record):
+    """Why the run failed: ``{"kind", "message", "traceback", ...}``."""
+
+    error: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InfoRecord(Record):
+    """Something the run noticed: its end (``status``), a generator or DataLoader it made, the
+    models of step 1, the steps it expects, a torchrun rank's process."""
+
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str | None:
+        value = self.info.get("status")
+        return None if value is None else str(value)
+
+
+@dataclass
+class ProbeRecord(Record):
+    """One op of the probed step (``diagnose``)."""
+
+    probe: Any = None
+
+
+@dataclass
+class FlaggedRecord(Record):
+    """An op PyTorch reports as nondeterministic."""
+
+    flagged: Any = None
+
+
+@dataclass
+class EndRecord(Record):
+    """The last line of a trace the parent wrote: how the run ended."""
+
+    end: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OtherRecord(Record):
+    """A record of a kind this reader does not know (a newer run entry): kept, not used."""
+
+
+def record_of(obj: Mapping[str, Any]) -> Record:
+    """The typed record of one validated trace line (:func:`repro_check.trace.format.parse_event`
+    checked its fields; a header line is checked here: its version must be this side's)."""
+    raw = dict(obj)
+    if "format" in raw and "header" in raw:
+        check_version(raw.get("version"), "the run")
+        header = raw["header"]
+        return HeaderRecord(raw, header if isinstance(header, dict) else {}, VERSION)
+    if "step" in raw:
+        return StepRecord(raw, raw["step"], raw.get("signals") or {})
+    if "metrics" in raw:
+        return MetricsRecord(raw, raw["metrics"])
+    if "warning" in raw:
+        component = raw.get("component")
+        return WarningRecord(raw, str(raw["warning"]), raw.get("incomplete") is True,
+                             component if isinstance(component, str) else None)
+    if "error" in raw:
+        error = raw["error"]
+        return ErrorRecord(raw, error if isinstance(error, dict) else {"message": str(error)})
+    if "info" in raw and isinstance(raw["info"], dict):
+        return InfoRecord(raw, raw["info"])
+    if "probe" in raw:
+        return ProbeRecord(raw, raw["probe"])
+    if "flagged" in raw:
+        return FlaggedRecord(raw, raw["flagged"])
+    if "end" in raw and isinstance(raw["end"], dict):
+        return EndRecord(raw, raw["end"])
+    return OtherRecord(raw)
+
+
+def records_of(objs: Sequence[Mapping[str, Any]]) -> list[Record]:
+    return [record_of(o) for o in objs]
