@@ -34,6 +34,7 @@ def keywords() -> tuple[str, ...]:
     """The keyword arguments the marker and the fixture accept besides the target: every run
     option :data:`repro_check.run.options.OPTIONS` lets a test give (read by the same builder as
     the Python API's), and ``golden``. Looked up on use: importing the plugin imports nothing."""
+    # when a test uses it: pytest loads this plugin in every session
     from repro_check.run.options import PYTEST_KEYWORDS
 
     return (*PYTEST_KEYWORDS, "golden")
