@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -34,13 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import runconfig
-from repro_check.child.exits import CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.run import procs
+from repro_check.run.exitstatus import FAILED_STATUSES, Status, classify_exit
 from repro_check.run.runner import (
     ABANDON,
     DROPPED_NAMED,
-    FAILED_STATUSES,
     OUTPUT_TAIL_BYTES,
     Events,
     RunResult,
@@ -169,7 +167,7 @@ class RankResult:
     torchrun after another rank failed)."""
 
     rank: int
-    status: str = "pending"
+    status: Status = "pending"
     returncode: int | None = None
     signal: str | None = None
     stopped_by: str | None = None
@@ -262,7 +260,7 @@ class Job:
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.open_streams = 2
         self.started = time.monotonic()
-        self.killed_for: str | None = None
+        self.killed_for: Status | None = None
         self.dropped: dict[int, int] = {}  # lines of each rank that could not be taken
         self.lock = threading.Lock()
         self.ranks: dict[int, RankResult] = {}
@@ -368,7 +366,7 @@ class Job:
             if isinstance(rr.pgid, int):
                 procs.kill_group(rr.pgid)
 
-    def stop(self, reason: str, graceful: bool = True) -> None:
+    def stop(self, reason: Status, graceful: bool = True) -> None:
         """Stop the whole job at once: a rank waiting in a collective would not stop politely."""
         if self.killed_for is None and self.proc.poll() is None:
             self.killed_for = reason
@@ -413,23 +411,10 @@ class Job:
         if code is None:  # no exit record: stopped with the job, or torchrun never started it
             if rr.status == "pending":
                 rr.status = self.killed_for or "terminated"
-        elif code == EXIT_RESOLVE:
-            rr.status = "unresolved"
-        elif code < 0:
-            try:
-                rr.signal = signal.Signals(-code).name
-            except ValueError:
-                rr.signal = f"signal {-code}"
-            rr.status = "terminated" if rr.stopped_by else "crashed"
-        elif code == EXIT_CHANNEL:
-            rr.status = "failed"
-            rr.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
-        elif code == EXIT_RAISED or (code != 0 and rr.status == "pending"):
-            rr.status = "terminated" if rr.stopped_by and rr.error is None else "failed"
-            if rr.error is None and rr.status == "failed":
-                rr.error = {"kind": "exit", "message": f"exited with status {code}"}
-        elif rr.status == "pending":
-            rr.status = "exited"
+            return
+        ending = classify_exit(code, rr.status, rr.error, stopped=bool(rr.stopped_by), rank=True)
+        rr.status, rr.error = ending.status, ending.error
+        rr.signal = ending.signal or rr.signal
 
     def finish(self) -> JobResult:
         """Called once torchrun's output and the ranks' files are done: reap, classify each rank,

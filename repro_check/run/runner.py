@@ -31,10 +31,9 @@ from typing import Any, Protocol
 
 from repro_check.compare import cause, scanproc
 from repro_check.run import procs, streams
+from repro_check.run.exitstatus import FAILED_STATUSES, Status, classify_exit, status_of
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
-from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_RESOLVE,
-                                     EXIT_TERMINATED)
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.targets import Target
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
@@ -57,9 +56,6 @@ READ_AHEAD_STEPS = 256
 #: lines of a run that cannot be taken are each named in a warning, up to this many
 DROPPED_NAMED = 10
 _POLL = 0.05
-#: the statuses of a run (or a rank) that failed: the target raised, crashed, hung or could not
-#: be found (a cancelled, stopped or early-exited run did not fail)
-FAILED_STATUSES = frozenset({"failed", "crashed", "timeout", "unresolved"})
 #: the statuses of a run whose printed metrics count (as its own metrics do): it ran to its end
 PRINTED_STATUSES = frozenset({"completed", "exited"})
 
@@ -98,7 +94,7 @@ class RunResult:
     cancelled (stopped by fail-fast or an interrupt), unresolved."""
 
     index: int
-    status: str = "pending"
+    status: Status = "pending"
     returncode: int | None = None
     signal: str | None = None
     error: dict[str, Any] | None = None
@@ -179,7 +175,7 @@ class LiveRun(Protocol):
         """One trace record of the run, in the order it arrived."""
         ...
 
-    def stop(self, reason: str, graceful: bool = True) -> None:
+    def stop(self, reason: Status, graceful: bool = True) -> None:
         """Stop the run (``reason`` becomes its status); ``graceful``: let it hand over its steps."""
         ...
 
@@ -293,7 +289,7 @@ def apply_event(res: Any, ev: dict[str, Any]) -> bool:
                                                                         list):
         res.models = [m for m in ev["info"]["models"] if isinstance(m, dict)]
     elif "info" in ev and isinstance(ev["info"], dict) and "status" in ev["info"]:
-        res.status = str(ev["info"]["status"])
+        res.status = status_of(ev["info"]["status"])
         held = ev["info"].get("held_metrics")
         if isinstance(held, list) and hasattr(res, "held_metrics"):
             res.held_metrics = [str(n) for n in held]
@@ -350,7 +346,7 @@ class _LiveRun:
             if spec.processes else None
         self.open_streams = 2 if self.streams is None else 3
         self.started = time.monotonic()
-        self.killed_for: str | None = None
+        self.killed_for: Status | None = None
         self.stop_deadline: float | None = None
         self.exited_at: float | None = None
         self.done_at: float | None = None
@@ -451,7 +447,7 @@ class _LiveRun:
         self.events.put(("event", self.spec.index, ev, raw))
 
     # ---- stopping ------------------------------------------------------------------------
-    def stop(self, reason: str, graceful: bool = True) -> None:
+    def stop(self, reason: Status, graceful: bool = True) -> None:
         """Ask the run to stop (SIGTERM, then SIGKILL after the grace period)."""
         if self.proc.poll() is not None:
             if not graceful:
@@ -549,28 +545,10 @@ class _LiveRun:
             if res.status == "timeout":
                 res.error = {"kind": "timeout", "limit": self.spec.timeout,
                              "message": f"stopped after --timeout {self.spec.timeout:g} s"}
-        elif returncode == EXIT_RESOLVE:
-            res.status = "unresolved"
-        elif returncode < 0:
-            res.status = "crashed"
-            try:
-                res.signal = signal.Signals(-returncode).name
-            except ValueError:
-                res.signal = f"signal {-returncode}"
-        elif returncode == EXIT_TERMINATED and res.status == "pending":
-            res.status = "failed"
-            res.error = {"kind": "exit", "message": "stopped by a SIGTERM repro-check did not "
-                         f"send (the target signalled itself or its parent?), status {returncode}"}
-        elif returncode == EXIT_CHANNEL:
-            res.status = "failed"  # whatever it recorded after that is lost: never a short run
-            res.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
-        elif returncode != 0:  # EXIT_RAISED, or any other status: a run that failed
-            after = " after the target returned" if res.status != "pending" else ""
-            res.status = "failed"
-            if res.error is None:
-                res.error = {"kind": "exit", "message": f"exited with status {returncode}{after}"}
-        elif res.status == "pending":
-            res.status = "exited"  # os._exit(0) or similar before the target returned
+        else:
+            ending = classify_exit(returncode, res.status, res.error)
+            res.status, res.error = ending.status, ending.error
+            res.signal = ending.signal or res.signal
         try:
             if res.status in PRINTED_STATUSES:
                 res.printed_metrics = self.printed.finish(self._scan_wait())
