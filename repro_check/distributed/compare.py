@@ -15,12 +15,12 @@ failure even when the runs agree with each other.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from repro_check.run.session import Feed
+from repro_check.compare.perstream import StreamComparison, located
 from repro_check.compare.steps import (Comparison, ComparisonResult, Divergence, Policy, same,
                                        settled)
 from repro_check.errors import TraceFileError
@@ -44,8 +44,7 @@ class RankDivergence(Divergence):
 
 
 def _on_rank(d: Divergence, rank: int) -> RankDivergence:
-    values = {f.name: getattr(d, f.name) for f in dataclasses.fields(Divergence)}
-    return RankDivergence(**values, rank=rank)
+    return located(d, RankDivergence, rank=rank)
 
 
 #: the order in which a step's signals come about: a difference that shows in an earlier one on
@@ -125,26 +124,22 @@ class _CrossRank:
             self.first = Desync(self.run, step, dict(seen))
 
 
-class RankComparison:
+class RankComparison(StreamComparison):
     """Feed it each rank's steps, metrics and ends in any interleaving; ask for the result."""
 
     def __init__(self, runs: int, policy: Policy | None = None, local_ranks: int = 1) -> None:
-        self.runs = runs
-        self.policy = policy or Policy()
+        super().__init__(runs, policy)
         self.local_ranks = local_ranks
-        self.by_rank: dict[int, Comparison] = {}
-        self.ended: dict[int, tuple[dict[int, int], bool]] = {}
         self.cross: dict[int, _CrossRank] = {}
         #: whether any rank recorded a ``params`` fingerprint (a DDP model was seen)
         self.params_seen = False
 
+    @property
+    def by_rank(self) -> dict[int, Comparison]:
+        return self.by_stream
+
     def rank(self, rank: int) -> Comparison:
-        comp = self.by_rank.get(rank)
-        if comp is None:
-            comp = self.by_rank[rank] = Comparison(self.runs, self.policy)
-            for run, (steps, complete) in sorted(self.ended.items()):
-                comp.end(run, steps.get(rank, 0), complete)  # a rank this run never had
-        return comp
+        return self.stream(rank)
 
     def cross_rank(self, run: int) -> _CrossRank:
         if run not in self.cross:
@@ -153,21 +148,17 @@ class RankComparison:
 
     # ---- feeding -----------------------------------------------------------------------------
     def add_step(self, run: int, rank: int, step: int, signals: dict[str, Any]) -> None:
-        self.rank(rank).add_step(run, step, signals)
+        super().add_step(run, rank, step, signals)
         fp = signals.get("params")
         if isinstance(fp, str):
             self.params_seen = True
             self.cross_rank(run).add(rank, step, fp)
 
-    def set_metrics(self, run: int, rank: int, metrics: dict[str, Any]) -> None:
-        self.rank(rank).set_metrics(run, metrics)
-
-    def end(self, run: int, steps: Mapping[int, int], complete: bool = True) -> None:
-        self.ended[run] = (dict(steps), complete)
-        for rank in steps:
+    def end(self, run: int, steps: Mapping[int, int], complete: bool = True,
+            cut: Collection[int] = ()) -> None:
+        for rank in steps:  # every rank the run had is compared, with steps or none
             self.rank(rank)
-        for rank, comp in self.by_rank.items():
-            comp.end(run, steps.get(rank, 0), complete)
+        super().end(run, steps, complete, cut)
         self.cross_rank(run).close()
 
     # ---- results -----------------------------------------------------------------------------
