@@ -29,6 +29,7 @@ from repro_check.child import seeding
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
+from repro_check.report.contents import FlaggedOp
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
 from repro_check.run.options import RunOptions, options_of
@@ -127,20 +128,19 @@ class Collector:
         self.inner.run_finished(result)
 
 
-def flagged_ops(collected: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def flagged_ops(collected: dict[int, list[dict[str, Any]]]) -> list[FlaggedOp]:
     """Every op any run flagged, once, with the earliest step and the runs that flagged it."""
-    ops: dict[str, dict[str, Any]] = {}
+    ops: dict[str, FlaggedOp] = {}
     for run, records in sorted(collected.items()):
         for rec in records:
             op = str(rec.get("op"))
-            entry = ops.setdefault(op, {"op": op, "step": rec.get("step"),
-                                        "where": rec.get("where"), "runs": []})
+            entry = ops.setdefault(op, FlaggedOp(op, rec.get("step"), rec.get("where")))
             step = rec.get("step")
-            if isinstance(step, int) and (entry["step"] is None or step < entry["step"]):
-                entry["step"], entry["where"] = step, rec.get("where")
-            if run not in entry["runs"]:
-                entry["runs"].append(run)
-    return sorted(ops.values(), key=lambda e: (e["step"] or 0, e["op"]))
+            if isinstance(step, int) and (entry.step is None or step < entry.step):
+                entry.step, entry.where = step, rec.get("where")
+            if run not in entry.runs:
+                entry.runs.append(run)
+    return sorted(ops.values(), key=lambda e: (e.step or 0, e.op))
 
 
 def diagnose(
@@ -288,7 +288,7 @@ def explain_localization(report: Report, part: DiagnosisPart, loc: Localization)
             report.cause_location = loc.location
     elif not loc.found and not threads_pinned(report):
         loc.detail += THREADS_HINT
-    part.localization = loc.to_dict()
+    part.localization = loc
     if loc.found:
         part.culprit, part.culprit_op = loc.module, loc.op
 

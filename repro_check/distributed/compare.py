@@ -24,7 +24,9 @@ from repro_check.compare.perstream import StreamComparison, located
 from repro_check.compare.steps import (Comparison, ComparisonResult, Divergence, Policy, same,
                                        settled)
 from repro_check.errors import TraceFileError
-from repro_check.report.model import DistributedPart, RankDesync, Report
+from repro_check.report.contents import (DesyncRankValue, FailedRank, MetricRankValue, RankValue,
+                                         StepRankValue)
+from repro_check.report.model import DistributedPart, RankDesync, RankRun, Report
 from repro_check.trace.format import iter_trace
 
 #: signal name of a desync between the ranks of one run
@@ -237,7 +239,7 @@ class RankFeed(Feed):
         self.comparison.set_metrics(index, event.get("rank", 0), event["metrics"])
 
     def end(self, result: Any) -> None:
-        steps = {r.rank: r.steps for r in getattr(result, "ranks", [])}
+        steps = {r.rank: r.steps for r in result.rank_results()}
         self.comparison.end(result.index, steps, complete=result.status != "cancelled")
 
 
@@ -256,7 +258,7 @@ def signal_at(path: str | None, step: int, name: str) -> Any:
     return None
 
 
-def rank_values(report: Any, comparison: RankComparison) -> list[dict[str, Any]]:
+def rank_values(report: Report, comparison: RankComparison) -> list[RankValue]:
     """Each rank's values where the report's first divergence is."""
     cmp = report.comparison
     div = cmp.divergence if cmp else None
@@ -266,26 +268,25 @@ def rank_values(report: Any, comparison: RankComparison) -> list[dict[str, Any]]
         desync = comparison.desync
         assert desync is not None
         odd = set(desync.ranks)
-        return [{"rank": r, "run": desync.run, "params": fp, "differs": r in odd}
+        return [DesyncRankValue(rank=r, run=desync.run, params=fp, differs=r in odd)
                 for r, fp in sorted(desync.fingerprints.items())]
+    out: list[RankValue] = []
     if div.step is None:  # a final metric
         name = div.signal.removeprefix("metric:")
-        out = []
         for rank, comp in sorted(comparison.by_rank.items()):
             a = comp.metrics.get(1, {}).get(name)
             b = comp.metrics.get(div.run, {}).get(name)
-            out.append({"rank": rank, "reference": a, "value": b,
-                        "differs": not same(div.signal, a, b, comparison.policy)})
+            out.append(MetricRankValue(rank=rank, reference=a, value=b,
+                                       differs=not same(div.signal, a, b, comparison.policy)))
         return out
     name = "loss" if div.signal == "steps" else div.signal
-    traces = {res.index: {r.rank: r.trace_path for r in getattr(res, "ranks", [])}
+    traces = {res.index: {r.rank: r.trace_path for r in res.rank_results()}
               for res in report.results}
-    out = []
     for rank in sorted(comparison.by_rank):
         a = signal_at(traces.get(1, {}).get(rank), div.step, name)
         b = signal_at(traces.get(div.run, {}).get(rank), div.step, name)
-        out.append({"rank": rank, "signal": name, "reference": a, "value": b,
-                    "differs": not same(name, a, b, comparison.policy)})
+        out.append(StepRankValue(rank=rank, signal=name, reference=a, value=b,
+                                 differs=not same(name, a, b, comparison.policy)))
     return out
 
 
@@ -295,8 +296,8 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
     cmp = report.comparison
     div = cmp.divergence if cmp else None
     desync = comparison.desync
-    failed = [{"run": r.index, "rank": r.failed_rank} for r in report.results
-              if getattr(r, "failed_rank", None) is not None]
+    failed = [FailedRank(run=r.index, rank=rank) for r in report.results
+              if (rank := r.first_failed_rank()) is not None]
     report.distributed = DistributedPart(
         launch={"launcher": "torch.distributed.run", **dist.options.to_dict(),
                 "torchrun_args": dist.options.torchrun_args(1)},
@@ -313,14 +314,11 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
             fingerprints={str(r): fp for r, fp in sorted(desync.fingerprints.items())},
         ),
         failed_rank=failed[0] if failed else None,
-        rank_results=[
-            {"run": r.index, "ranks": [rr.to_dict() for rr in getattr(r, "ranks", [])]}
-            for r in report.results
-        ],
+        rank_results=[RankRun(run=r.index, ranks=r.rank_results()) for r in report.results],
     )
     report.warnings += dist.warnings
-    by_run = {r.index: tuple(rr.rank for rr in r.ranks) for r in report.results
-              if getattr(r, "ranks", None)}
+    by_run = {r.index: tuple(rr.rank for rr in r.rank_results()) for r in report.results
+              if r.rank_results()}
     if len(set(by_run.values())) > 1:
         seen = "; ".join(f"run {k}: {', '.join(map(str, v))}" for k, v in sorted(by_run.items()))
         report.warnings.append(

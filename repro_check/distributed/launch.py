@@ -48,6 +48,7 @@ from repro_check.run.runner import (
     run_environment,
 )
 from repro_check.run.streams import EventFiles
+from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
                                        parse_event)
 
@@ -162,30 +163,31 @@ class DistOptions:
 # ---- in the parent: one run as a torchrun job ------------------------------------------------
 
 @dataclass
-class RankResult:
+class RankResult(JsonRecord):
     """How one rank of a run ended. ``status`` as for a run, plus ``terminated`` (stopped by
-    torchrun after another rank failed)."""
+    torchrun after another rank failed). Its JSON (``rank_results``) is how it ended; what it
+    recorded on the way (``skip``) the report shows elsewhere."""
 
     rank: int
     status: Status = "pending"
     returncode: int | None = None
     signal: str | None = None
-    stopped_by: str | None = None
+    stopped_by: str | None = json_field(default=None, skip=True)
     steps: int = 0
     error: dict[str, Any] | None = None
-    header: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
-    overrides: list[dict[str, Any]] = field(default_factory=list)
-    models: list[dict[str, Any]] = field(default_factory=list)
-    generators: list[dict[str, Any]] = field(default_factory=list)
-    loaders: list[dict[str, Any]] = field(default_factory=list)
+    header: dict[str, Any] | None = json_field(default=None, skip=True)
+    warnings: list[str] = json_field(default_factory=list, skip=True)
+    overrides: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    models: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    generators: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    loaders: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
     #: as for a run (:class:`~repro_check.run.runner.RunResult`)
-    held_metrics: list[str] = field(default_factory=list)
-    incomplete: list[str] = field(default_factory=list)
-    trace_path: str | None = None
+    held_metrics: list[str] = json_field(default_factory=list, skip=True)
+    incomplete: list[str] = json_field(default_factory=list, skip=True)
+    trace_path: str | None = json_field(default=None, key="trace")
     pid: int | None = None
     pgid: int | None = None
-    exit_time: float | None = None
+    exit_time: float | None = json_field(default=None, skip=True)
 
     @property
     def failed(self) -> bool:
@@ -209,13 +211,6 @@ class RankResult:
             t = self.exit_time if self.exit_time is not None else float("inf")
         return (1 if self.peer_failure else 0, float(t), self.rank)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank, "status": self.status, "returncode": self.returncode,
-            "signal": self.signal, "steps": self.steps, "error": self.error,
-            "trace": self.trace_path, "pid": self.pid, "pgid": self.pgid,
-        }
-
 
 @dataclass
 class JobResult(RunResult):
@@ -223,6 +218,12 @@ class JobResult(RunResult):
 
     ranks: list[RankResult] = field(default_factory=list)
     failed_rank: int | None = None
+
+    def rank_results(self) -> list[RankResult]:
+        return self.ranks
+
+    def first_failed_rank(self) -> int | None:
+        return self.failed_rank
 
     def describe_failure(self) -> str:
         if self.status == "timeout":

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from repro_check.compare import cause, scanproc
 from repro_check.run import procs, streams
@@ -36,6 +36,9 @@ from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.targets import Target
+if TYPE_CHECKING:
+    from repro_check.distributed.launch import RankResult
+
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
                                        dropped_warning, dumps, loads, parse_event)
 
@@ -127,6 +130,14 @@ class RunResult:
     @property
     def failed(self) -> bool:
         return self.status in FAILED_STATUSES
+
+    def rank_results(self) -> list[RankResult]:
+        """How each rank ended, for a run that was a torchrun job (none for any other run)."""
+        return []
+
+    def first_failed_rank(self) -> int | None:
+        """The rank that failed first, for a run that was a torchrun job."""
+        return None
 
     def describe_failure(self) -> str:
         if self.status == "timeout":

@@ -20,12 +20,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repro_check.errors import TraceFileError
 from repro_check.run import procs
+from repro_check.run.exitstatus import Status, status_of
+from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
                                        parse_event)
 
@@ -82,23 +84,24 @@ class EventFiles:
 
 
 @dataclass
-class ProcessResult:
+class ProcessResult(JsonRecord):
     """What one process the target started recorded, and how it ended. ``status`` is the one the
     process recorded (completed, stopped at ``--max-steps``, exited, failed), or ``killed`` when
-    it ended without saying (a signal, or stopped with the run)."""
+    it ended without saying (a signal, or stopped with the run). Its JSON
+    (``process_results``) is how it ended."""
 
-    index: int
-    status: str = "killed"
+    index: int = json_field(key="process")
+    status: Status = "killed"
     steps: int = 0
     backward_calls: int = 0
-    metrics: bool = False
+    metrics: bool = json_field(default=False, skip=True)
     exitcode: int | None = None
     error: dict[str, Any] | None = None
-    header: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
+    header: dict[str, Any] | None = json_field(default=None, skip=True)
+    warnings: list[str] = json_field(default_factory=list, skip=True)
     #: warnings that say a record of the process was left out
-    incomplete: list[str] = field(default_factory=list)
-    trace_path: str | None = None
+    incomplete: list[str] = json_field(default_factory=list, skip=True)
+    trace_path: str | None = json_field(default=None, key="trace")
 
     @property
     def recorded(self) -> bool:
@@ -125,15 +128,10 @@ class ProcessResult:
                 self.incomplete.append(ev["warning"])
         elif isinstance(ev.get("info"), dict) and "status" in ev["info"]:
             info = ev["info"]
-            self.status = str(info["status"])
+            self.status = status_of(info["status"])
             calls = info.get("backward_calls")
             self.backward_calls = calls if isinstance(calls, int) else 0
             self.exitcode = info.get("exitcode")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"process": self.index, "status": self.status, "steps": self.steps,
-                "backward_calls": self.backward_calls, "exitcode": self.exitcode,
-                "error": self.error, "trace": self.trace_path}
 
 
 class ProcessStreams:

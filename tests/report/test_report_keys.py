@@ -215,7 +215,7 @@ def _across(tmp: Path) -> Report:
     pair = AcrossPair(a=cells[0].label, b=cells[1].label, cell=2, identical=False,
                       bit_identical=False, first_divergent_step=4, signal="loss",
                       culprit="net.fc", culprit_op="aten::addmm",
-                      localization=Localization(4, found=True).to_dict(),
+                      localization=Localization(4, found=True),
                       drift=Drift(steps=6, max_abs=1.0, max_at=4, final_abs=0.5, first_at=4,
                                   differing_steps=3),
                       metrics=metrics, environment_differences=["deterministic"])
