@@ -38,9 +38,6 @@ class ProcessDivergence(Divergence):
     def where(self) -> str:
         return "the main process" if self.process == MAIN else f"process {self.process}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "process": self.process}
-
 
 def _in_process(d: Divergence, process: int) -> ProcessDivergence:
     return located(d, ProcessDivergence, process=process)

@@ -29,18 +29,20 @@ from repro_check.child import seeding
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
+from repro_check.compare.cause import Cause
 from repro_check.report.contents import FlaggedOp
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.check import run_check
 from repro_check.run.options import RunOptions, options_of
 from repro_check.run.runner import Listener, RunResult
 from repro_check.run.session import NullListener, make_trace_dir
+from repro_check.trace.jsonfields import JsonRecord, json_field
 
 Log = Callable[[str], None]
 
 
 @dataclass
-class PairResult:
+class PairResult(JsonRecord):
     """The verdict of one pair of runs of the ablation."""
 
     label: str
@@ -49,8 +51,8 @@ class PairResult:
     error: str | None = None
     first_divergent_step: int | None = None
     divergent_signal: str | None = None
-    cause: str | None = None
-    seconds: float = 0.0
+    cause: Cause | None = None
+    seconds: float = json_field(default=0.0, digits=3)
 
     @classmethod
     def of(cls, label: str, off: Sequence[str], report: Report) -> PairResult:
@@ -73,18 +75,6 @@ class PairResult:
             return "reproducible"
         where = f"step {self.first_divergent_step}" if self.first_divergent_step else "metrics"
         return f"diverged at {where} ({self.divergent_signal})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "off": self.off,
-            "reproducible": self.reproducible,
-            "error": self.error,
-            "first_divergent_step": self.first_divergent_step,
-            "divergent_signal": self.divergent_signal,
-            "cause": self.cause,
-            "seconds": round(self.seconds, 3),
-        }
 
 
 def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, str]:

@@ -41,9 +41,6 @@ class RankDivergence(Divergence):
 
     rank: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "rank": self.rank}
-
 
 def _on_rank(d: Divergence, rank: int) -> RankDivergence:
     return located(d, RankDivergence, rank=rank)

@@ -150,7 +150,7 @@ VERSION_KEYS = ("python", "torch", "cuda", "numpy", "device", "device_name", "th
 
 
 @dataclass
-class AcrossCell:
+class AcrossCell(JsonRecord):
     """One environment of ``--across``: its settings, its runs and what they took."""
 
     index: int
@@ -158,14 +158,16 @@ class AcrossCell:
     settings: dict[str, str]
     runs: list[int]
     steps: int = 0
-    seconds: float = 0.0
-    #: seconds from the first to the last step as they arrived (start-up left out)
-    loop_seconds: float | None = None
+    seconds: float = json_field(default=0.0, digits=3)
+    #: seconds from the first to the last step as they arrived (start-up left out); the JSON
+    #: has it per step
+    loop_seconds: float | None = json_field(default=None, skip=True)
     versions: dict[str, Any] = field(default_factory=dict)
     #: with --runs >= 2: whether its own runs agree (None with one run a cell)
     reproducible: bool | None = None
     #: standard deviation of the seconds between consecutive steps (None: under 3 steps)
-    step_spread: float | None = None
+    step_spread: float | None = json_field(default=None, key="seconds_per_step_spread",
+                                           digits=6)
 
     @property
     def per_step(self) -> float | None:
@@ -180,16 +182,12 @@ class AcrossCell:
         return self.loop_seconds / (self.steps - 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "label": self.label, "settings": self.settings,
-                "runs": self.runs, "steps": self.steps, "seconds": round(self.seconds, 3),
-                "seconds_per_step": _rounded(self.per_step),
-                "loop_seconds_per_step": _rounded(self.loop_per_step),
-                "versions": self.versions, "reproducible": self.reproducible,
-                "seconds_per_step_spread": _rounded(self.step_spread)}
+        return {**super().to_dict(), "seconds_per_step": _rounded(self.per_step),
+                "loop_seconds_per_step": _rounded(self.loop_per_step)}
 
 
 @dataclass
-class AcrossPair:
+class AcrossPair(JsonRecord):
     """One environment compared with the first: the verdict, where they part, the culprit op
     and how far the loss drifts."""
 
@@ -219,14 +217,7 @@ class AcrossPair:
         return "agrees" if self.identical else "differs"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "cell": self.cell, "identical": self.identical,
-                "bit_identical": self.bit_identical, "verdict": self.verdict,
-                "first_divergent_step": self.first_divergent_step, "signal": self.signal,
-                "culprit": self.culprit, "culprit_op": self.culprit_op,
-                "localization": self.localization.to_dict() if self.localization else None,
-                "drift": self.drift.to_dict() if self.drift is not None else None,
-                "metrics": self.metrics,
-                "environment_differences": self.environment_differences}
+        return {**super().to_dict(), "verdict": self.verdict}
 
 
 @dataclass
@@ -278,16 +269,16 @@ def _rounded(x: float | None, digits: int = 6) -> float | None:
 
 
 @dataclass
-class ProcessesPart:
+class ProcessesPart(JsonRecord):
     """What a check adds when processes the target started recorded steps: the process where the
     first divergence is (0: the main process), and each process's steps, end and trace in every
     run. ``ignored``: processes that recorded nothing in any run (helpers)."""
 
     first_divergent_process: int | None
     processes: list[dict[str, Any]] = field(default_factory=list)
-    ignored: list[int] = field(default_factory=list)
+    ignored: list[int] = json_field(default_factory=list, key="ignored_processes")
     #: every process each run started (ignored ones too): status, steps, exit code, error, trace
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[dict[str, Any]] = json_field(default_factory=list, key="process_results")
 
     def summary(self) -> str:
         """One line for the report's head: the processes compared and their steps per run."""
@@ -295,11 +286,6 @@ class ProcessesPart:
                           for row in self.processes)
         ignored = f" ({len(self.ignored)} that recorded nothing ignored)" if self.ignored else ""
         return f"processes the target started, steps recorded: {shown}{ignored}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"first_divergent_process": self.first_divergent_process,
-                "processes": self.processes, "ignored_processes": self.ignored,
-                "process_results": self.results}
 
 
 @dataclass
