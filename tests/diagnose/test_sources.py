@@ -26,11 +26,12 @@ def zoo(name: str) -> str:
     return f"{FIXTURES / 'zoo' / name}.py:main"
 
 
-def summary(sources: list[Source]) -> list[tuple[Any, ...]]:
-    """(step, signal, cause, file name, line) of each source."""
-    return [(s.step, s.signal, s.cause,
-             Path(s.location["file"]).name if s.location else None,
-             s.location["line"] if s.location else None) for s in sources]
+def summary(sources: list[dict[str, Any]] | list[Source]) -> list[tuple[Any, ...]]:
+    """(step, signal, cause, file name, line) of each source (from the JSON, or typed)."""
+    rows = [s.to_dict() if isinstance(s, Source) else s for s in sources]
+    return [(s["step"], s["signal"], s["cause"],
+             Path(s["location"]["file"]).name if s["location"] else None,
+             s["location"]["line"] if s["location"] else None) for s in rows]
 
 
 Temp = pytest.TempPathFactory
