@@ -17,7 +17,7 @@ from repro_check.report.model import Report
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
-from repro_check.trace.results import PRINTED_STATUSES, Listener
+from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
 
 
 def run_check(options: RunOptions, listener: Listener | None = None,
@@ -100,12 +100,12 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
     return report
 
 
-def evidence(results: list[Any], rank: int | None) -> dict[int, Any]:
+def evidence(results: list[RunResult], rank: int | None) -> dict[int, Any]:
     """Per run, what its seeding watch and generator tracking saw: the run's own, or under
     torchrun the rank's where the difference entered (the lowest rank without one)."""
     out: dict[int, Any] = {}
     for r in results:
-        ranks = getattr(r, "ranks", None) or []
+        ranks = r.rank_results()
         pick = [rr for rr in ranks if rr.rank == rank] or sorted(ranks, key=lambda rr: rr.rank)
         out[r.index] = pick[0] if pick else r
     return out

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from repro_check.child import clock
 from repro_check.child.seeding import STREAM_NAMES
@@ -57,7 +57,10 @@ CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "metrics", "environ
 VOLATILE: frozenset[str] = frozenset({"pid", "started", "hostname", "time", "run"})
 
 #: signals recorded per step, and the cause their difference points to
-SIGNAL_CAUSE: dict[str, str] = {
+#: what a divergence is put down to (a report's ``cause``)
+Cause = Literal["rng", "init", "data", "compute", "metrics", "environment", "none"]
+
+SIGNAL_CAUSE: dict[str, Cause] = {
     "rng.python": "rng",
     "rng.numpy": "rng",
     "rng.torch": "rng",
@@ -107,7 +110,7 @@ def environment_differences(
     return out
 
 
-def from_signal(signal: str | None, uses_dataloader: bool) -> str:
+def from_signal(signal: str | None, uses_dataloader: bool) -> Cause:
     """The cause a first divergent signal points to (the signals agree on everything before it)."""
     if signal is None:
         return "none"
@@ -394,7 +397,7 @@ def classify(
     generators: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
     divergence: tuple[int, int] | None = None,
     loaders: Sequence[Mapping[str, Any]] | None = None,
-) -> tuple[str | None, str, dict[str, Any] | None]:
+) -> tuple[Cause | None, str, dict[str, Any] | None]:
     """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules.
 
     ``seedings``: each run's seeding-watch records (``component``, ``key``, ``value``,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from repro_check.compare.series import Thinned
 from repro_check.trace import values
 from repro_check.trace.format import TraceStream, finite_or_none
+from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.values import Tolerance
 
 #: points kept of the drift series (for the sparkline and the plot)
@@ -23,13 +24,13 @@ SERIES_POINTS = 1024
 
 
 @dataclass
-class Drift:
+class Drift(JsonRecord):
     """|a - b| of one signal at every step both runs recorded."""
 
     steps: int = 0
-    max_abs: float | None = 0.0
+    max_abs: float | None = json_field(default=0.0, convert=finite_or_none)
     max_at: int | None = None
-    final_abs: float | None = None
+    final_abs: float | None = json_field(default=None, convert=finite_or_none)
     #: first step where the two values' bits differ, and at how many steps they do
     first_at: int | None = None
     differing_steps: int = 0
@@ -37,13 +38,8 @@ class Drift:
     exceeds_at: int | None = None
     #: first step where one side is NaN or infinite and the other is not the same
     nonfinite_at: int | None = None
-    series: list[tuple[int, float]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_abs": finite_or_none(self.max_abs), "max_at": self.max_at,
-                "final_abs": finite_or_none(self.final_abs), "exceeds_at": self.exceeds_at,
-                "first_at": self.first_at, "differing_steps": self.differing_steps,
-                "nonfinite_at": self.nonfinite_at, "steps": self.steps}
+    #: the thinned series, for plots (not in the JSON)
+    series: list[tuple[int, float]] = json_field(default_factory=list, skip=True)
 
 
 def step_difference(a: Any, b: Any) -> float:

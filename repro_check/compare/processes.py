@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from repro_check.compare.feed import Feed
+from repro_check.compare.perstream import StreamComparison, located
 from repro_check.trace.protocol import MetricsRecord, Record, StepRecord
 from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy, settled
 
@@ -38,13 +38,9 @@ class ProcessDivergence(Divergence):
     def where(self) -> str:
         return "the main process" if self.process == MAIN else f"process {self.process}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "process": self.process}
-
 
 def _in_process(d: Divergence, process: int) -> ProcessDivergence:
-    values = {f.name: getattr(d, f.name) for f in dataclasses.fields(Divergence)}
-    return ProcessDivergence(**values, process=process)
+    return located(d, ProcessDivergence, process=process)
 
 
 def _key(d: Divergence, process: int) -> tuple[float, int]:
@@ -52,47 +48,19 @@ def _key(d: Divergence, process: int) -> tuple[float, int]:
     return (d.step if d.step is not None else float("inf"), process)
 
 
-class ProcessComparison:
+class ProcessComparison(StreamComparison):
     """Feed it each stream's steps, metrics and ends in any interleaving; ask for the result."""
 
     def __init__(self, runs: int, policy: Policy | None = None) -> None:
-        self.runs = runs
-        self.policy = policy or Policy()
-        self.main = Comparison(runs, self.policy)
-        self.by_process: dict[int, Comparison] = {}
-        self.ended: dict[int, tuple[dict[int, int], bool, frozenset[int]]] = {}
+        super().__init__(runs, policy)
+        self.main = self.stream(MAIN)
 
-    def stream(self, process: int) -> Comparison:
-        if process == MAIN:
-            return self.main
-        comp = self.by_process.get(process)
-        if comp is None:
-            comp = self.by_process[process] = Comparison(self.runs, self.policy)
-            for run, (steps, complete, cut) in sorted(self.ended.items()):
-                comp.end(run, steps.get(process, 0), complete and process not in cut)
-        return comp
-
-    # ---- feeding -----------------------------------------------------------------------------
-    def add_step(self, run: int, process: int, step: int, signals: dict[str, Any]) -> None:
-        self.stream(process).add_step(run, step, signals)
-
-    def set_metrics(self, run: int, process: int, metrics: dict[str, Any]) -> None:
-        self.stream(process).set_metrics(run, metrics)
-
-    def end(self, run: int, steps: Mapping[int, int], complete: bool = True,
-            cut: Collection[int] = ()) -> None:
-        """Run ``run`` ended with ``steps`` per stream (a stream it lacks recorded none);
-        ``complete=False`` when the run was cut short by us, ``cut`` the streams cut short with
-        the run (a process killed when the run stopped at ``--max-steps``)."""
-        self.ended[run] = (dict(steps), complete, frozenset(cut))
-        self.main.end(run, steps.get(MAIN, 0), complete)
-        for process, comp in self.by_process.items():
-            comp.end(run, steps.get(process, 0), complete and process not in cut)
+    @property
+    def by_process(self) -> dict[int, Comparison]:
+        """The streams of the processes the target started (the main process's left out)."""
+        return {k: comp for k, comp in self.by_stream.items() if k != MAIN}
 
     # ---- results -----------------------------------------------------------------------------
-    def streams(self) -> dict[int, Comparison]:
-        return {MAIN: self.main, **dict(sorted(self.by_process.items()))}
-
     def settled_divergence(self) -> bool:
         """For fail-fast: a divergence that no stream with steps so far can precede any more (a
         process that has not recorded a step yet in any run holds nothing back)."""

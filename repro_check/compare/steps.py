@@ -25,6 +25,7 @@ import xxhash
 from repro_check.compare import timing
 from repro_check.compare.series import Thinned
 from repro_check.trace import values
+from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.values import Tolerance
 
 #: rows kept before and after the first divergent step, for the side-by-side view
@@ -141,7 +142,7 @@ def first_difference(
 
 
 @dataclass
-class Divergence:
+class Divergence(JsonRecord):
     """Where run ``run`` first differs from run 1."""
 
     run: int
@@ -149,25 +150,11 @@ class Divergence:
     signal: str
     reference: Any = None
     value: Any = None
-    abs_diff: float | None = None
-    rel_diff: float | None = None
-    later_steps: int = 0
+    abs_diff: float | None = json_field(default=None, convert=lambda x: _finite(x))
+    rel_diff: float | None = json_field(default=None, convert=lambda x: _finite(x))
+    later_steps: int = json_field(default=0, key="later_divergent_steps")
     detail: str = ""
     policy: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "step": self.step,
-            "signal": self.signal,
-            "reference": self.reference,
-            "value": self.value,
-            "abs_diff": _finite(self.abs_diff),
-            "rel_diff": _finite(self.rel_diff),
-            "later_divergent_steps": self.later_steps,
-            "detail": self.detail,
-            "policy": self.policy,
-        }
 
 
 def _finite(x: float | None) -> float | None:

@@ -360,7 +360,7 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
             records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
         loc = compare(step, records_a, records_b)
         loc.detail = across_detail(loc, pair.a)
-        pair.localization = loc.to_dict()
+        pair.localization = loc
         if loc.found:
             pair.culprit, pair.culprit_op = loc.module, loc.op
 

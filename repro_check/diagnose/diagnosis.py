@@ -29,11 +29,14 @@ from repro_check.child import seeding
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
+from repro_check.compare.cause import Cause
+from repro_check.report.contents import FlaggedOp
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions, options_of
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import make_trace_dir
+from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.protocol import FlaggedRecord, ProbeRecord, Record
 from repro_check.trace.results import Listener, RunResult
 
@@ -41,7 +44,7 @@ Log = Callable[[str], None]
 
 
 @dataclass
-class PairResult:
+class PairResult(JsonRecord):
     """The verdict of one pair of runs of the ablation."""
 
     label: str
@@ -50,8 +53,8 @@ class PairResult:
     error: str | None = None
     first_divergent_step: int | None = None
     divergent_signal: str | None = None
-    cause: str | None = None
-    seconds: float = 0.0
+    cause: Cause | None = None
+    seconds: float = json_field(default=0.0, digits=3)
 
     @classmethod
     def of(cls, label: str, off: Sequence[str], report: Report) -> PairResult:
@@ -74,18 +77,6 @@ class PairResult:
             return "reproducible"
         where = f"step {self.first_divergent_step}" if self.first_divergent_step else "metrics"
         return f"diverged at {where} ({self.divergent_signal})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "off": self.off,
-            "reproducible": self.reproducible,
-            "error": self.error,
-            "first_divergent_step": self.first_divergent_step,
-            "divergent_signal": self.divergent_signal,
-            "cause": self.cause,
-            "seconds": round(self.seconds, 3),
-        }
 
 
 def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, str]:
@@ -128,20 +119,19 @@ class Collector:
         self.inner.run_finished(result)
 
 
-def flagged_ops(collected: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def flagged_ops(collected: dict[int, list[dict[str, Any]]]) -> list[FlaggedOp]:
     """Every op any run flagged, once, with the earliest step and the runs that flagged it."""
-    ops: dict[str, dict[str, Any]] = {}
+    ops: dict[str, FlaggedOp] = {}
     for run, records in sorted(collected.items()):
         for rec in records:
             op = str(rec.get("op"))
-            entry = ops.setdefault(op, {"op": op, "step": rec.get("step"),
-                                        "where": rec.get("where"), "runs": []})
+            entry = ops.setdefault(op, FlaggedOp(op, rec.get("step"), rec.get("where")))
             step = rec.get("step")
-            if isinstance(step, int) and (entry["step"] is None or step < entry["step"]):
-                entry["step"], entry["where"] = step, rec.get("where")
-            if run not in entry["runs"]:
-                entry["runs"].append(run)
-    return sorted(ops.values(), key=lambda e: (e["step"] or 0, e["op"]))
+            if isinstance(step, int) and (entry.step is None or step < entry.step):
+                entry.step, entry.where = step, rec.get("where")
+            if run not in entry.runs:
+                entry.runs.append(run)
+    return sorted(ops.values(), key=lambda e: (e.step or 0, e.op))
 
 
 def diagnose(
@@ -293,7 +283,7 @@ def explain_localization(report: Report, part: DiagnosisPart, loc: Localization)
             report.cause_location = loc.location
     elif not loc.found and not threads_pinned(report):
         loc.detail += THREADS_HINT
-    part.localization = loc.to_dict()
+    part.localization = loc
     if loc.found:
         part.culprit, part.culprit_op = loc.module, loc.op
 

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from repro_check.trace.jsonfields import JsonRecord
 
 
 @dataclass
-class Localization:
+class Localization(JsonRecord):
     """The outcome of comparing one step's probe records of two runs."""
 
     step: int
@@ -53,7 +55,7 @@ class Localization:
     detail: str = ""
     #: ``"rng"`` when a random op drew different numbers from the same inputs, or a value from
     #: outside the recorded ops differs; else ``"compute"``
-    cause: str | None = None
+    cause: Literal["rng", "compute"] | None = None
     #: where a differing value from outside torch entered: ``{"file", "line", "function"}``
     entered: dict[str, Any] | None = None
     #: the function that made it a tensor (``torch.as_tensor``)
@@ -68,26 +70,6 @@ class Localization:
         if self.env_call and self.env_call.get("file"):
             return {k: self.env_call[k] for k in ("file", "line", "function")}
         return dict(self.entered) if self.entered else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "found": self.found,
-            "phase": self.phase,
-            "module": self.module,
-            "op": self.op,
-            "op_index": self.op_index,
-            "inputs_agree": self.inputs_agree,
-            "differing_inputs": self.differing_inputs,
-            "first_module_forward": self.first_module_forward,
-            "first_module_backward": self.first_module_backward,
-            "ops_compared": self.ops_compared,
-            "detail": self.detail,
-            "cause": self.cause,
-            "entered": self.entered,
-            "entered_by": self.entered_by,
-            "env_call": self.env_call,
-        }
 
 
 #: ops that draw from a random generator (ATen names without the namespace)

@@ -19,13 +19,13 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repro_check.child.pin import RECORDS, rank_file
 from repro_check.compare.cause import EXPLANATION, from_signal, private_generator
 from repro_check.diagnose.localize import Localization
+from repro_check.report.contents import Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions
@@ -37,30 +37,6 @@ Localizer = Callable[[int, RunOptions, InternalSettings, Path],
 
 #: sources looked for unless told otherwise
 DEFAULT_MAX_SOURCES = 5
-
-
-@dataclass
-class Source:
-    """One source of non-determinism, and the pin that took it out of the next pair."""
-
-    step: int | None
-    signal: str | None
-    cause: str | None
-    detail: str | None = None
-    culprit: str | None = None
-    culprit_op: str | None = None
-    location: dict[str, Any] | None = None
-    stack: list[dict[str, Any]] | None = None
-    pin: dict[str, Any] | None = None
-    pinned_by: str | None = None
-    #: under torchrun: the rank where the difference entered
-    rank: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "signal": self.signal, "cause": self.cause, "rank": self.rank,
-                "detail": self.detail, "culprit": self.culprit, "culprit_op": self.culprit_op,
-                "location": self.location, "stack": self.stack or [],
-                "pinned_by": self.pinned_by}
 
 
 def plan(options: RunOptions, internal: InternalSettings, folder: Path,
@@ -181,7 +157,7 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
         # the check names a reseeding call this pair has pinned: what differs now is another
         # source, found by the signal as the check would without that call
         cause = from_signal(signal, uses_dataloader=True)
-        report_detail = EXPLANATION[cause]
+        report_detail: str | None = EXPLANATION[cause]
         location = None
     else:
         report_detail = report.cause_detail
@@ -226,16 +202,8 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions,
     current, runs = report, 0
 
     def first_localization(step: int) -> Localization | None:
-        if part.localization and part.localization.get("step") == step:
-            loc = Localization(step)
-            loc.found = bool(part.localization.get("found"))
-            loc.module, loc.op = part.culprit, part.culprit_op
-            loc.detail = part.localization.get("detail")
-            loc.cause = part.localization.get("cause")
-            loc.entered = part.localization.get("entered")
-            loc.env_call = part.localization.get("env_call")
-            return loc
-        return None
+        loc = part.localization
+        return loc if loc is not None and loc.step == step else None
 
     find: Callable[[int], Localization | None] = first_localization
     while len(sources) < max_sources:
@@ -283,8 +251,8 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions,
             part.sources_note += (" (replayed " + " and ".join(
                 {"data": "batches", "compute": "op outputs"}[k] for k in replayed) +
                 " stand for everything that made them: a source inside those is not seen)")
-    part.sources = [s.to_dict() for s in sources]
-    part.sources_cost = {"runs": runs, "seconds": round(time.monotonic() - started, 3)}
+    part.sources = sources
+    part.sources_cost = SourcesCost(runs, time.monotonic() - started)
     if not keep_replay:
         for replay in replays:
             shutil.rmtree(replay, ignore_errors=True)

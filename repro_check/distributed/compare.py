@@ -15,16 +15,18 @@ failure even when the runs agree with each other.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from repro_check.compare.feed import Feed
+from repro_check.compare.perstream import StreamComparison, located
 from repro_check.compare.steps import (Comparison, ComparisonResult, Divergence, Policy, same,
                                        settled)
 from repro_check.errors import TraceFileError
-from repro_check.report.model import DistributedPart, RankDesync, Report
+from repro_check.report.contents import (DesyncRankValue, FailedRank, MetricRankValue, RankValue,
+                                         StepRankValue)
+from repro_check.report.model import DistributedPart, RankDesync, RankRun, Report
 from repro_check.trace.format import iter_trace
 from repro_check.trace.protocol import MetricsRecord, StepRecord
 
@@ -40,13 +42,9 @@ class RankDivergence(Divergence):
 
     rank: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "rank": self.rank}
-
 
 def _on_rank(d: Divergence, rank: int) -> RankDivergence:
-    values = {f.name: getattr(d, f.name) for f in dataclasses.fields(Divergence)}
-    return RankDivergence(**values, rank=rank)
+    return located(d, RankDivergence, rank=rank)
 
 
 #: the order in which a step's signals come about: a difference that shows in an earlier one on
@@ -126,26 +124,22 @@ class _CrossRank:
             self.first = Desync(self.run, step, dict(seen))
 
 
-class RankComparison:
+class RankComparison(StreamComparison):
     """Feed it each rank's steps, metrics and ends in any interleaving; ask for the result."""
 
     def __init__(self, runs: int, policy: Policy | None = None, local_ranks: int = 1) -> None:
-        self.runs = runs
-        self.policy = policy or Policy()
+        super().__init__(runs, policy)
         self.local_ranks = local_ranks
-        self.by_rank: dict[int, Comparison] = {}
-        self.ended: dict[int, tuple[dict[int, int], bool]] = {}
         self.cross: dict[int, _CrossRank] = {}
         #: whether any rank recorded a ``params`` fingerprint (a DDP model was seen)
         self.params_seen = False
 
+    @property
+    def by_rank(self) -> dict[int, Comparison]:
+        return self.by_stream
+
     def rank(self, rank: int) -> Comparison:
-        comp = self.by_rank.get(rank)
-        if comp is None:
-            comp = self.by_rank[rank] = Comparison(self.runs, self.policy)
-            for run, (steps, complete) in sorted(self.ended.items()):
-                comp.end(run, steps.get(rank, 0), complete)  # a rank this run never had
-        return comp
+        return self.stream(rank)
 
     def cross_rank(self, run: int) -> _CrossRank:
         if run not in self.cross:
@@ -154,21 +148,17 @@ class RankComparison:
 
     # ---- feeding -----------------------------------------------------------------------------
     def add_step(self, run: int, rank: int, step: int, signals: dict[str, Any]) -> None:
-        self.rank(rank).add_step(run, step, signals)
+        super().add_step(run, rank, step, signals)
         fp = signals.get("params")
         if isinstance(fp, str):
             self.params_seen = True
             self.cross_rank(run).add(rank, step, fp)
 
-    def set_metrics(self, run: int, rank: int, metrics: dict[str, Any]) -> None:
-        self.rank(rank).set_metrics(run, metrics)
-
-    def end(self, run: int, steps: Mapping[int, int], complete: bool = True) -> None:
-        self.ended[run] = (dict(steps), complete)
-        for rank in steps:
+    def end(self, run: int, steps: Mapping[int, int], complete: bool = True,
+            cut: Collection[int] = ()) -> None:
+        for rank in steps:  # every rank the run had is compared, with steps or none
             self.rank(rank)
-        for rank, comp in self.by_rank.items():
-            comp.end(run, steps.get(rank, 0), complete)
+        super().end(run, steps, complete, cut)
         self.cross_rank(run).close()
 
     # ---- results -----------------------------------------------------------------------------
@@ -247,7 +237,7 @@ class RankFeed(Feed):
         self.comparison.set_metrics(index, event.rank or 0, event.metrics)
 
     def end(self, result: Any) -> None:
-        steps = {r.rank: r.steps for r in getattr(result, "ranks", [])}
+        steps = {r.rank: r.steps for r in result.rank_results()}
         self.comparison.end(result.index, steps, complete=result.status != "cancelled")
 
 
@@ -266,7 +256,7 @@ def signal_at(path: str | None, step: int, name: str) -> Any:
     return None
 
 
-def rank_values(report: Any, comparison: RankComparison) -> list[dict[str, Any]]:
+def rank_values(report: Report, comparison: RankComparison) -> list[RankValue]:
     """Each rank's values where the report's first divergence is."""
     cmp = report.comparison
     div = cmp.divergence if cmp else None
@@ -276,26 +266,25 @@ def rank_values(report: Any, comparison: RankComparison) -> list[dict[str, Any]]
         desync = comparison.desync
         assert desync is not None
         odd = set(desync.ranks)
-        return [{"rank": r, "run": desync.run, "params": fp, "differs": r in odd}
+        return [DesyncRankValue(rank=r, run=desync.run, params=fp, differs=r in odd)
                 for r, fp in sorted(desync.fingerprints.items())]
+    out: list[RankValue] = []
     if div.step is None:  # a final metric
         name = div.signal.removeprefix("metric:")
-        out = []
         for rank, comp in sorted(comparison.by_rank.items()):
             a = comp.metrics.get(1, {}).get(name)
             b = comp.metrics.get(div.run, {}).get(name)
-            out.append({"rank": rank, "reference": a, "value": b,
-                        "differs": not same(div.signal, a, b, comparison.policy)})
+            out.append(MetricRankValue(rank=rank, reference=a, value=b,
+                                       differs=not same(div.signal, a, b, comparison.policy)))
         return out
     name = "loss" if div.signal == "steps" else div.signal
-    traces = {res.index: {r.rank: r.trace_path for r in getattr(res, "ranks", [])}
+    traces = {res.index: {r.rank: r.trace_path for r in res.rank_results()}
               for res in report.results}
-    out = []
     for rank in sorted(comparison.by_rank):
         a = signal_at(traces.get(1, {}).get(rank), div.step, name)
         b = signal_at(traces.get(div.run, {}).get(rank), div.step, name)
-        out.append({"rank": rank, "signal": name, "reference": a, "value": b,
-                    "differs": not same(name, a, b, comparison.policy)})
+        out.append(StepRankValue(rank=rank, signal=name, reference=a, value=b,
+                                 differs=not same(name, a, b, comparison.policy)))
     return out
 
 
@@ -305,8 +294,8 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
     cmp = report.comparison
     div = cmp.divergence if cmp else None
     desync = comparison.desync
-    failed = [{"run": r.index, "rank": r.failed_rank} for r in report.results
-              if getattr(r, "failed_rank", None) is not None]
+    failed = [FailedRank(run=r.index, rank=rank) for r in report.results
+              if (rank := r.first_failed_rank()) is not None]
     report.distributed = DistributedPart(
         launch={"launcher": "torch.distributed.run", **dist.options.to_dict(),
                 "torchrun_args": dist.options.torchrun_args(1)},
@@ -323,14 +312,11 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
             fingerprints={str(r): fp for r, fp in sorted(desync.fingerprints.items())},
         ),
         failed_rank=failed[0] if failed else None,
-        rank_results=[
-            {"run": r.index, "ranks": [rr.to_dict() for rr in getattr(r, "ranks", [])]}
-            for r in report.results
-        ],
+        rank_results=[RankRun(run=r.index, ranks=r.rank_results()) for r in report.results],
     )
     report.warnings += dist.warnings
-    by_run = {r.index: tuple(rr.rank for rr in r.ranks) for r in report.results
-              if getattr(r, "ranks", None)}
+    by_run = {r.index: tuple(rr.rank for rr in r.rank_results()) for r in report.results
+              if r.rank_results()}
     if len(set(by_run.values())) > 1:
         seen = "; ".join(f"run {k}: {', '.join(map(str, v))}" for k, v in sorted(by_run.items()))
         report.warnings.append(

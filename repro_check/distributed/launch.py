@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -34,11 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import runconfig
-from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
-                                     EXIT_RESOLVE)
 from repro_check.distributed.compare import RankComparison, RankFeed, finish_report
 from repro_check.errors import TraceFileError
 from repro_check.run import procs
+from repro_check.run.exitstatus import Status, classify_exit
 from repro_check.run.options import DistOptions
 from repro_check.run.runner import (
     ABANDON,
@@ -47,10 +45,10 @@ from repro_check.run.runner import (
     Events,
     RunSpec,
     apply_event,
-    protocol_message,
     run_environment,
 )
 from repro_check.run.streams import EventFiles
+from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.protocol import ProtocolError, Record, record_of
 from repro_check.trace.results import FAILED_STATUSES, RunResult
 from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
@@ -70,30 +68,31 @@ _PEER_FAILURE = re.compile(
 # ---- in the parent: one run as a torchrun job ------------------------------------------------
 
 @dataclass
-class RankResult:
+class RankResult(JsonRecord):
     """How one rank of a run ended. ``status`` as for a run, plus ``terminated`` (stopped by
-    torchrun after another rank failed)."""
+    torchrun after another rank failed). Its JSON (``rank_results``) is how it ended; what it
+    recorded on the way (``skip``) the report shows elsewhere."""
 
     rank: int
-    status: str = "pending"
+    status: Status = "pending"
     returncode: int | None = None
     signal: str | None = None
-    stopped_by: str | None = None
+    stopped_by: str | None = json_field(default=None, skip=True)
     steps: int = 0
     error: dict[str, Any] | None = None
-    header: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
-    overrides: list[dict[str, Any]] = field(default_factory=list)
-    models: list[dict[str, Any]] = field(default_factory=list)
-    generators: list[dict[str, Any]] = field(default_factory=list)
-    loaders: list[dict[str, Any]] = field(default_factory=list)
+    header: dict[str, Any] | None = json_field(default=None, skip=True)
+    warnings: list[str] = json_field(default_factory=list, skip=True)
+    overrides: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    models: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    generators: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    loaders: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
     #: as for a run (:class:`~repro_check.run.runner.RunResult`)
-    held_metrics: list[str] = field(default_factory=list)
-    incomplete: list[str] = field(default_factory=list)
-    trace_path: str | None = None
+    held_metrics: list[str] = json_field(default_factory=list, skip=True)
+    incomplete: list[str] = json_field(default_factory=list, skip=True)
+    trace_path: str | None = json_field(default=None, key="trace")
     pid: int | None = None
     pgid: int | None = None
-    exit_time: float | None = None
+    exit_time: float | None = json_field(default=None, skip=True)
 
     @property
     def failed(self) -> bool:
@@ -117,13 +116,6 @@ class RankResult:
             t = self.exit_time if self.exit_time is not None else float("inf")
         return (1 if self.peer_failure else 0, float(t), self.rank)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank, "status": self.status, "returncode": self.returncode,
-            "signal": self.signal, "steps": self.steps, "error": self.error,
-            "trace": self.trace_path, "pid": self.pid, "pgid": self.pgid,
-        }
-
 
 @dataclass
 class JobResult(RunResult):
@@ -131,6 +123,12 @@ class JobResult(RunResult):
 
     ranks: list[RankResult] = field(default_factory=list)
     failed_rank: int | None = None
+
+    def rank_results(self) -> list[RankResult]:
+        return self.ranks
+
+    def first_failed_rank(self) -> int | None:
+        return self.failed_rank
 
     def describe_failure(self) -> str:
         if self.status == "timeout":
@@ -168,7 +166,7 @@ class Job:
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.open_streams = 2
         self.started = time.monotonic()
-        self.killed_for: str | None = None
+        self.killed_for: Status | None = None
         self.dropped: dict[int, int] = {}  # lines of each rank that could not be taken
         self.lock = threading.Lock()
         self.ranks: dict[int, RankResult] = {}
@@ -274,7 +272,7 @@ class Job:
             if isinstance(rr.pgid, int):
                 procs.kill_group(rr.pgid)
 
-    def stop(self, reason: str, graceful: bool = True) -> None:
+    def stop(self, reason: Status, graceful: bool = True) -> None:
         """Stop the whole job at once: a rank waiting in a collective would not stop politely."""
         if self.killed_for is None and self.proc.poll() is None:
             self.killed_for = reason
@@ -319,26 +317,11 @@ class Job:
         if code is None:  # no exit record: stopped with the job, or torchrun never started it
             if rr.status == "pending":
                 rr.status = self.killed_for or "terminated"
-        elif code == EXIT_RESOLVE:
-            rr.status = "unresolved"
-        elif code < 0:
-            try:
-                rr.signal = signal.Signals(-code).name
-            except ValueError:
-                rr.signal = f"signal {-code}"
-            rr.status = "terminated" if rr.stopped_by else "crashed"
-        elif code == EXIT_CHANNEL:
-            rr.status = "failed"
-            rr.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
-        elif code == EXIT_PROTOCOL:
-            rr.status = "failed"
-            rr.error = {"kind": "protocol", "message": protocol_message(self.tail.text())}
-        elif code == EXIT_RAISED or (code != 0 and rr.status == "pending"):
-            rr.status = "terminated" if rr.stopped_by and rr.error is None else "failed"
-            if rr.error is None and rr.status == "failed":
-                rr.error = {"kind": "exit", "message": f"exited with status {code}"}
-        elif rr.status == "pending":
-            rr.status = "exited"
+            return
+        ending = classify_exit(code, rr.status, rr.error, stopped=bool(rr.stopped_by), rank=True,
+                               output=self.tail.text())
+        rr.status, rr.error = ending.status, ending.error
+        rr.signal = ending.signal or rr.signal
 
     def finish(self) -> JobResult:
         """Called once torchrun's output and the ranks' files are done: reap, classify each rank,

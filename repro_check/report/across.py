@@ -139,10 +139,10 @@ def _notes(part: AcrossPart) -> list[Any]:
     """Per pair that parts: where, and what the culprit op did."""
     out: list[Any] = []
     for p in part.pairs:
-        loc = p.localization or {}
-        if loc.get("detail"):
-            out.append(Text.assemble((f"  {p.b}: ", "bold"), f"step {loc.get('step')}, ",
-                                     str(loc["detail"])))
+        loc = p.localization
+        if loc is not None and loc.detail:
+            out.append(Text.assemble((f"  {p.b}: ", "bold"), f"step {loc.step}, ",
+                                     str(loc.detail)))
         elif not p.identical and p.first_divergent_step is not None:
             out.append(Text.assemble((f"  {p.b}: ", "bold"),
                                      f"first differs at step {p.first_divergent_step}, signal "

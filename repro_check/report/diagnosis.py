@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.terminal import hanging, make_console, summary
+from repro_check.report.contents import Source, SourcesCost
 from repro_check.report.model import Report
 from repro_check.report.text import Visible
 
@@ -56,16 +57,16 @@ def diagnosis(report: Report) -> Group:
                                            if report.cause_detail else "")))
     loc = x.localization
     if loc:
-        if loc.get("found"):
+        if loc.found:
             module = x.culprit or "(outside any module)"
             parts.append(Text.assemble(
                 ("culprit: ", "bold"), (module, "bold red"), " · op ", (str(x.culprit_op), "bold"),
-                f" · {loc.get('phase')} · step {loc.get('step')}"))
-        parts.append(Text(f"  {loc.get('detail')}"))
-        firsts = [f"{label} {loc[key]!r}" for key, label in (
-            ("first_module_forward", "first module whose output differs:"),
-            ("first_module_backward", "first module whose output gradient differs:"),
-        ) if loc.get(key)]
+                f" · {loc.phase} · step {loc.step}"))
+        parts.append(Text(f"  {loc.detail}"))
+        firsts = [f"{label} {first!r}" for first, label in (
+            (loc.first_module_forward, "first module whose output differs:"),
+            (loc.first_module_backward, "first module whose output gradient differs:"),
+        ) if first]
         for line in firsts:
             parts.append(Text(f"  {line}", style="dim"))
     flagged = x.flagged_ops
@@ -76,7 +77,7 @@ def diagnosis(report: Report) -> Group:
         t.add_column("first at step", justify="right")
         t.add_column("called from")
         for f in flagged:
-            t.add_row(str(f["op"]), str(f["step"]), str(f.get("where") or ""))
+            t.add_row(str(f.op), str(f.step), str(f.where or ""))
         parts.append(t)
     else:
         parts.append(Text("No op was reported as nondeterministic by PyTorch.", style="dim"))
@@ -96,37 +97,36 @@ def _where(loc: dict[str, Any] | None) -> str:
     return f"{loc.get('file')}:{loc.get('line')} in {loc.get('function')}" if loc else ""
 
 
-def sources_block(sources: list[dict[str, Any]], cost: dict[str, Any] | None,
+def sources_block(sources: list[Source], cost: SourcesCost | None,
                   note: str | None) -> list[Any]:
     """Every source found by pinning and going on: one block each, the first in full."""
     if cost is None:
         return []
     out: list[Any] = []
-    spent = f"{cost.get('runs', 0)} pinned runs, {cost.get('seconds', 0):.1f} s"
+    spent = f"{cost.runs} pinned runs, {cost.seconds:.1f} s"
     if not sources:
         out.append(Text(f"Sources: none: the runs agree ({spent})", style="dim"))
         return out
     out.append(Text(f"Sources of non-determinism, in the order found ({len(sources)}; {spent})",
                     style="bold underline"))
     for n, src in enumerate(sources, 1):
-        step = f"step {src['step']}" if src.get("step") else "final metrics"
-        on = f" · rank {src['rank']}" if src.get("rank") is not None else ""
-        head = Text.assemble((str(src.get("cause")), "bold"), f" · {step} · {src.get('signal')}{on}")
-        if src.get("culprit_op"):
-            head.append(f" · {src.get('culprit') or '(outside any module)'} · "
-                        f"{src['culprit_op']}", style="bold red")
+        step = f"step {src.step}" if src.step else "final metrics"
+        on = f" · rank {src.rank}" if src.rank is not None else ""
+        head = Text.assemble((str(src.cause), "bold"), f" · {step} · {src.signal}{on}")
+        if src.culprit_op:
+            head.append(f" · {src.culprit or '(outside any module)'} · "
+                        f"{src.culprit_op}", style="bold red")
         # every line of a source hangs under its text, and every source gets its detail (what
         # differs and where it came from), as in the JSON
         lines: list[Text] = [head]
-        loc = src.get("location")
-        if loc:
-            lines.append(Text(f"at {_where(loc)}"))
-        if src.get("detail"):
-            lines.append(Text(str(src["detail"]), style="dim"))
+        if src.location:
+            lines.append(Text(f"at {_where(src.location)}"))
+        if src.detail:
+            lines.append(Text(str(src.detail), style="dim"))
         if n == 1:
-            for frame in (src.get("stack") or [])[:-1][::-1]:
+            for frame in (src.stack or [])[:-1][::-1]:
                 lines.append(Text(f"  called from {_where(frame)}", style="dim"))
-        pinned = src.get("pinned_by")
+        pinned = src.pinned_by
         lines.append(Text(f"pinned by {pinned}" if pinned else "not pinned (the last)",
                           style="dim"))
         label = Text(f"{n}. ".ljust(3), style="bold")

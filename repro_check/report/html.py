@@ -27,7 +27,8 @@ from repro_check.trace.atomic import write_text_atomic
 from repro_check.compare.series import Thinned
 from repro_check.compare.steps import spread_of
 from repro_check.errors import TraceFileError, UsageError
-from repro_check.report.model import Report
+from repro_check.report.contents import SourcesCost
+from repro_check.report.model import DiagnosisPart, Report
 from repro_check.compare.cause import EXPLANATION
 from repro_check.report.diagnosis import ablation_outcome
 from repro_check.report.text import agreement, is_number, later_text, signal_sentence
@@ -380,22 +381,22 @@ def _diagnosis_section(report: Report) -> list[str]:
     return out
 
 
-def _diagnose_parts(report: Report, part: Any) -> list[str]:
+def _diagnose_parts(report: Report, part: DiagnosisPart) -> list[str]:
     """``diagnose``'s own sections: the culprit op, flagged ops, sources, the ablation."""
     out: list[str] = []
     loc = part.localization
     if loc:
         out.append("<h3>Culprit</h3>")
-        if loc.get("found"):
+        if loc.found:
             out.append(f'<p id="culprit"><b>{_e(part.culprit or "(outside any module)")}</b> · op '
-                       f"<code>{_e(part.culprit_op)}</code> · {_e(loc.get('phase'))} · step "
-                       f"{_e(loc.get('step'))}</p>")
-        if loc.get("detail"):
-            out.append(f"<p>{_e(loc.get('detail'))}</p>")
+                       f"<code>{_e(part.culprit_op)}</code> · {_e(loc.phase)} · step "
+                       f"{_e(loc.step)}</p>")
+        if loc.detail:
+            out.append(f"<p>{_e(loc.detail)}</p>")
     out.append("<h3>Ops PyTorch reports as nondeterministic</h3>")
     if part.flagged_ops:
         out.append(_table(["op", "first at step", "called from"],
-                          [([f.get("op"), f.get("step"), f.get("where") or ""], "")
+                          [([f.op, f.step, f.where or ""], "")
                            for f in part.flagged_ops], "text"))
     else:
         out.append("<p>None was reported.</p>")
@@ -418,29 +419,29 @@ def _diagnose_parts(report: Report, part: Any) -> list[str]:
     return out
 
 
-def _sources(part: Any) -> list[str]:
+def _sources(part: DiagnosisPart) -> list[str]:
     """Every source found by pinning one and going on, each with its file:line and detail."""
-    cost = part.sources_cost or {}
-    spent = f"{cost.get('runs', 0)} pinned runs, {float(cost.get('seconds', 0)):.1f} s"
+    cost = part.sources_cost or SourcesCost(0, 0.0)
+    spent = f"{cost.runs} pinned runs, {float(cost.seconds):.1f} s"
     if not part.sources:
         return [f"<h3>Sources</h3><p>None: the runs agree ({_e(spent)}).</p>"]
     out = [f"<h3>Sources of non-determinism, in the order found ({len(part.sources)}; "
            f"{_e(spent)})</h3>", '<ol id="sources">']
     for src in part.sources:
-        step = f"step {src['step']}" if src.get("step") else "final metrics"
-        rank = f" · rank {src['rank']}" if src.get("rank") is not None else ""
-        item = [f"<b>{_e(src.get('cause'))}</b> · {_e(step)} · <code>{_e(src.get('signal'))}</code>"
+        step = f"step {src.step}" if src.step else "final metrics"
+        rank = f" · rank {src.rank}" if src.rank is not None else ""
+        item = [f"<b>{_e(src.cause)}</b> · {_e(step)} · <code>{_e(src.signal)}</code>"
                 f"{_e(rank)}"]
-        if src.get("culprit_op"):
-            item[0] += (f" · {_e(src.get('culprit') or '(outside any module)')} · "
-                        f"<code>{_e(src['culprit_op'])}</code>")
-        if src.get("location"):
-            item.append(f"at <code>{_e(_where(src['location']))}</code>")
-        if src.get("detail"):
-            item.append(_e(src["detail"]))
-        for frame in (src.get("stack") or [])[:-1][::-1]:
+        if src.culprit_op:
+            item[0] += (f" · {_e(src.culprit or '(outside any module)')} · "
+                        f"<code>{_e(src.culprit_op)}</code>")
+        if src.location:
+            item.append(f"at <code>{_e(_where(src.location))}</code>")
+        if src.detail:
+            item.append(_e(src.detail))
+        for frame in (src.stack or [])[:-1][::-1]:
             item.append(f'<span class="sub">called from <code>{_e(_where(frame))}</code></span>')
-        pinned = src.get("pinned_by")
+        pinned = src.pinned_by
         item.append(f'<span class="sub">{_e(f"pinned by {pinned}" if pinned else "not pinned (the last)")}</span>')
         out.append("<li>" + "<br>".join(item) + "</li>")
     out.append("</ol>")
@@ -547,7 +548,7 @@ def _across_section(report: Report) -> list[str]:
     out.append(_table(["environment", "verdict", "first step", "signal", "culprit op", "module",
                        "max |Δ loss|", "final |Δ loss|", "exceeds at"], rows))
     for p in part.pairs:
-        detail = (p.localization or {}).get("detail")
+        detail = p.localization.detail if p.localization is not None else None
         if detail:
             out.append(f"<p><b>{_e(p.b)}:</b> {_e(detail)}</p>")
     img = difference_plot({f"|{p.b} − {p.a}|": p.drift.series for p in part.pairs

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from repro_check.trace import values
 from repro_check.compare.drift import Drift
 from repro_check.compare.steps import ComparisonResult, Policy
+from repro_check.diagnose.localize import Localization
 from repro_check.errors import ExitCode
+from repro_check.report.contents import (Cause, FailedRank, FlaggedOp, RankValue, RunEnd, Source,
+                                         SourcesCost)
+from repro_check.trace.jsonfields import JsonRecord, json_field, merge
 from repro_check.trace.results import RunResult
+
+if TYPE_CHECKING:
+    from repro_check.distributed.launch import RankResult
 
 REPORT_VERSION = 1
 
@@ -68,33 +75,26 @@ class GatePart:
 
 
 @dataclass
-class DiagnosisPart:
+class DiagnosisPart(JsonRecord):
     """What ``diagnose`` adds: the culprit of a compute divergence, the ops PyTorch flags, and the
     seeding ablation."""
 
     culprit: str | None = None
     culprit_op: str | None = None
-    localization: dict[str, Any] | None = None
-    flagged_ops: list[dict[str, Any]] = field(default_factory=list)
+    localization: Localization | None = None
+    flagged_ops: list[FlaggedOp] = field(default_factory=list)
     ablation: list[dict[str, Any]] | None = None
     necessary_components: list[str] | None = None
     ablation_note: str | None = None
     #: every source found by pinning one and going on (:mod:`repro_check.diagnose.sources`)
-    sources: list[dict[str, Any]] = field(default_factory=list)
-    sources_cost: dict[str, Any] | None = None
+    sources: list[Source] = field(default_factory=list)
+    sources_cost: SourcesCost | None = None
     sources_note: str | None = None
-    replay_dirs: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"culprit": self.culprit, "culprit_op": self.culprit_op,
-                "localization": self.localization, "flagged_ops": self.flagged_ops,
-                "ablation": self.ablation, "necessary_components": self.necessary_components,
-                "ablation_note": self.ablation_note, "sources": self.sources,
-                "sources_cost": self.sources_cost, "sources_note": self.sources_note}
+    replay_dirs: list[str] = json_field(default_factory=list, skip=True)
 
 
 @dataclass
-class RankDesync:
+class RankDesync(JsonRecord):
     """Ranks of one run that hold different parameters after an optimizer step."""
 
     run: int
@@ -104,9 +104,13 @@ class RankDesync:
     groups: list[list[int]]
     fingerprints: dict[str, str]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "runs": self.runs, "step": self.step, "ranks": self.ranks,
-                "groups": self.groups, "fingerprints": self.fingerprints}
+
+@dataclass
+class RankRun(JsonRecord):
+    """How each rank of one run ended."""
+
+    run: int
+    ranks: list[RankResult]
 
 
 @dataclass
@@ -119,10 +123,10 @@ class DistributedPart:
     ddp_model_seen: bool
     cross_rank_steps: int
     first_divergent_rank: int | None = None
-    rank_values: list[dict[str, Any]] = field(default_factory=list)
+    rank_values: list[RankValue] = field(default_factory=list)
     rank_desync: RankDesync | None = None
-    failed_rank: dict[str, Any] | None = None
-    rank_results: list[dict[str, Any]] = field(default_factory=list)
+    failed_rank: FailedRank | None = None
+    rank_results: list[RankRun] = field(default_factory=list)
 
     @property
     def nproc_per_node(self) -> int:
@@ -131,13 +135,13 @@ class DistributedPart:
     def to_dict(self) -> dict[str, Any]:
         return {
             "first_divergent_rank": self.first_divergent_rank,
-            "rank_values": self.rank_values,
+            "rank_values": [v.to_dict() for v in self.rank_values],
             "rank_desync": self.rank_desync.to_dict() if self.rank_desync else None,
-            "failed_rank": self.failed_rank,
-            "distributed": {**self.launch, "ranks": self.ranks,
-                            "ddp_model_seen": self.ddp_model_seen,
-                            "cross_rank_steps": self.cross_rank_steps},
-            "rank_results": self.rank_results,
+            "failed_rank": self.failed_rank.to_dict() if self.failed_rank else None,
+            "distributed": merge([self.launch, {"ranks": self.ranks,
+                                               "ddp_model_seen": self.ddp_model_seen,
+                                               "cross_rank_steps": self.cross_rank_steps}]),
+            "rank_results": [r.to_dict() for r in self.rank_results],
         }
 
 
@@ -146,7 +150,7 @@ VERSION_KEYS = ("python", "torch", "cuda", "numpy", "device", "device_name", "th
 
 
 @dataclass
-class AcrossCell:
+class AcrossCell(JsonRecord):
     """One environment of ``--across``: its settings, its runs and what they took."""
 
     index: int
@@ -154,14 +158,16 @@ class AcrossCell:
     settings: dict[str, str]
     runs: list[int]
     steps: int = 0
-    seconds: float = 0.0
-    #: seconds from the first to the last step as they arrived (start-up left out)
-    loop_seconds: float | None = None
+    seconds: float = json_field(default=0.0, digits=3)
+    #: seconds from the first to the last step as they arrived (start-up left out); the JSON
+    #: has it per step
+    loop_seconds: float | None = json_field(default=None, skip=True)
     versions: dict[str, Any] = field(default_factory=dict)
     #: with --runs >= 2: whether its own runs agree (None with one run a cell)
     reproducible: bool | None = None
     #: standard deviation of the seconds between consecutive steps (None: under 3 steps)
-    step_spread: float | None = None
+    step_spread: float | None = json_field(default=None, key="seconds_per_step_spread",
+                                           digits=6)
 
     @property
     def per_step(self) -> float | None:
@@ -176,16 +182,12 @@ class AcrossCell:
         return self.loop_seconds / (self.steps - 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "label": self.label, "settings": self.settings,
-                "runs": self.runs, "steps": self.steps, "seconds": round(self.seconds, 3),
-                "seconds_per_step": _rounded(self.per_step),
-                "loop_seconds_per_step": _rounded(self.loop_per_step),
-                "versions": self.versions, "reproducible": self.reproducible,
-                "seconds_per_step_spread": _rounded(self.step_spread)}
+        return {**super().to_dict(), "seconds_per_step": _rounded(self.per_step),
+                "loop_seconds_per_step": _rounded(self.loop_per_step)}
 
 
 @dataclass
-class AcrossPair:
+class AcrossPair(JsonRecord):
     """One environment compared with the first: the verdict, where they part, the culprit op
     and how far the loss drifts."""
 
@@ -200,7 +202,7 @@ class AcrossPair:
     signal: str | None = None
     culprit: str | None = None
     culprit_op: str | None = None
-    localization: dict[str, Any] | None = None
+    localization: Localization | None = None
     #: None when bit-identical: there is no drift, not a drift of zero
     drift: Drift | None = None
     metrics: list[dict[str, Any]] = field(default_factory=list)
@@ -215,14 +217,7 @@ class AcrossPair:
         return "agrees" if self.identical else "differs"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "cell": self.cell, "identical": self.identical,
-                "bit_identical": self.bit_identical, "verdict": self.verdict,
-                "first_divergent_step": self.first_divergent_step, "signal": self.signal,
-                "culprit": self.culprit, "culprit_op": self.culprit_op,
-                "localization": self.localization,
-                "drift": self.drift.to_dict() if self.drift is not None else None,
-                "metrics": self.metrics,
-                "environment_differences": self.environment_differences}
+        return {**super().to_dict(), "verdict": self.verdict}
 
 
 @dataclass
@@ -274,16 +269,16 @@ def _rounded(x: float | None, digits: int = 6) -> float | None:
 
 
 @dataclass
-class ProcessesPart:
+class ProcessesPart(JsonRecord):
     """What a check adds when processes the target started recorded steps: the process where the
     first divergence is (0: the main process), and each process's steps, end and trace in every
     run. ``ignored``: processes that recorded nothing in any run (helpers)."""
 
     first_divergent_process: int | None
     processes: list[dict[str, Any]] = field(default_factory=list)
-    ignored: list[int] = field(default_factory=list)
+    ignored: list[int] = json_field(default_factory=list, key="ignored_processes")
     #: every process each run started (ignored ones too): status, steps, exit code, error, trace
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[dict[str, Any]] = json_field(default_factory=list, key="process_results")
 
     def summary(self) -> str:
         """One line for the report's head: the processes compared and their steps per run."""
@@ -291,11 +286,6 @@ class ProcessesPart:
                           for row in self.processes)
         ignored = f" ({len(self.ignored)} that recorded nothing ignored)" if self.ignored else ""
         return f"processes the target started, steps recorded: {shown}{ignored}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"first_divergent_process": self.first_divergent_process,
-                "processes": self.processes, "ignored_processes": self.ignored,
-                "process_results": self.results}
 
 
 @dataclass
@@ -317,7 +307,7 @@ class Report:
     trace_dir: str | None = None
     replay: str | None = None
     warnings: list[str] = field(default_factory=list)
-    cause: str | None = None
+    cause: Cause | None = None
     cause_detail: str | None = None
     #: where in the script the cause was made, when known ({"file", "line", "function"})
     cause_location: dict[str, Any] | None = None
@@ -356,7 +346,7 @@ class Report:
         for a trace line, or unreadable), one line each; such a check is never reproducible."""
         out: list[str] = []
         for r in self.results:
-            for why in getattr(r, "incomplete", ()):
+            for why in r.incomplete:
                 line = f"{self.run_name(r.index) if self.gate is None else 'a run'}: {why}"
                 if line not in out:
                     out.append(line)
@@ -411,14 +401,14 @@ class Report:
     def metrics_readable(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for k in range(1, self.runs + 1):
-            got = self.comparison.metrics_of(k) if self.comparison else {}  # type: ignore[attr-defined]
+            got = self.comparison.metrics_of(k) if self.comparison else {}
             out.append({name: plain_value(v) for name, v in got.items()})
         return out
 
     def to_dict(self) -> dict[str, Any]:
         cmp = self.comparison
         divergence = cmp.divergence.to_dict() if cmp and cmp.divergence else None
-        return {
+        core = {
             "report_version": REPORT_VERSION,
             "reproducible": self.reproducible,
             "first_divergent_step": self.first_divergent_step,
@@ -446,17 +436,9 @@ class Report:
             "identical_groups": cmp.groups if cmp else [],
             "judged": dict(cmp.judged) if cmp else {},
             "run_results": [
-                {
-                    "run": r.index,
-                    "status": r.status,
-                    "returncode": r.returncode,
-                    "signal": r.signal,
-                    "steps": r.steps,
-                    "seconds": round(r.seconds, 3),
-                    "error": r.error,
-                    "trace": r.trace_path,
-                    "warnings": r.warnings,
-                }
+                RunEnd(run=r.index, status=r.status, returncode=r.returncode, signal=r.signal,
+                       steps=r.steps, seconds=r.seconds, error=r.error, trace=r.trace_path,
+                       warnings=r.warnings).to_dict()
                 for r in self.results
             ],
             "environment": (self.results[0].header or {}).get("environment") if self.results else None,
@@ -466,12 +448,9 @@ class Report:
             "warnings": self.warnings,
             "cause_detail": self.cause_detail,
             "cause_location": self.cause_location,
-            **(self.gate.to_dict() if self.gate else {}),
-            **(self.diagnosis.to_dict() if self.diagnosis else {}),
-            **(self.distributed.to_dict() if self.distributed else {}),
-            **(self.across.to_dict() if self.across else {}),
-            **(self.processes.to_dict() if self.processes else {}),
         }
+        parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes)
+        return merge([core, *(part.to_dict() for part in parts if part is not None)])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"

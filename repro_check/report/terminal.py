@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.trace import values
+from repro_check.report.contents import DesyncRankValue
 from repro_check.report.model import Report
 from repro_check.report.text import (
     Visible,
@@ -436,8 +437,11 @@ def rank_value_parts(report: Report) -> list[Any]:
     t.add_column(f"run {div.run}", justify="right")
     t.add_column("")
     for row in rows:
-        t.add_row(str(row["rank"]), value_text(row.get("reference")), value_text(row.get("value")),
-                  "differs" if row.get("differs") else "")
+        # a desync's rows are fingerprints, shown by the desync's own table
+        reference, value = (None, None) if isinstance(row, DesyncRankValue) else \
+            (row.reference, row.value)
+        t.add_row(str(row.rank), value_text(reference), value_text(value),
+                  "differs" if row.differs else "")
     return [t]
 
 

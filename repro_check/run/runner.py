@@ -34,9 +34,8 @@ from repro_check.run import procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
 from repro_check.child.pin import PLAN_VAR
-from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RESOLVE,
-                                     EXIT_TERMINATED, PROTOCOL_MESSAGE)
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
+from repro_check.run.exitstatus import Status, classify_exit, status_of
 from repro_check.targets import Target
 from repro_check.trace.protocol import (ErrorRecord, HeaderRecord, InfoRecord, MetricsRecord,
                                         ProtocolError, Record, RunConfig, StepRecord,
@@ -111,7 +110,7 @@ class LiveRun(Protocol):
         """One trace record of the run, in the order it arrived."""
         ...
 
-    def stop(self, reason: str, graceful: bool = True) -> None:
+    def stop(self, reason: Status, graceful: bool = True) -> None:
         """Stop the run (``reason`` becomes its status); ``graceful``: let it hand over its steps."""
         ...
 
@@ -165,13 +164,6 @@ class _Lines:
             self.partial, self.skipping = b"", True
 
 
-def protocol_message(output: str) -> str:
-    """Why a run refused its configuration (:data:`EXIT_PROTOCOL`): the reason it wrote last."""
-    said = [line[len("repro-check: "):] for line in output.splitlines()
-            if line.startswith("repro-check: ")]
-    return f"{PROTOCOL_MESSAGE}: {said[-1]}" if said else PROTOCOL_MESSAGE
-
-
 def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
     """The environment a run starts with: seeding variables, where its configuration is
     (``config_at``: :func:`runconfig.by_descriptor` or :func:`runconfig.by_path`), our package."""
@@ -214,7 +206,7 @@ def apply_event(res: Any, ev: Record) -> bool:
     elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("models"), list):
         res.models = [m for m in ev.info["models"] if isinstance(m, dict)]
     elif isinstance(ev, InfoRecord) and ev.status is not None:
-        res.status = ev.status
+        res.status = status_of(ev.status)
         held = ev.info.get("held_metrics")
         if isinstance(held, list) and hasattr(res, "held_metrics"):
             res.held_metrics = [str(n) for n in held]
@@ -271,7 +263,7 @@ class _LiveRun:
             if spec.processes else None
         self.open_streams = 2 if self.streams is None else 3
         self.started = time.monotonic()
-        self.killed_for: str | None = None
+        self.killed_for: Status | None = None
         self.stop_deadline: float | None = None
         self.exited_at: float | None = None
         self.done_at: float | None = None
@@ -379,7 +371,7 @@ class _LiveRun:
         self.events.put(("event", self.spec.index, rec, raw))
 
     # ---- stopping ------------------------------------------------------------------------
-    def stop(self, reason: str, graceful: bool = True) -> None:
+    def stop(self, reason: Status, graceful: bool = True) -> None:
         """Ask the run to stop (SIGTERM, then SIGKILL after the grace period)."""
         if self.proc.poll() is not None:
             if not graceful:
@@ -479,31 +471,10 @@ class _LiveRun:
             if res.status == "timeout":
                 res.error = {"kind": "timeout", "limit": self.spec.timeout,
                              "message": f"stopped after --timeout {self.spec.timeout:g} s"}
-        elif returncode == EXIT_RESOLVE:
-            res.status = "unresolved"
-        elif returncode < 0:
-            res.status = "crashed"
-            try:
-                res.signal = signal.Signals(-returncode).name
-            except ValueError:
-                res.signal = f"signal {-returncode}"
-        elif returncode == EXIT_TERMINATED and res.status == "pending":
-            res.status = "failed"
-            res.error = {"kind": "exit", "message": "stopped by a SIGTERM repro-check did not "
-                         f"send (the target signalled itself or its parent?), status {returncode}"}
-        elif returncode == EXIT_CHANNEL:
-            res.status = "failed"  # whatever it recorded after that is lost: never a short run
-            res.error = {"kind": "channel", "message": CHANNEL_MESSAGE}
-        elif returncode == EXIT_PROTOCOL:
-            res.status = "failed"
-            res.error = {"kind": "protocol", "message": protocol_message(res.output_tail)}
-        elif returncode != 0:  # EXIT_RAISED, or any other status: a run that failed
-            after = " after the target returned" if res.status != "pending" else ""
-            res.status = "failed"
-            if res.error is None:
-                res.error = {"kind": "exit", "message": f"exited with status {returncode}{after}"}
-        elif res.status == "pending":
-            res.status = "exited"  # os._exit(0) or similar before the target returned
+        else:
+            ending = classify_exit(returncode, res.status, res.error, output=res.output_tail)
+            res.status, res.error = ending.status, ending.error
+            res.signal = ending.signal or res.signal
         try:
             if res.status in PRINTED_STATUSES:
                 res.printed_metrics = self.printed.finish(self._scan_wait())

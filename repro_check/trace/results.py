@@ -8,36 +8,52 @@ them), so that none of them imports another's module for a type.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.protocol import (ErrorRecord, HeaderRecord, InfoRecord, MetricsRecord,
                                         Record, StepRecord, WarningRecord)
 
+#: how a run, a rank or a process the target started ended: ``pending`` (not yet known),
+#: completed, stopped (``--max-steps``), exited (early, with status 0), failed (raised or exited
+#: non-zero), crashed (killed by a signal), timeout, cancelled (fail-fast or an interrupt),
+#: unresolved (no such target), terminated (a rank stopped after another failed), killed (a
+#: process the target started that ended without saying)
+Status = Literal["pending", "completed", "stopped", "exited", "failed", "crashed", "timeout",
+                 "cancelled", "unresolved", "terminated", "killed"]
+STATUSES: frozenset[str] = frozenset(Status.__args__)  # type: ignore[attr-defined]
+
 #: the statuses of a run (or a rank) that failed: the target raised, crashed, hung or could not
 #: be found (a cancelled, stopped or early-exited run did not fail)
-FAILED_STATUSES = frozenset({"failed", "crashed", "timeout", "unresolved"})
+FAILED_STATUSES: frozenset[str] = frozenset({"failed", "crashed", "timeout", "unresolved"})
+
+
+def status_of(text: object) -> Status:
+    """A status a child recorded, as one of :data:`Status` (anything else: ``failed``)."""
+    return text if isinstance(text, str) and text in STATUSES else "failed"  # type: ignore[return-value]
 #: the statuses of a run whose printed metrics count (as its own metrics do): it ran to its end
 PRINTED_STATUSES = frozenset({"completed", "exited"})
 
 
 @dataclass
-class ProcessResult:
+class ProcessResult(JsonRecord):
     """What one process the target started recorded, and how it ended. ``status`` is the one the
     process recorded (completed, stopped at ``--max-steps``, exited, failed), or ``killed`` when
-    it ended without saying (a signal, or stopped with the run)."""
+    it ended without saying (a signal, or stopped with the run). Its JSON
+    (``process_results``) is how it ended."""
 
-    index: int
-    status: str = "killed"
+    index: int = json_field(key="process")
+    status: Status = "killed"
     steps: int = 0
     backward_calls: int = 0
-    metrics: bool = False
+    metrics: bool = json_field(default=False, skip=True)
     exitcode: int | None = None
     error: dict[str, Any] | None = None
-    header: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
+    header: dict[str, Any] | None = json_field(default=None, skip=True)
+    warnings: list[str] = json_field(default_factory=list, skip=True)
     #: warnings that say a record of the process was left out
-    incomplete: list[str] = field(default_factory=list)
-    trace_path: str | None = None
+    incomplete: list[str] = json_field(default_factory=list, skip=True)
+    trace_path: str | None = json_field(default=None, key="trace")
 
     @property
     def recorded(self) -> bool:
@@ -64,15 +80,11 @@ class ProcessResult:
                 self.incomplete.append(ev.warning)
         elif isinstance(ev, InfoRecord) and ev.status is not None:
             info = ev.info
-            self.status = ev.status
+            self.status = status_of(ev.status)
             calls = info.get("backward_calls")
             self.backward_calls = calls if isinstance(calls, int) else 0
             self.exitcode = info.get("exitcode")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"process": self.index, "status": self.status, "steps": self.steps,
-                "backward_calls": self.backward_calls, "exitcode": self.exitcode,
-                "error": self.error, "trace": self.trace_path}
 
 
 @dataclass
@@ -82,7 +94,7 @@ class RunResult:
     cancelled (stopped by fail-fast or an interrupt), unresolved."""
 
     index: int
-    status: str = "pending"
+    status: Status = "pending"
     returncode: int | None = None
     signal: str | None = None
     error: dict[str, Any] | None = None
@@ -115,6 +127,15 @@ class RunResult:
     @property
     def failed(self) -> bool:
         return self.status in FAILED_STATUSES
+
+    def rank_results(self) -> list[Any]:
+        """How each rank ended (``distributed.launch.RankResult``), for a run that was a torchrun
+        job (none for any other run)."""
+        return []
+
+    def first_failed_rank(self) -> int | None:
+        """The rank that failed first, for a run that was a torchrun job."""
+        return None
 
     def describe_failure(self) -> str:
         if self.status == "timeout":

@@ -22,7 +22,7 @@ import pytest
 from repro_check import api
 from repro_check.compare.drift import loss_drift
 from repro_check.compare.tolerances import from_cli
-from repro_check.diagnose.localize import compare
+from repro_check.diagnose.localize import Localization, compare
 from repro_check.errors import UsageError
 from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, Report
 from repro_check.report.render import summary
@@ -269,7 +269,7 @@ def synthetic_report(tmp_path: Path) -> Report:
     pairs = [AcrossPair("threads=1", "threads=2", 2, identical=False, bit_identical=False,
                         first_divergent_step=3, signal="loss", culprit="encoder.0",
                         culprit_op="aten::addmm", drift=loss_drift(a, b),
-                        localization={"step": 3, "detail": "aten::addmm gives other bits"},
+                        localization=Localization(step=3, detail="aten::addmm gives other bits"),
                         metrics=[{"name": "acc", "a": 0.5, "b": 0.25, "abs_diff": 0.25,
                                   "identical": False}]),
              AcrossPair("threads=1", "threads=3", 3, identical=True, bit_identical=True,
@@ -394,7 +394,7 @@ def test_an_environment_variable_gives_a_controlled_divergence(jitter: Report) -
     pair = part.pairs[0]
     assert (pair.first_divergent_step, pair.signal) == (3, "loss")
     assert (pair.culprit, pair.culprit_op) == ("Net.jitter", "aten::mul")
-    assert pair.localization is not None and pair.localization["inputs_agree"] is False
+    assert pair.localization is not None and pair.localization.inputs_agree is False
     assert pair.drift is not None and pair.drift.exceeds_at == 3 and pair.drift.max_abs > 1e-6
     assert pair.drift.series[:2] == [(1, 0.0), (2, 0.0)]
     assert pair.metrics[0]["name"] == "loss" and pair.metrics[0]["abs_diff"] > 0

@@ -15,6 +15,7 @@ import pytest
 
 from repro_check.diagnose.diagnosis import diagnose
 from repro_check.diagnose.sources import identify
+from repro_check.report.contents import Source
 from repro_check.errors import UsageError
 from repro_check.report.model import Report
 
@@ -25,11 +26,12 @@ def zoo(name: str) -> str:
     return f"{FIXTURES / 'zoo' / name}.py:main"
 
 
-def summary(sources: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """(step, signal, cause, file name, line) of each source."""
+def summary(sources: list[dict[str, Any]] | list[Source]) -> list[tuple[Any, ...]]:
+    """(step, signal, cause, file name, line) of each source (from the JSON, or typed)."""
+    rows = [s.to_dict() if isinstance(s, Source) else s for s in sources]
     return [(s["step"], s["signal"], s["cause"],
              Path(s["location"]["file"]).name if s["location"] else None,
-             s["location"]["line"] if s["location"] else None) for s in sources]
+             s["location"]["line"] if s["location"] else None) for s in rows]
 
 
 Temp = pytest.TempPathFactory
@@ -62,11 +64,11 @@ def test_a_clock_shuffle_hides_an_unseeded_default_rng(two: Report) -> None:
     assert x is not None
     assert summary(x.sources) == [(1, "batch", "rng", "two_sources.py", 19),
                                   (3, "loss", "rng", "two_sources.py", 22)]
-    assert "torch.Generator" in x.sources[0]["detail"] and "two_sources.py:20" in \
-        x.sources[0]["detail"]  # where the clock seed goes in
-    assert "default_rng" in x.sources[1]["detail"] and "entropy" in x.sources[1]["detail"]
-    assert all(s["pinned_by"] for s in x.sources)
-    assert x.sources_cost is not None and x.sources_cost["runs"] == 4
+    assert "torch.Generator" in x.sources[0].detail and "two_sources.py:20" in \
+        x.sources[0].detail  # where the clock seed goes in
+    assert "default_rng" in x.sources[1].detail and "entropy" in x.sources[1].detail
+    assert all(s.pinned_by for s in x.sources)
+    assert x.sources_cost is not None and x.sources_cost.runs == 4
     assert x.sources_note == "with the 2 source(s) above pinned, the runs agree"
     d = two.to_dict()
     # the top-level keys are the first source's: the check names the generator too
@@ -105,9 +107,9 @@ def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:
     # the op that first used them)
     assert summary(x.sources) == [(1, "loss", "rng", "compute_then_rng.py", 14),
                                   (2, "loss", "rng", "compute_then_rng.py", 24)]
-    assert x.sources[0]["culprit"] == "Sequential.1" and x.sources[0]["culprit_op"] == "aten::_to_copy"
-    assert x.sources[0]["culprit_op"] == x.culprit_op
-    assert "random.Random" in x.sources[1]["detail"]
+    assert x.sources[0].culprit == "Sequential.1" and x.sources[0].culprit_op == "aten::_to_copy"
+    assert x.sources[0].culprit_op == x.culprit_op
+    assert "random.Random" in x.sources[1].detail
     kept = [Path(p) for p in x.replay_dirs]
     assert len(kept) == 3 and any(kept[1].glob("op-1-*.pt"))  # --keep-replay: on disk
 
@@ -116,14 +118,14 @@ def test_control_has_no_source_and_no_pinned_run(control: Report) -> None:
     assert control.reproducible
     x = control.diagnosis
     assert x is not None and x.sources == []
-    assert x.sources_cost is not None and x.sources_cost["runs"] == 0
+    assert x.sources_cost is not None and x.sources_cost.runs == 0
     assert control.to_dict()["sources"] == []
 
 
 def test_max_sources_bounds_the_runs(tmp_path: Path) -> None:
     rep = diagnose(zoo("two_sources"), ablate=[], trace_dir=tmp_path, max_sources=1)
     x = rep.diagnosis
-    assert x is not None and len(x.sources) == 1 and x.sources_cost["runs"] == 0
+    assert x is not None and len(x.sources) == 1 and x.sources_cost.runs == 0
     assert "--max-sources 1" in (x.sources_note or "")
     with pytest.raises(UsageError):
         diagnose(zoo("two_sources"), ablate=[], max_sources=-1)
@@ -167,8 +169,8 @@ def test_a_mid_step_reseed_from_the_clock_is_one_rng_source_at_its_line(midstep:
     x = midstep.diagnosis
     assert x is not None
     assert summary(x.sources) == [(3, "loss", "rng", "midstep_clock_reseed.py", 20)]
-    assert "seeded from the clock" in x.sources[0]["detail"]
-    assert "after each reseeding at" in x.sources[0]["pinned_by"]
+    assert "seeded from the clock" in x.sources[0].detail
+    assert "after each reseeding at" in x.sources[0].pinned_by
     assert x.sources_note == "with the 1 source(s) above pinned, the runs agree"
     d = midstep.to_dict()
     assert d["cause"] == "rng" and d["cause_location"]["line"] == 20
@@ -182,7 +184,7 @@ def test_torch_seed_is_one_source_at_its_line_and_covers_the_model_built_after(
     x = logged_seed.diagnosis
     assert x is not None
     assert summary(x.sources) == [(1, "rng.torch", "rng", "torch_seed_logged.py", 11)]
-    assert x.sources[0]["location"]["function"] == "main"
-    assert "OS entropy" in x.sources[0]["detail"]
+    assert x.sources[0].location["function"] == "main"
+    assert "OS entropy" in x.sources[0].detail
     assert x.sources_note == "with the 1 source(s) above pinned, the runs agree"
     assert logged_seed.to_dict()["cause_location"]["line"] == 11

@@ -18,6 +18,8 @@ import pytest
 from repro_check.trace import values
 from repro_check.compare.steps import compare_traces
 from repro_check.report.html import MARKER_COLOR, RUN_COLORS, read_curve, write_html
+from repro_check.diagnose.localize import Localization
+from repro_check.report.contents import FlaggedOp, Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
@@ -83,10 +85,10 @@ def diagnose_part() -> DiagnosisPart:
     """What ``diagnose`` adds: a culprit, a flagged op, two sources, the ablation."""
     return DiagnosisPart(
         culprit="model.embed", culprit_op="scatter_add_",
-        localization={"found": True, "phase": "backward", "step": 120,
-                      "detail": "aten::scatter_add_ returned different results"},
-        flagged_ops=[{"op": "scatter_add_cuda_", "step": 1, "where": "train.py:40"}],
-        sources=[
+        localization=Localization(found=True, phase="backward", step=120,
+                                  detail="aten::scatter_add_ returned different results"),
+        flagged_ops=[FlaggedOp(op="scatter_add_cuda_", step=1, where="train.py:40")],
+        sources=[Source(**s) for s in [
             {"step": 120, "signal": "loss", "cause": "compute", "rank": None,
              "detail": "aten::scatter_add_ returned different results", "culprit": "model.embed",
              "culprit_op": "aten::scatter_add_",
@@ -98,8 +100,8 @@ def diagnose_part() -> DiagnosisPart:
              "detail": "seeded from OS entropy (no seed given) at train.py:23",
              "location": {"file": "train.py", "line": 22, "function": "main"}, "stack": [],
              "pinned_by": None},
-        ],
-        sources_cost={"runs": 4, "seconds": 31.5},
+        ]],
+        sources_cost=SourcesCost(runs=4, seconds=31.5),
         ablation=[{"component": "torch", "verdict": "needed", "reproducible": False,
                    "first_divergent_step": 1, "divergent_signal": "rng.torch", "error": None},
                   {"component": None, "verdict": None, "reproducible": False,

@@ -10,6 +10,8 @@ from repro_check.trace import values
 from repro_check.compare.steps import ComparisonResult, Divergence
 from repro_check.report.terminal import summary
 from repro_check.report.diagnosis import diagnosis
+from repro_check.diagnose.localize import Localization
+from repro_check.report.contents import FlaggedOp, Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.runner import RunResult
 
@@ -30,10 +32,10 @@ def report() -> Report:
     rep.cause_detail = "a nondeterministic computation"
     rep.diagnosis = DiagnosisPart(
         culprit="encoder.2", culprit_op="aten::index_add",
-        localization={"found": True, "phase": "forward", "step": 4,
-                         "detail": "aten::index_add returned different results",
-                         "first_module_forward": "encoder.2"},
-        flagged_ops=[{"op": "index_add_cuda_", "step": 1, "where": "train.py:40", "runs": [1]}],
+        localization=Localization(found=True, phase="forward", step=4,
+                                  detail="aten::index_add returned different results",
+                                  first_module_forward="encoder.2"),
+        flagged_ops=[FlaggedOp(op="index_add_cuda_", step=1, where="train.py:40", runs=[1])],
         ablation=[
             {"component": "numpy", "verdict": "needed", "reproducible": False,
              "first_divergent_step": 1, "divergent_signal": "rng.numpy", "error": None},
@@ -69,7 +71,7 @@ def sources_report() -> Report:
             "fixtures/zoo/three_sources.py:16, which every run reaches with another seed")
     rep.cause_detail = long
     assert rep.diagnosis is not None
-    rep.diagnosis.sources = [
+    rep.diagnosis.sources = [Source(**s) for s in [
         {"step": 1, "signal": "rng.numpy", "cause": "rng", "rank": None, "detail": long,
          "location": {"file": "three_sources.py", "line": 16, "function": "main"},
          "stack": [], "pinned_by": "run 1's numpy state at the start of step 1"},
@@ -77,8 +79,8 @@ def sources_report() -> Report:
          "detail": "seeded from OS entropy (no seed given) at three_sources.py:23",
          "location": {"file": "three_sources.py", "line": 22, "function": "main"},
          "stack": [], "pinned_by": None},
-    ]
-    rep.diagnosis.sources_cost = {"runs": 4, "seconds": 12.0}
+    ]]
+    rep.diagnosis.sources_cost = SourcesCost(runs=4, seconds=12.0)
     return rep
 
 

@@ -1,0 +1,60 @@
+"""The JSON of a dataclass derived from its fields, and the merge of a report's parts."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import pytest
+
+from repro_check.report.model import GatePart, Report
+from repro_check.trace.jsonfields import JsonRecord, json_field, merge, to_dict
+
+
+class Colour(str, enum.Enum):
+    RED = "red"
+
+
+@dataclass
+class Inner(JsonRecord):
+    x: int
+
+
+@dataclass
+class Outer(JsonRecord):
+    name: str
+    path: str | None = json_field(default=None, key="trace")
+    note: str | None = json_field(default=None, omit_none=True)
+    secret: int = json_field(default=0, skip=True)
+    seconds: float = json_field(default=0.0, digits=3)
+    stack: list[int] | None = json_field(default=None, convert=lambda s: s or [])
+    colour: Colour = Colour.RED
+    inner: list[Inner] = field(default_factory=list)
+
+
+def test_fields_are_written_by_their_rules() -> None:
+    got = Outer("a", path="t.jsonl", seconds=1.23456, inner=[Inner(1)]).to_dict()
+    assert got == {"name": "a", "trace": "t.jsonl", "seconds": 1.235, "stack": [],
+                   "colour": "red", "inner": [{"x": 1}]}
+    assert "note" in to_dict(Outer("a", note="n"))
+
+
+def test_a_key_two_parts_write_raises() -> None:
+    assert merge([{"a": 1}, {"b": 2}]) == {"a": 1, "b": 2}
+    with pytest.raises(ValueError, match="a"):
+        merge([{"a": 1}, {"a": 2}])
+
+
+class ClashingGate(GatePart):
+    """A part that writes a key the report's body writes: one of them would be lost."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "runs": 7}
+
+
+def test_a_report_part_that_overwrites_a_key_of_the_body_raises() -> None:
+    report = Report("t:main", [], 0, [], 2, [], None, gate=GatePart("diff"))
+    assert report.to_dict()["runs"] == 2
+    report.gate = ClashingGate("diff")
+    with pytest.raises(ValueError, match="runs"):
+        report.to_dict()
