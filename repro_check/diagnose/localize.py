@@ -31,45 +31,9 @@ outside any module that only move data (``to``, ``copy_``, ``pin_memory``, ...).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from repro_check.trace.jsonfields import JsonRecord
-
-
-@dataclass
-class Localization(JsonRecord):
-    """The outcome of comparing one step's probe records of two runs."""
-
-    step: int
-    found: bool = False
-    phase: str | None = None
-    module: str | None = None
-    op: str | None = None
-    op_index: int | None = None
-    inputs_agree: bool | None = None
-    differing_inputs: list[int] = field(default_factory=list)
-    first_module_forward: str | None = None
-    first_module_backward: str | None = None
-    ops_compared: int = 0
-    detail: str = ""
-    #: ``"rng"`` when a random op drew different numbers from the same inputs, or a value from
-    #: outside the recorded ops differs; else ``"compute"``
-    cause: Literal["rng", "compute"] | None = None
-    #: where a differing value from outside torch entered: ``{"file", "line", "function"}``
-    entered: dict[str, Any] | None = None
-    #: the function that made it a tensor (``torch.as_tensor``)
-    entered_by: str | None = None
-    #: the environment call that returned the differing observation:
-    #: ``{"call": "reset" | "step", "file", "line", "function"}``
-    env_call: dict[str, Any] | None = None
-
-    @property
-    def location(self) -> dict[str, Any] | None:
-        """Where to fix it: the environment call, else the line where the value entered."""
-        if self.env_call and self.env_call.get("file"):
-            return {k: self.env_call[k] for k in ("file", "line", "function")}
-        return dict(self.entered) if self.entered else None
+from repro_check.report.contents import Localization
 
 
 #: ops that draw from a random generator (ATen names without the namespace)

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from repro_check.trace import values
 from repro_check.compare.drift import Drift
 from repro_check.compare.steps import ComparisonResult, Policy
-from repro_check.diagnose.localize import Localization
 from repro_check.errors import ExitCode
-from repro_check.report.contents import (Cause, FailedRank, FlaggedOp, RankValue, RunEnd, Source,
-                                         SourcesCost)
+from repro_check.report.contents import (Cause, FailedRank, FlaggedOp, Localization, RankValue,
+                                         RunEnd, Source, SourcesCost)
 from repro_check.trace.jsonfields import JsonRecord, json_field, merge
-from repro_check.trace.results import RunResult
-
-if TYPE_CHECKING:
-    from repro_check.distributed.launch import RankResult
+from repro_check.trace.results import RankResult, RunResult
 
 REPORT_VERSION = 1
 

@@ -7,6 +7,7 @@ them), so that none of them imports another's module for a type.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -128,9 +129,8 @@ class RunResult:
     def failed(self) -> bool:
         return self.status in FAILED_STATUSES
 
-    def rank_results(self) -> list[Any]:
-        """How each rank ended (``distributed.launch.RankResult``), for a run that was a torchrun
-        job (none for any other run)."""
+    def rank_results(self) -> list[RankResult]:
+        """How each rank ended, for a run that was a torchrun job (none for any other run)."""
         return []
 
     def first_failed_rank(self) -> int | None:
@@ -149,6 +149,64 @@ class RunResult:
         if self.error:
             return f"run {self.index}: {self.error.get('message')}"
         return f"run {self.index} exited with status {self.returncode}"
+
+
+#: what a rank's error says when its collective failed because another rank went away
+_PEER_FAILURE = re.compile(
+    r"closed by peer|reset by peer|remote worker|remote process|Broken pipe|"
+    r"communicator was aborted|NCCL communicator|DistNetworkError|DistBackendError",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class RankResult(JsonRecord):
+    """How one rank of a run ended. ``status`` as for a run, plus ``terminated`` (stopped by
+    torchrun after another rank failed). Its JSON (``rank_results``) is how it ended; what it
+    recorded on the way (``skip``) the report shows elsewhere."""
+
+    rank: int
+    status: Status = "pending"
+    returncode: int | None = None
+    signal: str | None = None
+    stopped_by: str | None = json_field(default=None, skip=True)
+    steps: int = 0
+    error: dict[str, Any] | None = None
+    header: dict[str, Any] | None = json_field(default=None, skip=True)
+    warnings: list[str] = json_field(default_factory=list, skip=True)
+    overrides: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    models: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    generators: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    loaders: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    #: as for a run (:class:`~repro_check.run.runner.RunResult`)
+    held_metrics: list[str] = json_field(default_factory=list, skip=True)
+    incomplete: list[str] = json_field(default_factory=list, skip=True)
+    trace_path: str | None = json_field(default=None, key="trace")
+    pid: int | None = None
+    pgid: int | None = None
+    exit_time: float | None = json_field(default=None, skip=True)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED_STATUSES
+
+    @property
+    def peer_failure(self) -> bool:
+        """Whether its error is a collective that failed because another rank went away."""
+        if not self.error:
+            return False
+        text = f"{self.error.get('type', '')}: {self.error.get('message', '')}"
+        return _PEER_FAILURE.search(text) is not None
+
+    @property
+    def failure_order(self) -> tuple[int, float, int]:
+        """Sorts the rank that failed first to the front: a rank whose collective failed because
+        a peer went away comes after the ranks that failed on their own; then by time (an error
+        record is written before the rank exits, so before its peers can notice)."""
+        t = (self.error or {}).get("time")
+        if not isinstance(t, (int, float)):
+            t = self.exit_time if self.exit_time is not None else float("inf")
+        return (1 if self.peer_failure else 0, float(t), self.rank)
 
 
 class Listener(Protocol):
