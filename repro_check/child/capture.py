@@ -46,14 +46,13 @@ import functools
 import os
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro_check.trace import fingerprint
-from repro_check.child import initial, metricset, rngstate
+from repro_check.child import initial, metricset, origin, patches, rngstate
 from repro_check.trace import values
 
 Emit = Callable[[dict[str, Any]], None]
@@ -110,22 +109,19 @@ class Hooks:
     """The recorder's way into unmodified training code: PyTorch's global optimizer step hooks,
     and thin wrappers around ``torch.autograd.backward`` (which ``Tensor.backward`` calls), the
     DataLoader iterator's ``__next__``, ``DataLoader.__iter__``, ``Optimizer.__init__`` and, to
-    flag ops, the warnings machinery. Each calls one of the recorder's ``on_*`` methods;
-    :meth:`undo` puts everything back."""
+    flag ops, the warnings machinery. Each calls one of the recorder's ``on_*`` methods. All go
+    through the process's patch registry (:mod:`repro_check.child.patches`), under this object's
+    token: :meth:`undo` takes them out again."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.rec = recorder
-        self._undo: list[Callable[[], None]] = []
 
-    def replace(self, owner: Any, name: str, new: Any) -> None:
-        original = getattr(owner, name)
-        setattr(owner, name, new)
-        self._undo.append(lambda: setattr(owner, name, original))
+    def replace(self, feature: str, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        """Have ``feature`` wrap ``owner.name``: ``make(inner)`` returns the wrapper."""
+        patches.PATCHES.wrap(feature, owner, name, make, token=self)
 
     def undo(self) -> None:
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
+        patches.PATCHES.release(self)
 
     def install(self, flag_ops: bool) -> None:
         from torch.optim.optimizer import (
@@ -135,7 +131,8 @@ class Hooks:
 
         for register, hook in ((register_optimizer_step_pre_hook, self.rec.on_optimizer_step),
                                (register_optimizer_step_post_hook, self.rec.on_optimizer_stepped)):
-            self._undo.append(register(hook).remove)
+            patches.PATCHES.hook("capture.step_hooks", f"torch.optim.optimizer.{register.__name__}",
+                                 register, hook, token=self)
         self._backward()
         self._loader_next()
         self._optimizer_init()
@@ -145,84 +142,96 @@ class Hooks:
     def _backward(self) -> None:
         import torch.autograd
 
-        rec, original_backward = self.rec, torch.autograd.backward
+        rec = self.rec
 
-        @functools.wraps(original_backward)
-        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            rec.before_step_work()
-            rec.on_step_activity()
-            leaves = None
-            if rec.optimizers_made == 0:
-                inputs = kwargs.get("inputs", args[4] if len(args) > 4 else None)
-                with rec.quiet():
-                    leaves = _leaves(tensors, inputs)
-                if rec.step == 0:
-                    rec.initial.before_backward(leaves)
-            probe = rec.probe
-            if probe is not None:
-                probe.phase = "backward"
-            try:
-                result = original_backward(tensors, *args, **kwargs)
-            finally:
+        def make(original_backward: Any) -> Any:
+            @functools.wraps(original_backward)
+            def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+                rec.before_step_work()
+                rec.on_step_activity()
+                leaves = None
+                if rec.optimizers_made == 0:
+                    inputs = kwargs.get("inputs", args[4] if len(args) > 4 else None)
+                    with rec.quiet():
+                        leaves = _leaves(tensors, inputs)
+                    if rec.step == 0:
+                        rec.initial.before_backward(leaves)
+                probe = rec.probe
                 if probe is not None:
-                    probe.phase = "forward"
-            rec.on_backward(tensors, leaves)
-            return result
+                    probe.phase = "backward"
+                try:
+                    result = original_backward(tensors, *args, **kwargs)
+                finally:
+                    if probe is not None:
+                        probe.phase = "forward"
+                rec.on_backward(tensors, leaves)
+                return result
 
-        self.replace(torch.autograd, "backward", backward)
+            return backward
+
+        self.replace("capture.backward", torch.autograd, "backward", make)
 
     def _loader_next(self) -> None:
-        from torch.utils.data import dataloader
+        iterator_cls = loader_iterator_class("capture.batches")
+        if iterator_cls is None:
+            return
+        rec = self.rec
 
-        rec, iterator_cls = self.rec, dataloader._BaseDataLoaderIter
-        original_next = iterator_cls.__next__
-
-        @functools.wraps(original_next)
-        def __next__(it: Any) -> Any:
-            rec.on_step_activity()
-            probe = rec.probe
-            before = probe.phase if probe is not None else None
-            if probe is not None:
-                probe.phase = "data"
-            try:
-                item = original_next(it)
-            finally:
+        def make(original_next: Any) -> Any:
+            @functools.wraps(original_next)
+            def __next__(it: Any) -> Any:
+                rec.on_step_activity()
+                probe = rec.probe
+                before = probe.phase if probe is not None else None
                 if probe is not None:
-                    probe.phase = before
-            rec.on_batch(item)
-            return item
+                    probe.phase = "data"
+                try:
+                    item = original_next(it)
+                finally:
+                    if probe is not None:
+                        probe.phase = before
+                rec.on_batch(item)
+                return item
 
-        self.replace(iterator_cls, "__next__", __next__)
+            return __next__
+
+        self.replace("capture.batches", iterator_cls, "__next__", make)
 
     def _optimizer_init(self) -> None:
         from torch.optim.optimizer import Optimizer
 
-        rec, original_init = self.rec, Optimizer.__init__
+        rec = self.rec
 
-        @functools.wraps(original_init)
-        def optimizer_init(opt: Any, *args: Any, **kwargs: Any) -> None:
-            rec.optimizers_made += 1
-            original_init(opt, *args, **kwargs)
-            rec.initial.optimizer_made(opt)
+        def make(original_init: Any) -> Any:
+            @functools.wraps(original_init)
+            def optimizer_init(opt: Any, *args: Any, **kwargs: Any) -> None:
+                rec.optimizers_made += 1
+                original_init(opt, *args, **kwargs)
+                rec.initial.optimizer_made(opt)
 
-        self.replace(Optimizer, "__init__", optimizer_init)
+            return optimizer_init
+
+        self.replace("capture.optimizers", Optimizer, "__init__", make)
 
     def loaders(self) -> None:
         """Notice each epoch a DataLoader starts (for the expected steps)."""
         from torch.utils.data import DataLoader
 
-        rec, original_iter = self.rec, DataLoader.__iter__
+        rec = self.rec
 
-        @functools.wraps(original_iter)
-        def loader_iter(loader: Any) -> Any:
-            it = original_iter(loader)
-            try:
-                rec.on_epoch(loader, it)
-            except Exception:  # noqa: BLE001 - progress is a nicety; never break the target
-                pass
-            return it
+        def make(original_iter: Any) -> Any:
+            @functools.wraps(original_iter)
+            def loader_iter(loader: Any) -> Any:
+                it = original_iter(loader)
+                try:
+                    rec.on_epoch(loader, it)
+                except Exception:  # noqa: BLE001 - progress is a nicety; never break the target
+                    pass
+                return it
 
-        self.replace(DataLoader, "__iter__", loader_iter)
+            return loader_iter
+
+        self.replace("capture.epochs", DataLoader, "__iter__", make)
 
     def _alerts(self) -> None:
         """Turn PyTorch's nondeterminism warnings into ``{"flagged": ...}`` records.
@@ -233,19 +242,39 @@ class Hooks:
         """
         warnings.filterwarnings("always", message=".*" + NONDETERMINISTIC_ALERT)
         attr = "_showwarnmsg" if hasattr(warnings, "_showwarnmsg") else "showwarning"
-        rec, original = self.rec, getattr(warnings, attr)
+        if attr != "_showwarnmsg":
+            patches.PATCHES.skip("capture.alerts", "warnings._showwarnmsg",
+                                 "not in this Python: warnings.showwarning is wrapped instead, "
+                                 "which a script's own showwarning replaces")
+        rec = self.rec
 
-        def show(*args: Any, **kwargs: Any) -> Any:
-            msg = args[0] if attr == "_showwarnmsg" else None
-            text = str(msg.message if msg is not None else args[0])
-            if NONDETERMINISTIC_ALERT in text:
-                op = text.split(NONDETERMINISTIC_ALERT)[0].strip()
-                fallback = f"{msg.filename}:{msg.lineno}" if msg is not None else None
-                if not rec.on_flagged(op, fallback):
-                    return None
-            return original(*args, **kwargs)
+        def make(original: Any) -> Any:
+            def show(*args: Any, **kwargs: Any) -> Any:
+                msg = args[0] if attr == "_showwarnmsg" else None
+                text = str(msg.message if msg is not None else args[0])
+                if NONDETERMINISTIC_ALERT in text:
+                    op = text.split(NONDETERMINISTIC_ALERT)[0].strip()
+                    fallback = f"{msg.filename}:{msg.lineno}" if msg is not None else None
+                    if not rec.on_flagged(op, fallback):
+                        return None
+                return original(*args, **kwargs)
 
-        self.replace(warnings, attr, show)
+            return show
+
+        self.replace("capture.alerts", warnings, attr, make)
+
+
+def loader_iterator_class(feature: str) -> Any:
+    """torch's private base class of DataLoader iterators, whose ``__next__`` every batch passes;
+    None (``feature`` skipped, with the reason listed) when this torch has none."""
+    from torch.utils.data import dataloader
+
+    cls = getattr(dataloader, "_BaseDataLoaderIter", None)
+    if not isinstance(cls, type) or "__next__" not in vars(cls):
+        patches.PATCHES.skip(feature, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__",
+                             "this torch has no _BaseDataLoaderIter with its own __next__")
+        return None
+    return cls
 
 
 class StepSignals:
@@ -711,17 +740,6 @@ def _leaves(tensors: Any, inputs: Any) -> list[Any]:
 
 
 def _caller() -> str | None:
-    """``file:line`` of the innermost frame of the target's own code on the stack."""
-    import torch
-
-    package = os.path.dirname(os.path.dirname(__file__))  # repro_check's own frames
-    skip = (os.path.dirname(torch.__file__) + os.sep, package + os.sep)
-    workloads = os.path.join(package, "workloads") + os.sep
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        path = frame.filename
-        if path.startswith("<") or path.endswith("warnings.py"):
-            continue
-        if path.startswith(skip) and not path.startswith(workloads):
-            continue
-        return f"{path}:{frame.lineno}"
-    return None
+    """``file:line`` of the innermost frame of the target's own code on the stack (the rule of
+    :func:`repro_check.child.origin.is_library`), from the caller of ``on_flagged`` outward."""
+    return origin.caller(2)

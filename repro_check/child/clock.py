@@ -253,16 +253,16 @@ def install(run: int) -> int:
     offset = shift_of(run)
     if offset == 0:
         return 0
-    time.time = _time
-    time.time_ns = _time_ns
-    time.localtime = _localtime
-    time.gmtime = _gmtime
-    time.ctime = _ctime
-    time.strftime = _strftime
-    time.asctime = _asctime
-    _datetime.datetime = datetime  # type: ignore[misc]
-    _datetime.date = date  # type: ignore[misc]
+    from repro_check.child import patches
+
+    for name, moved in (("time", _time), ("time_ns", _time_ns), ("localtime", _localtime),
+                        ("gmtime", _gmtime), ("ctime", _ctime), ("strftime", _strftime),
+                        ("asctime", _asctime)):
+        patches.PATCHES.replace("clock", time, name, moved)
+    patches.PATCHES.replace("clock", _datetime, "datetime", datetime)
+    patches.PATCHES.replace("clock", _datetime, "date", date)
     # pickle looks a real instance's class up as datetime.datetime, which is now the stand-in
-    copyreg.pickle(RealDatetime, _reduce_as(datetime))
-    copyreg.pickle(RealDate, _reduce_as(date))
+    for real, stand_in in ((RealDatetime, datetime), (RealDate, date)):
+        patches.PATCHES.replace("clock", copyreg.dispatch_table, real, _reduce_as(stand_in),
+                                item=True, label=f"copyreg.dispatch_table[{real.__qualname__}]")
     return offset

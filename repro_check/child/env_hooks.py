@@ -9,7 +9,7 @@ call that returned it, the place to seed.
 ``reset`` and ``step`` of ``gymnasium.Env`` (and of the older ``gym.Env``), of every subclass
 (wrappers and environments, defined later too: ``__init_subclass__``) and of gymnasium's vector
 environments are wrapped once the script imports the module that defines them (through
-:class:`~repro_check.child.metric_hooks.PatchOnImport`; nothing here imports gymnasium). Only the
+:class:`~repro_check.child.metric_hooks.ImportHooks`; nothing here imports gymnasium). Only the
 outermost call counts (``gym.make`` nests wrappers), at the innermost frame of the script's own
 code (:func:`repro_check.child.origin.is_library`). While the probe is armed each call is recorded
 with a fingerprint of its observation (``{"k": "env"}``); otherwise only the last call is kept,
@@ -22,11 +22,10 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
-from repro_check.child import origin
-from repro_check.child.metric_hooks import PatchOnImport
+from repro_check.child import origin, patches
+from repro_check.child.metric_hooks import ImportHooks
 
 #: the methods wrapped on each environment class
 METHODS: tuple[str, ...] = ("reset", "step")
@@ -66,14 +65,14 @@ def observation_fingerprint(obs: Any) -> str:
     return str(fingerprint.nested(obs))
 
 
-class EnvCalls:
+class EnvCalls(ImportHooks):
     """The hooks of one run; ``recorder.probe`` (a StepProbe or None) decides what is recorded."""
 
+    failure = "environment calls of {name} are not named by diagnose"
+    feature = "env_hooks"
+
     def __init__(self, recorder: Any) -> None:
-        self.recorder = recorder
-        self.undo: list[Callable[[], None]] = []
-        self.finder = PatchOnImport({name: functools.partial(self._hook, name, classes)
-                                     for name, classes in MODULES.items()})
+        super().__init__(recorder, MODULES)
         self._depth = threading.local()
         #: the last call made while the probe was not armed: (method, location, observation)
         self.pending: tuple[str, dict[str, Any] | None, Any] | None = None
@@ -83,22 +82,12 @@ class EnvCalls:
         probe = getattr(self.recorder, "probe", None)
         if probe is not None:
             probe.on_arm.append(self._flush_pending)
-        self.finder.install()
+        super().install()
         return self
 
-    def uninstall(self) -> None:
-        self.finder.uninstall()
-        for undo in reversed(self.undo):
-            undo()
-        self.undo.clear()
-
-    def _hook(self, name: str, classes: tuple[str, ...], module: Any) -> None:
-        try:
-            for cls_name in classes:
-                self._hook_tree(getattr(module, cls_name))
-        except Exception as e:  # noqa: BLE001 - a version we do not know: say so, run on
-            self.recorder.emit({"warning": f"environment calls of {name} are not named by "
-                                           f"diagnose: {type(e).__name__}: {e}"})
+    def hook_module(self, name: str, what: Any, module: Any) -> None:
+        for cls_name in what:
+            self._hook_tree(getattr(module, cls_name))
 
     def _hook_tree(self, base: type) -> None:
         """Wrap ``base`` and its subclasses now, and every subclass defined from now on."""
@@ -107,7 +96,8 @@ class EnvCalls:
             cls = todo.pop()
             self._wrap_class(cls)
             todo.extend(cls.__subclasses__())
-        own = base.__dict__.get("__init_subclass__")
+        own = patches.PATCHES.original(base, "__init_subclass__")  # before ours, or MISSING
+        own = None if own is patches.MISSING else own
         calls = self
 
         def init_subclass(cls: type, **kwargs: Any) -> None:
@@ -117,17 +107,16 @@ class EnvCalls:
                 super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
             calls._wrap_class(cls)
 
-        base.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
-        self.undo.append(lambda: setattr(base, "__init_subclass__", own) if own is not None
-                         else delattr(base, "__init_subclass__"))
+        patches.PATCHES.replace("env_hooks", base, "__init_subclass__",
+                                classmethod(init_subclass), token=self)
 
     def _wrap_class(self, cls: type) -> None:
         for method in METHODS:
             original = cls.__dict__.get(method)
             if not callable(original) or getattr(original, "__repro_check_hook__", False):
                 continue
-            setattr(cls, method, self._wrapped(method, original))
-            self.undo.append(functools.partial(setattr, cls, method, original))
+            patches.PATCHES.wrap("env_hooks", cls, method,
+                                 functools.partial(self._wrapped, method), token=self)
 
     def _wrapped(self, method: str, original: Any) -> Any:
         calls = self

@@ -69,18 +69,22 @@ def _die_with_parent() -> None:
 
 def _flush_before_os_exit(recorder: Any) -> None:
     """``os._exit`` skips every handler: hand over the pending steps first (this process only)."""
-    real_exit = os._exit
+    from repro_check.child import patches
+
     owner = os.getpid()
 
-    def _exit(code: int) -> None:
-        if os.getpid() == owner:
-            try:
-                recorder.flush()
-            except BaseException:  # noqa: BLE001 - exiting anyway
-                pass
-        real_exit(code)
+    def make(real_exit: Any) -> Any:
+        def _exit(code: int) -> None:
+            if os.getpid() == owner:
+                try:
+                    recorder.flush()
+                except BaseException:  # noqa: BLE001 - exiting anyway
+                    pass
+            real_exit(code)
 
-    os._exit = _exit  # type: ignore[assignment]
+        return _exit
+
+    patches.PATCHES.wrap("main.flush", os, "_exit", make)
 
 
 def main() -> int:
@@ -118,7 +122,9 @@ def main() -> int:
     except targets.TargetNotFound as e:
         emit({"error": {"kind": "resolve", "message": str(e), "traceback": e.detail}})
         return EXIT_RESOLVE
+    shown = _debug_patches(emit)
     status = _call(run, target, emit, recorder)
+    _debug_patches(emit, shown)  # hooks put in as the target imported a library
     if isinstance(status, int):
         return status
     recorder.flush()
@@ -220,6 +226,28 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
 
         processes.install(config, header, done)
     return recorder, overrides
+
+
+#: the environment variable that asks for repro-check's debugging output (here: the listing of
+#: what the run patched, on its stderr and its trace)
+DEBUG_VAR = "REPRO_CHECK_DEBUG"
+
+
+def _debug_patches(emit: Any, shown: list[Any] | None = None) -> list[Any]:
+    """Under ``REPRO_CHECK_DEBUG``: what this run patched, by which features in which order, and
+    what was skipped (:mod:`repro_check.child.patches`), as ``{"info": {"patches": [...]}}`` and
+    on stderr; only when it changed since ``shown`` (the rows shown before). Returns the rows."""
+    if not os.environ.get(DEBUG_VAR):
+        return []
+    from repro_check.child import patches
+
+    rows = patches.PATCHES.listing()
+    if rows != shown:
+        emit({"info": {"patches": [row.as_dict() for row in rows]}})
+        for row in rows:
+            sys.stderr.write(f"repro-check: patched {row.text()}\n")
+        sys.stderr.flush()
+    return rows
 
 
 def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:

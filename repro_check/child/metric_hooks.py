@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from repro_check.child import metricset
+from repro_check.child import metricset, patches
 from repro_check.trace import values
 
 #: record(prefix, name, value): what every hook calls
@@ -41,8 +41,10 @@ class Sink:
     """Turns logged values into recorder metrics (numbers only), each under its library's
     prefix: the prefix is the source (:mod:`repro_check.child.metricset`)."""
 
-    def __init__(self, recorder: Any) -> None:
+    def __init__(self, recorder: Any, token: Any = None) -> None:
         self.recorder = recorder
+        #: what the wraps are installed under (the hooks that undo them)
+        self.token = token if token is not None else self
 
     def record(self, prefix: str, name: Any, value: Any) -> None:
         try:
@@ -60,25 +62,28 @@ class Sink:
             self.record(prefix, f"{nested}{name}", value)
 
 
-def _after(owner: Any, attr: str, then: Callable[..., None]) -> Callable[[], None] | None:
-    """Wrap ``owner.attr`` so that ``then(result, *args, **kwargs)`` runs after each call that
-    returns; returns the undo (None when there is nothing to wrap or it is wrapped already)."""
+def _after(sink: Sink, owner: Any, attr: str, then: Callable[..., None]) -> None:
+    """Wrap ``owner.attr`` (through the patch registry, under the sink's hooks) so that
+    ``then(result, *args, **kwargs)`` runs after each call that returns; nothing when there is
+    nothing to wrap or it is wrapped already (a subclass's inherited method)."""
     original = getattr(owner, attr, None)
     if not callable(original) or getattr(original, "__repro_check_hook__", False):
-        return None
+        return
 
-    @functools.wraps(original)
-    def hooked(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        try:
-            then(result, *args, **kwargs)
-        except Exception:  # noqa: BLE001 - recording never breaks the logging call
-            pass
-        return result
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            try:
+                then(result, *args, **kwargs)
+            except Exception:  # noqa: BLE001 - recording never breaks the logging call
+                pass
+            return result
 
-    hooked.__repro_check_hook__ = True  # type: ignore[attr-defined]
-    setattr(owner, attr, hooked)
-    return lambda: setattr(owner, attr, original)
+        hooked.__repro_check_hook__ = True  # type: ignore[attr-defined]
+        return hooked
+
+    patches.PATCHES.wrap("metric_hooks", owner, attr, make, token=sink.token)
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
@@ -86,11 +91,8 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -
     return kwargs.get(name, args[index] if len(args) > index else None)
 
 
-# ---- the hooks: each takes the imported module and the sink, returns its undos -------------------
-Undos = list[Callable[[], None] | None]
-
-
-def _tensorboard(module: Any, sink: Sink) -> Undos:
+# ---- the hooks: each takes the imported module and the sink -------------------------------------
+def _tensorboard(module: Any, sink: Sink) -> None:
     writer = module.SummaryWriter
 
     def scalar(result: Any, *args: Any, **kwargs: Any) -> None:  # (self, tag, scalar_value)
@@ -100,53 +102,56 @@ def _tensorboard(module: Any, sink: Sink) -> Undos:
         main = _arg(args, kwargs, 1, "main_tag")
         sink.record_all("tb:", _arg(args, kwargs, 2, "tag_scalar_dict"), f"{main}/")
 
-    return [_after(writer, "add_scalar", scalar), _after(writer, "add_scalars", scalars)]
+    _after(sink, writer, "add_scalar", scalar)
+    _after(sink, writer, "add_scalars", scalars)
 
 
-def _lightning(module: Any, sink: Sink) -> Undos:
+def _lightning(module: Any, sink: Sink) -> None:
     def logged(result: Any, trainer: Any, *args: Any, **kwargs: Any) -> None:
         sink.record_all("lightning:", dict(trainer.callback_metrics))
 
-    return [_after(module.Trainer, name, logged) for name in ("fit", "validate", "test")]
+    for name in ("fit", "validate", "test"):
+        _after(sink, module.Trainer, name, logged)
 
 
-def _hf_trainer(module: Any, sink: Sink) -> Undos:
+def _hf_trainer(module: Any, sink: Sink) -> None:
     def logged(result: Any, *args: Any, **kwargs: Any) -> None:  # (self, logs, start_time)
         sink.record_all("hf:", _arg(args, kwargs, 1, "logs"))
 
     def evaluated(result: Any, *args: Any, **kwargs: Any) -> None:
         sink.record_all("hf:", result)
 
-    return [_after(module.Trainer, "log", logged), _after(module.Trainer, "evaluate", evaluated)]
+    _after(sink, module.Trainer, "log", logged)
+    _after(sink, module.Trainer, "evaluate", evaluated)
 
 
-def _wandb(module: Any, sink: Sink) -> Undos:
+def _wandb(module: Any, sink: Sink) -> None:
     def logged(result: Any, *args: Any, **kwargs: Any) -> None:  # (data, step, commit)
         sink.record_all("wandb:", _arg(args, kwargs, 0, "data"))
 
     def run_logged(result: Any, run: Any, *args: Any, **kwargs: Any) -> None:
         logged(result, *args, **kwargs)
 
-    undo = [_after(module, "log", logged)]  # wandb.init() then binds wandb.log to a Run's log
+    _after(sink, module, "log", logged)  # wandb.init() then binds wandb.log to a Run's log
     run_class = getattr(module, "Run", None) or getattr(
         sys.modules.get("wandb.sdk.wandb_run"), "Run", None)
     if run_class is not None:
-        undo.append(_after(run_class, "log", run_logged))
-    return undo
+        _after(sink, run_class, "log", run_logged)
 
 
-def _mlflow(module: Any, sink: Sink) -> Undos:
+def _mlflow(module: Any, sink: Sink) -> None:
     def one(result: Any, *args: Any, **kwargs: Any) -> None:  # (key, value, step)
         sink.record("mlflow:", _arg(args, kwargs, 0, "key"), _arg(args, kwargs, 1, "value"))
 
     def many(result: Any, *args: Any, **kwargs: Any) -> None:  # (metrics, step)
         sink.record_all("mlflow:", _arg(args, kwargs, 0, "metrics"))
 
-    return [_after(module, "log_metric", one), _after(module, "log_metrics", many)]
+    _after(sink, module, "log_metric", one)
+    _after(sink, module, "log_metrics", many)
 
 
 #: module -> the hook applied once it is imported (the module that defines what is patched)
-HOOKS: dict[str, Callable[[Any, Sink], Undos]] = {
+HOOKS: dict[str, Callable[[Any, Sink], None]] = {
     "torch.utils.tensorboard.writer": _tensorboard,
     "lightning.pytorch": _lightning,
     "pytorch_lightning": _lightning,
@@ -181,16 +186,31 @@ class _ThenLoader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
+class _MetaPathEntry:
+    """A finder put first on ``sys.meta_path``; :meth:`remove` takes it off again."""
+
+    def __init__(self, finder: Any) -> None:
+        self.finder = finder
+        sys.meta_path.insert(0, finder)
+
+    def remove(self) -> None:
+        if self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
+
+
 class PatchOnImport(importlib.abc.MetaPathFinder):
     """Calls ``patches[name](module)`` when module ``name`` has been imported (at once if it
     already is); imports nothing itself."""
 
-    def __init__(self, patches: Mapping[str, Callable[[Any], None]]) -> None:
+    def __init__(self, patches: Mapping[str, Callable[[Any], None]],
+                 feature: str = "metric_hooks") -> None:
         self.patches = dict(patches)
+        self.feature = feature
         self.done: set[str] = set()
 
     def install(self) -> PatchOnImport:
-        sys.meta_path.insert(0, self)
+        """First on ``sys.meta_path`` (through the patch registry, as ``feature``)."""
+        patches.PATCHES.hook(self.feature, "sys.meta_path", _MetaPathEntry, self, token=self)
         for name in list(self.patches):
             module = sys.modules.get(name)
             if module is not None:
@@ -198,8 +218,7 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         return self
 
     def uninstall(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
+        patches.PATCHES.release(self)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.patches or fullname in self.done:
@@ -225,32 +244,57 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         self.patches[name](module)
 
 
-class MetricHooks:
-    """The hooks of one run: installed with the recorder, undone with :meth:`uninstall`."""
+class ImportHooks:
+    """Hooks put in when the module that defines what they wrap is imported (:class:`PatchOnImport`),
+    each through the patch registry under this object's token: :meth:`uninstall` takes them all
+    out. A hook that fails (a version we do not know) is a warning naming ``failure``, never an
+    error of the run. Subclasses say what each module gets (:meth:`hook_module`)."""
 
-    def __init__(self, recorder: Any) -> None:
+    #: the warning's text when a module's hook fails (``{name}``: the module)
+    failure = "{name} is not hooked"
+
+    #: the feature (:data:`repro_check.child.patches.ORDER`) its wraps are installed as
+    feature = "metric_hooks"
+
+    def __init__(self, recorder: Any, modules: Mapping[str, Any]) -> None:
         self.recorder = recorder
-        self.sink = Sink(recorder)
-        self.undo: list[Callable[[], None]] = []
-        self.finder = PatchOnImport({name: functools.partial(self._hook, name, hook)
-                                     for name, hook in HOOKS.items()})
+        self.finder = PatchOnImport({name: functools.partial(self._hook, name, what)
+                                     for name, what in modules.items()}, self.feature)
 
-    def _hook(self, name: str, hook: Callable[[Any, Sink], Undos], module: Any) -> None:
+    def hook_module(self, name: str, what: Any, module: Any) -> None:
+        raise NotImplementedError
+
+    def _hook(self, name: str, what: Any, module: Any) -> None:
         try:
-            self.undo += [u for u in hook(module, self.sink) if u is not None]
+            self.hook_module(name, what, module)
         except Exception as e:  # noqa: BLE001 - a version we do not know: say so, run on
-            self.recorder.emit({"warning": f"metrics logged through {name} are not recorded: "
+            self.recorder.emit({"warning": f"{self.failure.format(name=name)}: "
                                            f"{type(e).__name__}: {e}"})
 
-    def install(self) -> MetricHooks:
+    def install(self) -> ImportHooks:
         self.finder.install()
         return self
 
     def uninstall(self) -> None:
         self.finder.uninstall()
-        for undo in reversed(self.undo):
-            undo()
-        self.undo.clear()
+        patches.PATCHES.release(self)
+
+
+class MetricHooks(ImportHooks):
+    """The hooks of one run: installed with the recorder, undone with :meth:`uninstall`."""
+
+    failure = "metrics logged through {name} are not recorded"
+
+    def __init__(self, recorder: Any) -> None:
+        super().__init__(recorder, HOOKS)
+        self.sink = Sink(recorder, token=self)
+
+    def hook_module(self, name: str, what: Any, module: Any) -> None:
+        what(module, self.sink)
+
+    def install(self) -> MetricHooks:
+        super().install()
+        return self
 
 
 def install(recorder: Any) -> MetricHooks:

@@ -46,8 +46,7 @@ def _library_roots() -> tuple[str, ...]:
     for path in sys.path:
         if path.rstrip(os.sep).endswith(("site-packages", "dist-packages")):
             roots.add(os.path.realpath(path) + os.sep)
-    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    roots.add(package + os.sep)
+    roots.add(_PACKAGE)
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "__file__", None):
         roots.add(os.path.dirname(os.path.realpath(torch.__file__)) + os.sep)
@@ -55,8 +54,9 @@ def _library_roots() -> tuple[str, ...]:
 
 
 _ROOTS: tuple[str, ...] | None = None
-_WORKLOADS = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))),
-                          "workloads") + os.sep
+#: this package, and its bundled workloads (the target's own code when run)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+_WORKLOADS = os.path.join(_PACKAGE, "workloads") + os.sep
 _IS_LIBRARY: dict[str, bool] = {}
 
 
@@ -87,6 +87,29 @@ _TRANSPARENT = (os.sep + os.path.join("torch", "_compile.py"),
 def is_transparent(path: str) -> bool:
     """Whether a frame of ``path`` only passes a call on (torch's wrappers)."""
     return path.endswith(_TRANSPARENT)
+
+
+_PASSES_ON: dict[str, bool] = {}
+
+
+def is_own(path: str) -> bool:
+    """Whether ``path`` is repro-check's own code (its bundled workloads are the target's)."""
+    real = os.path.realpath(path)
+    return real.startswith(_PACKAGE) and not real.startswith(_WORKLOADS)
+
+
+def passes_on(path: str) -> bool:
+    """Whether a frame of ``path`` only passes a call on from the target's code to what it
+    called: torch's wrappers, repro-check's own (the hooks of :mod:`repro_check.child.patches`)
+    and ``random.py`` (``random.Random()`` seeds itself through its ``seed`` method). The frames
+    such a call leaves inside a library are :func:`is_library`'s, not these."""
+    known = _PASSES_ON.get(path)
+    if known is None:
+        import random
+
+        known = _PASSES_ON[path] = is_transparent(path) or is_own(path) or (
+            os.path.realpath(path) == os.path.realpath(random.__file__))
+    return known
 
 
 def direct_caller(frame: Any) -> Any:
@@ -139,23 +162,33 @@ class ModelSites:
         self.installed = False
 
     def install(self) -> ModelSites:
+        """Note where each module is built (installing again changes nothing)."""
         import torch.nn as nn
 
-        if self.installed:
-            return self
-        sites, original = self, nn.Module.__init__
+        from repro_check.child import patches
 
-        @functools.wraps(original)
-        def __init__(module: Any, *args: Any, **kwargs: Any) -> None:
-            original(module, *args, **kwargs)
-            try:
-                sites.note(module, sys._getframe(1))
-            except Exception:  # noqa: BLE001 - a site is a nicety; never break the target
-                pass
+        sites = self
 
-        nn.Module.__init__ = __init__  # type: ignore[method-assign]
+        def make(original: Any) -> Any:
+            @functools.wraps(original)
+            def __init__(module: Any, *args: Any, **kwargs: Any) -> None:
+                original(module, *args, **kwargs)
+                try:
+                    sites.note(module, sys._getframe(1))
+                except Exception:  # noqa: BLE001 - a site is a nicety; never break the target
+                    pass
+
+            return __init__
+
+        patches.PATCHES.wrap("origin.models", nn.Module, "__init__", make, token=self)
         self.installed = True
         return self
+
+    def uninstall(self) -> None:
+        from repro_check.child import patches
+
+        patches.PATCHES.release(self)
+        self.installed = False
 
     def note(self, module: Any, frame: Any) -> None:
         """Record where ``module`` is being built: the first frame outside its own ``__init__``

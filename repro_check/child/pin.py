@@ -41,7 +41,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from repro_check.child import origin
+from repro_check.child import origin, patches
 
 #: the variable naming the pair's plan (a JSON file)
 PLAN_VAR = "REPRO_CHECK_PINS"
@@ -55,26 +55,16 @@ MAX_SENT = 2000
 #: DataLoaders noted in a run
 MAX_LOADERS = 50
 
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_WORKLOADS = os.path.join(_OWN, "workloads") + os.sep
-
 
 def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
     """The frames of the target's own code on the stack (:func:`origin.is_library` tells them),
-    innermost last; None when ``direct`` and the direct caller is not the target's code (a
-    generator torch or a library makes for itself)."""
-    def ours(path: str) -> bool:  # our wrappers (this module, the seeding watch), random.py,
-        # and torch's (torch._dynamo wraps torch.manual_seed once it is imported)
-        if origin.is_transparent(path):
-            return True
-        path = os.path.abspath(path)
-        return path == os.path.abspath(random.__file__) or (
-            path.startswith(_OWN) and not path.startswith(_WORKLOADS))
-
+    innermost last; None when ``direct`` and the direct caller, past the frames that only pass
+    the call on (:func:`origin.passes_on`: our wrappers, ``random.py``, torch's), is not the
+    target's code (a generator torch or a library makes for itself)."""
     # file, line and function only: no source line is read
     frames = traceback.StackSummary.extract(traceback.walk_stack(sys._getframe(1)),
                                             lookup_lines=False)[::-1]
-    while frames and ours(frames[-1].filename):
+    while frames and origin.passes_on(frames[-1].filename):
         frames.pop()
     if not frames or (direct and origin.is_library(frames[-1].filename)):
         return None
@@ -339,16 +329,19 @@ class Pins:
         _track_reseeding(self)
         _track_loaders(self)
         if self._from("data") is not None:
-            from torch.utils.data import dataloader
+            from repro_check.child.capture import loader_iterator_class
 
-            cls = dataloader._BaseDataLoaderIter
-            original = cls.__next__
+            cls = loader_iterator_class("pin.data")
             pins = self
 
-            def __next__(it: Any) -> Any:
-                return pins.batch(original(it))
+            def make(original: Any) -> Any:
+                def __next__(it: Any) -> Any:
+                    return pins.batch(original(it))
 
-            cls.__next__ = __next__  # type: ignore[method-assign]
+                return __next__
+
+            if cls is not None:
+                patches.PATCHES.wrap("pin.data", cls, "__next__", make, token=self)
         return self
 
     def attach(self, recorder: Any) -> None:
@@ -435,7 +428,7 @@ def _how(seed: Any, call: str) -> str:
 def _track_generators(pins: Pins) -> None:
     import torch
 
-    base = torch.Generator
+    base = patches.PATCHES.original(torch, "Generator")
     _BASE.append(base)
 
     class Checked(type(base)):  # type: ignore[misc]
@@ -465,7 +458,7 @@ def _track_generators(pins: Pins) -> None:
 
     Generator.__name__ = Generator.__qualname__ = "Generator"
     Generator.__module__ = "torch"
-    torch.Generator = Generator  # type: ignore[misc]
+    patches.PATCHES.replace("pin.generators", torch, "Generator", Generator, token=pins)
 
     class Random(random.Random):
         """``random.Random``, noting where the script makes and seeds one."""
@@ -475,19 +468,21 @@ def _track_generators(pins: Pins) -> None:
             pins.seeded(self, "python", "entropy" if a is None else _how(a, "seed"))
 
     Random.__module__ = "random"
-    random.Random = Random  # type: ignore[misc]
+    patches.PATCHES.replace("pin.generators", random, "Random", Random, token=pins)
     np = sys.modules.get("numpy")
     if np is None:
         return
-    original = np.random.default_rng
 
-    def default_rng(seed: Any = None) -> Any:
-        rng = original(seed)
-        if not isinstance(seed, np.random.Generator):
-            pins.seeded(rng, "numpy", "entropy" if seed is None else _how(seed, "seed"))
-        return rng
+    def make(original: Any) -> Any:
+        def default_rng(seed: Any = None) -> Any:
+            rng = original(seed)
+            if not isinstance(seed, np.random.Generator):
+                pins.seeded(rng, "numpy", "entropy" if seed is None else _how(seed, "seed"))
+            return rng
 
-    np.random.default_rng = default_rng
+        return default_rng
+
+    patches.PATCHES.wrap("pin.generators", np.random, "default_rng", make, token=pins)
 
 
 def _track_loaders(pins: Pins) -> None:
@@ -495,45 +490,54 @@ def _track_loaders(pins: Pins) -> None:
     names the loader whose batches differed."""
     from torch.utils.data import DataLoader
 
-    made, iterate = DataLoader.__init__, DataLoader.__iter__
+    def made(original: Any) -> Any:
+        @functools.wraps(original)  # frameworks read its signature to rebuild loaders (Lightning)
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            original(loader, *args, **kwargs)
+            try:
+                pins.loader(loader, "made")
+            except Exception:  # noqa: BLE001 - never break the target
+                pass
 
-    @functools.wraps(made)  # frameworks read its signature to rebuild loaders (Lightning)
-    def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-        made(loader, *args, **kwargs)
-        try:
-            pins.loader(loader, "made")
-        except Exception:  # noqa: BLE001 - never break the target
-            pass
+        return __init__
 
-    @functools.wraps(iterate)
-    def __iter__(loader: Any) -> Any:
-        try:
-            pins.loader(loader, "iter")
-        except Exception:  # noqa: BLE001 - never break the target
-            pass
-        return iterate(loader)
+    def iterate(original: Any) -> Any:
+        @functools.wraps(original)
+        def __iter__(loader: Any) -> Any:
+            try:
+                pins.loader(loader, "iter")
+            except Exception:  # noqa: BLE001 - never break the target
+                pass
+            return original(loader)
 
-    DataLoader.__init__ = __init__  # type: ignore[method-assign]
-    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+        return __iter__
+
+    patches.PATCHES.wrap("pin.loaders", DataLoader, "__init__", made, token=pins)
+    patches.PATCHES.wrap("pin.loaders", DataLoader, "__iter__", iterate, token=pins)
 
 
 def _track_reseeding(pins: Pins) -> None:
     import torch
 
+    import torch.random
+
     def wrap(owner: Any, name: str, stream: str) -> None:
-        original = getattr(owner, name)
+        def make(original: Any) -> Any:
+            def reseed(*args: Any, **kwargs: Any) -> Any:
+                out = original(*args, **kwargs)
+                entropy = name == "seed" and not args and not kwargs
+                pins.reseeded(stream,
+                              "entropy" if entropy else _how(args[0], name) if args else name)
+                return out
 
-        def reseed(*args: Any, **kwargs: Any) -> Any:
-            out = original(*args, **kwargs)
-            entropy = name == "seed" and not args and not kwargs
-            pins.reseeded(stream, "entropy" if entropy else _how(args[0], name) if args else name)
-            return out
+            return reseed
 
-        setattr(owner, name, reseed)
+        patches.PATCHES.wrap("pin.reseeding", owner, name, make, token=pins)
 
     wrap(random, "seed", "python")
-    wrap(torch, "seed", "torch")
-    wrap(torch, "manual_seed", "torch")
+    for owner in (torch, torch.random):  # the same functions under two names
+        wrap(owner, "seed", "torch")
+        wrap(owner, "manual_seed", "torch")
     np = sys.modules.get("numpy")
     if np is not None:
         wrap(np.random, "seed", "numpy")

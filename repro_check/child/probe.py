@@ -191,20 +191,17 @@ class StepProbe:
     def _wrap_factories(self) -> None:
         import torch
 
-        self._factories: list[tuple[str, Any]] = []
+        from repro_check.child import patches
+
         for name in FACTORIES:
-            original = getattr(torch, name, None)
-            if original is None:
-                continue
-            self._factories.append((name, original))
-            setattr(torch, name, self._made(name, original))
+            if getattr(torch, name, None) is not None:
+                patches.PATCHES.wrap("probe.factories", torch, name,
+                                     functools.partial(self._made, name), token=self)
 
     def _unwrap_factories(self) -> None:
-        import torch
+        from repro_check.child import patches
 
-        for name, original in getattr(self, "_factories", []):
-            setattr(torch, name, original)
-        self._factories = []
+        patches.PATCHES.release(self)
 
     def _made(self, name: str, original: Any) -> Any:
         probe = self

@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import capture
+from repro_check.child import capture, patches
 from repro_check.child import seeding
 from repro_check.child import watch
 from repro_check.child.emit import Emitter
@@ -165,18 +165,20 @@ def install(config: RunConfig, header: dict[str, Any], done: dict[str, Any]) -> 
         "header": header,
     }
     _STARTS = starts = _Starts(settings, done)
-    original_start = BaseProcess.start
 
-    @functools.wraps(original_start)
-    def start(process: Any) -> None:
-        starts.number(process)
-        starts.starting.token = vars(process).get(TOKEN)
-        try:
-            original_start(process)
-        finally:
-            starts.starting.token = None
+    def make(original_start: Any) -> Any:
+        @functools.wraps(original_start)
+        def start(process: Any) -> None:
+            starts.number(process)
+            starts.starting.token = vars(process).get(TOKEN)
+            try:
+                original_start(process)
+            finally:
+                starts.starting.token = None
 
-    BaseProcess.start = start  # type: ignore[method-assign]
+        return start
+
+    patches.PATCHES.wrap("processes.start", BaseProcess, "start", make)
     _wrap_bootstrap()
     _seed_in_preparation(starts)
 
@@ -187,43 +189,54 @@ def _seed_in_preparation(starts: _Starts) -> None:
     # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing import spawn
 
-    original = spawn.get_preparation_data
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def get_preparation_data(name: str) -> dict[str, Any]:
+            data = original(name)
+            token = getattr(starts.starting, "token", None)
+            if isinstance(token, Stream) and os.getpid() == starts.pid \
+                    and _importable_at_start():
+                data["repro_check_seeding"] = SpawnSeeding(token.settings)
+            return data
 
-    @functools.wraps(original)
-    def get_preparation_data(name: str) -> dict[str, Any]:
-        data = original(name)
-        token = getattr(starts.starting, "token", None)
-        if isinstance(token, Stream) and os.getpid() == starts.pid and _importable_at_start():
-            data["repro_check_seeding"] = SpawnSeeding(token.settings)
-        return data
+        return get_preparation_data
 
-    spawn.get_preparation_data = get_preparation_data
+    patches.PATCHES.wrap("processes.preparation", spawn, "get_preparation_data", make)
 
 
 def _wrap_bootstrap() -> None:
-    """Run every process that carries a stream token as a recorded child (once a process)."""
+    """Run every process that carries a stream token as a recorded child (once a process).
+
+    ``BaseProcess._bootstrap`` is multiprocessing's private entry of every new process: where
+    it is missing, processes are not recorded (the listing says why) and run as they would."""
     # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing.process import BaseProcess
 
-    original = BaseProcess._bootstrap  # type: ignore[attr-defined]
-    if getattr(original, "_repro_check", False):
+    if patches.PATCHES.has("processes.bootstrap", BaseProcess, "_bootstrap"):
+        return
+    if not callable(getattr(BaseProcess, "_bootstrap", None)):
+        patches.PATCHES.skip("processes.bootstrap", "multiprocessing.process.BaseProcess._bootstrap",
+                             "this Python's multiprocessing has no BaseProcess._bootstrap: the "
+                             "processes the target starts are not recorded")
         return
 
-    @functools.wraps(original)
-    def bootstrap(process: Any, *args: Any, **kwargs: Any) -> int:
-        token = vars(process).get(TOKEN)
-        if not isinstance(token, Stream) or os.getpid() == token.origin:
-            return original(process, *args, **kwargs)
-        try:
-            child = Child(token, process)
-        except Exception as e:  # noqa: BLE001 - recording must never stop the target's process
-            sys.stderr.write(f"repro-check: process {token.index} is not recorded: "
-                             f"{type(e).__name__}: {e}\n")
-            return original(process, *args, **kwargs)
-        return child.run(original, args, kwargs)
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def bootstrap(process: Any, *args: Any, **kwargs: Any) -> int:
+            token = vars(process).get(TOKEN)
+            if not isinstance(token, Stream) or os.getpid() == token.origin:
+                return original(process, *args, **kwargs)
+            try:
+                child = Child(token, process)
+            except Exception as e:  # noqa: BLE001 - recording must never stop the target's process
+                sys.stderr.write(f"repro-check: process {token.index} is not recorded: "
+                                 f"{type(e).__name__}: {e}\n")
+                return original(process, *args, **kwargs)
+            return child.run(original, args, kwargs)
 
-    bootstrap._repro_check = True  # type: ignore[attr-defined]
-    BaseProcess._bootstrap = bootstrap  # type: ignore[attr-defined]
+        return bootstrap
+
+    patches.PATCHES.wrap("processes.bootstrap", BaseProcess, "_bootstrap", make)
 
 
 class Child:
@@ -314,14 +327,17 @@ class Child:
 
     def _end_on_os_exit(self) -> None:
         """``os._exit`` in the child's code skips everything: end the stream first."""
-        previous, owner = os._exit, os.getpid()
+        owner = os.getpid()
 
-        def _exit(code: int) -> None:
-            if os.getpid() == owner:
-                try:
-                    self.end(code, "exited")
-                except BaseException:  # noqa: BLE001 - exiting anyway
-                    pass
-            previous(code)
+        def make(previous: Any) -> Any:
+            def _exit(code: int) -> None:
+                if os.getpid() == owner:
+                    try:
+                        self.end(code, "exited")
+                    except BaseException:  # noqa: BLE001 - exiting anyway
+                        pass
+                previous(code)
 
-        os._exit = _exit  # type: ignore[assignment]
+            return _exit
+
+        patches.PATCHES.wrap("processes.end", os, "_exit", make, token=self)

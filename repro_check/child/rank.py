@@ -40,15 +40,17 @@ class RankRecorder(capture.Recorder):
         super().install()
         from torch.nn.parallel import DistributedDataParallel
 
-        original_init = DistributedDataParallel.__init__
         models = self._models
 
-        @functools.wraps(original_init)
-        def ddp_init(ddp: Any, *args: Any, **kwargs: Any) -> None:
-            original_init(ddp, *args, **kwargs)
-            models.append(weakref.ref(ddp.module))
+        def make(original_init: Any) -> Any:
+            @functools.wraps(original_init)
+            def ddp_init(ddp: Any, *args: Any, **kwargs: Any) -> None:
+                original_init(ddp, *args, **kwargs)
+                models.append(weakref.ref(ddp.module))
 
-        self.hooks.replace(DistributedDataParallel, "__init__", ddp_init)
+            return ddp_init
+
+        self.hooks.replace("rank.models", DistributedDataParallel, "__init__", make)
         return self
 
     def params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:

@@ -73,6 +73,11 @@ def _raw_python_state(inst: Any) -> bytes | None:
                 _RAW_OFFSET = offset
         except Exception:  # noqa: BLE001 - no fast path; getstate() every time
             _RAW_OFFSET = None
+        if _RAW_OFFSET is None:
+            from repro_check.child import patches
+
+            patches.PATCHES.skip("rngstate.python", "random.Random (its C state, read in place)",
+                                 "this interpreter lays it out otherwise: read with getstate()")
     if _RAW_OFFSET is None or type(inst).__basicsize__ < _RAW_OFFSET + _MT_BYTES:
         return None
     return ctypes.string_at(id(inst) + _RAW_OFFSET, _MT_BYTES)

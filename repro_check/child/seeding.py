@@ -197,29 +197,41 @@ def seed_dataloaders(seed: int) -> int:
     """
     import torch.utils.data as tud
 
+    from repro_check.child import patches
+
     loader_cls = tud.DataLoader
-    if getattr(loader_cls.__init__, "_repro_check_seeded", False):
+    if patches.PATCHES.has("seeding.loaders", loader_cls, "__init__"):
         return 0
-    original_init = loader_cls.__init__
+    arguments = patches.Arguments(patches.PATCHES.original(loader_cls, "__init__"),
+                                  ("worker_init_fn", "generator"))
+    if arguments.missing:
+        patches.PATCHES.skip("seeding.loaders", "torch.utils.data.DataLoader.__init__",
+                             f"no parameter {', '.join(arguments.missing)}")
+        return 0
     counter = {"made": 0}
 
-    @functools.wraps(original_init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        # DataLoader(dataset, ..., worker_init_fn=args[10], ..., generator=args[12])
-        if len(args) <= 12 and kwargs.get("generator") is None:
-            counter["made"] += 1
-            import torch
+    def make(original_init: Any) -> Any:
+        @functools.wraps(original_init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            bound = arguments.bind((self, *args), kwargs)
+            if bound is None:  # arguments the signature does not take: torch says so
+                original_init(self, *args, **kwargs)
+                return
+            given = bound.arguments
+            if given.get("generator") is None:
+                counter["made"] += 1
+                import torch
 
-            gen = torch.Generator()
-            gen.manual_seed(derive_seed(seed, "dataloader", counter["made"]))
-            kwargs["generator"] = gen
-        user_init = kwargs.get("worker_init_fn")
-        if len(args) <= 10:
-            kwargs["worker_init_fn"] = functools.partial(_seeded_worker_init, user_fn=user_init)
-        original_init(self, *args, **kwargs)
+                gen = torch.Generator()
+                gen.manual_seed(derive_seed(seed, "dataloader", counter["made"]))
+                given["generator"] = gen
+            given["worker_init_fn"] = functools.partial(
+                _seeded_worker_init, user_fn=given.get("worker_init_fn"))
+            original_init(*bound.args, **bound.kwargs)
 
-    __init__._repro_check_seeded = True  # type: ignore[attr-defined]
-    loader_cls.__init__ = __init__  # type: ignore[method-assign]
+        return __init__
+
+    patches.PATCHES.wrap("seeding.loaders", loader_cls, "__init__", make)
     return 0
 
 

@@ -46,7 +46,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from repro_check.child import clock, origin, rngstate
+from repro_check.child import clock, origin, patches, rngstate
 from repro_check.child.seeding import STREAM_NAMES
 
 Emit = Callable[[dict[str, Any]], None]
@@ -213,21 +213,37 @@ class SeedingWatch:
 
     # ---- seeding calls -------------------------------------------------------------------
     def install(self, page_fd: int | None = None) -> SeedingWatch:
+        """Watch the seeding calls and DataLoaders (through the patch registry: a watch installed
+        later in this process, as in a forked child, takes this one's place)."""
+        import torch
+        import torch.random
+
         self._share_page(page_fd)
-        self._wrap_torch_seed()
-        self._wrap_torch_manual_seed()
-        random.seed = self._wrap_seed_call(  # type: ignore[assignment]
-            random.seed, "python", "random.seed")
+        for owner in (torch, torch.random):
+            self._wrap(owner, "seed", self._torch_seed)
+            self._wrap(owner, "manual_seed", self._torch_manual_seed)
+        self._wrap(random, "seed", lambda original: self._seed_call(original, "python",
+                                                                    "random.seed"))
+        self.numpy_wrapped = False
         self.wrap_numpy()
         self._wrap_loaders()
         return self
+
+    def uninstall(self) -> None:
+        """Take this watch's wrappers out again."""
+        patches.PATCHES.release(self)
+
+    def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any],
+              feature: str = "watch.seeding") -> None:
+        patches.PATCHES.wrap(feature, owner, name, make, token=self)
 
     def wrap_numpy(self) -> None:
         """Watch ``numpy.random.seed`` once numpy is imported (once a watch)."""
         np = sys.modules.get("numpy")
         if np is None or not hasattr(np, "random") or self.numpy_wrapped:
             return
-        np.random.seed = self._wrap_seed_call(np.random.seed, "numpy", "numpy.random.seed")
+        self._wrap(np.random, "seed", lambda original: self._seed_call(original, "numpy",
+                                                                      "numpy.random.seed"))
         self.numpy_wrapped = True
 
     def _wrap_loaders(self) -> None:
@@ -235,25 +251,29 @@ class SeedingWatch:
         which watches a spawned worker (a forked one inherits the watch)."""
         from torch.utils.data import DataLoader
 
-        original = DataLoader.__init__
+        arguments = patches.Arguments(patches.PATCHES.original(DataLoader, "__init__"),
+                                      ("worker_init_fn",))
+        if arguments.missing:
+            patches.PATCHES.skip("watch.loaders", "torch.utils.data.DataLoader.__init__",
+                                 f"no parameter {', '.join(arguments.missing)}")
+            return
 
-        @functools.wraps(original)  # frameworks read its signature to rebuild loaders
-        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-            # DataLoader(dataset, ..., worker_init_fn=args[10], ...)
-            if len(args) > 10:
-                args = args[:10] + (WorkerWatch.of(args[10], self),) + args[11:]
-            else:
-                kwargs["worker_init_fn"] = WorkerWatch.of(kwargs.get("worker_init_fn"), self)
-            original(loader, *args, **kwargs)
+        def make(original: Any) -> Any:
+            @functools.wraps(original)  # frameworks read its signature to rebuild loaders
+            def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+                bound = arguments.bind((loader, *args), kwargs)
+                if bound is None:  # arguments the signature does not take: torch says so
+                    original(loader, *args, **kwargs)
+                    return
+                given = bound.arguments.get("worker_init_fn")
+                bound.arguments["worker_init_fn"] = WorkerWatch.of(given, self)
+                original(*bound.args, **bound.kwargs)
 
-        DataLoader.__init__ = __init__  # type: ignore[method-assign]
+            return __init__
 
-    def _wrap_torch_seed(self) -> None:
-        import torch
-        import torch.random
+        self._wrap(DataLoader, "__init__", make, "watch.loaders")
 
-        original = torch.seed  # another wrapper (the pins') is kept in the chain
-
+    def _torch_seed(self, original: Callable[[], int]) -> Callable[[], int]:
         @functools.wraps(original)
         def seed() -> int:
             value = original()
@@ -271,14 +291,10 @@ class SeedingWatch:
                           once=f"torch.seed@{where}")
             return value
 
-        torch.random.seed = seed
-        torch.seed = seed
+        return seed
 
-    def _wrap_torch_manual_seed(self) -> None:
+    def _torch_manual_seed(self, original: Callable[..., Any]) -> Callable[..., Any]:
         import torch
-        import torch.random
-
-        original = torch.manual_seed  # another wrapper (the pins') is kept in the chain
 
         @functools.wraps(original)
         def manual_seed(seed: Any) -> Any:
@@ -292,11 +308,10 @@ class SeedingWatch:
             self.seen("torch", "torch.manual_seed", seed, where, hint)
             return result
 
-        torch.random.manual_seed = manual_seed
-        torch.manual_seed = manual_seed
+        return manual_seed
 
-    def _wrap_seed_call(self, original: Callable[..., Any], component: str,
-                        key: str) -> Callable[..., Any]:
+    def _seed_call(self, original: Callable[..., Any], component: str,
+                   key: str) -> Callable[..., Any]:
         @functools.wraps(original)
         def seed(*args: Any, **kwargs: Any) -> Any:
             where = self._site()

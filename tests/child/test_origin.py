@@ -40,9 +40,9 @@ class Net(Block):
 
 @pytest.fixture()
 def sites(monkeypatch: pytest.MonkeyPatch) -> Iterator[origin.ModelSites]:
-    monkeypatch.setattr(nn.Module, "__init__", nn.Module.__init__)  # put back afterwards
     monkeypatch.setattr(origin, "SITES", origin.ModelSites())
     yield origin.SITES.install()
+    origin.SITES.uninstall()  # nn.Module.__init__ put back
 
 
 def line_of(text: str) -> int:

@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from repro_check.child import clock  # noqa: E402
+from repro_check.child import clock, patches  # noqa: E402
 from repro_check.child.watch import SeedingWatch, WorkerWatch, cross_run_notes  # noqa: E402
 
 SEED = 1234
@@ -30,7 +30,7 @@ THREADS = 1
 
 
 @pytest.fixture()
-def seeded(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def seeded() -> Iterator[dict[str, Any]]:
     """This process seeded as a run is; ``applied`` is what seeding reports it did."""
     saved = {
         "benchmark": torch.backends.cudnn.benchmark,
@@ -42,13 +42,6 @@ def seeded(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         "python_rng": random.getstate(),
         "numpy_rng": np.random.get_state(),
     }
-    # install() replaces these functions: monkeypatch puts the originals back
-    from torch.utils.data import DataLoader
-
-    for owner, name in ((torch, "seed"), (torch.random, "seed"), (random, "seed"),
-                        (np.random, "seed"), (torch, "manual_seed"), (torch.random, "manual_seed"),
-                        (DataLoader, "__init__")):
-        monkeypatch.setattr(owner, name, getattr(owner, name))
     random.seed(SEED)
     np.random.seed(SEED)
     torch.manual_seed(SEED)
@@ -75,6 +68,7 @@ def seeded(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         torch.set_rng_state(saved["torch_rng"])
         random.setstate(saved["python_rng"])
         np.random.set_state(saved["numpy_rng"])
+        patches.PATCHES.undo()  # install() wrapped the seeding calls: the originals come back
 
 
 class Watched:

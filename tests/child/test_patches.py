@@ -1,0 +1,264 @@
+"""The patch registry: every hook of a run goes through it, in the stated order, once, and comes
+out again exactly; what it patched is listed.
+
+The unit tests use a registry of their own on a stand-in module. The run test installs, in this
+process, every feature a run installs (as ``repro_check.child.main`` does) on the process's
+registry, and checks the composed chains, a second install, the listing and the undo against the
+objects the registry says it replaced.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import time
+import types
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+from repro_check.child import (  # noqa: E402
+    capture,
+    clock,
+    env_hooks,
+    main,
+    metric_hooks,
+    origin,
+    patches,
+    pin,
+    processes,
+    rank,
+    seeding,
+    watch,
+)
+
+
+def module_with(func: Any) -> types.ModuleType:
+    mod = types.ModuleType("standin")
+    mod.func = func  # type: ignore[attr-defined]
+    return mod
+
+
+def tracing(calls: list[str], feature: str) -> Any:
+    """A feature's wrapper maker that notes when its wrapper runs."""
+
+    def make(inner: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls.append(feature)
+            return inner(*args, **kwargs)
+
+        return wrapper
+
+    return make
+
+
+# ---- the registry --------------------------------------------------------------------------------
+def test_features_nest_in_the_stated_order_whatever_order_they_are_installed_in() -> None:
+    calls: list[str] = []
+    original = lambda: calls.append("original")  # noqa: E731
+    mod = module_with(original)
+    reg = patches.PatchRegistry()
+    for feature in ("watch.seeding", "seeding.loaders", "pin.reseeding"):  # not in ORDER's order
+        reg.wrap(feature, mod, "func", tracing(calls, feature))
+    mod.func()
+    # ORDER: seeding.loaders innermost, then pin.reseeding, then watch.seeding (outermost)
+    assert calls == ["watch.seeding", "pin.reseeding", "seeding.loaders", "original"]
+    assert [row.features for row in reg.listing()] == [
+        ("seeding.loaders", "pin.reseeding", "watch.seeding")]
+    with pytest.raises(ValueError, match="not in the patch order"):
+        reg.wrap("nobody.knows", mod, "func", tracing(calls, "x"))
+
+
+def test_installing_again_is_installing_once_and_undo_puts_the_original_back() -> None:
+    calls: list[str] = []
+    original = lambda: calls.append("original")  # noqa: E731
+    mod = module_with(original)
+    reg = patches.PatchRegistry()
+    token = object()
+    for _ in range(3):
+        reg.wrap("capture.backward", mod, "func", tracing(calls, "capture"), token=token)
+        reg.wrap("watch.seeding", mod, "func", tracing(calls, "watch"))
+    mod.func()
+    assert calls == ["capture", "watch", "original"]  # ORDER: watch.seeding, then capture
+    assert reg.original(mod, "func") is original
+    reg.release(token)  # one owner's features out, the others stay
+    calls.clear()
+    mod.func()
+    assert calls == ["watch", "original"]
+    reg.undo()
+    assert mod.func is original and reg.listing() == []
+
+
+def test_undo_deletes_what_a_class_only_inherited_and_restores_mapping_items() -> None:
+    class Base:
+        def step(self) -> str:
+            return "base"
+
+    class Child(Base):
+        pass
+
+    table: dict[Any, Any] = {"kept": 1}
+    reg = patches.PatchRegistry()
+    reg.wrap("env_hooks", Child, "step", lambda inner: lambda self: "hooked " + inner(self))
+    reg.replace("clock", table, "new", 2, item=True, label="table[new]")
+    reg.replace("clock", table, "kept", 3, item=True, label="table[kept]")
+    assert Child().step() == "hooked base" and table == {"kept": 3, "new": 2}
+    reg.undo()
+    assert "step" not in vars(Child) and Child().step() == "base"
+    assert table == {"kept": 1}
+
+
+def test_a_skipped_feature_is_listed_with_its_reason() -> None:
+    reg = patches.PatchRegistry()
+    reg.skip("processes.bootstrap", "multiprocessing.process.BaseProcess._bootstrap", "gone")
+    reg.skip("rngstate.python", "random.Random", "another layout")
+    texts = [row.text() for row in reg.listing()]
+    assert "multiprocessing.process.BaseProcess._bootstrap: processes.bootstrap skipped (gone)" \
+        in texts
+    assert [row.as_dict()["skipped"] for row in reg.listing()] == ["gone", "another layout"]
+
+
+def test_a_missing_private_internal_skips_its_feature_instead_of_failing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from multiprocessing.process import BaseProcess
+
+    reg = patches.PatchRegistry()
+    monkeypatch.setattr(patches, "PATCHES", reg)
+    monkeypatch.delattr(BaseProcess, "_bootstrap")
+    processes.arrive(1, {}, os.getpid())  # a spawned child's token: wraps _bootstrap if it can
+    assert [(r.target, r.features) for r in reg.listing()] == [
+        ("multiprocessing.process.BaseProcess._bootstrap", ("processes.bootstrap",))]
+    assert reg.listing()[0].skipped and "not recorded" in reg.listing()[0].skipped
+
+
+def test_the_order_names_every_feature_once() -> None:
+    assert len(set(patches.ORDER)) == len(patches.ORDER)
+    assert not set(patches.ORDER) & set(patches.GUARDED)
+
+
+# ---- a run's features, in this process ------------------------------------------------------------
+def install_a_run(events: list[dict[str, Any]], tmp: Path) -> Any:
+    """Every feature a run installs, in the order ``repro_check.child.main`` installs them (with
+    the step probe, flagged ops, torchrun's recorder, recorded processes and a moved clock)."""
+    done = seeding.apply(7, ("python", "numpy", "torch", "dataloader"), None)
+    pins = pin.Pins({"dir": str(tmp / "replay"), "pins": [
+        {"kind": "data", "step": 1}]}, 1, events.append).install()
+    recorder = rank.RankRecorder(events.append, None, probe_step=1, flag_ops=True).install()
+    pins.attach(recorder)
+    main._flush_before_os_exit(recorder)
+    metric_hooks.install(recorder)
+    env_hooks.install(recorder)
+    watch.SeedingWatch(events.append, done, 7).install()
+    origin.SITES.install()
+    clock.install(2)
+    processes.install({"processes": {"events_dir": str(tmp)}, "seed": 7}, {}, done)
+    return recorder
+
+
+@pytest.fixture()
+def run_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Module state of ours that a run's install sets, and the streams seeding sets, put back."""
+    monkeypatch.setattr(clock, "offset", 0)
+    monkeypatch.setattr(origin, "SITES", origin.ModelSites())
+    monkeypatch.setattr(processes, "_STARTS", None)
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    with warnings.catch_warnings():
+        yield
+    patches.PATCHES.undo()
+    active = capture.active()
+    if active is not None:
+        active.uninstall()
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.set_rng_state(states[2])
+
+
+def snapshot(owners: list[Any]) -> dict[tuple[int, Any], tuple[Any, dict[Any, Any]]]:
+    return {(id(o), 0): (o, dict(o) if isinstance(o, dict) else dict(vars(o))) for o in owners}
+
+
+def test_a_run_patches_through_the_registry_once_and_undo_restores_every_original(
+        run_state: None, tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    events: list[dict[str, Any]] = []
+    patches.PATCHES.undo()
+    install_a_run(events, tmp_path)  # imports what a run imports; says what is patched
+    first = patches.PATCHES.listing()
+    owners = list({id(owner): owner for owner, _, _, _ in patches.PATCHES.targets()}.values())
+    patches.PATCHES.undo()
+    before = snapshot(owners)  # every object the registry patched, as it is with nothing patched
+
+    recorder = install_a_run(events, tmp_path)
+    patched = set()
+    for owner, name, _, original in patches.PATCHES.targets():  # what it replaced, exactly
+        assert before[(id(owner), 0)][1].get(name, patches.MISSING) is original, name
+        patched.add((id(owner), name))
+    rows = {row.target: row.features for row in patches.PATCHES.listing()}
+    assert patches.PATCHES.listing() == first
+    # one wrapper a callable, the features in the stated order
+    assert rows["torch.utils.data.dataloader.DataLoader.__init__"] == (
+        "seeding.loaders", "pin.loaders", "watch.loaders")
+    assert rows["torch.utils.data.dataloader.DataLoader.__iter__"] == (
+        "pin.loaders", "capture.epochs")
+    assert rows["torch.utils.data.dataloader._BaseDataLoaderIter.__next__"] == (
+        "pin.data", "capture.batches")
+    for name in ("torch.seed", "torch.manual_seed", "torch.random.seed",
+                 "torch.random.manual_seed", "random.seed", "numpy.random.seed"):
+        assert rows[name] == ("pin.reseeding", "watch.seeding"), name
+    assert rows["os._exit"] == ("main.flush",)
+    assert rows["torch.autograd.backward"] == ("capture.backward",)
+    assert rows["torch.nn.modules.module.Module.__init__"] == ("origin.models",)
+    assert rows["time.time"] == ("clock",) and rows["datetime.datetime"] == ("clock",)
+    assert rows["multiprocessing.process.BaseProcess._bootstrap"] == ("processes.bootstrap",)
+    assert rows["torch.as_tensor"] == ("probe.factories",)  # armed for step 1
+    assert rows["torch.optim.optimizer.register_optimizer_step_pre_hook"] == (
+        "capture.step_hooks",)
+    assert rows["sys.meta_path"] == ("metric_hooks", "env_hooks")  # their import finders
+    assert all(len(features) == len(set(features)) for features in rows.values())
+
+    # installing the watch and the recorder's hooks again changes nothing
+    watch.SeedingWatch(events.append, {}, 7).install()
+    recorder.hooks.install(flag_ops=True)
+    seeding.seed_dataloaders(7)
+    assert patches.PATCHES.listing() == first
+    # the installed wrappers work as one chain: a seeded loader, a watched worker_init_fn
+    loader = DataLoader(list(range(4)), 2, True, None, None, 0, None, False, False, 0, None,
+                        None, None)  # ..., worker_init_fn, multiprocessing_context, generator
+    assert loader.generator is not None  # given by position, bound by name
+    assert isinstance(loader.worker_init_fn.keywords["user_fn"], watch.WorkerWatch)
+
+    patches.PATCHES.undo()
+    assert patches.PATCHES.listing() == [] and patches.PATCHES.targets() == []
+    after = snapshot(owners)  # the same, but for what imports since added (torch's submodules)
+    for key, (owner, was) in before.items():
+        now = after[key][1]
+        changed = sorted(str(name) for name in set(was) | set(now)
+                         if was.get(name, patches.MISSING) is not now.get(name, patches.MISSING)
+                         and (name in was or (id(owner), name) in patched))
+        assert not changed, f"{owner!r}: {changed}"
+    assert time.time is clock._real_time and datetime.datetime is clock.RealDatetime
+
+
+def test_debug_lists_what_a_run_patched(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = patches.PatchRegistry()
+    monkeypatch.setattr(patches, "PATCHES", reg)
+    mod = module_with(lambda: None)
+    reg.wrap("watch.seeding", mod, "func", tracing([], "watch"))
+    reg.wrap("pin.reseeding", mod, "func", tracing([], "pin"))
+    events: list[dict[str, Any]] = []
+    monkeypatch.delenv(main.DEBUG_VAR, raising=False)
+    assert main._debug_patches(events.append) == [] and events == []
+    monkeypatch.setenv(main.DEBUG_VAR, "1")
+    rows = main._debug_patches(events.append)
+    assert events == [{"info": {"patches": [
+        {"target": "standin.func", "features": ["pin.reseeding", "watch.seeding"]}]}}]
+    assert main._debug_patches(events.append, rows) == rows and len(events) == 1  # unchanged
+    assert patches.debug_lines(reg) == ["standin.func: pin.reseeding < watch.seeding"]
