@@ -100,11 +100,12 @@ class EnvCalls(ImportHooks):
         own = None if own is patches.MISSING else own
         calls = self
 
-        def init_subclass(cls: type, **kwargs: Any) -> None:
+        def init_subclass(cls: Any, **kwargs: Any) -> None:
             if own is not None:
                 own.__func__(cls, **kwargs)
             else:
-                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
+                # base is a class known only when this runs, which mypy cannot check
+                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
             calls._wrap_class(cls)
 
         patches.PATCHES.replace("env_hooks", base, "__init_subclass__",

@@ -104,7 +104,7 @@ def _numpy_version() -> str | None:
     try:
         import numpy
 
-        return numpy.__version__  # type: ignore[no-any-return]
+        return numpy.__version__
     except Exception:  # noqa: BLE001 - a broken install is reported as missing
         return None
 
@@ -191,9 +191,9 @@ def fingerprint(
         env[flag] = facts.flags.get(flag)
     env["cudnn"] = facts.cudnn
     if facts.cuda_devices:
-        name, capability = facts.cuda_devices[0]
+        device_name, capability = facts.cuda_devices[0]
         env["device"] = "cuda"
-        env["device_name"] = name
+        env["device_name"] = device_name
         env["device_count"] = len(facts.cuda_devices)
         env["device_capability"] = capability
     else:

@@ -195,7 +195,7 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     from repro_check.child import watch
     from repro_check.trace.format import header_line
 
-    recorder_class = capture.Recorder
+    recorder_class: type[Any] = capture.Recorder
     if config.distributed:
         # only under torchrun
         from repro_check.child import rank
@@ -207,8 +207,8 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     from repro_check.child import pin
 
     # the private generators, and diagnose's pins: before the recorder, which sees their batches
-    rank = header.get("distributed", {}).get("rank") if config.distributed else None
-    pins = pin.from_environment(emit, rank)
+    rank_index = header.get("distributed", {}).get("rank") if config.distributed else None
+    pins = pin.from_environment(emit, rank_index)
     recorder = recorder_class(emit, config.max_steps, probe_step=config.probe_step,
                               flag_ops=flag_ops).install()
     pins.attach(recorder)

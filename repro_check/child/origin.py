@@ -48,8 +48,9 @@ def _library_roots() -> tuple[str, ...]:
             roots.add(os.path.realpath(path) + os.sep)
     roots.add(_PACKAGE)
     torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        roots.add(os.path.dirname(os.path.realpath(torch.__file__)) + os.sep)
+    torch_file = getattr(torch, "__file__", None) if torch is not None else None
+    if torch_file:
+        roots.add(os.path.dirname(os.path.realpath(torch_file)) + os.sep)
     return tuple(roots)
 
 

@@ -166,6 +166,7 @@ class Pins:
         if os.getpid() != self.pid:
             return
         entry = self.generators.get(id(obj))
+        location: dict[str, Any] | None
         if entry is None or entry[2] is not obj:
             if len(self.generators) >= MAX_TRACKED:
                 return

@@ -33,6 +33,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 from repro_check.child import origin
@@ -211,7 +212,7 @@ class StepProbe:
             out = original(*args, **kwargs)
             if probe.step is not None and not probe._quiet:
                 try:
-                    frame = sys._getframe(1)
+                    frame: FrameType | None = sys._getframe(1)
                     while frame is not None and origin.is_library(frame.f_code.co_filename):
                         frame = frame.f_back
                     loc = None if frame is None else {

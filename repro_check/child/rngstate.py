@@ -33,7 +33,7 @@ def python_state() -> str:
     last one first: a run that does not draw from ``random`` pays for a copy of 2.5 kB.
     """
     global _LAST_PYTHON
-    inst = random._inst  # type: ignore[attr-defined]
+    inst = random._inst
     raw = _raw_python_state(inst)
     if raw is not None:
         key = (raw, getattr(inst, "gauss_next", None))

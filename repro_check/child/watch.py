@@ -44,7 +44,7 @@ import sys
 import tempfile
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from repro_check.child import clock, origin, patches, rngstate
 from repro_check.child.seeding import STREAM_NAMES
@@ -326,7 +326,7 @@ class SeedingWatch:
 
         return seed
 
-    def _site(self) -> str | None | bool:
+    def _site(self) -> str | None | Literal[False]:
         """Where the seeding call being watched was made (``file:line``, None when unknown), or
         False when it is not reported: in a DataLoader worker, only a call made directly from the
         target's code counts (torch's seeding of the worker, and a forked worker's stack, which

@@ -23,7 +23,7 @@ from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.model import Report
 from repro_check.report.text import visible
 from repro_check.run.options import MAX_THREADS, RecordedSettings
-from repro_check.trace.results import RunResult
+from repro_check.trace.results import RunResult, status_of
 from repro_check.trace import values
 from repro_check.trace.format import MAX_STEP, TraceStream, TraceWriter, check_header, header_line
 from repro_check.version import __version__
@@ -160,7 +160,7 @@ class BodyCheck:
 def result_from_trace(index: int, stream: TraceStream) -> RunResult:
     """A saved trace seen as a finished run, for the report."""
     end = stream.end or {}
-    status = end["status"] if isinstance(end.get("status"), str) else "completed"
+    status = status_of(end["status"]) if isinstance(end.get("status"), str) else "completed"
     seconds = end["seconds"] if isinstance(end.get("seconds"), (int, float)) else 0.0
     error = stream.errors[-1] if stream.errors else None
     res = RunResult(index, status=status, returncode=end.get("returncode"), error=error,

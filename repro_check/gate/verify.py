@@ -152,7 +152,7 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
         else RunResult(2, status="cancelled")
     result = comparison.result()
     relabel(result, LABELS)
-    report = Report(target=options.target, args=options.target_args, seed=options.run_seed,
+    report = Report(target=options.target or "", args=options.target_args, seed=options.run_seed,
                     components=options.components, runs=2,
                     results=[result_from_trace(1, scanned), run], comparison=result,
                     policy=policy, max_steps=options.max_steps, threads=options.run_threads,

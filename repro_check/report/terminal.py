@@ -78,11 +78,11 @@ class Sparkline:
     def cells(self, width: int) -> str:
         n = max(1, min(width, self.max_cells, len(self.points)))
         merged: list[float | None] = [None] * n
-        for i, (_, v) in enumerate(self.points):
+        for i, (_, point) in enumerate(self.points):
             c = i * n // len(self.points)
             cur = merged[c]
-            if cur is None or math.isnan(v) or (not math.isnan(cur) and v > cur):
-                merged[c] = v
+            if cur is None or math.isnan(point) or (not math.isnan(cur) and point > cur):
+                merged[c] = point
         rng = self.scale()
         out = []
         for v in merged:

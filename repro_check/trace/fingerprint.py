@@ -16,7 +16,7 @@ import hashlib
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Union
+from typing import Any, Literal, Union, overload
 
 try:
     import xxhash
@@ -331,6 +331,10 @@ def update(h: Any, t: Any) -> None:
         h.update(_bytes_view(t))
 
 
+@overload
+def tensor(t: Any, defer: Literal[False] = False) -> str: ...
+@overload
+def tensor(t: Any, defer: bool) -> Fingerprint: ...
 def tensor(t: Any, defer: bool = False) -> Fingerprint:
     """The fingerprint of one tensor."""
     b = _Builder()
@@ -338,6 +342,10 @@ def tensor(t: Any, defer: bool = False) -> Fingerprint:
     return b.finish(defer)
 
 
+@overload
+def tensors(items: Iterable[tuple[str, Any]], defer: Literal[False] = False) -> str: ...
+@overload
+def tensors(items: Iterable[tuple[str, Any]], defer: bool) -> Fingerprint: ...
 def tensors(items: Iterable[tuple[str, Any]], defer: bool = False) -> Fingerprint:
     """The fingerprint of named tensors in the given order (e.g. ``model.named_parameters()``);
     ``None`` values (a parameter without a gradient) count by name. Device tensors are digested
@@ -353,6 +361,10 @@ def tensors(items: Iterable[tuple[str, Any]], defer: bool = False) -> Fingerprin
     return b.finish(defer)
 
 
+@overload
+def combine(parts: Iterable[Fingerprint], defer: Literal[False] = False) -> str: ...
+@overload
+def combine(parts: Iterable[Fingerprint], defer: bool) -> Fingerprint: ...
 def combine(parts: Iterable[Fingerprint], defer: bool = False) -> Fingerprint:
     """One fingerprint of several, in order (e.g. the batches a step drew): the hash of their
     texts, whether or not some are still deferred."""
@@ -367,6 +379,10 @@ def combine(parts: Iterable[Fingerprint], defer: bool = False) -> Fingerprint:
     return h.hexdigest()
 
 
+@overload
+def nested(obj: Any, defer: Literal[False] = False) -> str: ...
+@overload
+def nested(obj: Any, defer: bool) -> Fingerprint: ...
 def nested(obj: Any, defer: bool = False) -> Fingerprint:
     """The fingerprint of whatever a DataLoader yields: tensors, numbers, strings, and lists,
     tuples and dicts of them (dicts in insertion order)."""
