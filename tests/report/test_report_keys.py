@@ -26,7 +26,7 @@ import pytest
 import repro_check
 from repro_check.compare.drift import Drift
 from repro_check.compare.processes import ProcessComparison
-from repro_check.compare.processes import finish_report as finish_processes
+from repro_check.report.processes import finish_report as finish_processes
 from repro_check.diagnose import diagnosis as diagnosis_mod
 from repro_check.diagnose.diagnosis import PairResult, explain_localization, flagged_ops
 from repro_check.diagnose.localize import Localization
@@ -35,9 +35,9 @@ from repro_check.distributed.compare import RankComparison
 from repro_check.distributed.launch import Distributed, DistOptions, JobResult, RankResult
 from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, DiagnosisPart, Report
 from repro_check.run import axes as ax
-from repro_check.run.across import metrics_side_by_side, price_of_determinism
-from repro_check.run.options import options_of
-from repro_check.run.runner import RunResult
+from repro_check.diagnose.across import metrics_side_by_side, price_of_determinism
+from repro_check.run.options import InternalSettings, options_of
+from repro_check.trace.results import RunResult
 from repro_check.run.streams import ProcessResult
 
 from ..api_targets import Golden
@@ -108,15 +108,16 @@ def _diagnosis(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Report:
     env = copy.copy(report)
     env.cause, env.cause_detail = "environment", "the environments differ"
     options = options_of("train.py:main", runs=2)
-    find_sources(env, part, options, tmp / "diagnose-sources", lambda text: None,
-                 lambda step, opts, where: (None, None), max_sources=1)
+    find_sources(env, part, options, InternalSettings(), tmp / "diagnose-sources",
+                 lambda text: None, lambda step, opts, internal, where: (None, None),
+                 max_sources=1)
     # the ablation: every pair reproducible (the check's runs stand in for them)
     same = _check_like(tmp, "diagnose-same")
     same.comparison = _same_comparison(tmp)
     monkeypatch.setattr(diagnosis_mod, "run_check", lambda options, *a, **k: same)
     full = copy.copy(same)
     diagnosis_mod._ablation(full, part, ["python"], [], "full seeding", options,
-                            tmp / "diagnose-ablation", lambda text: None)
+                            InternalSettings(), tmp / "diagnose-ablation", lambda text: None)
     assert part.ablation and part.sources and part.localization and part.flagged_ops
     assert PairResult.of("x", [], same).reproducible
     return report
