@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.compare.tolerances import ToleranceOptions
-from repro_check.doctor.codes import parse_codes
+from repro_check.doctor_codes import parse_codes
 from repro_check.errors import UsageError
 from repro_check.run import options
 

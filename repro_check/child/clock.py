@@ -35,6 +35,7 @@ import copyreg
 import datetime as _datetime
 import time
 from typing import Any
+from repro_check.child import patches
 
 DAY_NS = 86_400 * 10**9
 #: how much further each run's clock is moved than the run before it: 404 days (more than a
@@ -253,8 +254,6 @@ def install(run: int) -> int:
     offset = shift_of(run)
     if offset == 0:
         return 0
-    from repro_check.child import patches
-
     for name, moved in (("time", _time), ("time_ns", _time_ns), ("localtime", _localtime),
                         ("gmtime", _gmtime), ("ctime", _ctime), ("strftime", _strftime),
                         ("asctime", _asctime)):

@@ -31,6 +31,7 @@ from repro_check.child.emit import Emitter
 from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
                                      EXIT_TERMINATED)
 from repro_check.trace.protocol import ProtocolError, RunConfig
+from repro_check.child import patches
 
 
 class Terminated(BaseException):
@@ -69,8 +70,6 @@ def _die_with_parent() -> None:
 
 def _flush_before_os_exit(recorder: Any) -> None:
     """``os._exit`` skips every handler: hand over the pending steps first (this process only)."""
-    from repro_check.child import patches
-
     owner = os.getpid()
 
     def make(real_exit: Any) -> Any:
@@ -239,8 +238,6 @@ def _debug_patches(emit: Any, shown: list[Any] | None = None) -> list[Any]:
     on stderr; only when it changed since ``shown`` (the rows shown before). Returns the rows."""
     if not os.environ.get(DEBUG_VAR):
         return []
-    from repro_check.child import patches
-
     rows = patches.PATCHES.listing()
     if rows != shown:
         emit({"info": {"patches": [row.as_dict() for row in rows]}})

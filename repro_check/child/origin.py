@@ -19,6 +19,7 @@ import functools
 import itertools
 import linecache
 import os
+import random
 import re
 import sys
 import sysconfig
@@ -26,6 +27,7 @@ import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
+from repro_check.child import patches
 
 _ORDER = itertools.count(1)
 _ORDER_LOCK = threading.Lock()
@@ -106,7 +108,6 @@ def passes_on(path: str) -> bool:
     such a call leaves inside a library are :func:`is_library`'s, not these."""
     known = _PASSES_ON.get(path)
     if known is None:
-        import random
 
         known = _PASSES_ON[path] = is_transparent(path) or is_own(path) or (
             os.path.realpath(path) == os.path.realpath(random.__file__))
@@ -166,8 +167,6 @@ class ModelSites:
         """Note where each module is built (installing again changes nothing)."""
         import torch.nn as nn
 
-        from repro_check.child import patches
-
         sites = self
 
         def make(original: Any) -> Any:
@@ -186,8 +185,6 @@ class ModelSites:
         return self
 
     def uninstall(self) -> None:
-        from repro_check.child import patches
-
         patches.PATCHES.release(self)
         self.installed = False
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import origin, patches
+from repro_check.child.capture import loader_iterator_class
 
 #: the variable naming the pair's plan (a JSON file)
 PLAN_VAR = "REPRO_CHECK_PINS"
@@ -330,8 +331,6 @@ class Pins:
         _track_reseeding(self)
         _track_loaders(self)
         if self._from("data") is not None:
-            from repro_check.child.capture import loader_iterator_class
-
             cls = loader_iterator_class("pin.data")
             pins = self
 

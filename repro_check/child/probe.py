@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from repro_check.child import origin
+from repro_check.child import origin, patches
 from repro_check.trace import fingerprint
 
 Emit = Callable[[dict[str, Any]], None]
@@ -192,16 +192,12 @@ class StepProbe:
     def _wrap_factories(self) -> None:
         import torch
 
-        from repro_check.child import patches
-
         for name in FACTORIES:
             if getattr(torch, name, None) is not None:
                 patches.PATCHES.wrap("probe.factories", torch, name,
                                      functools.partial(self._made, name), token=self)
 
     def _unwrap_factories(self) -> None:
-        from repro_check.child import patches
-
         patches.PATCHES.release(self)
 
     def _made(self, name: str, original: Any) -> Any:

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from repro_check.trace import fingerprint
+from repro_check.child import patches
 
 #: the streams in the order their signals are recorded
 STREAMS: tuple[str, ...] = ("python", "numpy", "torch", "cuda")
@@ -74,8 +75,6 @@ def _raw_python_state(inst: Any) -> bytes | None:
         except Exception:  # noqa: BLE001 - no fast path; getstate() every time
             _RAW_OFFSET = None
         if _RAW_OFFSET is None:
-            from repro_check.child import patches
-
             patches.PATCHES.skip("rngstate.python", "random.Random (its C state, read in place)",
                                  "this interpreter lays it out otherwise: read with getstate()")
     if _RAW_OFFSET is None or type(inst).__basicsize__ < _RAW_OFFSET + _MT_BYTES:

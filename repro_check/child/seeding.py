@@ -20,6 +20,7 @@ from typing import Any
 
 from repro_check.trace import protocol
 from repro_check.errors import UsageError
+from repro_check.child import patches
 
 #: every component, in the order it is applied (defined with the protocol both sides share)
 COMPONENTS: tuple[str, ...] = protocol.COMPONENTS
@@ -196,8 +197,6 @@ def seed_dataloaders(seed: int) -> int:
     Returns the number of loaders patched so far (0 at install time).
     """
     import torch.utils.data as tud
-
-    from repro_check.child import patches
 
     loader_cls = tud.DataLoader
     if patches.PATCHES.has("seeding.loaders", loader_cls, "__init__"):

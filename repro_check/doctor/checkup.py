@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro_check import targets
+from repro_check import config, targets
 from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
 from repro_check.doctor.codes import CODES, parse_codes
@@ -373,7 +373,8 @@ class ProjectSettings(Protocol):
 def doctor(target: str | None = None, *, ignore: Iterable[str] = (), env: bool = True,
            project: Callable[[], ProjectSettings] | None = None) -> DoctorReport:
     """The environment (when ``env``) and, with a TARGET, the static scan of its source;
-    ``project`` reads the project's settings (after the TARGET is checked: its errors first).
+    ``project`` reads the project's settings (after the TARGET is checked: its errors first;
+    by default the nearest pyproject.toml with a ``[tool.repro-check]`` table).
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for an unresolvable TARGET, a
     target file that is not Python, a bad ``--ignore`` code or a bad pyproject.toml setting.
@@ -383,7 +384,7 @@ def doctor(target: str | None = None, *, ignore: Iterable[str] = (), env: bool =
     if target is not None:
         tgt = targets.parse(target)
         targets.check(tgt)
-    settings = project() if project is not None else None
+    settings = project() if project is not None else config.load(with_table=True)
     source = str(settings.path) if settings is not None and settings.path is not None else None
     report = DoctorReport(target=target, environment=None, config=source)
     if tgt is not None:

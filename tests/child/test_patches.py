@@ -19,6 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from repro_check import targets
+from repro_check.trace.protocol import RunConfig
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -158,7 +161,8 @@ def install_a_run(events: list[dict[str, Any]], tmp: Path) -> Any:
     watch.SeedingWatch(events.append, done, 7).install()
     origin.SITES.install()
     clock.install(2)
-    processes.install({"processes": {"events_dir": str(tmp)}, "seed": 7}, {}, done)
+    told = RunConfig(run=1, target=targets.parse("train.py"), seed=7, processes=str(tmp))
+    processes.install(told, {}, done)
     return recorder
 
 
