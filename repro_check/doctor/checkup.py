@@ -2,7 +2,7 @@
 
 The scan (:mod:`repro_check.doctor.scan`) reads the target's file and the project files it imports
 with Python's ``ast``; nothing of the target is imported or run. Each finding has a stable code
-from :data:`~repro_check.doctor.codes.CODES` (documented in docs/doctor-codes.md) so a team can
+from :data:`~repro_check.doctor_codes.CODES` (documented in docs/doctor-codes.md) so a team can
 silence it on its line with ``# repro-check: ignore[RC101]`` or for the whole project in
 pyproject.toml (read by :mod:`repro_check.config`)::
 
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from repro_check import config, targets
 from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
-from repro_check.doctor.codes import CODES, parse_codes
+from repro_check.doctor_codes import CODES, parse_codes
 from repro_check.doctor.scan import FileScan, Hit, program_hits, scan_tree
 
 

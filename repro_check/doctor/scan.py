@@ -6,7 +6,7 @@ imports and their aliases, assignments in the enclosing scopes, function default
 defaults, keys of dict literals. What cannot be known statically (a value from a config file, a
 command-line option without a default) is not reported, so a finding is something the file itself
 says. Each family of hazards has its module of rules (seeds, switches, loaders, ops, order); the
-codes and their texts live in :mod:`repro_check.doctor.codes`. What depends on every file read
+codes and their texts live in :mod:`repro_check.doctor_codes`. What depends on every file read
 (is torch seeded anywhere? does the program train?) is decided by :func:`program_hits` over the
 :class:`FileScan` of each (:mod:`~repro_check.doctor.program`).
 """
