@@ -337,11 +337,12 @@ def test_every_command_and_flag_of_the_help_is_in_the_cli_reference(
 def test_every_key_of_the_json_report_is_documented() -> None:
     """A key added to the report (adding is allowed, it is a public API) is documented too: every
     key of a report with every part, the gate's of all three modes, and ``--across``'s."""
-    from repro_check.report import model
+    from repro_check.report import contents, model
 
     parts = dict(gate=model.GatePart(mode="verify"), diagnosis=model.DiagnosisPart(),
-                 distributed=model.DistributedPart(launch={}, ranks=[], ddp_model_seen=False,
-                                                   cross_rank_steps=0),
+                 distributed=model.DistributedPart(launch=contents.DistributedLaunch(
+                     launcher="torch.distributed.run", nproc_per_node=1, nnodes="1",
+                     torchrun_args=[])),
                  across=model.AcrossPart(axes=[], cells=[], pairs=[]),
                  processes=model.ProcessesPart(first_divergent_process=None))
     report = model.Report(target="t", args=[], seed=1, components=[], runs=2, results=[],

@@ -30,7 +30,7 @@ from repro_check.child import clock, runconfig
 from repro_check.child.emit import Emitter
 from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
                                      EXIT_TERMINATED)
-from repro_check.trace.protocol import ProtocolError, RunConfig
+from repro_check.trace.protocol import DEBUG_VAR, ProtocolError, RunConfig
 from repro_check.child import patches
 
 
@@ -229,7 +229,6 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
 
 #: the environment variable that asks for repro-check's debugging output (here: the listing of
 #: what the run patched, on its stderr and its trace)
-DEBUG_VAR = "REPRO_CHECK_DEBUG"
 
 
 def _debug_patches(emit: Any, shown: list[Any] | None = None) -> list[Any]:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from repro_check.trace.protocol import patch_line
+
 #: every feature that wraps or replaces something in the process, innermost first: where two
 #: features wrap the same callable, the one listed first runs inside the other (nearer the
 #: original). The orders that matter:
@@ -165,9 +167,7 @@ class Row:
     skipped: str | None = None
 
     def text(self) -> str:
-        if self.skipped is not None:
-            return f"{self.target}: {', '.join(self.features)} skipped ({self.skipped})"
-        return f"{self.target}: {' < '.join(self.features)}"
+        return patch_line(self.as_dict())
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"target": self.target, "features": list(self.features)}

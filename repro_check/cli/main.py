@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     from repro_check.errors import ExitCode
     from repro_check.run import signals
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = debug_flag(list(sys.argv[1:] if argv is None else argv))
     if argv and argv[0] not in COMMANDS:
         mistyped_command(argv[0], COMMANDS)
     command = COMMANDS[argv.pop(0)] if argv and argv[0] in COMMANDS else check_command
@@ -46,6 +46,18 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
         sys.stderr.write("repro-check: interrupted\n")
         return ExitCode.INTERRUPTED
     return code
+
+
+def debug_flag(argv: list[str]) -> list[str]:
+    """``--debug`` (any command, before a ``--``): the same as ``REPRO_CHECK_DEBUG=1``, so each
+    run prints what it patched and an internal error shows its traceback. Set in the
+    environment, the runs inherit it."""
+    ours = argv[:argv.index("--")] if "--" in argv else argv
+    if "--debug" not in ours:
+        return argv
+    os.environ["REPRO_CHECK_DEBUG"] = "1"
+    i = argv.index("--debug")
+    return argv[:i] + argv[i + 1:]
 
 
 def _interrupted_early(signum: int, frame: FrameType | None) -> None:

@@ -63,8 +63,8 @@ def loss_drift(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str],
             ea, eb = sa.next_step(), sb.next_step()
             if ea is None or eb is None:
                 break
-            step = ea["step"]
-            a, b = ea["signals"].get(signal), eb["signals"].get(signal)
+            step = ea.step
+            a, b = ea.signals.get(signal), eb.signals.get(signal)
             d = step_difference(a, b)
             drift.steps, drift.final_abs = step, d
             thin.add(step, d)

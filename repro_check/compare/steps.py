@@ -26,6 +26,8 @@ from repro_check.compare import timing
 from repro_check.compare.series import Thinned
 from repro_check.trace import values
 from repro_check.trace.jsonfields import JsonRecord, json_field
+from repro_check.trace import signals
+from repro_check.trace.signals import Signal
 from repro_check.trace.values import Tolerance
 
 #: rows kept before and after the first divergent step, for the side-by-side view
@@ -147,7 +149,8 @@ class Divergence(JsonRecord):
 
     run: int
     step: int | None
-    signal: str
+    #: what differs first (:mod:`repro_check.trace.signals`)
+    signal: Signal
     reference: Any = None
     value: Any = None
     abs_diff: float | None = json_field(default=None, convert=lambda x: _finite(x))
@@ -460,7 +463,7 @@ class Comparison:
                 absdiff, rel = values.differences(a, b) if a and b else (None, None)
                 detail = "" if a is not None and b is not None else \
                     f"metric {name!r} recorded by run {1 if b is None else k} only"
-                out.append(Divergence(k, None, f"metric:{name}", a, b, absdiff, rel,
+                out.append(Divergence(k, None, signals.metric(name), a, b, absdiff, rel,
                                       detail=detail,
                                       policy=self.policy.rule(f"metric:{name}", band)))
         return out

@@ -19,6 +19,7 @@ from typing import Any
 from repro_check.compare.steps import Policy
 from repro_check.errors import UsageError
 from repro_check.trace.values import Tolerance
+from repro_check.trace import signals
 
 DEFAULT = "default"
 KINDS = ("atol", "rtol", "ulps")
@@ -135,8 +136,7 @@ class ToleranceOptions:
 
 
 #: what ``--signals`` may name (``rng`` stands for every ``rng.*`` stream)
-SIGNALS = ("rng", "rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "batch", "loss",
-           "grads", "params")
+SIGNALS: tuple[str, ...] = (signals.RNG, *signals.STEP_SIGNALS)
 
 
 def parse_signals(text: str | None) -> tuple[str, ...] | None:

@@ -31,6 +31,7 @@ from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.diagnose.diagnosis import Collector
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.errors import TraceFileError, UsageError
+from repro_check.report.contents import MetricPair, PriceRow
 from repro_check.report.model import (
     VERSION_KEYS,
     AcrossCell,
@@ -272,7 +273,7 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-def metrics_side_by_side(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+def metrics_side_by_side(a: dict[str, Any], b: dict[str, Any]) -> list[MetricPair]:
     """Each final metric of both environments, and their difference."""
     out = []
     for name in list(a) + [n for n in b if n not in a]:
@@ -281,12 +282,12 @@ def metrics_side_by_side(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str,
             and va.get("dtype") == vb.get("dtype")
         diff = values.differences(va, vb)[0] if isinstance(va, dict) and isinstance(vb, dict) \
             else None
-        out.append({"name": name, "a": plain_value(va), "b": plain_value(vb),
-                    "abs_diff": 0.0 if same else diff, "identical": same})
+        out.append(MetricPair(name=name, a=plain_value(va), b=plain_value(vb),
+                              abs_diff=0.0 if same else diff, identical=same))
     return out
 
 
-def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> list[dict[str, Any]]:
+def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> list[PriceRow]:
     """Every deterministic=on environment beside its deterministic=off twin (all else equal):
     seconds per step of each, and on / off. ``within_noise``: the two times per step differ by
     no more than the spread (standard deviation) of either side's step times, so the ratio says
@@ -304,12 +305,12 @@ def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> 
         off = twin.loop_per_step if loop else twin.per_step
         spreads = [x for x in (info.step_spread, twin.step_spread) if x is not None]
         noise = max(spreads) if len(spreads) == 2 else None
-        out.append({"on": info.label, "off": twin.label, "measure": "loop" if loop else "run",
-                    "on_seconds_per_step": on, "off_seconds_per_step": off,
-                    "ratio": on / off if on and off else None,
-                    "on_step_spread": info.step_spread, "off_step_spread": twin.step_spread,
-                    "within_noise": None if noise is None or on is None or off is None
-                    else abs(on - off) <= noise})
+        out.append(PriceRow(on=info.label, off=twin.label, measure="loop" if loop else "run",
+                            on_seconds_per_step=on, off_seconds_per_step=off,
+                            ratio=on / off if on and off else None,
+                            on_step_spread=info.step_spread, off_step_spread=twin.step_spread,
+                            within_noise=None if noise is None or on is None or off is None
+                            else abs(on - off) <= noise))
     return out
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,63 +28,25 @@ from repro_check.child import seeding
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
-from repro_check.compare.cause import Cause
-from repro_check.report.contents import FlaggedOp
+from repro_check.report.contents import AblationRow, FlaggedOp, Need, PairResult
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions, options_of
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import make_trace_dir
-from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.protocol import FlaggedRecord, ProbeRecord, Record
 from repro_check.trace.results import Listener, RunResult
 
 Log = Callable[[str], None]
 
 
-@dataclass
-class PairResult(JsonRecord):
-    """The verdict of one pair of runs of the ablation."""
-
-    label: str
-    off: list[str]
-    reproducible: bool
-    error: str | None = None
-    first_divergent_step: int | None = None
-    divergent_signal: str | None = None
-    cause: Cause | None = None
-    seconds: float = json_field(default=0.0, digits=3)
-
-    @classmethod
-    def of(cls, label: str, off: Sequence[str], report: Report) -> PairResult:
-        return cls(
-            label=label,
-            off=list(off),
-            reproducible=report.reproducible,
-            error=report.error,
-            first_divergent_step=report.first_divergent_step,
-            divergent_signal=report.divergent_signal,
-            cause=report.cause,
-            seconds=max((r.seconds for r in report.results), default=0.0),
-        )
-
-    def outcome(self) -> str:
-        """One short phrase: what the pair showed."""
-        if self.error is not None:
-            return "failed"
-        if self.reproducible:
-            return "reproducible"
-        where = f"step {self.first_divergent_step}" if self.first_divergent_step else "metrics"
-        return f"diverged at {where} ({self.divergent_signal})"
-
-
-def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, str]:
+def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, Need]:
     """``needed`` / ``not needed`` / ``unknown`` per component.
 
     Only a reproducible full-seeding pair is a baseline: a component is needed when the pair
     without it is not reproducible, not needed when it is, unknown when that pair failed.
     """
-    out: dict[str, str] = {}
+    out: dict[str, Need] = {}
     for name, pair in without.items():
         if not full.reproducible or pair.error is not None:
             out[name] = "unknown"
@@ -246,15 +207,15 @@ def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
     none_pair = PairResult.of("no seeding", list(seeding.COMPONENTS), rep)
     say(f"  {none_pair.outcome()}")
     needed = verdicts(full, pairs)
-    rows = [{"component": name, "verdict": needed[name], **pairs[name].to_dict()}
+    rows = [AblationRow(component=name, verdict=needed[name], pair=pairs[name])
             for name in components]
-    rows.append({"component": None, "verdict": None, **none_pair.to_dict()})
+    rows.append(AblationRow(component=None, verdict=None, pair=none_pair))
     part.ablation = rows
     part.necessary_components = [n for n in components if needed[n] == "needed"]
     part.ablation_note = _ablation_note(needed, none_pair, common.max_steps)
 
 
-def _ablation_note(needed: dict[str, str], none_pair: PairResult, max_steps: int | None) -> str:
+def _ablation_note(needed: dict[str, Need], none_pair: PairResult, max_steps: int | None) -> str:
     scope = f" within {max_steps} steps" if max_steps else ""
     if none_pair.error is not None:
         return f"the pair without seeding failed: {none_pair.error}"

@@ -16,6 +16,7 @@ failure even when the runs agree with each other.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +25,12 @@ from repro_check.compare.perstream import StreamComparison, located
 from repro_check.compare.steps import (Comparison, ComparisonResult, Divergence, Policy, same,
                                        settled)
 from repro_check.errors import TraceFileError
-from repro_check.report.contents import (DesyncRankValue, FailedRank, MetricRankValue, RankValue,
-                                         StepRankValue)
+from repro_check.report.contents import (DesyncRankValue, DistributedLaunch, FailedRank,
+                                         MetricRankValue, RankValue, StepRankValue)
 from repro_check.report.model import DistributedPart, RankDesync, RankRun, Report
-from repro_check.trace.format import iter_trace
+from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import MetricsRecord, StepRecord
+from repro_check.trace import signals
 
 #: signal name of a desync between the ranks of one run
 RANK_DESYNC = "rank_desync"
@@ -49,13 +51,14 @@ def _on_rank(d: Divergence, rank: int) -> RankDivergence:
 
 #: the order in which a step's signals come about: a difference that shows in an earlier one on
 #: some rank entered there (an all-reduce carries it to every rank's gradients)
-SIGNAL_ORDER: tuple[str, ...] = ("rng", "init", "batch", "loss", "grads", "params", "steps")
+SIGNAL_ORDER: tuple[str, ...] = (signals.RNG, *(s for s in signals.STEP_SIGNALS
+                                                 if not signals.is_rng(s)), "steps")
 
 
 def _signal_order(name: str) -> int:
     """Within one step: the RNG states, the parameters going in and the batch first, then the
     loss, the gradients and the parameters after the update (anything else with the gradients)."""
-    head = "rng" if name.startswith("rng.") else name
+    head = signals.RNG if signals.is_rng(name) else name
     if head in SIGNAL_ORDER:
         return SIGNAL_ORDER.index(head)
     return SIGNAL_ORDER.index("grads")
@@ -248,9 +251,9 @@ def signal_at(path: str | None, step: int, name: str) -> Any:
     if not path:
         return None
     try:
-        for ev in iter_trace(path):
-            if "step" in ev and ev["step"] >= step:
-                return ev["signals"].get(name) if ev["step"] == step else None
+        for ev in iter_records(path):
+            if isinstance(ev, StepRecord) and ev.step >= step:
+                return ev.signals.get(name) if ev.step == step else None
     except TraceFileError:
         return None
     return None
@@ -297,11 +300,11 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
     failed = [FailedRank(run=r.index, rank=rank) for r in report.results
               if (rank := r.first_failed_rank()) is not None]
     report.distributed = DistributedPart(
-        launch={"launcher": "torch.distributed.run", **dist.options.to_dict(),
-                "torchrun_args": dist.options.torchrun_args(1)},
-        ranks=sorted(comparison.by_rank),
-        ddp_model_seen=comparison.params_seen,
-        cross_rank_steps=comparison.cross_rank_steps,
+        launch=DistributedLaunch(
+            launcher="torch.distributed.run", torchrun_args=dist.options.torchrun_args(1),
+            ranks=sorted(comparison.by_rank), ddp_model_seen=comparison.params_seen,
+            cross_rank_steps=comparison.cross_rank_steps,
+            **dataclasses.asdict(dist.options)),
         first_divergent_rank=getattr(div, "rank", None),
         rank_values=rank_values(report, comparison),
         rank_desync=None if desync is None else RankDesync(

@@ -84,7 +84,6 @@ def _compare_side_by_side(comparison: Comparison, sa: TraceStream, sb: TraceStre
                 comparison.end(run, stream.steps, complete=not _failed(stream))
             else:
                 check.step(ev)
-                comparison.add_step(run, ev["step"], ev["signals"],
-                                    ev.get("band") if run == 1 else None)
+                comparison.add_step(run, ev.step, ev.signals, ev.band if run == 1 else None)
     comparison.set_metrics(1, sa.metrics, sa.metrics_band)
     comparison.set_metrics(2, sb.metrics)

@@ -20,12 +20,14 @@ from repro_check.child import environment, seeding
 from repro_check.compare import cause, printed
 from repro_check.compare.steps import ComparisonResult
 from repro_check.errors import TraceFileError, UsageError
+from repro_check.report.contents import EnvironmentDifference
 from repro_check.report.model import Report
 from repro_check.report.text import visible
 from repro_check.run.options import MAX_THREADS, RecordedSettings
 from repro_check.trace.results import RunResult, status_of
 from repro_check.trace import values
 from repro_check.trace.format import MAX_STEP, TraceStream, TraceWriter, check_header, header_line
+from repro_check.trace.protocol import StepRecord
 from repro_check.version import __version__
 
 
@@ -140,13 +142,13 @@ class BodyCheck:
                 raise self._refuse(f"{where}: the band of {visible(name)[:80]!r} does not hold "
                                    "the golden's own value")
 
-    def step(self, event: dict[str, Any]) -> None:
-        if self.max_steps is not None and event["step"] > self.max_steps:
+    def step(self, event: StepRecord) -> None:
+        if self.max_steps is not None and event.step > self.max_steps:
             raise self._refuse(f"the header says the run stopped at max_steps {self.max_steps}, "
-                               f"but the file holds step {event['step']}")
-        band = event.get("band")
+                               f"but the file holds step {event.step}")
+        band = event.band
         if band:
-            self._band(band, event["signals"], f"step {event['step']}")
+            self._band(band, event.signals, f"step {event.step}")
 
     def finish(self, stream: TraceStream) -> None:
         """Once the whole file was read: its final metrics."""
@@ -206,7 +208,9 @@ def attach_environment(report: Report, ref_header: dict[str, Any] | None,
     note = environment_note(diffs, report.comparison, labels) if report.error is None else None
     gate = report.gate
     assert gate is not None, "a gate report"
-    gate.environment_differences = [{**d.to_dict(), "text": d.describe(*labels)} for d in diffs]
+    gate.environment_differences = [
+        EnvironmentDifference(key=d.key, label=d.label, reference=d.reference, value=d.value,
+                              text=d.describe(*labels)) for d in diffs]
     gate.environment_note = note
     if report.comparison is not None and report.error is None and not report.interrupted:
         if report.comparison.reproducible:
@@ -277,16 +281,15 @@ def write_golden(output: str | os.PathLike[str], traces: Sequence[str | os.PathL
     try:
         writer.write(header_line(header))
         while True:
-            events = [s.next_step() for s in streams]
-            if events[0] is None:
-                if any(e is not None for e in events):
-                    raise UsageError("the runs recorded different numbers of steps")
+            got = [s.next_step() for s in streams]
+            events = [e for e in got if e is not None]
+            if not events:
                 break
-            if any(e is None for e in events):
+            if len(events) < len(got):
                 raise UsageError("the runs recorded different numbers of steps")
-            line: dict[str, Any] = {"step": events[0]["step"], "signals": events[0]["signals"]}
+            line: dict[str, Any] = {"step": events[0].step, "signals": events[0].signals}
             if len(streams) > 1:
-                band = bands_of([e["signals"] for e in events])  # type: ignore[index]
+                band = bands_of([e.signals for e in events])
                 if band:
                     line["band"] = band
                     for b in band.values():

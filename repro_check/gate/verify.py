@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
 
 from repro_check.compare.steps import Comparison
 from repro_check.errors import TraceFileError, UsageError
@@ -44,7 +43,7 @@ class GoldenFeed:
         self.scanned = scanned
         self.check = BodyCheck(golden.header, golden.path)
 
-    def _next(self) -> dict[str, Any] | None:
+    def _next(self) -> StepRecord | None:
         ev = self.golden.next_step()
         if ev is not None:
             self.check.step(ev)
@@ -57,8 +56,8 @@ class GoldenFeed:
                 self.exhausted = True
                 self.comparison.end(1, self.fed)
                 return
-            self.fed = ev["step"]
-            self.comparison.add_step(1, ev["step"], ev["signals"], ev.get("band"))
+            self.fed = ev.step
+            self.comparison.add_step(1, ev.step, ev.signals, ev.band)
 
     def run_started(self, index: int) -> None:
         self.listener.run_started(index)

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from repro_check.report.contents import PriceRow
 from repro_check.report.model import AcrossPair, AcrossPart, Report
 from repro_check.report.terminal import (
     SPARK_EQUAL,
@@ -158,22 +159,22 @@ def _notes(part: AcrossPart) -> list[Any]:
     return out
 
 
-def price_text(row: dict[str, Any]) -> str:
+def price_text(row: PriceRow) -> str:
     """One price-of-determinism row in words: each side's time per step with the spread of its
     step times, and the cost, or "within noise" when the difference is inside that spread."""
-    ratio = row.get("ratio")
+    ratio = row.ratio
     cost = "—" if ratio is None else f"{(ratio - 1) * 100:+.1f} %"
-    how = "between the first and the last step" if row["measure"] == "loop" \
+    how = "between the first and the last step" if row.measure == "loop" \
         else "the whole run over its steps"
 
-    def side(name: str) -> str:
-        spread = row.get(f"{name}_step_spread")
+    def side(label: str, per_step: float | None, spread: float | None) -> str:
         pm = f" ± {seconds_text(spread)}" if spread is not None else ""
-        return f"{row[name]}: {seconds_text(row[f'{name}_seconds_per_step'])}{pm}/step"
+        return f"{label}: {seconds_text(per_step)}{pm}/step"
 
-    if row.get("within_noise"):
+    if row.within_noise:
         cost = f"within noise ({cost}, inside the spread of the step times)"
-    return f"{side('on')}, {side('off')}: {cost} ({how})"
+    return (f"{side(row.on, row.on_seconds_per_step, row.on_step_spread)}, "
+            f"{side(row.off, row.off_seconds_per_step, row.off_step_spread)}: {cost} ({how})")
 
 
 def price_lines(part: AcrossPart) -> list[Any]:
@@ -191,7 +192,7 @@ def metrics_table(part: AcrossPart) -> list[Any]:
     first environment's."""
     names: list[str] = []
     for p in part.pairs:
-        names += [m["name"] for m in p.metrics if m["name"] not in names]
+        names += [m.name for m in p.metrics if m.name not in names]
     if not names:
         return []
     t = Table(title="Metrics", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
@@ -202,16 +203,16 @@ def metrics_table(part: AcrossPart) -> list[Any]:
         t.add_column("|Δ|", justify="right")
     rows: dict[str, list[str]] = {part.cells[0].label: []}
     for name in names:
-        first = next((m["a"] for p in part.pairs for m in p.metrics if m["name"] == name), None)
+        first = next((m.a for p in part.pairs for m in p.metrics if m.name == name), None)
         rows[part.cells[0].label] += [_plain(first), ""]
     for p in part.pairs:
         row = rows.setdefault(p.b, [])
         for name in names:
-            m = next((m for m in p.metrics if m["name"] == name), None)
+            m = next((m for m in p.metrics if m.name == name), None)
             if m is None:
                 row += ["—", "—"]
             else:
-                row += [_plain(m["b"]), "0" if m["identical"] else diff_text(m["abs_diff"])]
+                row += [_plain(m.b), "0" if m.identical else diff_text(m.abs_diff)]
     for label, cells in rows.items():
         t.add_row(label, *cells)
     return [t]

@@ -244,7 +244,7 @@ def markdown(reports: Sequence[Report], command: str) -> str:
         diffs = r.gate.environment_differences if r.gate else []
         if diffs:
             lines += ["", "Environment differences:", ""]
-            lines += [f"- {_md_text(d.get('text'))}" for d in diffs]
+            lines += [f"- {_md_text(d.text)}" for d in diffs]
         if r.replay:
             lines += ["", "Replay:", "", "```sh", visible(r.replay).replace("```", "'''"), "```"]
     return "\n".join(lines) + "\n"

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from repro_check.compare.cause import Cause
 from repro_check.trace.jsonfields import JsonRecord, json_field
+from repro_check.trace.results import ProcessResult, Status
 
 
 @dataclass
@@ -140,3 +142,151 @@ class Localization(JsonRecord):
         if self.env_call and self.env_call.get("file"):
             return {k: self.env_call[k] for k in ("file", "line", "function")}
         return dict(self.entered) if self.entered else None
+
+
+class _Judged(Protocol):
+    """What a pair of ablation runs is read from (a :class:`~repro_check.report.model.Report`)."""
+
+    @property
+    def reproducible(self) -> bool: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def first_divergent_step(self) -> int | None: ...
+    @property
+    def divergent_signal(self) -> str | None: ...
+    @property
+    def cause(self) -> Cause | None: ...
+    @property
+    def results(self) -> Sequence[Any]: ...
+
+
+@dataclass
+class PairResult(JsonRecord):
+    """The verdict of one pair of runs of the seeding ablation."""
+
+    label: str
+    off: list[str]
+    reproducible: bool
+    error: str | None = None
+    first_divergent_step: int | None = None
+    divergent_signal: str | None = None
+    cause: Cause | None = None
+    seconds: float = json_field(default=0.0, digits=3)
+
+    @classmethod
+    def of(cls, label: str, off: Sequence[str], report: _Judged) -> PairResult:
+        return cls(
+            label=label,
+            off=list(off),
+            reproducible=report.reproducible,
+            error=report.error,
+            first_divergent_step=report.first_divergent_step,
+            divergent_signal=report.divergent_signal,
+            cause=report.cause,
+            seconds=max((r.seconds for r in report.results), default=0.0),
+        )
+
+    def outcome(self) -> str:
+        """One short phrase: what the pair showed."""
+        if self.error is not None:
+            return "failed"
+        if self.reproducible:
+            return "reproducible"
+        where = f"step {self.first_divergent_step}" if self.first_divergent_step else "metrics"
+        return f"diverged at {where} ({self.divergent_signal})"
+
+
+#: whether a workload needs a seeding component (unknown: the pair without it failed)
+Need = Literal["needed", "not needed", "unknown"]
+
+
+@dataclass
+class AblationRow(JsonRecord):
+    """One row of the seeding ablation: a component (None: the pair with no seeding at all),
+    whether this workload needs it, and the pair of runs without it (its keys in the row)."""
+
+    component: str | None
+    verdict: Need | None
+    pair: PairResult = json_field(flatten=True)
+
+
+@dataclass
+class PriceRow(JsonRecord):
+    """A deterministic=on environment beside its deterministic=off twin: seconds per step of
+    each (``measure``: between the first and last step, ``loop``, or over the whole run,
+    ``run``), on / off, and whether the difference is inside the step times' spread."""
+
+    on: str
+    off: str
+    measure: Literal["loop", "run"]
+    on_seconds_per_step: float | None
+    off_seconds_per_step: float | None
+    ratio: float | None
+    on_step_spread: float | None
+    off_step_spread: float | None
+    #: None when a side has too few steps to tell
+    within_noise: bool | None
+
+
+@dataclass
+class MetricPair(JsonRecord):
+    """A final metric of environment ``a`` and ``b`` as plain numbers, and their difference."""
+
+    name: str
+    a: Any
+    b: Any
+    abs_diff: float | None
+    identical: bool
+
+
+@dataclass
+class ProcessRow(JsonRecord):
+    """A process the target started (0: the main one): its steps, end and trace in each run."""
+
+    process: int
+    steps: list[int]
+    status: list[Status | None]
+    traces: list[str | None]
+
+
+@dataclass
+class ProcessRun(JsonRecord):
+    """Every process one run started, as each ended."""
+
+    run: int
+    processes: list[ProcessResult]
+
+
+@dataclass
+class EnvironmentDifference(JsonRecord):
+    """An environment entry that differs between the reference and the other side, and the
+    sentence that says so."""
+
+    key: str
+    label: str
+    reference: Any
+    value: Any
+    text: str
+
+
+@dataclass
+class DistributedLaunch(JsonRecord):
+    """How a torchrun check launched its runs (torchrun's options as given, and the arguments of
+    run 1), and what its comparison saw: the ranks, a DDP model, the steps checked across
+    ranks."""
+
+    launcher: str
+    nproc_per_node: int
+    nnodes: str
+    torchrun_args: list[str]
+    ranks: list[int] = field(default_factory=list)
+    ddp_model_seen: bool = False
+    cross_rank_steps: int = 0
+    node_rank: int | None = json_field(default=None, omit_none=True)
+    rdzv_backend: str | None = json_field(default=None, omit_none=True)
+    rdzv_endpoint: str | None = json_field(default=None, omit_none=True)
+    rdzv_id: str | None = json_field(default=None, omit_none=True)
+    rdzv_conf: str | None = json_field(default=None, omit_none=True)
+    master_addr: str | None = json_field(default=None, omit_none=True)
+    master_port: int | None = json_field(default=None, omit_none=True)

@@ -10,12 +10,12 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.terminal import hanging, make_console, summary
-from repro_check.report.contents import Source, SourcesCost
+from repro_check.report.contents import AblationRow, Source, SourcesCost
 from repro_check.report.model import Report
 from repro_check.report.text import Visible
 
 
-def ablation_table(rows: list[dict[str, Any]], max_steps: int | None) -> Table:
+def ablation_table(rows: list[AblationRow], max_steps: int | None) -> Table:
     """component: needed / not needed for this workload, with what the pair without it showed."""
     scope = f", at most {max_steps} steps a run" if max_steps else ""
     t = Table(title=f"Seeding ablation (a pair of runs with the component off{scope})",
@@ -24,26 +24,27 @@ def ablation_table(rows: list[dict[str, Any]], max_steps: int | None) -> Table:
     t.add_column("for this workload")
     t.add_column("runs without it")
     for row in rows:
-        name = row["component"]
+        name = row.component
         outcome = ablation_outcome(row)
         if name is None:
             t.add_row(Text("(no seeding at all)", style="dim"), "", outcome)
             continue
-        verdict = row["verdict"]
+        verdict = row.verdict or ""
         style = {"needed": "bold", "unknown": "yellow"}.get(verdict, "dim")
         t.add_row(name, Text(verdict, style=style), outcome)
     return t
 
 
-def ablation_outcome(row: dict[str, Any]) -> str:
+def ablation_outcome(row: AblationRow) -> str:
     """What the pair of an ablation row showed, in a few words."""
-    if row.get("error"):
-        return f"failed: {str(row['error'])[:60]}"
-    if row.get("reproducible"):
+    pair = row.pair
+    if pair.error:
+        return f"failed: {pair.error[:60]}"
+    if pair.reproducible:
         return "reproducible"
-    step = row.get("first_divergent_step")
+    step = pair.first_divergent_step
     where = f"step {step}" if step else "final metrics"
-    return f"differ at {where} ({row.get('divergent_signal')})"
+    return f"differ at {where} ({pair.divergent_signal})"
 
 
 def diagnosis(report: Report) -> Group:

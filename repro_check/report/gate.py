@@ -117,7 +117,7 @@ def summary(report: Report) -> Group:
                     if diverged else f"Environment differences ({len(diffs)}), values agree:")
             parts.append(Text(head, style="bold yellow" if diverged else "bold"))
             for d in diffs:
-                parts.append(Text(f"  {d['text']}"))
+                parts.append(Text(f"  {d.text}"))
         elif diverged and gate.environment_note:
             parts.append(Text(f"Note: {gate.environment_note}", style="yellow"))
         parts += _metrics_table(report, labels)

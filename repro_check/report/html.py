@@ -32,7 +32,8 @@ from repro_check.report.model import DiagnosisPart, Report
 from repro_check.compare.cause import EXPLANATION
 from repro_check.report.diagnosis import ablation_outcome
 from repro_check.report.text import agreement, is_number, later_text, signal_sentence
-from repro_check.trace.format import iter_trace
+from repro_check.trace.format import iter_records
+from repro_check.trace.protocol import StepRecord
 
 #: points kept of each run's loss curve
 MAX_POINTS = 2000
@@ -59,15 +60,13 @@ def read_curve(path: str | os.PathLike[str], signal: str = "loss",
                cap: int = MAX_POINTS) -> list[tuple[int, float]]:
     """``signal`` at every step of a trace, thinned to ``cap`` points; non-finite values left out."""
     thin = Thinned(cap)
-    events = iter_trace(path)
-    next(events)
-    for ev in events:
-        if "step" in ev:
-            enc = ev["signals"].get(signal)
+    for ev in iter_records(path):
+        if isinstance(ev, StepRecord):
+            enc = ev.signals.get(signal)
             if isinstance(enc, dict):
                 x = values.to_float(enc)
                 if not (math.isnan(x) or math.isinf(x)):
-                    thin.add(ev["step"], x)
+                    thin.add(ev.step, x)
     return thin.values()
 
 
@@ -407,8 +406,8 @@ def _diagnose_parts(report: Report, part: DiagnosisPart) -> list[str]:
         out.append(f"<h3>Seeding ablation (a pair of runs with the component off{_e(scope)})</h3>")
         rows = []
         for row in part.ablation:
-            name = row.get("component")
-            verdict = row.get("verdict") or ""
+            name = row.component
+            verdict = row.verdict or ""
             rows.append(([name or "(no seeding at all)", verdict, ablation_outcome(row)],
                          "differs" if verdict == "needed" else ""))
         out.append(_table(["component", "for this workload", "runs without it"], rows, "text"))
@@ -465,8 +464,8 @@ def _gate_section(report: Report) -> list[str]:
     diffs = gate.environment_differences
     if diffs:
         out.append(_table(["environment", gate.labels[0], gate.labels[1]],
-                          [([d.get("key"), "—" if d.get("reference") is None else d["reference"],
-                             "—" if d.get("value") is None else d["value"]], "differs")
+                          [([d.key, "—" if d.reference is None else d.reference,
+                             "—" if d.value is None else d.value], "differs")
                            for d in diffs], "env"))
     else:
         out.append("<p>The two environments agree.</p>")
@@ -565,10 +564,10 @@ def _across_section(report: Report) -> list[str]:
         out.append("<h2>Price of determinism</h2>")
         out.append(_table(["deterministic on", "per step", "± spread", "deterministic off",
                            "per step", "± spread", "on / off", ""],
-                          [([r["on"], _num(r["on_seconds_per_step"]),
-                             _num(r.get("on_step_spread")), r["off"],
-                             _num(r["off_seconds_per_step"]), _num(r.get("off_step_spread")),
-                             _num(r["ratio"]), "within noise" if r.get("within_noise") else ""],
+                          [([r.on, _num(r.on_seconds_per_step),
+                             _num(r.on_step_spread), r.off,
+                             _num(r.off_seconds_per_step), _num(r.off_step_spread),
+                             _num(r.ratio), "within noise" if r.within_noise else ""],
                             "") for r in part.price]))
         out.append('<p class="sub">± spread: the standard deviation of the seconds between '
                    "consecutive steps; a difference inside it is within noise (a loaded machine "

@@ -13,10 +13,12 @@ from typing import Any, Literal
 
 from repro_check.trace import values
 from repro_check.compare.drift import Drift
-from repro_check.compare.steps import ComparisonResult, Policy
+from repro_check.compare.steps import ComparisonResult, Divergence, Policy
 from repro_check.errors import ExitCode
-from repro_check.report.contents import (Cause, FailedRank, FlaggedOp, Localization, RankValue,
-                                         RunEnd, Source, SourcesCost)
+from repro_check.report.contents import (AblationRow, Cause, DistributedLaunch,
+                                         EnvironmentDifference, FailedRank, FlaggedOp, Localization, MetricPair, PriceRow,
+                                         ProcessRow, ProcessRun, RankValue, RunEnd, Source,
+                                         SourcesCost)
 from repro_check.trace.jsonfields import JsonRecord, json_field, merge
 from repro_check.trace.results import RankResult, RunResult
 
@@ -36,38 +38,36 @@ class Verdict:
     tone: Tone
 
 
+GateMode = Literal["verify", "diff", "record"]
+
+
+def _compares(gate: GatePart) -> bool:
+    """``verify`` and ``diff`` compare two sides; ``record`` writes a golden."""
+    return gate.mode != "record"
+
+
+def _band_written(gate: GatePart) -> bool:
+    """A record that wrote a golden says how its runs spread."""
+    return gate.mode == "record" and gate.golden is not None
+
+
 @dataclass
-class GatePart:
+class GatePart(JsonRecord):
     """What ``verify``, ``diff`` and ``record`` add to a report: which files, how the two sides
-    are called, and the environment differences between them."""
+    are called, and the environment differences between them. Each mode writes its own keys."""
 
-    mode: Literal["verify", "diff", "record"]
-    labels: list[str] = field(default_factory=lambda: ["run 1", "run 2"])
-    golden: str | None = None
-    a: str | None = None
-    b: str | None = None
-    output: str | None = None
-    band: bool | None = None
-    spread_steps: int = 0
-    widest_spread: float = 0.0
-    environment_differences: list[dict[str, Any]] = field(default_factory=list)
-    environment_note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode}
-        if self.mode == "record":
-            out.update(golden=self.golden, output=self.output)
-            if self.golden is not None:
-                out.update(band=self.band, spread_steps=self.spread_steps,
-                           widest_spread=self.widest_spread)
-            return out
-        if self.mode == "verify":
-            out["golden"] = self.golden
-        else:
-            out.update(a=self.a, b=self.b)
-        out.update(labels=self.labels, environment_differences=self.environment_differences,
-                   environment_note=self.environment_note)
-        return out
+    mode: GateMode
+    labels: list[str] = json_field(default_factory=lambda: ["run 1", "run 2"], when=_compares)
+    golden: str | None = json_field(default=None, when=lambda g: g.mode != "diff")
+    a: str | None = json_field(default=None, when=lambda g: g.mode == "diff")
+    b: str | None = json_field(default=None, when=lambda g: g.mode == "diff")
+    output: str | None = json_field(default=None, when=lambda g: g.mode == "record")
+    band: bool | None = json_field(default=None, when=_band_written)
+    spread_steps: int = json_field(default=0, when=_band_written)
+    widest_spread: float = json_field(default=0.0, when=_band_written)
+    environment_differences: list[EnvironmentDifference] = json_field(default_factory=list,
+                                                                      when=_compares)
+    environment_note: str | None = json_field(default=None, when=_compares)
 
 
 @dataclass
@@ -79,7 +79,7 @@ class DiagnosisPart(JsonRecord):
     culprit_op: str | None = None
     localization: Localization | None = None
     flagged_ops: list[FlaggedOp] = field(default_factory=list)
-    ablation: list[dict[str, Any]] | None = None
+    ablation: list[AblationRow] | None = None
     necessary_components: list[str] | None = None
     ablation_note: str | None = None
     #: every source found by pinning one and going on (:mod:`repro_check.diagnose.sources`)
@@ -110,14 +110,11 @@ class RankRun(JsonRecord):
 
 
 @dataclass
-class DistributedPart:
+class DistributedPart(JsonRecord):
     """What a torchrun check adds: the rank where the first divergence entered, every rank's
     value there, the cross-rank check, each rank's end and the launch options."""
 
-    launch: dict[str, Any]
-    ranks: list[int]
-    ddp_model_seen: bool
-    cross_rank_steps: int
+    launch: DistributedLaunch = json_field(key="distributed")
     first_divergent_rank: int | None = None
     rank_values: list[RankValue] = field(default_factory=list)
     rank_desync: RankDesync | None = None
@@ -126,19 +123,19 @@ class DistributedPart:
 
     @property
     def nproc_per_node(self) -> int:
-        return int(self.launch.get("nproc_per_node") or 1)
+        return self.launch.nproc_per_node or 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "first_divergent_rank": self.first_divergent_rank,
-            "rank_values": [v.to_dict() for v in self.rank_values],
-            "rank_desync": self.rank_desync.to_dict() if self.rank_desync else None,
-            "failed_rank": self.failed_rank.to_dict() if self.failed_rank else None,
-            "distributed": merge([self.launch, {"ranks": self.ranks,
-                                               "ddp_model_seen": self.ddp_model_seen,
-                                               "cross_rank_steps": self.cross_rank_steps}]),
-            "rank_results": [r.to_dict() for r in self.rank_results],
-        }
+    @property
+    def ranks(self) -> list[int]:
+        return self.launch.ranks
+
+    @property
+    def ddp_model_seen(self) -> bool:
+        return self.launch.ddp_model_seen
+
+    @property
+    def cross_rank_steps(self) -> int:
+        return self.launch.cross_rank_steps
 
 
 #: what each environment's report names of it, from its trace header's environment
@@ -177,9 +174,15 @@ class AcrossCell(JsonRecord):
             return None
         return self.loop_seconds / (self.steps - 1)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "seconds_per_step": _rounded(self.per_step),
-                "loop_seconds_per_step": _rounded(self.loop_per_step)}
+    JSON_PROPERTIES = ("seconds_per_step", "loop_seconds_per_step")
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        return _rounded(self.per_step)
+
+    @property
+    def loop_seconds_per_step(self) -> float | None:
+        return _rounded(self.loop_per_step)
 
 
 @dataclass
@@ -201,7 +204,7 @@ class AcrossPair(JsonRecord):
     localization: Localization | None = None
     #: None when bit-identical: there is no drift, not a drift of zero
     drift: Drift | None = None
-    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[MetricPair] = field(default_factory=list)
     environment_differences: list[str] = field(default_factory=list)
 
     @property
@@ -212,20 +215,26 @@ class AcrossPair(JsonRecord):
             return "bit-identical"
         return "agrees" if self.identical else "differs"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "verdict": self.verdict}
+    JSON_PROPERTIES = ("verdict",)
+
+
+def _axes_json(axes: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
+    return [{"axis": name, "values": vals} for name, vals in axes]
 
 
 @dataclass
-class AcrossPart:
+class AcrossPart(JsonRecord):
     """What ``--across`` adds: the axes, every environment, and every pair with the first."""
 
-    axes: list[tuple[str, list[str]]]
-    cells: list[AcrossCell]
-    pairs: list[AcrossPair]
-    runs_per_cell: int = 1
+    JSON_ENVELOPE = "across"
+    JSON_PROPERTIES = ("axis", "values")
+
+    axes: list[tuple[str, list[str]]] = json_field(convert=_axes_json)
+    cells: list[AcrossCell] = json_field()
+    pairs: list[AcrossPair] = json_field()
+    runs_per_cell: int = json_field(default=1, key="runs_per_environment")
     #: each deterministic=on cell beside its off twin: seconds per step and their ratio
-    price: list[dict[str, Any]] = field(default_factory=list)
+    price: list[PriceRow] = json_field(default_factory=list, key="price_of_determinism")
 
     @property
     def axis(self) -> str:
@@ -238,9 +247,6 @@ class AcrossPart:
             return list(self.axes[0][1])
         return [c.label for c in self.cells]
 
-    def cell_at(self, index: int) -> AcrossCell:
-        return self.cells[index - 1]
-
     def run_name(self, index: int) -> str:
         """A run by its environment (and its place there, with several runs each)."""
         for c in self.cells:
@@ -248,16 +254,6 @@ class AcrossPart:
                 return c.label if self.runs_per_cell == 1 else \
                     f"{c.label} (run {c.runs.index(index) + 1})"
         return f"run {index}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"across": {
-            "axis": self.axis, "values": self.values,
-            "axes": [{"axis": name, "values": vals} for name, vals in self.axes],
-            "runs_per_environment": self.runs_per_cell,
-            "pairs": [p.to_dict() for p in self.pairs],
-            "cells": [c.to_dict() for c in self.cells],
-            "price_of_determinism": self.price,
-        }}
 
 
 def _rounded(x: float | None, digits: int = 6) -> float | None:
@@ -271,17 +267,62 @@ class ProcessesPart(JsonRecord):
     run. ``ignored``: processes that recorded nothing in any run (helpers)."""
 
     first_divergent_process: int | None
-    processes: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[ProcessRow] = field(default_factory=list)
     ignored: list[int] = json_field(default_factory=list, key="ignored_processes")
     #: every process each run started (ignored ones too): status, steps, exit code, error, trace
-    results: list[dict[str, Any]] = json_field(default_factory=list, key="process_results")
+    results: list[ProcessRun] = json_field(default_factory=list, key="process_results")
 
     def summary(self) -> str:
         """One line for the report's head: the processes compared and their steps per run."""
-        shown = "; ".join(f"{row['process']}: {', '.join(map(str, row['steps']))}"
+        shown = "; ".join(f"{row.process}: {', '.join(map(str, row.steps))}"
                           for row in self.processes)
         ignored = f" ({len(self.ignored)} that recorded nothing ignored)" if self.ignored else ""
         return f"processes the target started, steps recorded: {shown}{ignored}"
+
+
+@dataclass
+class ReportCore(JsonRecord):
+    """The keys every JSON report has (the first eight, and ``exit_code``, are the public API
+    the module's docstring names); a report's parts add theirs beside them."""
+
+    report_version: int
+    reproducible: bool
+    first_divergent_step: int | None
+    divergent_signal: str | None
+    #: steps each run recorded
+    steps: list[int]
+    #: each run's final metrics by name, as plain numbers
+    metrics: list[dict[str, Any]]
+    runs: int
+    seed: int | None
+    error: str | None
+    exit_code: int
+    cause: Cause | None
+    target: str
+    args: list[str]
+    components: list[str]
+    threads: int | None
+    max_steps: int | None
+    tolerance: str
+    divergence: Divergence | None
+    divergences: list[Divergence]
+    metric_divergences: list[Divergence]
+    steps_compared: int
+    metrics_compared: int
+    metrics_skipped: list[str]
+    incomplete: list[str]
+    identical_groups: list[list[int]]
+    #: what accepted the values that agreed (exact bits, a tolerance, a band), counted
+    judged: dict[str, int]
+    run_results: list[RunEnd]
+    #: the first run's environment fingerprint (its entries are data, not schema)
+    environment: dict[str, Any] | None
+    interrupted: bool
+    trace_dir: str | None
+    replay: str | None
+    warnings: list[str]
+    cause_detail: str | None
+    cause_location: dict[str, Any] | None
 
 
 @dataclass
@@ -401,52 +442,57 @@ class Report:
             out.append({name: plain_value(v) for name, v in got.items()})
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def core(self) -> ReportCore:
+        """The keys every report has, read from this report as they are now."""
         cmp = self.comparison
-        divergence = cmp.divergence.to_dict() if cmp and cmp.divergence else None
-        core = {
-            "report_version": REPORT_VERSION,
-            "reproducible": self.reproducible,
-            "first_divergent_step": self.first_divergent_step,
-            "divergent_signal": self.divergent_signal,
-            "steps": [r.steps for r in self.results],
-            "metrics": self.metrics_readable(),
-            "runs": self.runs,
-            "seed": self.seed,
-            "error": self.error,
-            "exit_code": int(self.exit_code),
-            "cause": self.cause,
-            "target": self.target,
-            "args": self.args,
-            "components": self.components,
-            "threads": self.threads,
-            "max_steps": self.max_steps,
-            "tolerance": self.policy.describe(),
-            "divergence": divergence,
-            "divergences": [d.to_dict() for d in (cmp.per_run.values() if cmp else []) if d],
-            "metric_divergences": [d.to_dict() for d in (cmp.metric_divergences if cmp else [])],
-            "steps_compared": cmp.steps_compared if cmp else 0,
-            "metrics_compared": cmp.metrics_compared if cmp else 0,
-            "metrics_skipped": list(cmp.metrics_skipped) if cmp else [],
-            "incomplete": self.incomplete,
-            "identical_groups": cmp.groups if cmp else [],
-            "judged": dict(cmp.judged) if cmp else {},
-            "run_results": [
+        return ReportCore(
+            report_version=REPORT_VERSION,
+            reproducible=self.reproducible,
+            first_divergent_step=self.first_divergent_step,
+            divergent_signal=self.divergent_signal,
+            steps=[r.steps for r in self.results],
+            metrics=self.metrics_readable(),
+            runs=self.runs,
+            seed=self.seed,
+            error=self.error,
+            exit_code=int(self.exit_code),
+            cause=self.cause,
+            target=self.target,
+            args=self.args,
+            components=self.components,
+            threads=self.threads,
+            max_steps=self.max_steps,
+            tolerance=self.policy.describe(),
+            divergence=cmp.divergence if cmp else None,
+            divergences=[d for d in (cmp.per_run.values() if cmp else []) if d],
+            metric_divergences=list(cmp.metric_divergences) if cmp else [],
+            steps_compared=cmp.steps_compared if cmp else 0,
+            metrics_compared=cmp.metrics_compared if cmp else 0,
+            metrics_skipped=list(cmp.metrics_skipped) if cmp else [],
+            incomplete=self.incomplete,
+            identical_groups=cmp.groups if cmp else [],
+            judged=dict(cmp.judged) if cmp else {},
+            run_results=[
                 RunEnd(run=r.index, status=r.status, returncode=r.returncode, signal=r.signal,
                        steps=r.steps, seconds=r.seconds, error=r.error, trace=r.trace_path,
-                       warnings=r.warnings).to_dict()
+                       warnings=r.warnings)
                 for r in self.results
             ],
-            "environment": (self.results[0].header or {}).get("environment") if self.results else None,
-            "interrupted": self.interrupted,
-            "trace_dir": self.trace_dir,
-            "replay": self.replay,
-            "warnings": self.warnings,
-            "cause_detail": self.cause_detail,
-            "cause_location": self.cause_location,
-        }
+            environment=(self.results[0].header or {}).get("environment") if self.results
+            else None,
+            interrupted=self.interrupted,
+            trace_dir=self.trace_dir,
+            replay=self.replay,
+            warnings=self.warnings,
+            cause_detail=self.cause_detail,
+            cause_location=self.cause_location,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report: the core keys and each part's, a key written twice refused."""
         parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes)
-        return merge([core, *(part.to_dict() for part in parts if part is not None)])
+        return merge([self.core().to_dict(),
+                      *(part.to_dict() for part in parts if part is not None)])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"

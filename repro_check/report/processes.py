@@ -7,6 +7,7 @@ In the report layer: it reads a finished per-process comparison
 from __future__ import annotations
 
 from repro_check.compare.processes import ProcessComparison
+from repro_check.report.contents import ProcessRow, ProcessRun
 from repro_check.report.model import ProcessesPart, Report
 
 
@@ -20,17 +21,16 @@ def finish_report(report: Report, comparison: ProcessComparison) -> None:
     rows = []
     for k in sorted(comparison.by_process):
         got = [by_run.get(r.index, {}).get(k) for r in report.results]
-        rows.append({
-            "process": k,
-            "steps": [p.steps if p else 0 for p in got],
-            "status": [p.status if p else None for p in got],
-            "traces": [p.trace_path if p else None for p in got],
-        })
+        rows.append(ProcessRow(
+            process=k,
+            steps=[p.steps if p else 0 for p in got],
+            status=[p.status if p else None for p in got],
+            traces=[p.trace_path if p else None for p in got],
+        ))
     started = {k for procs in by_run.values() for k in procs}
     report.processes = ProcessesPart(
         first_divergent_process=getattr(div, "process", None),
         processes=rows,
         ignored=sorted(started - set(comparison.by_process)),
-        results=[{"run": r.index, "processes": [p.to_dict() for p in r.processes]}
-                 for r in report.results],
+        results=[ProcessRun(run=r.index, processes=list(r.processes)) for r in report.results],
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -253,8 +252,8 @@ def _head_panel(report: Report) -> Panel:
     head.append(f"\nseeding: {comps}")
     dist = report.distributed
     if dist is not None:
-        head.append(f"\ntorchrun: {len(dist.ranks)} ranks a run ({dist.launch.get('nproc_per_node')}"
-                    f" per node, {dist.launch.get('nnodes')} node(s))")
+        head.append(f"\ntorchrun: {len(dist.ranks)} ranks a run ({dist.launch.nproc_per_node}"
+                    f" per node, {dist.launch.nnodes} node(s))")
     if report.processes is not None:
         head.append(f"\n{report.processes.summary()}")
     return Panel(head, box=box.ROUNDED, expand=False, border_style=verdict_style(report))
@@ -558,7 +557,7 @@ class Progress:
             self._bars.update(self._tasks[index], total=total)
 
     def run_finished(self, result: RunResult) -> None:
-        steps = result.steps + sum(p.steps for p in getattr(result, "processes", ()))
+        steps = result.steps + sum(p.steps for p in result.processes)
         if self.live:
             bars = self._ensure()
             task_id = self._tasks[result.index]
@@ -576,7 +575,3 @@ class Progress:
         if self._bars is not None:
             self._bars.stop()
             self._bars = None
-
-
-def stdout_console() -> Console:
-    return make_console(file=sys.stdout)

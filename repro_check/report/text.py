@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from repro_check.compare.printed import HOW_TO_GET_A_METRIC
+from repro_check.compare.steps import ComparisonResult
 from repro_check.report.model import Report
 from repro_check.trace.results import RunResult
 from repro_check.trace import values
+from repro_check.trace import signals
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -31,17 +33,17 @@ def diff_text(d: float | None) -> str:
     return "—" if d is None else f"{d:.3g}"
 
 
-def agreement(cmp: Any, results: Sequence[RunResult] = ()) -> str:
+def agreement(cmp: ComparisonResult, results: Sequence[RunResult] = ()) -> str:
     """What agreed, in one sentence; a check that compared no metric says why (runs cut short
     by ``--max-steps`` never reach their final metrics), or how to get one compared; timing
     values left out are named."""
-    skipped = list(getattr(cmp, "metrics_skipped", []) or [])
+    skipped = list(cmp.metrics_skipped)
     left_out = ""
     if skipped:
         shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
         left_out = (f" Not compared, as timing or memory figures: {shown} (compare one with "
                     f"--atol metric:NAME=0).")
-    missing = [why for r in results for why in getattr(r, "incomplete", ())]
+    missing = [why for r in results for why in r.incomplete]
     if missing:
         left_out += (f" The comparison is incomplete: {missing[0]}"
                      + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "") + ".")
@@ -121,7 +123,7 @@ class Visible:
 
 
 #: what each per-step signal is, as a sentence's subject (``{}``: the step)
-_SIGNAL_SUBJECT = {
+_SIGNAL_SUBJECT: dict[str, tuple[str, str]] = {
     "init": ("the parameters going into step {}", "differ"),
     "batch": ("the batch of step {}", "differs"),
     "loss": ("the loss of step {}", "differs"),
@@ -136,11 +138,11 @@ def signal_sentence(signal: str | None, step: int | None) -> str:
     step 1 differs" (a fingerprint says nothing to a reader; the sentence says what it stands for)."""
     if not signal:
         return "the runs differ"
-    if signal.startswith("metric:"):
-        return f"the final metric {signal.removeprefix('metric:')} differs"
+    if signals.is_metric(signal):
+        return f"the final metric {signal.removeprefix(signals.METRIC_PREFIX)} differs"
     if signal == "steps":
         return f"one run has no step {step}: it stopped earlier"
-    if signal.startswith("rng."):
+    if signals.is_rng(signal):
         return f"the {signal.removeprefix('rng.')} RNG state going into step {step} differs"
     subject, verb = _SIGNAL_SUBJECT.get(signal, (f"{signal} at step {{}}", "differs"))
     return f"{subject.format(step)} {verb}"

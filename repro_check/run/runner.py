@@ -37,7 +37,8 @@ from repro_check.child.pin import PLAN_VAR
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run.exitstatus import Status, classify_exit, status_of
 from repro_check.targets import Target
-from repro_check.trace.protocol import (ErrorRecord, HeaderRecord, InfoRecord, MetricsRecord,
+from repro_check.trace.protocol import (DEBUG_VAR, ErrorRecord, HeaderRecord, InfoRecord,
+                                        MetricsRecord, patch_line,
                                         ProtocolError, Record, RunConfig, StepRecord,
                                         WarningRecord, record_of)
 from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
@@ -203,6 +204,12 @@ def apply_event(res: Any, ev: Record) -> bool:
         rec = cause.loader_record(ev.info["loader"])
         if rec is not None and len(res.loaders) < cause.MAX_GENERATOR_RECORDS:
             res.loaders.append(rec)
+    elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("patches"), list):
+        if os.environ.get(DEBUG_VAR):  # --debug: what the run patched, shown as it starts
+            name = f"run {res.index}" if isinstance(getattr(res, "index", None), int) else "a run"
+            for row in ev.info["patches"]:
+                if isinstance(row, dict):
+                    sys.stderr.write(f"repro-check: {name} patched {patch_line(row)}\n")
     elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("models"), list):
         res.models = [m for m in ev.info["models"] if isinstance(m, dict)]
     elif isinstance(ev, InfoRecord) and ev.status is not None:

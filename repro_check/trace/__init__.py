@@ -1,7 +1,7 @@
 """What both sides share: the trace format, exact value encodings, fingerprints, atomic files.
 
 Reading traces from other tools: ``from repro_check.trace import load_trace, iter_trace,
-TraceStream`` (see docs/trace-format.md).
+iter_records, TraceStream`` (see docs/trace-format.md).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from repro_check.trace.format import (
     VERSION,
     Trace,
     TraceStream,
+    iter_records,
     iter_trace,
     load_trace,
 )
 
-__all__ = ["FORMAT", "UPGRADES", "VERSION", "Trace", "TraceStream", "iter_trace", "load_trace"]
+__all__ = ["FORMAT", "UPGRADES", "VERSION", "Trace", "TraceStream", "iter_records", "iter_trace", "load_trace"]

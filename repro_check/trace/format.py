@@ -22,13 +22,15 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from repro_check.trace import values
-from repro_check.trace.protocol import COMPONENTS, FORMAT, MAX_SEED, VERSION, Record, record_of
+from repro_check.trace.protocol import (COMPONENTS, FORMAT, MAX_SEED, VERSION, EndRecord,
+                                        ErrorRecord, HeaderRecord, MetricsRecord, Record,
+                                        StepRecord, WarningRecord, record_of)
 from repro_check.trace.atomic import AtomicWriter
 from repro_check.errors import TraceFileError
 
@@ -455,7 +457,8 @@ def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
         raise
 
 
-def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Iterator[dict[str, Any]]:
+def iter_trace(path: str | os.PathLike[str],
+               require_end: bool = False) -> Generator[dict[str, Any], None, None]:
     """Yield the header dict, then every later record, validating as it goes (bounded memory).
 
     The header is upgraded to the current version. With ``require_end``, a file that stops
@@ -502,6 +505,21 @@ def iter_trace(path: str | os.PathLike[str], require_end: bool = False) -> Itera
             raise TraceFileError(f"{p}: truncated trace (it stops before its end record)")
 
 
+def iter_records(path: str | os.PathLike[str],
+                 require_end: bool = False) -> Generator[Record, None, None]:
+    """:func:`iter_trace` as typed records: the :class:`HeaderRecord` (upgraded to the current
+    version), then one record a line (:func:`repro_check.trace.protocol.record_of`)."""
+    events = iter_trace(path, require_end)
+    try:
+        header = next(events)
+        yield HeaderRecord({"format": FORMAT, "version": VERSION, "header": header}, header,
+                           VERSION)
+        for event in events:
+            yield record_of(event)
+    finally:
+        events.close()
+
+
 def load_trace(path: str | os.PathLike[str], require_end: bool = False) -> Trace:
     """Read a whole trace; steps must be numbered 1, 2, 3, ... (warnings and errors are kept as
     :class:`TraceStream` keeps them)."""
@@ -509,7 +527,7 @@ def load_trace(path: str | os.PathLike[str], require_end: bool = False) -> Trace
     trace = Trace(header=stream.header, path=str(path))
     try:
         while (ev := stream.next_step()) is not None:
-            trace.steps.append(Step(ev["step"], ev["signals"], ev.get("band")))
+            trace.steps.append(Step(ev.step, ev.signals, ev.band))
     finally:
         stream.close()
     trace.metrics, trace.metrics_band = stream.metrics, stream.metrics_band
@@ -535,8 +553,10 @@ class TraceStream:
 
     def __init__(self, path: str | os.PathLike[str], require_end: bool = True) -> None:
         self.path = str(path)
-        self._events = iter_trace(path, require_end)
-        self.header: dict[str, Any] = next(self._events)
+        self._events = iter_records(path, require_end)
+        head = next(self._events)
+        assert isinstance(head, HeaderRecord), "iter_records yields the header first"
+        self.header: dict[str, Any] = head.header
         self.steps = 0
         self.metrics: dict[str, Any] = {}
         self.metrics_band: dict[str, Any] = {}
@@ -550,34 +570,34 @@ class TraceStream:
         self.end: dict[str, Any] | None = None
         self.done = False
 
-    def _take(self, ev: dict[str, Any]) -> None:
-        if "metrics" in ev:
-            self.metrics.update(ev["metrics"])
-            self.metrics_band.update(ev.get("band") or {})
-        elif "warning" in ev:
+    def _take(self, ev: Record) -> None:
+        if isinstance(ev, MetricsRecord):
+            self.metrics.update(ev.metrics)
+            self.metrics_band.update(ev.raw.get("band") or {})
+        elif isinstance(ev, WarningRecord):
             self.warning_count += 1
             if len(self.warnings) < KEPT_WARNINGS:
-                self.warnings.append(_clip(ev["warning"], KEPT_TEXT))
-            if ev.get("incomplete") is True and len(self.incomplete) < KEPT_WARNINGS:
-                self.incomplete.append(_clip(ev["warning"], KEPT_TEXT))
-        elif "error" in ev:
+                self.warnings.append(_clip(ev.warning, KEPT_TEXT))
+            if ev.incomplete and len(self.incomplete) < KEPT_WARNINGS:
+                self.incomplete.append(_clip(ev.warning, KEPT_TEXT))
+        elif isinstance(ev, ErrorRecord):
             self.error_count += 1
             err = {k: _clip(v, KEPT_ERROR_TEXT, tail=k in ("traceback", "output_tail"))
-                   for k, v in ev["error"].items()}
+                   for k, v in ev.error.items()}
             if len(self.errors) < KEPT_ERRORS:
                 self.errors.append(err)
             else:
                 self.errors[-1] = err
-        elif "end" in ev:
-            self.end = ev["end"]
+        elif isinstance(ev, EndRecord):
+            self.end = ev.end
 
-    def next_step(self) -> dict[str, Any] | None:
+    def next_step(self) -> StepRecord | None:
         """The next step record, or None once the file has no more (then it is read to its end)."""
         for ev in self._events:
-            if "step" in ev:
-                if ev["step"] != self.steps + 1:
+            if isinstance(ev, StepRecord):
+                if ev.step != self.steps + 1:
                     raise _fail(self.path, 0,
-                                f"step {ev['step']} where step {self.steps + 1} was expected")
+                                f"step {ev.step} where step {self.steps + 1} was expected")
                 self.steps += 1
                 return ev
             self._take(ev)
@@ -590,7 +610,7 @@ class TraceStream:
             pass
 
     def close(self) -> None:
-        self._events.close()  # type: ignore[attr-defined]
+        self._events.close()
 
 
 def scan(path: str | os.PathLike[str], require_end: bool = True) -> TraceStream:

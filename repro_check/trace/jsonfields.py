@@ -3,9 +3,13 @@
 The JSON keys of a report are a public API, so a field says how it is written when that is not
 simply its name and value: :func:`json_field` sets the key (``key=``), leaves it out when None
 (``omit_none=True``), leaves it out always (``skip=True``, for what only the code reads), rounds
-it (``digits=``) or passes it through a function (``convert=``). Nested dataclasses, lists,
-dicts and ``str`` enums become plain JSON the same way. :func:`merge` joins the parts of a report
-and refuses a key two parts both write: a collision would silently drop one of them.
+it (``digits=``), passes it through a function (``convert=``), writes it only when a test of
+the whole object holds (``when=``, for keys one kind of report has and another has not), or
+writes a nested record's keys in place of the field (``flatten=True``). A class adds computed
+keys by naming its properties in ``JSON_PROPERTIES``, and wraps its keys in one object by naming
+it in ``JSON_ENVELOPE``. Nested dataclasses, lists, dicts and ``str`` enums become plain JSON the
+same way. :func:`merge` joins the parts of a report and refuses a key two parts both write: a
+collision would silently drop one of them.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 #: the metadata key under which a field's JSON rules are kept
 _RULES = "repro_check.json"
@@ -21,11 +25,12 @@ _RULES = "repro_check.json"
 
 def json_field(*, key: str | None = None, omit_none: bool = False, skip: bool = False,
                digits: int | None = None, convert: Callable[[Any], Any] | None = None,
+               when: Callable[[Any], bool] | None = None, flatten: bool = False,
                **field_args: Any) -> Any:
     """A dataclass field with rules for its JSON (see the module's docstring); ``field_args``
     go to :func:`dataclasses.field` (``default``, ``default_factory``, ...)."""
     rules = {"key": key, "omit_none": omit_none, "skip": skip, "digits": digits,
-             "convert": convert}
+             "convert": convert, "when": when, "flatten": flatten}
     return dataclasses.field(metadata={_RULES: rules}, **field_args)
 
 
@@ -45,11 +50,13 @@ def plain(value: Any) -> Any:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """The fields of dataclass ``obj`` as a JSON object, by each field's rules."""
+    """The fields of dataclass ``obj`` as a JSON object, by each field's rules, then the
+    properties its class names in ``JSON_PROPERTIES``, all in ``JSON_ENVELOPE`` when it names
+    one."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         rules = f.metadata.get(_RULES, {})
-        if rules.get("skip"):
+        if rules.get("skip") or (rules.get("when") is not None and not rules["when"](obj)):
             continue
         value = getattr(obj, f.name)
         if value is None and rules.get("omit_none"):
@@ -58,12 +65,23 @@ def to_dict(obj: Any) -> dict[str, Any]:
             value = rules["convert"](value)
         elif rules.get("digits") is not None and value is not None:
             value = round(value, rules["digits"])
-        out[rules.get("key") or f.name] = plain(value)
-    return out
+        if rules.get("flatten"):
+            out = merge([out, plain(value) if value is not None else {}])
+        else:
+            out = merge([out, {rules.get("key") or f.name: plain(value)}])
+    extra = {name: plain(getattr(obj, name)) for name in getattr(obj, "JSON_PROPERTIES", ())}
+    out = merge([out, extra])
+    envelope = getattr(obj, "JSON_ENVELOPE", None)
+    return {envelope: out} if envelope else out
 
 
 class JsonRecord:
     """A dataclass whose ``to_dict`` is :func:`to_dict` of its fields."""
+
+    #: properties written after the fields, under their own names
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ()
+    #: the one key the record's keys go under (None: at the top)
+    JSON_ENVELOPE: ClassVar[str | None] = None
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -227,6 +227,12 @@ class StepRecord(Record):
     step: int = 0
     signals: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def band(self) -> dict[str, Any] | None:
+        """A golden of repeats: each signal's ``{"min", "max"}`` over the runs it recorded."""
+        band = self.raw.get("band")
+        return band if isinstance(band, dict) else None
+
 
 @dataclass
 class MetricsRecord(Record):
@@ -273,6 +279,19 @@ class InfoRecord(Record):
     def status(self) -> str | None:
         value = self.info.get("status")
         return None if value is None else str(value)
+
+
+#: the environment variable that asks for repro-check's debugging output (``--debug``)
+DEBUG_VAR = "REPRO_CHECK_DEBUG"
+
+
+def patch_line(row: Mapping[str, Any]) -> str:
+    """One row of a run's patch listing (``{"info": {"patches": [...]}}``) as a line: the patched
+    callable and its features, outermost last, or why they were skipped."""
+    features = [str(f) for f in row.get("features") or []]
+    if row.get("skipped"):
+        return f"{row.get('target')}: {', '.join(features)} skipped ({row['skipped']})"
+    return f"{row.get('target')}: {' < '.join(features)}"
 
 
 @dataclass

@@ -401,3 +401,28 @@ def test_runs_import_the_package_the_command_was_started_from(tmp_path: Path) ->
         cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert Path(seen.read_text()).resolve() == (checkout / "repro_check").resolve()
+
+
+def test_debug_flag_is_the_debug_variable_for_us_and_our_runs(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """``--debug`` before a ``--`` is ours (taken out, the variable set for the runs to inherit);
+    after it, it is the target's."""
+    from repro_check.cli.main import debug_flag
+
+    monkeypatch.delenv("REPRO_CHECK_DEBUG", raising=False)
+    assert debug_flag(["t.py", "--", "--debug"]) == ["t.py", "--", "--debug"]
+    assert "REPRO_CHECK_DEBUG" not in os.environ
+    assert debug_flag(["record", "--debug", "t.py", "--", "--debug"]) == [
+        "record", "t.py", "--", "--debug"]
+    assert os.environ["REPRO_CHECK_DEBUG"] == "1"
+    # a run under it lists what it patched, on its stderr and in its trace
+    from ..conftest import repro_check_cli
+
+    out = tmp_path / "g.json"
+    proc = repro_check_cli(["record", "--debug", "tiny.py", "--max-steps", "2", "-q", "-o",
+                            str(out), "--trace-dir", str(tmp_path / "t")])
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"repro-check: run 1 patched \S+: ", proc.stderr), proc.stderr[-2000:]
+    trace = next((tmp_path / "t").glob("*/run-1.jsonl")).read_text()
+    assert '"patches"' in trace

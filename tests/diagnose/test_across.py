@@ -24,6 +24,7 @@ from repro_check.compare.drift import loss_drift
 from repro_check.compare.tolerances import from_cli
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.errors import UsageError
+from repro_check.report.contents import MetricPair
 from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, Report
 from repro_check.report.render import summary
 from repro_check.report.terminal import make_console
@@ -200,13 +201,13 @@ def test_price_of_determinism_pairs_each_on_with_its_off() -> None:
     infos = [_cell(c.index, c.label, c.settings_dict(), loop) for c, loop in
              zip(cells, (1.5, 1.0, 3.0, 3.0))]
     price = price_of_determinism(cells, infos)
-    assert [(p["on"], p["off"]) for p in price] == [
+    assert [(p.on, p.off) for p in price] == [
         ("threads=1, deterministic=on", "threads=1, deterministic=off"),
         ("threads=2, deterministic=on", "threads=2, deterministic=off")]
-    assert price[0]["measure"] == "loop" and price[0]["ratio"] == pytest.approx(1.5)
-    assert price[0]["on_seconds_per_step"] == pytest.approx(0.15)
+    assert price[0].measure == "loop" and price[0].ratio == pytest.approx(1.5)
+    assert price[0].on_seconds_per_step == pytest.approx(0.15)
     assert infos[0].per_step == pytest.approx(2.0 / 11)
-    assert price[0]["within_noise"] is None  # no step times: nothing claimed
+    assert price[0].within_noise is None  # no step times: nothing claimed
 
 
 def test_a_price_inside_the_spread_of_the_step_times_is_within_noise() -> None:
@@ -219,12 +220,12 @@ def test_a_price_inside_the_spread_of_the_step_times_is_within_noise() -> None:
                                  step_spread=spread)
              for c, loop, spread in zip(cells, (1.0, 1.8), (0.12, 0.10))]
     row = price_of_determinism(cells, noisy)[0]
-    assert row["ratio"] == pytest.approx(1 / 1.8) and row["within_noise"] is True
+    assert row.ratio == pytest.approx(1 / 1.8) and row.within_noise is True
     text = price_text(row)
     assert "within noise (-44.4 %" in text and "± 120 ms" in text
     steady = [dataclasses.replace(c, step_spread=0.01) for c in noisy]
     row = price_of_determinism(cells, steady)[0]
-    assert row["within_noise"] is False and "within noise" not in price_text(row)
+    assert row.within_noise is False and "within noise" not in price_text(row)
 
 
 def test_uninitialized_memory_is_no_culprit() -> None:
@@ -270,11 +271,11 @@ def synthetic_report(tmp_path: Path) -> Report:
                         first_divergent_step=3, signal="loss", culprit="encoder.0",
                         culprit_op="aten::addmm", drift=loss_drift(a, b),
                         localization=Localization(step=3, detail="aten::addmm gives other bits"),
-                        metrics=[{"name": "acc", "a": 0.5, "b": 0.25, "abs_diff": 0.25,
-                                  "identical": False}]),
+                        metrics=[MetricPair("acc", a=0.5, b=0.25, abs_diff=0.25,
+                                            identical=False)]),
              AcrossPair("threads=1", "threads=3", 3, identical=True, bit_identical=True,
-                        metrics=[{"name": "acc", "a": 0.5, "b": 0.5, "abs_diff": 0.0,
-                                  "identical": True}])]
+                        metrics=[MetricPair("acc", a=0.5, b=0.5, abs_diff=0.0,
+                                            identical=True)])]
     part = AcrossPart([("threads", ["1", "2", "3"])], cells, pairs)
     return Report("train.py:main", [], 0, ["torch", "threads"], 3, [], None, across=part)
 
@@ -397,7 +398,7 @@ def test_an_environment_variable_gives_a_controlled_divergence(jitter: Report) -
     assert pair.localization is not None and pair.localization.inputs_agree is False
     assert pair.drift is not None and pair.drift.exceeds_at == 3 and pair.drift.max_abs > 1e-6
     assert pair.drift.series[:2] == [(1, 0.0), (2, 0.0)]
-    assert pair.metrics[0]["name"] == "loss" and pair.metrics[0]["abs_diff"] > 0
+    assert pair.metrics[0].name == "loss" and (pair.metrics[0].abs_diff or 0) > 0
     assert jitter.first_divergent_step == 3
 
 

@@ -19,7 +19,8 @@ from repro_check.trace import values
 from repro_check.compare.steps import compare_traces
 from repro_check.report.html import MARKER_COLOR, RUN_COLORS, read_curve, write_html
 from repro_check.diagnose.localize import Localization
-from repro_check.report.contents import FlaggedOp, Source, SourcesCost
+from repro_check.report.contents import (AblationRow, FlaggedOp, PairResult, Source,
+                                         SourcesCost)
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
@@ -102,10 +103,12 @@ def diagnose_part() -> DiagnosisPart:
              "pinned_by": None},
         ]],
         sources_cost=SourcesCost(runs=4, seconds=31.5),
-        ablation=[{"component": "torch", "verdict": "needed", "reproducible": False,
-                   "first_divergent_step": 1, "divergent_signal": "rng.torch", "error": None},
-                  {"component": None, "verdict": None, "reproducible": False,
-                   "first_divergent_step": 1, "divergent_signal": "rng.torch", "error": None}],
+        ablation=[AblationRow("torch", "needed", PairResult("without torch", ["torch"], False,
+                                                            first_divergent_step=1,
+                                                            divergent_signal="rng.torch")),
+                  AblationRow(None, None, PairResult("no seeding", ["all"], False,
+                                                     first_divergent_step=1,
+                                                     divergent_signal="rng.torch"))],
         necessary_components=["torch"],
     )
 

@@ -11,7 +11,7 @@ from repro_check.compare.steps import ComparisonResult, Divergence
 from repro_check.report.terminal import summary
 from repro_check.report.diagnosis import diagnosis
 from repro_check.diagnose.localize import Localization
-from repro_check.report.contents import FlaggedOp, Source, SourcesCost
+from repro_check.report.contents import AblationRow, FlaggedOp, PairResult, Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.runner import RunResult
 
@@ -37,12 +37,13 @@ def report() -> Report:
                                   first_module_forward="encoder.2"),
         flagged_ops=[FlaggedOp(op="index_add_cuda_", step=1, where="train.py:40", runs=[1])],
         ablation=[
-            {"component": "numpy", "verdict": "needed", "reproducible": False,
-             "first_divergent_step": 1, "divergent_signal": "rng.numpy", "error": None},
-            {"component": "threads", "verdict": "not needed", "reproducible": True,
-             "first_divergent_step": None, "divergent_signal": None, "error": None},
-            {"component": None, "verdict": None, "reproducible": False,
-             "first_divergent_step": 1, "divergent_signal": "batch", "error": None},
+            AblationRow("numpy", "needed", PairResult("without numpy", ["numpy"], False,
+                                                      first_divergent_step=1,
+                                                      divergent_signal="rng.numpy")),
+            AblationRow("threads", "not needed", PairResult("without threads", ["threads"],
+                                                            True)),
+            AblationRow(None, None, PairResult("no seeding", ["all"], False,
+                                               first_divergent_step=1, divergent_signal="batch")),
         ],
         necessary_components=["numpy"],
     )

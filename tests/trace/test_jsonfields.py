@@ -58,3 +58,55 @@ def test_a_report_part_that_overwrites_a_key_of_the_body_raises() -> None:
     report.gate = ClashingGate("diff")
     with pytest.raises(ValueError, match="runs"):
         report.to_dict()
+
+
+@dataclass
+class Pair(JsonRecord):
+    left: int
+    right: int
+
+
+@dataclass
+class Moded(JsonRecord):
+    """Keys one kind of record writes and another does not, a flattened record, computed keys
+    and an envelope: the rules the report's parts use instead of a hand-written to_dict."""
+
+    JSON_ENVELOPE = "box"
+    JSON_PROPERTIES = ("total",)
+
+    mode: str
+    only_a: int = json_field(default=0, when=lambda m: m.mode == "a")
+    pair: Pair = json_field(default_factory=lambda: Pair(1, 2), flatten=True)
+
+    @property
+    def total(self) -> int:
+        return self.pair.left + self.pair.right
+
+
+def test_when_flatten_properties_and_envelope() -> None:
+    assert Moded("a").to_dict() == {"box": {"mode": "a", "only_a": 0, "left": 1, "right": 2,
+                                            "total": 3}}
+    assert Moded("b").to_dict() == {"box": {"mode": "b", "left": 1, "right": 2, "total": 3}}
+
+
+@dataclass
+class Clashing(JsonRecord):
+    left: int
+    pair: Pair = json_field(flatten=True)
+
+
+def test_a_flattened_record_that_writes_a_key_of_its_parent_raises() -> None:
+    with pytest.raises(ValueError, match="left"):
+        Clashing(0, Pair(1, 2)).to_dict()
+
+
+@pytest.mark.parametrize("mode, keys", [
+    ("record", {"mode", "golden", "output"}),
+    ("verify", {"mode", "golden", "labels", "environment_differences", "environment_note"}),
+    ("diff", {"mode", "a", "b", "labels", "environment_differences", "environment_note"}),
+])
+def test_each_gate_mode_writes_its_own_keys(mode: str, keys: set[str]) -> None:
+    assert set(GatePart(mode).to_dict()) == keys  # type: ignore[arg-type]
+    if mode == "record":
+        written = GatePart("record", golden="g.json").to_dict()
+        assert {"band", "spread_steps", "widest_spread"} <= set(written)

@@ -79,3 +79,22 @@ def test_reader_never_evaluates_content(tmp_path: Path) -> None:
     p.write_text(json.dumps({"format": "repro-check-trace", "version": 1,
                              "header": {"target": "__import__('os').system('false')"}}) + "\n")
     assert load_trace(p).header["target"].startswith("__import__")
+
+
+def test_the_file_readers_give_typed_records(tmp_path: Path) -> None:
+    """``iter_records`` and ``TraceStream`` read a file as the live readers read a run: typed
+    records, the header first (``iter_trace`` stays the plain-dict reader for other tools)."""
+    from repro_check.trace.format import TraceStream, iter_records, iter_trace
+    from repro_check.trace.protocol import EndRecord, HeaderRecord, MetricsRecord, StepRecord
+
+    path = write_trace(tmp_path / "t.jsonl")
+    records = list(iter_records(path, require_end=True))
+    assert isinstance(records[0], HeaderRecord) and records[0].header["target"] == "t:main"
+    assert [type(r) for r in records[1:]] == [StepRecord] * 3 + [MetricsRecord, EndRecord]
+    assert [r.step for r in records[1:4]] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert [r.raw for r in records[1:]] == list(iter_trace(path))[1:]
+    stream = TraceStream(path)
+    first = stream.next_step()
+    assert isinstance(first, StepRecord) and first.step == 1 and first.band is None
+    stream.drain()
+    assert stream.steps == 3 and stream.end == {"status": "completed"} and stream.done

@@ -1,0 +1,46 @@
+"""The names of what a step records and of what a comparison can find different.
+
+One vocabulary for the child that writes a step's signals, the comparison that names the first
+to differ (``divergent_signal`` in the JSON report), ``--signals`` and ``--tolerance``, and the
+sentences the reports say. A divergent signal is a :data:`StepSignal`, a :data:`RunSignal`
+(something about the runs, not one step's value) or ``metric:NAME`` for a final metric. A trace
+written by another version of repro-check may carry a step signal this one does not know: it is
+compared like the others and named as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+#: what one step records, in the order it comes about in the step
+StepSignal = Literal["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "batch", "loss",
+                     "grads", "params"]
+STEP_SIGNALS: tuple[str, ...] = get_args(StepSignal)
+
+#: what only a comparison finds: a run that recorded fewer steps, ranks of one run whose
+#: parameters parted
+RunSignal = Literal["steps", "rank_desync"]
+RUN_SIGNALS: tuple[str, ...] = get_args(RunSignal)
+
+#: a final metric's signal is this prefix and its name
+METRIC_PREFIX = "metric:"
+
+#: ``rng`` names every ``rng.*`` stream at once (``--signals rng``, ``--tolerance rng=...``)
+RNG = "rng"
+
+#: a divergent signal: a StepSignal, a RunSignal, ``metric:NAME``, or a step signal of a trace
+#: written by another version (see the module's docstring)
+Signal = str
+
+
+def metric(name: str) -> Signal:
+    """The signal of final metric ``name``."""
+    return f"{METRIC_PREFIX}{name}"
+
+
+def is_metric(signal: str | None) -> bool:
+    return bool(signal) and str(signal).startswith(METRIC_PREFIX)
+
+
+def is_rng(signal: str | None) -> bool:
+    return bool(signal) and str(signal).startswith(f"{RNG}.")
