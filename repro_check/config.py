@@ -109,6 +109,10 @@ RUN_KEYS: dict[str, Any] = {
     "timeout": _positive,
     "threads": _int(1),
     "metric": _metric,
+    # repro-check resume: --at, --resume-args, --checkpoint
+    "resume-at": _int(1),
+    "resume-args": _str,
+    "checkpoint": _str,
 }
 PATH_KEYS = ("golden", "golden-dir", "trace-dir", "junit", "json")
 KEYS: dict[str, Any] = {

@@ -442,6 +442,9 @@ class Recorder:
         self.progress = Progress(emit)
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
+        #: signals of the step that just ended taken elsewhere (the optimizer's ``lr``, ``opt``:
+        #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
+        self.extra_signals: list[Callable[[], dict[str, Any]]] = []
         self._own = threading.local()
 
     @property
@@ -586,6 +589,8 @@ class Recorder:
         signals = self.signals.take()
         if self.step == 1:
             signals = self.initial.place(signals)
+        for take in self.extra_signals:
+            signals.update(take())
         if grads is not None:
             signals["grads"] = grads
         if params is not None:

@@ -95,7 +95,10 @@ def main() -> int:
 
     seed = config.get("seed")
     components = config.get("components", [])
-    done = seeding.apply(seed, components, config.get("threads"), config.get("warn_only", False)) \
+    # a resume's runs: no DataLoader gets a generator of ours, which the script could not save
+    # (its workers are still seeded from their torch seed)
+    done = seeding.apply(seed, components, config.get("threads"), config.get("warn_only", False),
+                         loader_generators=not config.get("resume")) \
         if seed is not None else {}
     target = targets.Target(**config["target"])
     header = _header(config, target, done, started)
@@ -202,6 +205,9 @@ def _install(config: dict[str, Any], emit: Emitter, header: dict[str, Any],
     recorder.watchers.append(overrides.check)
     origin.SITES.install()
     clock.install(config.get("run", 1))  # a seed taken from the clock differs in every run
+    from repro_check.child import checkpoint
+
+    checkpoint.install(recorder, emit, config)  # lr, opt, scaler; a resume's saves
     if config.get("processes"):  # the processes the target starts record streams of their own
         from repro_check.child import processes
 

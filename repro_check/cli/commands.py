@@ -148,6 +148,39 @@ def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
         return run_across(options, listener, log)
 
 
+# ---- resume ------------------------------------------------------------------------------------
+def resume_command(argv: Sequence[str]) -> ExitCode:
+    from repro_check.run.resume import run_resume
+
+    ns, target_args, cfg = parsed(parsers.resume_parser(), argv)
+    targets, from_config = planned(ns, cfg)
+    if not targets:
+        raise UsageError("the following arguments are required: TARGET")
+    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
+                  [("--report", ns.report_path)])
+    html_path = html_path_of(ns)
+    tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
+
+    def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
+        options = options_for(
+            ns, cfg, target, entry, target_args, tolerances=tol,
+            resume_at=first(ns.resume_at, cfg.get("resume-at", entry)),
+            resume_args=first(ns.resume_args, cfg.get("resume-args", entry)),
+            checkpoint=first(ns.checkpoint, cfg.get("checkpoint", entry)))
+        if options.resume_at is None:
+            raise UsageError("resume needs --at K (or resume-at in [tool.repro-check])")
+        with progress(ns, options, 3) as listener:
+            return run_resume(options, listener)
+
+    def after(report: Report, i: int) -> None:
+        if html_path:
+            html_report(report, html_path, i if len(targets) > 1 else None)
+
+    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
+                       lambda t, _: f"resuming {t}", run_one, after)
+    return finish(reports, "resume", out)
+
+
 # ---- record ------------------------------------------------------------------------------------
 def record_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.gate.record import record_golden
@@ -308,4 +341,5 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
 COMMANDS: dict[str, Callable[[Sequence[str]], ExitCode]] = {
     "check": check_command, "record": record_command, "verify": verify_command,
     "diff": diff_command, "doctor": doctor_command, "diagnose": diagnose_command,
+    "resume": resume_command,
 }

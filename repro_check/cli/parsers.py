@@ -170,6 +170,45 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def resume_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="repro-check resume",
+               description="Does a run stopped at a checkpoint and resumed match the run that "
+                           "never stopped? Three runs under the same seeding: the reference, "
+                           "the interrupted run (stopped right after its first checkpoint at or "
+                           "after step K) in parallel, then the resumed run (ARGS appended, "
+                           "{checkpoint} replaced by the checkpoint's copy). Names the state the "
+                           "checkpoint did not restore.",
+               epilog="Exit codes: 0 resumes exactly, 1 the resume differs (or the reference "
+                      "is not reproducible), 2 usage error, 3 a run failed or no checkpoint "
+                      "was written at or after K, 130 interrupted.")
+    add_run_options(p)
+    p.add_argument("--at", dest="resume_at", type=positive_int, default=None, metavar="K",
+                   help="stop the interrupted run after the first checkpoint it writes at or "
+                        "after step K")
+    p.add_argument("--resume-args", default=None, metavar="'ARGS'",
+                   help="arguments the resumed run gets after the target's; {checkpoint} is "
+                        "replaced by the path of the checkpoint's copy")
+    p.add_argument("--checkpoint", default=None, metavar="PATH_OR_GLOB",
+                   help="the checkpoint file or folder, when repro-check cannot see its save "
+                        "(a file that changes after a step is taken)")
+    add_tolerance_options(p)
+    add_parallel_options(p)
+    add_report_option(p)
+    return p
+
+
+def positive_int(text: str) -> int:
+    """A whole number of at least 1, for ``--at`` (a bad one: one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}") \
+            from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
+
+
 def record_parser() -> argparse.ArgumentParser:
     p = Parser(prog="repro-check record",
                 description="Run TARGET and save its trace as the golden reference for verify. "

@@ -26,6 +26,10 @@ def _layout(report: Report) -> Any:
         from repro_check.report import across
 
         return across.summary(report)
+    if report.resume is not None:
+        from repro_check.report import resume
+
+        return resume.summary(report)
     from repro_check.report import terminal
 
     if report.diagnosis is not None:

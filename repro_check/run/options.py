@@ -75,6 +75,13 @@ class RunOptions:
     #: printed metrics to pick beside the default rule: (NAME, REGEX) pairs (``--metric``); a
     #: mapping NAME -> REGEX or ``"NAME=REGEX"`` strings are accepted too
     printed_metrics: tuple[tuple[str, str], ...] = ()
+    #: ``resume --at K``: stop the interrupted run after its first save at or after step K
+    resume_at: int | None = None
+    #: ``resume --resume-args 'ARGS'``: appended to the target's arguments in the resumed run,
+    #: ``{checkpoint}`` replaced by the copy's path (split as a shell would)
+    resume_args: str | None = None
+    #: ``resume --checkpoint PATH_OR_GLOB``: the checkpoint, when its save cannot be seen
+    checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("args", "without", "across"):
@@ -122,6 +129,43 @@ class RunOptions:
         self.policy()  # a bad tolerance fails here
         if self.across:
             self._validate_across()
+        if self.resume_at is not None or self.resume_args is not None:
+            self._validate_resume()
+
+    def _validate_resume(self) -> None:
+        """``resume``: a step to stop at, arguments a shell could split, nothing that contradicts
+        three runs under one seeding."""
+        if self.resume_at is None:
+            raise UsageError("resume needs --at K: the step from which the first checkpoint the "
+                             "script writes is taken")
+        _whole("--at", self.resume_at, 1, MAX_STEPS)
+        if self.resume_args is not None:
+            if not isinstance(self.resume_args, str):
+                raise UsageError(f"--resume-args must be a string, got {self.resume_args!r}")
+            self.resumed_args("CHECKPOINT")  # unbalanced quotes: one line
+        if self.max_steps is not None and self.max_steps <= self.resume_at:
+            raise UsageError(f"--max-steps {self.max_steps} leaves nothing to resume after "
+                             f"--at {self.resume_at}")
+        if self.no_seed:
+            raise UsageError("resume compares runs under the same seeding: --no-seed leaves "
+                             "every run seeded differently")
+        if self.across:
+            raise UsageError("--across does not combine with resume")
+        if self.checkpoint is not None and (not isinstance(self.checkpoint, str)
+                                            or not self.checkpoint.strip()):
+            raise UsageError(f"--checkpoint must name a path or a glob, got {self.checkpoint!r}")
+
+    def resumed_args(self, checkpoint: str) -> list[str]:
+        """The resumed run's arguments: the target's, then ``--resume-args`` split as a shell
+        would, ``{checkpoint}`` in them replaced by ``checkpoint``."""
+        import shlex
+
+        try:
+            extra = shlex.split(self.resume_args or "")
+        except ValueError as e:
+            raise UsageError(f"--resume-args {self.resume_args!r} cannot be split into "
+                             f"arguments: {e}") from None
+        return self.target_args + [a.replace("{checkpoint}", checkpoint) for a in extra]
 
     def _validate_across(self) -> None:
         """The axes parse, and no other option contradicts what they hold equal or vary."""

@@ -89,6 +89,10 @@ class RunSpec:
     launcher: Launcher | None = None
     #: record the processes the target starts, a stream each (see :mod:`repro_check.run.streams`)
     processes: bool = False
+    #: a run of ``resume`` (:mod:`repro_check.child.checkpoint`): ``role`` (reference,
+    #: interrupted, resumed), ``stop_at`` (stop after the first save at or after that step),
+    #: ``copy_dir`` (where its copy goes), ``checkpoint`` (``--checkpoint``'s path or glob)
+    resume: dict[str, Any] | None = None
 
 
 @dataclass
@@ -248,6 +252,7 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
         "warn_only": spec.warn_only,
         "probe_step": spec.probe_step,
         "printed_metrics": [list(rule) for rule in spec.printed_metrics],
+        "resume": spec.resume,
     }
 
 

@@ -1,0 +1,574 @@
+"""Checkpoints inside a run: the optimizer's per-step signals, and (for ``repro-check resume``)
+the saves the script makes, what they hold, and the stop right after the first one due.
+
+Per step, in every run (a check's too), three signals are recorded at the optimizer's pre-step
+hook, so that a resume that left them out is named, not only seen in the loss:
+
+``lr``
+    every param group's learning rate, as exact decimal text (``repr`` of the float):
+    a schedule that restarted differs here.
+``opt``
+    a fingerprint of the optimizer's state going into the step (moments, step counts): an
+    optimizer that was not restored starts empty.
+``scaler``
+    the scale and growth tracker of every enabled ``GradScaler`` (mixed precision).
+
+With ``config["resume"]`` (the ``interrupted`` and ``resumed`` runs of a resume) the saves are
+watched: ``torch.save``, ``safetensors`` (``save_file``, ``save_model``),
+``torch.distributed.checkpoint.save``, Lightning's ``Trainer.save_checkpoint`` and the Hugging
+Face ``Trainer._save_checkpoint`` (a save inside another counts as part of it). What each save
+holds is described here, from the object handed to the save (never by reading a file back).
+In the interrupted run (``stop_at``), the first save made once ``stop_at`` steps are recorded
+is copied into the trace folder as soon as it returns, reported, and the process ends at once,
+as a preemption would end it.
+
+Everything here is one :func:`install` that returns its undo.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import glob
+import importlib.abc
+import importlib.util
+import os
+import shutil
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from repro_check.trace import fingerprint
+
+Emit = Callable[[dict[str, Any]], None]
+
+#: the per-step signals this module adds, in the order they are placed (before ``grads``)
+SIGNALS = ("lr", "opt", "scaler")
+#: the weights going into the resumed run's first step (named as ``params``): compared with the
+#: reference's ``params`` after the checkpoint's step, then left out of the step comparison
+PARAMS_IN = "params_in"
+#: the longest text of a signal (a trace line takes at most 1024 characters a text signal)
+MAX_TEXT = 1000
+#: keys described per checkpoint, at most
+MAX_KEYS = 40
+
+
+# ---- the per-step signals ----------------------------------------------------------------------
+def learning_rates(optimizer: Any) -> str:
+    """Every param group's learning rate, exactly (``repr`` of a float round-trips)."""
+    parts = []
+    for group in optimizer.param_groups:
+        lr = group.get("lr")
+        try:
+            parts.append(repr(float(lr)))
+        except (TypeError, ValueError):
+            parts.append(type(lr).__name__)
+    text = ",".join(parts)
+    if len(text) > MAX_TEXT:
+        h = fingerprint.hasher()
+        h.update(text.encode())
+        text = f"{len(parts)} groups #{h.hexdigest()[:16]}"
+    return text
+
+
+def optimizer_state(optimizer: Any, defer: bool = True) -> Any:
+    """A fingerprint of the optimizer's state, parameter by parameter in group order: tensors by
+    their bits, numbers by value; an empty state (nothing restored, no step yet) has its own."""
+    import torch
+
+    items: list[tuple[str, Any]] = []
+    for g, group in enumerate(optimizer.param_groups):
+        for i, p in enumerate(group["params"]):
+            state = optimizer.state.get(p)
+            if not state:
+                continue
+            for key in sorted(state, key=str):
+                value = state[key]
+                if isinstance(value, torch.Tensor):
+                    items.append((f"{g}.{i}.{key}", value))
+                else:
+                    items.append((f"{g}.{i}.{key}={value!r}"[:200], None))
+    return fingerprint.tensors(items, defer=defer)
+
+
+class StepSignals:
+    """Takes ``lr``, ``opt`` and ``scaler`` at each optimizer pre-step (per thread) and hands them
+    to the recorder's step record."""
+
+    def __init__(self, recorder: Any, params_in: bool = False) -> None:
+        self.rec = recorder
+        self.local = threading.local()
+        self.scalers: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: the resumed run of a resume: the weights going into step 1, named as ``params``
+        self.params_in = params_in
+
+    def pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        with self.rec.quiet():
+            taken: dict[str, Any] = {"lr": learning_rates(optimizer),
+                                     "opt": optimizer_state(optimizer)}
+            scale = self.scaler_text()
+            if scale is not None:
+                taken["scaler"] = scale
+            if self.params_in and self.rec.step == 0:
+                taken[PARAMS_IN] = self.rec.params_fingerprint(optimizer)
+        self.local.taken = taken
+
+    def scaler_text(self) -> str | None:
+        parts = []
+        for s in list(self.scalers):
+            if not getattr(s, "_enabled", False) or getattr(s, "_scale", None) is None:
+                continue
+            try:
+                parts.append(f"{float(s._scale.item())!r}/{int(s._growth_tracker.item())}")
+            except Exception:  # noqa: BLE001 - a scaler in an unusual state: left out
+                continue
+        return ",".join(parts)[:MAX_TEXT] if parts else None
+
+    def take(self) -> dict[str, Any]:
+        taken = getattr(self.local, "taken", None)
+        self.local.taken = None
+        return taken or {}
+
+
+# ---- what a checkpoint holds -------------------------------------------------------------------
+def _is_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def kind_of(value: Any, key: str = "") -> str:
+    """What one value of a checkpoint is: model, optimizer, scheduler, rng, grad_scaler, a
+    list of them, or other."""
+    import torch
+
+    name = key.lower()
+    if isinstance(value, torch.nn.Module):
+        return "model"
+    if isinstance(value, torch.optim.Optimizer):
+        return "optimizer"
+    if _is_rng(value, name):
+        return "rng"
+    if isinstance(value, dict):
+        keys = {str(k) for k in value}
+        if {"state", "param_groups"} <= keys:
+            return "optimizer"
+        if "last_epoch" in keys and ("base_lrs" in keys or "_step_count" in keys):
+            return "scheduler"
+        if {"scale", "growth_factor"} <= keys:
+            return "grad_scaler"
+        if value and all(_is_tensor(v) for v in value.values()):
+            return "model"
+        if value and all(_is_rng(v, str(k).lower()) for k, v in value.items()):
+            return "rng"
+        if "state_dict" in keys:
+            return "model"
+    if isinstance(value, (list, tuple)) and value and not _is_rng(value, name):
+        kinds = {kind_of(v) for v in value}
+        if len(kinds) == 1 and kinds != {"other"}:
+            return kinds.pop()
+    return "other"
+
+
+def _is_rng(value: Any, name: str) -> bool:
+    """An RNG state: torch's (a uint8 tensor), Python's ``random.getstate()``, numpy's
+    ``get_state()`` (tuple or dict), a list of CUDA states, or anything under a key naming one."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.uint8 and value.dim() == 1 and (
+            "rng" in name or "random" in name or "generator" in name or value.numel() in (5056, 16))
+    if isinstance(value, tuple) and len(value) == 3 and isinstance(value[0], int) \
+            and isinstance(value[1], tuple) and len(value[1]) == 625:
+        return True  # random.getstate()
+    if isinstance(value, tuple) and value and value[0] == "MT19937":
+        return True  # np.random.get_state()
+    if isinstance(value, dict) and value.get("bit_generator") is not None:
+        return True
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, torch.Tensor) and v.dtype == torch.uint8 for v in value):
+        return True  # torch.cuda.get_rng_state_all()
+    return ("rng" in name or "random_state" in name) and not isinstance(value, (int, float, str))
+
+
+def rng_streams(value: Any, key: str = "") -> list[str]:
+    """Which RNG streams an RNG entry holds, as far as can be told (python, numpy, torch, cuda)."""
+    import torch
+
+    name = key.lower()
+    found: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += [s for s in rng_streams(v, str(k)) if s not in found]
+        return found
+    if isinstance(value, tuple) and len(value) == 3 and isinstance(value[1], tuple):
+        return ["python"]
+    if (isinstance(value, tuple) and value and value[0] == "MT19937") or \
+            (isinstance(value, dict) and "bit_generator" in value):
+        return ["numpy"]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor)
+                                                          for v in value):
+        return ["cuda"]
+    if isinstance(value, torch.Tensor):
+        return ["cuda" if "cuda" in name else "torch"]
+    for stream in ("python", "numpy", "cuda", "torch"):
+        if stream in name:
+            return [stream]
+    return []
+
+
+def describe(obj: Any) -> dict[str, Any]:
+    """The top-level keys of a saved object and what each holds (``{"keys": [...], "kinds":
+    {key: kind}, "rng": [streams]}``); a whole module or a tensor dict is one ``model``."""
+    out: dict[str, Any] = {"keys": [], "kinds": {}, "rng": []}
+    try:
+        if isinstance(obj, dict):
+            whole = kind_of(obj)
+            if whole in ("model", "optimizer", "scheduler", "grad_scaler") and not any(
+                    isinstance(v, dict) for v in obj.values()):
+                out["kinds"]["(whole)"] = whole
+                return out
+            for k, v in list(obj.items())[:MAX_KEYS]:
+                key = str(k)[:80]
+                out["keys"].append(key)
+                kind = kind_of(v, key)
+                out["kinds"][key] = kind
+                if kind == "rng":
+                    out["rng"] += [s for s in rng_streams(v, key) if s not in out["rng"]]
+        else:
+            kind = kind_of(obj)
+            out["kinds"]["(whole)"] = kind
+            if kind == "rng":
+                out["rng"] = rng_streams(obj)
+    except Exception as e:  # noqa: BLE001 - a description is a nicety; never break the save
+        out["error"] = f"{type(e).__name__}: {e}"[:200]
+    return out
+
+
+def merge_descriptions(parts: Sequence[tuple[str | None, dict[str, Any]]]) -> dict[str, Any]:
+    """One description of a save made of several (a Hugging Face checkpoint folder: a file each;
+    Lightning: the dict it hands to ``torch.save``): keys named by file where there is no key."""
+    if len(parts) == 1:
+        return parts[0][1]
+    out: dict[str, Any] = {"keys": [], "kinds": {}, "rng": []}
+    for path, d in parts:
+        label = os.path.basename(path) if path else "(object)"
+        if "(whole)" in d.get("kinds", {}):
+            out["keys"].append(label)
+            out["kinds"][label] = d["kinds"]["(whole)"]
+        else:
+            for k in d.get("keys", []):
+                key = k if k not in out["kinds"] else f"{label}:{k}"
+                out["keys"].append(key)
+                out["kinds"][key] = d["kinds"].get(k, "other")
+        out["rng"] += [s for s in d.get("rng", []) if s not in out["rng"]]
+    return out
+
+
+# ---- watching the saves ------------------------------------------------------------------------
+def _path_of(f: Any) -> str | None:
+    """The file a save wrote: a path, or an open file's name; None for a buffer."""
+    if isinstance(f, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(f))
+    name = getattr(f, "name", None)
+    if isinstance(name, str) and os.path.isabs(name) or isinstance(name, str) and os.path.exists(name):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001 - a file we could not flush is copied as it is
+            pass
+        return os.path.abspath(name)
+    return None
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback on a module right after it is imported (to patch a class that lives in a
+    framework the target may or may not import), without importing it ourselves."""
+
+    def __init__(self, callbacks: dict[str, Callable[[Any], None]]) -> None:
+        self.callbacks = dict(callbacks)
+        self.busy = threading.local()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self.callbacks or getattr(self.busy, "on", False):
+            return None
+        self.busy.on = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.busy.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, callback = spec.loader, self.callbacks.pop(name)
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            try:
+                callback(module)
+            except Exception:  # noqa: BLE001 - never break the target's import
+                pass
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+class Saves:
+    """Watches the script's saves; in the interrupted run, copies the first one due and stops."""
+
+    def __init__(self, recorder: Any, emit: Emit, settings: dict[str, Any]) -> None:
+        self.rec = recorder
+        self.emit = emit
+        self.stop_at: int | None = settings.get("stop_at")
+        self.copy_dir: str | None = settings.get("copy_dir")
+        self.pattern: str | None = settings.get("checkpoint")
+        self.owner = os.getpid()
+        self.local = threading.local()
+        self.saves = 0
+        self.reported: list[int] = []
+        self.done = False
+        self.lock = threading.Lock()
+        self.seen: dict[str, tuple[int, int]] = {}
+        if self.pattern:
+            self.seen = self._glob_state()
+
+    # -- the outermost save, and the saves inside it ----------------------------------------
+    def wrap(self, kind: str, original: Callable[..., Any],
+             where: Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, Any]]) -> Any:
+        """``original`` wrapped: ``where(args, kwargs)`` gives (object saved, path)."""
+        saves = self
+
+        @functools.wraps(original)
+        def save(*args: Any, **kwargs: Any) -> Any:
+            if os.getpid() != saves.owner:
+                return original(*args, **kwargs)
+            stack = getattr(saves.local, "stack", None)
+            if stack is None:
+                stack = saves.local.stack = []
+            stack.append([])
+            try:
+                result = original(*args, **kwargs)
+            except BaseException:
+                stack.pop()
+                raise
+            parts = stack.pop()
+            try:
+                obj, path = where(args, kwargs)
+                parts.insert(0, (path, describe(obj) if obj is not None else None))
+            except Exception:  # noqa: BLE001 - where it went cannot be told
+                path = None
+            if stack:  # inside another save: part of it
+                stack[-1].extend(parts)
+            else:
+                saves.saved(kind, path, parts)
+            return result
+
+        return save
+
+    def saved(self, kind: str, path: str | None, parts: list[tuple[str | None, Any]]) -> None:
+        """A save returned (the outermost one)."""
+        described = [(p, d) for p, d in parts if d is not None]
+        if path is None:
+            paths = [p for p, _ in parts if p]
+            if paths:
+                path = os.path.commonpath(paths) if len(paths) > 1 else paths[0]
+        if path is None:
+            return  # to a buffer only: not a checkpoint on disk
+        if self.pattern and not self._matches(path):
+            return
+        self.taken(kind, path, merge_descriptions(described) if described else None)
+
+    def taken(self, kind: str, path: str, contents: dict[str, Any] | None) -> None:
+        with self.lock:
+            if self.done:
+                return
+            step = self.rec.step
+            self.saves += 1
+            if len(self.reported) < 20:
+                self.reported.append(step)
+            due = self.stop_at is not None and step >= self.stop_at
+            record: dict[str, Any] = {"step": step, "path": path, "kind": kind,
+                                      "contents": contents or {}, "due": due}
+            if not due:
+                self.emit({"info": {"save": record}})
+                return
+            self.done = True
+            record["copy"] = self._copy(path, record)
+            self.rec.flush()
+            self.emit({"info": {"checkpoint": record}})
+            self.emit({"info": {"status": "stopped", "steps": step, "checkpointed": True}})
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                pass
+            os._exit(0)
+
+    def _copy(self, path: str, record: dict[str, Any]) -> str | None:
+        """The save copied into the trace folder, where nothing the other runs write reaches."""
+        if not self.copy_dir:
+            return None
+        try:
+            os.makedirs(self.copy_dir, exist_ok=True)
+            dest = os.path.join(self.copy_dir, os.path.basename(path.rstrip(os.sep)) or "ckpt")
+            if os.path.isdir(path):
+                shutil.copytree(path, dest, symlinks=True)
+            else:
+                shutil.copy2(path, dest)
+            return dest
+        except OSError as e:
+            record["error"] = f"the checkpoint {path} could not be copied: {e.strerror or e}"
+            return None
+
+    # -- a named path (--checkpoint) that no watched save writes ------------------------------
+    def _matches(self, path: str) -> bool:
+        assert self.pattern is not None
+        pattern = os.path.abspath(self.pattern)
+        return fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(path.rstrip(os.sep), pattern)
+
+    def _glob_state(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for p in glob.glob(os.path.abspath(self.pattern or "")):
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            out[p] = (st.st_mtime_ns, st.st_size)
+        return out
+
+    def poll(self, *args: Any) -> None:
+        """Before each optimizer step: a file of ``--checkpoint`` that changed since the last
+        look was written after the previous step (by a save repro-check does not see)."""
+        if not self.pattern or self.done or os.getpid() != self.owner:
+            return
+        now = self._glob_state()
+        changed = sorted(p for p, st in now.items() if self.seen.get(p) != st)
+        self.seen = now
+        if changed:
+            self.taken("file", changed[0], None)
+
+
+# ---- installing --------------------------------------------------------------------------------
+def _patch(undo: list[Callable[[], None]], owner: Any, name: str, new: Any) -> None:
+    original = getattr(owner, name)
+    setattr(owner, name, new)
+    undo.append(lambda: setattr(owner, name, original))
+
+
+def _first_arg(i: int, name: str) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    def get(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return args[i] if len(args) > i else kwargs.get(name)
+    return get
+
+
+def _install_saves(saves: Saves, undo: list[Callable[[], None]]) -> _AfterImport:
+    import torch
+
+    obj, to = _first_arg(0, "obj"), _first_arg(1, "f")
+    _patch(undo, torch, "save", saves.wrap("torch.save", torch.save,
+                                           lambda a, k: (obj(a, k), _path_of(to(a, k)))))
+    if importlib.util.find_spec("safetensors") is not None:
+        try:
+            import safetensors.torch as st
+
+            tensors, filename = _first_arg(0, "tensors"), _first_arg(1, "filename")
+            _patch(undo, st, "save_file", saves.wrap(
+                "safetensors", st.save_file, lambda a, k: (tensors(a, k), _path_of(filename(a, k)))))
+            model = _first_arg(0, "model")
+            _patch(undo, st, "save_model", saves.wrap(
+                "safetensors", st.save_model, lambda a, k: (model(a, k), _path_of(filename(a, k)))))
+        except Exception:  # noqa: BLE001 - an unusual safetensors: its saves go unseen
+            pass
+
+    def dcp(module: Any) -> None:
+        def where(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, Any]:
+            state = a[0] if a else k.get("state_dict")
+            cid = k.get("checkpoint_id")
+            writer = k.get("storage_writer")
+            path = cid if cid is not None else getattr(writer, "path", None)
+            return state, os.path.abspath(os.fspath(path)) if path is not None else None
+
+        for name in ("save", "save_state_dict"):
+            if hasattr(module, name):
+                _patch(undo, module, name, saves.wrap("torch.distributed.checkpoint",
+                                                      getattr(module, name), where))
+
+    def lightning(module: Any) -> None:
+        trainer = getattr(module, "Trainer", None)
+        if trainer is not None and hasattr(trainer, "save_checkpoint"):
+            path = _first_arg(1, "filepath")
+            _patch(undo, trainer, "save_checkpoint", saves.wrap(
+                "lightning", trainer.save_checkpoint, lambda a, k: (None, _path_of(path(a, k)))))
+
+    def hf(module: Any) -> None:
+        trainer = getattr(module, "Trainer", None)
+        if trainer is None or not hasattr(trainer, "_save_checkpoint"):
+            return
+
+        def where(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, Any]:
+            self = a[0]
+            trial = a[2] if len(a) > 2 else k.get("trial")
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"checkpoint-{self.state.global_step}")
+            return None, os.path.abspath(folder) if os.path.isdir(folder) else None
+
+        _patch(undo, trainer, "_save_checkpoint", saves.wrap(
+            "transformers.Trainer", trainer._save_checkpoint, where))
+
+    hooks = {"lightning.pytorch.trainer.trainer": lightning,
+             "pytorch_lightning.trainer.trainer": lightning,
+             "transformers.trainer": hf}
+    for name, callback in list(hooks.items()):
+        if name in sys.modules:  # imported already (the run entry does not): patch now
+            callback(sys.modules[name])
+            hooks.pop(name)
+    if "torch.distributed.checkpoint" in sys.modules:
+        dcp(sys.modules["torch.distributed.checkpoint"])
+    else:
+        hooks["torch.distributed.checkpoint"] = dcp
+    finder = _AfterImport(hooks)
+    sys.meta_path.insert(0, finder)
+    undo.append(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+    return finder
+
+
+def install(recorder: Any, emit: Emit, config: dict[str, Any]) -> Callable[[], None]:
+    """Install the per-step signals (every run) and, with ``config["resume"]``, the watch on
+    saves; returns the undo of everything."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    undo: list[Callable[[], None]] = []
+    settings = config.get("resume")
+    signals = StepSignals(recorder, isinstance(settings, dict) and settings.get("role") == "resumed")
+    undo.append(register_optimizer_step_pre_hook(signals.pre_step).remove)
+    recorder.extra_signals.append(signals.take)
+    undo.append(lambda: recorder.extra_signals.remove(signals.take)
+                if signals.take in recorder.extra_signals else None)
+    cls = getattr(torch.amp, "GradScaler", None)  # torch.cuda.amp's is a subclass
+    if cls is not None:
+        original_init = cls.__init__
+
+        def scaler_init(scaler: Any, *a: Any, _orig: Any = original_init, **k: Any) -> None:
+            _orig(scaler, *a, **k)
+            signals.scalers.add(scaler)
+
+        _patch(undo, cls, "__init__", functools.wraps(original_init)(scaler_init))
+    if isinstance(settings, dict):
+        saves = Saves(recorder, emit, settings)
+        _install_saves(saves, undo)
+        if saves.pattern:
+            undo.append(register_optimizer_step_pre_hook(saves.poll).remove)
+
+    def undo_all() -> None:
+        for u in reversed(undo):
+            u()
+        undo.clear()
+
+    return undo_all
+
+
+def iter_signals(signals: dict[str, Any]) -> Iterator[str]:
+    """The names of this module's signals a step recorded."""
+    return (name for name in SIGNALS if name in signals)
