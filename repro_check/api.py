@@ -17,7 +17,7 @@ from repro_check.run.options import CHECK_RUNS, RECORD_RUNS, RunOptions, options
 from repro_check.run.runner import Listener
 from repro_check.trace.values import Tolerance
 
-__all__ = ["RunOptions", "across", "check", "diff", "record", "verify"]
+__all__ = ["RunOptions", "across", "check", "diff", "record", "resume", "verify"]
 
 
 def _options(options: RunOptions | None, target: str | None, **given: Any) -> RunOptions:
@@ -139,6 +139,37 @@ def across(
         run_options.setdefault("runs", 1)
     opts = _options(options, target, across=tuple(axes) if axes else None, **run_options)
     return run_across(opts, listener)
+
+
+def resume(
+    target: str | None = None,
+    *,
+    at: int | None = None,
+    resume_args: str | None = None,
+    checkpoint: str | None = None,
+    options: RunOptions | None = None,
+    listener: Listener | None = None,
+    atol: float = 0.0,
+    rtol: float = 0.0,
+    policy: Policy | None = None,
+    **run_options: Any,
+) -> Report:
+    """Does ``target`` stopped at a checkpoint and resumed match the run that never stopped?
+
+    The reference and a run stopped right after its first checkpoint at or after step ``at``
+    go in parallel; then a resumed run gets ``resume_args`` (``{checkpoint}`` replaced by the
+    copy's path) after the target's arguments. ``checkpoint`` names the file (path or glob)
+    when its save cannot be seen. ``report.resume`` holds the checkpoint, what it holds and
+    ``not_restored``; ``report.exit_code`` is 0 when every resumed step and metric equals the
+    reference's. Other keywords as for :func:`check`.
+    """
+    from repro_check.run.resume import run_resume
+
+    if policy is None and (atol or rtol):
+        policy = Policy(_tolerance(atol, rtol))
+    opts = _options(options, target, policy_override=policy, resume_at=at,
+                    resume_args=resume_args, checkpoint=checkpoint, **run_options)
+    return run_resume(opts, listener)
 
 
 def _tolerance(atol: float, rtol: float) -> Tolerance:

@@ -11,6 +11,9 @@ session that uses neither the fixture nor the marker is unaffected.
   trains: the function itself (which must take no fixtures) is run under repro-check in fresh
   processes instead of in the test process. ``@pytest.mark.reproducible("train:main", ...)``
   (or ``target=``) checks that target, then runs the test body as usual.
+* ``assert_resumes(target, at=K, resume_args="--resume {checkpoint}", args=(), ...)``: a
+  fixture; runs ``repro-check resume`` and fails the test, naming the state not restored,
+  unless the resumed run equals the uninterrupted one. Returns the :class:`Report`.
 """
 
 from __future__ import annotations
@@ -139,6 +142,52 @@ def assert_reproducible(request: pytest.FixtureRequest,
         except ReproCheckError as e:
             pytest.fail(f"repro-check: {e}", pytrace=False)
         return _fail_unless_reproducible(report)
+
+    return check
+
+
+@pytest.fixture
+def assert_resumes(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Report]:
+    """``assert_resumes("train.py", at=4, resume_args="--resume {checkpoint}")``: fails the test
+    with the resume report (the state not restored) unless the resumed run equals the run that
+    never stopped, step for step and metric for metric."""
+    folder = tmp_path_factory.mktemp("repro-check-resume")
+    timeout = default_timeout(request.config)
+
+    def check(target: str, *, at: int, resume_args: str | None = None,
+              checkpoint: str | None = None, **options: Any) -> Report:
+        from repro_check.errors import ReproCheckError
+        from repro_check.run.options import RunOptions
+        from repro_check.run.resume import run_resume
+
+        unknown = sorted(set(options) - set(OPTIONS) - {"jobs"})
+        if unknown or options.get("golden") is not None:
+            raise TypeError(f"unexpected option(s) for repro-check resume: "
+                            f"{', '.join(unknown or ['golden'])}")
+        options.setdefault("timeout", timeout)
+        tol = _tolerances(options)
+        for kind in ("atol", "rtol", "ulps", "band_widen", "golden", "runs", "fail_fast"):
+            options.pop(kind, None)
+        for name in ("args", "without"):
+            if options.get(name) is not None:
+                options[name] = tuple(options[name])
+        trace_dir = options.pop("trace_dir", None) or folder
+        try:
+            report = run_resume(RunOptions(
+                target=target, tolerances=tol, trace_dir=str(trace_dir), resume_at=at,
+                resume_args=resume_args, checkpoint=checkpoint,
+                **{k: v for k, v in options.items() if v is not None}))
+        except ReproCheckError as e:
+            pytest.fail(f"repro-check: {e}", pytrace=False)
+        if report.interrupted:
+            raise KeyboardInterrupt
+        if report.exit_code != 0:
+            names = ", ".join(report.resume.not_restored_names) if report.resume else ""
+            pytest.fail(f"repro-check: {report.target} does not resume exactly (exit "
+                        f"{int(report.exit_code)}{'; not restored: ' + names if names else ''})"
+                        f"\n{report_text(report)}", pytrace=False)
+        return report
 
     return check
 

@@ -177,6 +177,7 @@ class Hooks:
 
         @functools.wraps(original_next)
         def __next__(it: Any) -> Any:
+            fresh = rec.signals is not None and rec.signals.rng is None
             rec.on_step_activity()
             probe = rec.probe
             before = probe.phase if probe is not None else None
@@ -184,6 +185,12 @@ class Hooks:
                 probe.phase = "data"
             try:
                 item = original_next(it)
+            except StopIteration:
+                # an epoch's end is no activity of the next step: its states are taken where
+                # the next epoch's first batch is fetched (after that loader drew its seeds)
+                if fresh and rec.signals is not None and rec.signals.lazy:
+                    rec.signals.rng = None
+                raise
             finally:
                 if probe is not None:
                     probe.phase = before
@@ -260,6 +267,10 @@ class StepSignals:
         self.live: set[str] = set()
         self.rng: dict[str, Any] | None = None
         self.batch: list[Any] | None = None
+        #: take every step's states at its first activity, as step 1's always are, not when the
+        #: previous step ends: a resume's runs, whose first resumed step has no previous step
+        #: and must be measured where the reference's is (:mod:`repro_check.child.checkpoint`)
+        self.lazy = False
 
     def step_starts(self) -> None:
         """Take the RNG states of the step in progress, unless already taken."""
@@ -284,7 +295,7 @@ class StepSignals:
         if self.batch is not None:
             signals["batch"] = fingerprint.combine(self.batch, defer=True)
         signals["loss"] = None  # filled in when the loss is turned into bits
-        self.rng, self.batch = end, None
+        self.rng, self.batch = (None if self.lazy else end), None
         return signals
 
     def _live_streams(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:

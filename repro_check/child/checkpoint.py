@@ -556,6 +556,8 @@ def install(recorder: Any, emit: Emit, config: dict[str, Any]) -> Callable[[], N
 
         _patch(undo, cls, "__init__", functools.wraps(original_init)(scaler_init))
     if isinstance(settings, dict):
+        if recorder.signals is not None:
+            recorder.signals.lazy = True
         saves = Saves(recorder, emit, settings)
         _install_saves(saves, undo)
         if saves.pattern:

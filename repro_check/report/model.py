@@ -362,6 +362,10 @@ class ResumePart:
     #: saves seen before the one taken: the steps they followed
     earlier_saves: list[int] = field(default_factory=list)
 
+    @property
+    def not_restored_names(self) -> list[str]:
+        return [n.state for n in self.not_restored]
+
     def to_dict(self, resumes: bool) -> dict[str, Any]:
         return {
             "resumes_exactly": resumes,
@@ -425,9 +429,10 @@ class Report:
 
     def run_name(self, index: int) -> str:
         """What a run is called in reports: ``run 2``, or its environment with ``--across``."""
-        if self.resume is not None:
-            return {1: "the reference", 2: "the interrupted run", 3: "the resumed run"}.get(
-                index, f"run {index}")
+        if self.resume is not None:  # the comparison's run 2 is the resumed run, unless the
+            # reference was found not reproducible (then it is the interrupted run)
+            second = "interrupted" if self.resume.reference_reproducible is False else "resumed"
+            return {1: "reference", 2: second, 3: "resumed"}.get(index, f"run {index}")
         return self.across.run_name(index) if self.across is not None else f"run {index}"
 
     @property

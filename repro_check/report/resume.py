@@ -16,6 +16,8 @@ from repro_check.report.model import Report
 from repro_check.report.terminal import failure_parts, footer_parts, verdict
 from repro_check.report.text import value_text, verdict_style
 
+#: the runs of a resume, by index
+RUN_NAMES = {1: "the reference", 2: "the interrupted run", 3: "the resumed run"}
 #: steps shown before the resume point and after it
 BEFORE, AFTER = 3, 5
 
@@ -36,7 +38,7 @@ def summary(report: Report) -> Group:
     head.append(f"\nseeding: {comps} (DataLoaders get no generator of repro-check's)")
     parts: list[Any] = [Panel(head, box=box.ROUNDED, expand=False,
                               border_style=verdict_style(report)),
-                        *failure_parts(report, lambda r: report.run_name(r.index))]
+                        *failure_parts(report, lambda r: RUN_NAMES.get(r.index, f"run {r.index}"))]
     if ck is not None:
         parts.append(Text.assemble(("Checkpoint: ", "bold"), f"{ck.path} ({ck.kind}), written "
                                    f"after step {ck.step}; copied to {ck.copy}"))
