@@ -226,8 +226,8 @@ def describe(obj: Any) -> dict[str, Any]:
     try:
         if isinstance(obj, dict):
             whole = kind_of(obj)
-            if whole in ("model", "optimizer", "scheduler", "grad_scaler") and not any(
-                    isinstance(v, dict) for v in obj.values()):
+            if whole in ("optimizer", "scheduler", "grad_scaler") or (
+                    whole == "model" and obj and all(_is_tensor(v) for v in obj.values())):
                 out["kinds"]["(whole)"] = whole
                 return out
             for k, v in list(obj.items())[:MAX_KEYS]:
@@ -330,6 +330,8 @@ class Saves:
         self.done = False
         self.lock = threading.Lock()
         self.seen: dict[str, tuple[int, int]] = {}
+        #: how the run ends once its checkpoint is taken (a preemption: at once)
+        self.exit: Callable[[int], Any] = os._exit
         if self.pattern:
             self.seen = self._glob_state()
 
@@ -403,7 +405,7 @@ class Saves:
                 sys.stderr.flush()
             except Exception:  # noqa: BLE001 - exiting anyway
                 pass
-            os._exit(0)
+            self.exit(0)
 
     def _copy(self, path: str, record: dict[str, Any]) -> str | None:
         """The save copied into the trace folder, where nothing the other runs write reaches."""
