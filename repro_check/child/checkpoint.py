@@ -36,8 +36,9 @@ import os
 import shutil
 import sys
 import threading
+import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from repro_check.trace import fingerprint
@@ -286,7 +287,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs a callback on a module right after it is imported (to patch a class that lives in a
     framework the target may or may not import), without importing it ourselves."""
 
-    def __init__(self, callbacks: dict[str, Callable[[Any], None]]) -> None:
+    def __init__(self, callbacks: Mapping[str, Callable[[Any], None]]) -> None:
         self.callbacks = dict(callbacks)
         self.busy = threading.local()
 
@@ -396,7 +397,9 @@ class Saves:
                 self.emit({"info": {"save": record}})
                 return
             self.done = True
+            started = time.monotonic()
             record["copy"] = self._copy(path, record)
+            record["stopped_after"] = round(time.monotonic() - started, 3)
             self.rec.flush()
             self.emit({"info": {"checkpoint": record}})
             self.emit({"info": {"status": "stopped", "steps": step, "checkpointed": True}})
@@ -518,7 +521,7 @@ def _install_saves(saves: Saves, undo: list[Callable[[], None]]) -> _AfterImport
         _patch(undo, trainer, "_save_checkpoint", saves.wrap(
             "transformers.Trainer", trainer._save_checkpoint, where))
 
-    hooks = {"lightning.pytorch.trainer.trainer": lightning,
+    hooks: dict[str, Callable[[Any], None]] = {"lightning.pytorch.trainer.trainer": lightning,
              "pytorch_lightning.trainer.trainer": lightning,
              "transformers.trainer": hf}
     for name, callback in list(hooks.items()):

@@ -312,6 +312,8 @@ class CheckpointInfo:
     keys: list[str] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)
     rng: list[str] = field(default_factory=list)
+    #: seconds from the save's return to the interrupted run's end (the copy), as it measured
+    stopped_after: float | None = None
 
     @property
     def summary(self) -> str:
@@ -341,7 +343,8 @@ class CheckpointInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": self.step, "path": self.path, "copy": self.copy, "kind": self.kind,
-                "keys": self.keys, "kinds": self.kinds, "rng": self.rng, "summary": self.summary}
+                "keys": self.keys, "kinds": self.kinds, "rng": self.rng, "summary": self.summary,
+                "stopped_after_s": self.stopped_after}
 
 
 @dataclass

@@ -54,8 +54,10 @@ def summary(report: Report) -> Group:
     elif report.error is None and not report.interrupted and cmp is not None:
         parts += _outcome(report)
     parts += _metrics(report)
+    ended = (f"{ck.stopped_after:.2f} s after its save returned (the copy)"
+             if ck is not None and ck.stopped_after is not None else "as its save returned")
     parts.append(Text(f"cost: 3 runs, the reference and the interrupted one in parallel; the "
-                      "interrupted run ended as its save returned", style="dim"))
+                      f"interrupted run ended {ended}", style="dim"))
     parts += footer_parts(report)
     return Group(*parts)
 

@@ -75,13 +75,16 @@ class Collector:
 
 
 def _checkpoint_info(record: dict[str, Any]) -> CheckpointInfo:
-    contents = record.get("contents") if isinstance(record.get("contents"), dict) else {}
+    got = record.get("contents")
+    contents: dict[str, Any] = got if isinstance(got, dict) else {}
     keys = [str(k) for k in contents.get("keys", []) if isinstance(k, str)][:40]
     kinds = {str(k): str(v) for k, v in (contents.get("kinds") or {}).items()}
     return CheckpointInfo(step=int(record.get("step", 0)), path=str(record.get("path", "")),
                           copy=record.get("copy") if isinstance(record.get("copy"), str) else None,
                           kind=str(record.get("kind", "?")), keys=keys, kinds=kinds,
-                          rng=[str(s) for s in contents.get("rng", [])][:4])
+                          rng=[str(s) for s in contents.get("rng", [])][:4],
+                          stopped_after=float(record["stopped_after"])
+                          if isinstance(record.get("stopped_after"), (int, float)) else None)
 
 
 def _compare(ref: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]], *, first: int,
