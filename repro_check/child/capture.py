@@ -27,6 +27,9 @@ A step's signals, in the order the step happens:
 ``grads``
     the gradients of the optimizer's parameters before its step; without an optimizer, the
     gradients of the leaf tensors the backward call reached.
+``lr``, ``opt``, ``scaler``
+    the learning rates, the optimizer's state going into the step and a GradScaler's scale
+    (taken by :mod:`repro_check.child.checkpoint` and placed here, before ``grads``).
 ``params``
     the optimizer's parameters after its step (absent without an optimizer: a hand-written
     update happens after the backward call that ends the step, out of sight).

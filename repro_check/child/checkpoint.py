@@ -324,6 +324,7 @@ class Saves:
         self.stop_at: int | None = settings.get("stop_at")
         self.copy_dir: str | None = settings.get("copy_dir")
         self.pattern: str | None = settings.get("checkpoint")
+        self.lock_path: str | None = settings.get("lock")
         self.owner = os.getpid()
         self.local = threading.local()
         self.saves = 0
@@ -349,22 +350,27 @@ class Saves:
             stack = getattr(saves.local, "stack", None)
             if stack is None:
                 stack = saves.local.stack = []
-            stack.append([])
+            lock = saves.lock_saves() if not stack else None
             try:
-                result = original(*args, **kwargs)
-            except BaseException:
-                stack.pop()
-                raise
-            parts = stack.pop()
-            try:
-                obj, path = where(args, kwargs)
-                parts.insert(0, (path, describe(obj) if obj is not None else None))
-            except Exception:  # noqa: BLE001 - where it went cannot be told
-                path = None
-            if stack:  # inside another save: part of it
-                stack[-1].extend(parts)
-            else:
-                saves.saved(kind, path, parts)
+                stack.append([])
+                try:
+                    result = original(*args, **kwargs)
+                except BaseException:
+                    stack.pop()
+                    raise
+                parts = stack.pop()
+                try:
+                    obj, path = where(args, kwargs)
+                    parts.insert(0, (path, describe(obj) if obj is not None else None))
+                except Exception:  # noqa: BLE001 - where it went cannot be told
+                    path = None
+                if stack:  # inside another save: part of it
+                    stack[-1].extend(parts)
+                else:
+                    saves.saved(kind, path, parts)
+            finally:
+                if lock is not None:
+                    os.close(lock)  # releases it
             return result
 
         return save
@@ -425,6 +431,26 @@ class Saves:
         except OSError as e:
             record["error"] = f"the checkpoint {path} could not be copied: {e.strerror or e}"
             return None
+
+    def lock_saves(self) -> int | None:
+        """The runs of a resume save one at a time (an exclusive lock on a file of the trace
+        folder, held by the interrupted run through its copy, released by the kernel when it
+        ends): the reference, going in step with it, writes the same paths, and must not
+        truncate a file while the interrupted run copies it."""
+        if not self.lock_path:
+            return None
+        try:
+            import fcntl
+
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except (ImportError, OSError):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
 
     # -- a named path (--checkpoint) that no watched save writes ------------------------------
     def _matches(self, path: str) -> bool:

@@ -156,7 +156,10 @@ def run_resume(options: RunOptions, listener: Listener | None = None) -> Report:
     options = options.replace(runs=2, fail_fast=False)
     session = Session(options, runs=2, share_threads=True)
     copy_dir = session.folder / "checkpoint"
-    base = {"checkpoint": options.checkpoint} if options.checkpoint else {}
+    # the reference and the interrupted run save one at a time: they write the same paths
+    base: dict[str, Any] = {"lock": str(session.folder / "saves.lock")}
+    if options.checkpoint:
+        base["checkpoint"] = options.checkpoint
     jobs = options.jobs or session.default_jobs()
     specs = session.specs(jobs)
     specs[0].resume = {**base, "role": "reference"}

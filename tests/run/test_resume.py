@@ -96,3 +96,21 @@ def test_resume_args_the_script_rejects_name_the_resumed_run(tmp_path: Path) -> 
     assert r.report is not None and "the resumed run (run 3)" in r.report["error"]
     assert "--bogus" in r.report["error"]
     assert "Traceback" not in r.stderr
+
+
+def test_lightning_fit_from_ckpt_path_names_the_rng_state_it_does_not_save(
+        tmp_path: Path) -> None:
+    """Lightning's checkpoint holds no RNG state: the resumed epoch shuffles from torch's global
+    RNG as seed_everything left it, so its data order restarts."""
+    import pytest
+
+    pytest.importorskip("pytorch_lightning")
+    r = run_cli("resume", "resume/lightning_resume.py", "--at", "4", "--resume-args",
+                "--resume {checkpoint}", "--", "--out", str(tmp_path / "out"), tmp=tmp_path)
+    assert r.code == 1, r.stdout + r.stderr
+    rep = r.report
+    assert rep is not None and rep["checkpoint"]["kind"] == "lightning"
+    assert rep["checkpoint_step"] == 4 and rep["checkpoint"]["summary"].endswith("no RNG state")
+    assert {"optimizer_states", "lr_schedulers", "state_dict"} <= set(rep["checkpoint"]["keys"])
+    assert rep["not_restored"] == ["rng.torch", "data_order"]
+    assert "step 5 got step 1's batch" in rep["not_restored_detail"][1]["detail"]
