@@ -150,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                "Commands: check (the default: repro-check TARGET), record (save a golden "
                "trace), verify (one run against a golden), diff (two saved traces), diagnose "
                "(why runs differ: culprit op, every source, seeding ablation), doctor (hazards "
-               "found by reading the source); repro-check COMMAND --help for each. "
+               "found by reading the source), resume (does a run resumed from a checkpoint "
+               "match the one that never stopped); repro-check COMMAND --help for each. "
                "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed, "
                "130 interrupted.",
     )
