@@ -180,7 +180,12 @@ class Hooks:
 
         @functools.wraps(original_next)
         def __next__(it: Any) -> Any:
-            fresh = rec.signals is not None and rec.signals.rng is None
+            sig = rec.signals
+            if sig is not None and sig.lazy and sig.idle_fetch:
+                # the batches fetched since the last backward call fed nothing (a resumed
+                # loader skipping what the epoch already saw): the step starts here
+                sig.rng, sig.batch = None, None
+            fresh = sig is not None and sig.rng is None
             rec.on_step_activity()
             probe = rec.probe
             before = probe.phase if probe is not None else None
@@ -198,6 +203,8 @@ class Hooks:
                 if probe is not None:
                     probe.phase = before
             rec.on_batch(item)
+            if sig is not None:
+                sig.idle_fetch = True
             return item
 
         self.replace(iterator_cls, "__next__", __next__)
@@ -274,6 +281,8 @@ class StepSignals:
         #: previous step ends: a resume's runs, whose first resumed step has no previous step
         #: and must be measured where the reference's is (:mod:`repro_check.child.checkpoint`)
         self.lazy = False
+        #: with ``lazy``: a batch was fetched and no backward call or optimizer step came since
+        self.idle_fetch = False
 
     def step_starts(self) -> None:
         """Take the RNG states of the step in progress, unless already taken."""
@@ -528,6 +537,8 @@ class Recorder:
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)
+        if self.signals is not None:
+            self.signals.idle_fetch = False
 
     def on_batch(self, item: Any) -> None:
         assert self.signals is not None

@@ -242,6 +242,30 @@ def test_lazy_states_measure_a_resumed_first_step_where_the_reference_is() -> No
     assert resumed[0]["rng.torch"] == reference[2]["rng.torch"]
 
 
+def test_lazy_states_leave_out_batches_skipped_before_a_resumed_first_step() -> None:
+    """A resumed loader that fetches and drops the batches its epoch already saw (the HF
+    Trainer's skip_first_batches): the first step's batch is the one it trained on."""
+    x = torch.arange(16, dtype=torch.float32).reshape(8, 2) / 16
+    data = TensorDataset(x, x.sum(1, keepdim=True))
+
+    def run(skip: int) -> list[dict[str, Any]]:
+        with recording() as events:
+            capture.active().signals.lazy = True  # type: ignore[union-attr]
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            batches = iter(DataLoader(data, batch_size=2))
+            for _ in range(skip):
+                next(batches)
+            for xb, yb in batches:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(xb), yb).backward()
+                opt.step()
+        return steps(events)
+
+    whole, skipped = run(0), run(2)
+    assert [s["batch"] for s in skipped] == [s["batch"] for s in whole[2:]]
+
+
 def test_the_parameters_going_into_step_1_are_recorded_once() -> None:
     plain, again, other = train(), train(), train(init_seed=1)
     assert "init" in plain[0] and all("init" not in s for s in plain[1:])
