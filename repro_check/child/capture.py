@@ -186,7 +186,8 @@ class Hooks:
                 # loader skipping what the epoch already saw): the step starts here
                 sig.rng, sig.batch = None, None
             fresh = sig is not None and sig.rng is None
-            rec.on_step_activity()
+            if sig is None or not sig.lazy:
+                rec.on_step_activity()
             probe = rec.probe
             before = probe.phase if probe is not None else None
             if probe is not None:
@@ -277,9 +278,11 @@ class StepSignals:
         self.live: set[str] = set()
         self.rng: dict[str, Any] | None = None
         self.batch: list[Any] | None = None
-        #: take every step's states at its first activity, as step 1's always are, not when the
-        #: previous step ends: a resume's runs, whose first resumed step has no previous step
-        #: and must be measured where the reference's is (:mod:`repro_check.child.checkpoint`)
+        #: take every step's states at its first backward call or optimizer step (after its data
+        #: and its forward pass), not when the previous step ends: a resume's runs, whose first
+        #: resumed step has no previous step and must be measured where the reference's is, a
+        #: state the script restores after fetching its first batch included (the HF Trainer)
+        #: (:mod:`repro_check.child.checkpoint`)
         self.lazy = False
         #: with ``lazy``: a batch was fetched and no backward call or optimizer step came since
         self.idle_fetch = False
