@@ -14,7 +14,9 @@ A step's signals, in the order the step happens:
     of the run, whichever comes first (so after the script's own seeding, if it seeds itself).
     A stream is recorded from the first step by whose end the run has drawn from it (its state
     moved since the recorder was installed, after seeding): the unseeded state of a stream that
-    nothing uses changes no result and is no divergence.
+    nothing uses changes no result and is no divergence. In a resume's runs (``lazy``) every
+    step's states are taken at its first backward call or optimizer step instead, and batches
+    fetched and dropped before it are not its batch (:mod:`repro_check.child.checkpoint`).
 ``init`` (step 1 only)
     the parameters going into the first step, before it changes them (see
     :mod:`repro_check.child.initial`): a model built from a different random state differs here.
