@@ -256,6 +256,10 @@ def merge_descriptions(parts: Sequence[tuple[str | None, dict[str, Any]]]) -> di
     out: dict[str, Any] = {"keys": [], "kinds": {}, "rng": []}
     for path, d in parts:
         label = os.path.basename(path) if path else "(object)"
+        kinds = d.get("kinds", {})
+        if kinds and path and "(whole)" not in kinds and set(kinds.values()) == {"rng"}:
+            kinds = {"(whole)": "rng"}  # a file of RNG states (the HF Trainer's rng_state.pth)
+            d = {**d, "kinds": kinds}
         if "(whole)" in d.get("kinds", {}):
             out["keys"].append(label)
             out["kinds"][label] = d["kinds"]["(whole)"]

@@ -74,12 +74,16 @@ def test_a_save_inside_another_is_part_of_it_and_a_failed_copy_is_reported(
         os.makedirs(folder)
         inner({"w": torch.ones(2)}, os.path.join(folder, "model.pt"))
         inner({"state": {}, "param_groups": []}, os.path.join(folder, "optimizer.pt"))
+        inner({"python": random.getstate(), "cpu": torch.get_rng_state()},
+              os.path.join(folder, "rng_state.pth"))
 
     outer = saves.wrap("trainer", outer_save, lambda a, k: (None, a[0]))
     outer(str(tmp_path / "checkpoint-5"))
     (record,) = [e["info"]["checkpoint"] for e in events if "checkpoint" in e.get("info", {})]
     assert record["step"] == 5 and record["kind"] == "trainer"
-    assert record["contents"]["kinds"] == {"model.pt": "model", "optimizer.pt": "optimizer"}
+    assert record["contents"]["kinds"] == {"model.pt": "model", "optimizer.pt": "optimizer",
+                                           "rng_state.pth": "rng"}
+    assert record["contents"]["rng"] == ["python", "torch"]
     assert Path(record["copy"], "model.pt").is_file() and exits == [0]
 
     events.clear()
