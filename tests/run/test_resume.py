@@ -114,3 +114,23 @@ def test_lightning_fit_from_ckpt_path_names_the_rng_state_it_does_not_save(
     assert {"optimizer_states", "lr_schedulers", "state_dict"} <= set(rep["checkpoint"]["keys"])
     assert rep["not_restored"] == ["rng.torch", "data_order"]
     assert "step 5 got step 1's batch" in rep["not_restored_detail"][1]["detail"]
+
+
+def test_hf_trainer_resumes_every_step_but_not_its_train_loss_average(tmp_path: Path) -> None:
+    """The HF Trainer's checkpoint folder holds what its steps need (the steps are exact: the
+    skipped batches and the RNG state it restores after its first fetch are measured where the
+    reference's are); its final train_loss averages only the resumed process's steps."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    r = run_cli("resume", "resume/hf_resume.py", "--at", "3", "--resume-args",
+                "--resume {checkpoint}", "--", "--out", str(tmp_path / "out"), tmp=tmp_path)
+    rep = r.report
+    assert rep is not None, r.stdout + r.stderr
+    ck = rep["checkpoint"]
+    assert ck["kind"] == "transformers.Trainer" and ck["path"].endswith("checkpoint-4")
+    assert {"optimizer.pt": "optimizer", "scheduler.pt": "scheduler",
+            "rng_state.pth": "rng"}.items() <= ck["kinds"].items()
+    assert rep["steps"] == [12, 4, 8] and rep["steps_compared"] == 12
+    assert rep["divergence"]["step"] is None  # every step agrees
+    assert rep["divergent_signal"] == "metric:hf:train_loss" and rep["not_restored"] == []
