@@ -276,3 +276,24 @@ def test_debug_lists_what_a_run_patched(monkeypatch: pytest.MonkeyPatch) -> None
     assert main._debug_patches(events.append, rows) == rows and len(events) == 1  # unchanged
     assert patches.debug_lines(reg) == ["standin.func: pin.reseeding < watch.seeding"]
 
+
+def test_two_import_hooks_on_one_module_both_apply(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metric hooks and a resume's save hooks both wait for ``transformers.trainer``: each
+    finder asks the finders after it for the module, so without a guard they asked each other
+    forever (RecursionError: the script's import failed)."""
+    (tmp_path / "hooked_twice.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[str] = []
+    first = metric_hooks.PatchOnImport({"hooked_twice": lambda m: seen.append("metric")})
+    second = metric_hooks.PatchOnImport({"hooked_twice": lambda m: seen.append("saves")},
+                                        "checkpoint.saves")
+    try:
+        first.install()
+        second.install()
+        module = __import__("hooked_twice")
+    finally:
+        second.uninstall()
+        first.uninstall()
+        sys.modules.pop("hooked_twice", None)
+    assert module.VALUE == 1 and sorted(seen) == ["metric", "saves"]
