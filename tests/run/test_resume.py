@@ -37,8 +37,10 @@ def test_exact_resume_with_shuffling_from_the_restored_global_rng(tmp_path: Path
     assert ck["rng"] == ["python", "numpy", "torch"]
     assert "RESUMES EXACTLY" in r.stdout and "cost: 3 runs" in r.stdout
     assert "repro-check resume resume/train.py:main" in rep["replay"]
-    # the interrupted run ended as its save returned: it recorded no step after it
+    # the interrupted run ended as its save returned: it recorded no step after it, and it
+    # measured under a second from the save's return to its end (the copy)
     assert rep["run_results"][1]["status"] == "stopped"
+    assert 0 <= ck["stopped_after_s"] < 1.0, ck
 
 
 def test_checkpoint_missing_optimizer_scheduler_rng_and_data_position(tmp_path: Path) -> None:
@@ -134,3 +136,25 @@ def test_hf_trainer_resumes_every_step_but_not_its_train_loss_average(tmp_path: 
     assert rep["steps"] == [12, 4, 8] and rep["steps_compared"] == 12
     assert rep["divergence"]["step"] is None  # every step agrees
     assert rep["divergent_signal"] == "metric:hf:train_loss" and rep["not_restored"] == []
+
+
+def test_checkpoint_names_a_file_whose_save_is_not_seen(tmp_path: Path) -> None:
+    """A script that writes its checkpoint with plain pickle: no save repro-check watches, so
+    without --checkpoint there is nothing to resume from (exit 3, saying so); with a glob the
+    file that changed after step 4 is the checkpoint, taken at the next optimizer step."""
+    args = ["--resume-args", "--resume {checkpoint}", "--", "--out", str(tmp_path / "out"),
+            "--pickle"]
+    unseen = run_cli("resume", TARGET, "--at", "3", *args, tmp=tmp_path / "unseen")
+    assert unseen.code == 3, unseen.stdout + unseen.stderr
+    assert unseen.report is not None and "saved none that repro-check could see" in \
+        unseen.report["error"] and "--checkpoint" in unseen.report["error"]
+    r = run_cli("resume", TARGET, "--at", "3", "--checkpoint",
+                str(tmp_path / "out" / "ckpt-*.pkl"), *args, tmp=tmp_path / "named")
+    assert r.code == 0, r.stdout + r.stderr
+    rep = r.report
+    assert rep is not None and rep["resumes_exactly"] is True
+    ck = rep["checkpoint"]
+    assert ck["kind"] == "file" and ck["path"] == str(tmp_path / "out" / "ckpt-0004.pkl")
+    assert rep["checkpoint_step"] == 4 and rep["steps"] == [12, 4, 8]
+    assert Path(ck["copy"]).is_file() and "--checkpoint" in rep["replay"]
+    assert "cannot see" in ck["summary"]  # no save call: what it holds is not known
