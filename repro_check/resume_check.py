@@ -195,7 +195,10 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
         report.resume = part
         extra = ["--at", str(at)]
         if options.resume_args is not None:
-            extra += ["--resume-args", options.resume_args]
+            # one word when it starts with a dash (--resume-args=--init_from=resume): argparse
+            # would take a dashed value after a space for a flag of its own
+            extra += [f"--resume-args={options.resume_args}"] \
+                if options.resume_args.startswith("-") else ["--resume-args", options.resume_args]
         if options.checkpoint:
             extra += ["--checkpoint", options.checkpoint]
         report.replay = replay_line(options, subcommand="resume", extra=extra)
