@@ -352,7 +352,8 @@ def test_every_key_of_the_json_report_is_documented() -> None:
                  distributed=model.DistributedPart(launch={}, ranks=[], ddp_model_seen=False,
                                                    cross_rank_steps=0),
                  across=model.AcrossPart(axes=[], cells=[], pairs=[]),
-                 processes=model.ProcessesPart(first_divergent_process=None))
+                 processes=model.ProcessesPart(first_divergent_process=None),
+                 resume=model.ResumePart(at=1, resume_args=None))
     report = model.Report(target="t", args=[], seed=1, components=[], runs=2, results=[],
                           comparison=None, **parts)  # type: ignore[arg-type]
     keys = set(report.to_dict())
