@@ -29,7 +29,7 @@ from typing import Any
 from repro_check.compare import resume as attribution
 from repro_check.compare.feed import NullListener
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
-from repro_check.errors import UsageError
+from repro_check.distributed.launch import Distributed
 from repro_check.report.model import CheckpointInfo, Report, ResumePart
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.replay import replay_line
@@ -50,12 +50,15 @@ PLACEHOLDER = "{checkpoint}"
 class Collector:
     """Keeps every step, the metrics and the checkpoint records of the runs (a resume compares
     after the fact: the step the resumed run starts from is known only once the interrupted run
-    saved), and passes events on to the caller's listener."""
+    saved), each run's by rank under torchrun (``None``: a plain run), and passes events on to
+    the caller's listener."""
 
     def __init__(self, listener: Listener | None) -> None:
         self.listener = listener or NullListener()
-        self.steps: dict[int, dict[int, dict[str, Any]]] = {}
-        self.metrics: dict[int, dict[str, Any]] = {}
+        #: run -> rank -> step -> signals
+        self.steps: dict[int, dict[int | None, dict[int, dict[str, Any]]]] = {}
+        #: run -> rank -> metrics
+        self.metrics: dict[int, dict[int | None, dict[str, Any]]] = {}
         self.checkpoint: dict[int, dict[str, Any]] = {}
         self.saves: dict[int, list[int]] = {}
         self.uses_dataloader = False
@@ -65,10 +68,11 @@ class Collector:
 
     def event(self, index: int, event: Record) -> None:
         if isinstance(event, StepRecord):
-            self.steps.setdefault(index, {})[event.step] = event.signals
+            self.steps.setdefault(index, {}).setdefault(event.rank, {})[event.step] = \
+                event.signals
             self.uses_dataloader = self.uses_dataloader or "batch" in event.signals
         elif isinstance(event, MetricsRecord):
-            self.metrics.setdefault(index, {}).update(event.metrics)
+            self.metrics.setdefault(index, {}).setdefault(event.rank, {}).update(event.metrics)
         elif isinstance(event, InfoRecord):
             if event.checkpoint is not None and index not in self.checkpoint:
                 self.checkpoint[index] = event.checkpoint
@@ -80,6 +84,17 @@ class Collector:
 
     def run_finished(self, result: RunResult) -> None:
         self.listener.run_finished(result)
+
+    def ranks(self, index: int) -> list[int | None]:
+        """The ranks run ``index`` recorded steps or metrics of (``[None]``: a plain run)."""
+        found = set(self.steps.get(index, {})) | set(self.metrics.get(index, {}))
+        return sorted(found, key=lambda r: -1 if r is None else r) or [None]
+
+    def steps_of(self, index: int, rank: int | None) -> dict[int, dict[str, Any]]:
+        return self.steps.get(index, {}).get(rank, {})
+
+    def metrics_of(self, index: int, rank: int | None) -> dict[str, Any]:
+        return self.metrics.get(index, {}).get(rank, {})
 
 
 def _checkpoint_info(record: dict[str, Any]) -> CheckpointInfo:
@@ -115,6 +130,33 @@ def _compare(ref: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]], *
         cmp.set_metrics(1, metrics[0])
         cmp.set_metrics(2, metrics[1])
     return cmp.result()
+
+
+def compare_by_rank(feed: Collector, other: int, *, first: int, last_ref: int, offset: int,
+             other_steps: int, policy: Policy, metrics: bool
+             ) -> tuple[ComparisonResult, int | None]:
+    """The reference (run 1) against run ``other``, rank by rank (one comparison for a plain
+    run): the comparison of the rank whose divergence comes first (the lowest rank on a tie, and
+    rank 0's, or the plain run's, when none diverges) and that rank."""
+    best: tuple[ComparisonResult, int | None] | None = None
+    for rank in feed.ranks(1):
+        result = _compare(feed.steps_of(1, rank), feed.steps_of(other, rank), first=first,
+                          last_ref=last_ref, offset=offset, other_steps=other_steps,
+                          policy=policy, metrics=(feed.metrics_of(1, rank),
+                                                  feed.metrics_of(other, rank))
+                          if metrics else None)
+        diverged = result.divergence is not None or bool(result.metric_divergences)
+        if best is None:
+            best = (result, rank)
+        elif diverged:
+            was = best[0]
+            was_diverged = was.divergence is not None or bool(was.metric_divergences)
+            step = result.first_divergent_step
+            was_step = was.first_divergent_step
+            if not was_diverged or (step is not None and (was_step is None or step < was_step)):
+                best = (result, rank)
+    assert best is not None
+    return best
 
 
 def _curve(steps: dict[int, dict[str, Any]], offset: int = 0) -> list[tuple[int, float]]:
@@ -161,18 +203,20 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
     run that fails, a script that saves no checkpoint at or after ``--at``, a checkpoint that
     vanished are ``report.error`` (exit 3). ``internal``: the API's ``policy=``."""
     options.validate_resume()
-    if options.distributed is not None:
-        raise UsageError("resume does not run under torchrun (--nproc-per-node) yet")
     at = options.resume_at
     assert at is not None
     policy = options.policy(internal.policy_override)
     options = options.replace(runs=2, fail_fast=False)
-    session = Session(options, runs=2, share_threads=True, internal=internal)
+    # under torchrun each run is a job, every rank recorded; the checkpoint is the first save of
+    # any rank (rank 0's, as usual)
+    dist = Distributed(options.distributed, 2) if options.distributed is not None else None
+    session = Session(options, runs=2, launcher=dist, share_threads=True, internal=internal)
     copy_dir = session.folder / "checkpoint"
     # the reference and the interrupted run save one at a time: they write the same paths
     base = ResumeSettings("reference", checkpoint=options.checkpoint,
                           lock=str(session.folder / "saves.lock"))
-    jobs = options.jobs or session.default_jobs()
+    jobs = dist.jobs(options.jobs, session.default_jobs(dist.local_ranks)) if dist is not None \
+        else options.jobs or session.default_jobs()
     reference, interrupted = session.specs(jobs)
     specs = [dataclasses.replace(_told(reference, base),
                                  trace_path=session.folder / "run-1-reference.jsonl"),
@@ -181,7 +225,11 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                  trace_path=session.folder / "run-2-interrupted.jsonl")]
     feed = Collector(listener)
     part = ResumePart(at=at, resume_args=options.resume_args)
-    outcome = session.run(feed, jobs, specs=specs)
+    # a torchrun job whose saving rank ended is stopped whole: its other ranks would wait in
+    # their next collective for the one that ended
+    outcome = session.run(feed, jobs, specs=specs,
+                          stop_run=(lambda i: i == 2 and 2 in feed.checkpoint)
+                          if dist is not None else None)
     results = list(outcome.results)
 
     def report_of(result: ComparisonResult | None, error: str | None) -> Report:
@@ -201,6 +249,8 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                 if options.resume_args.startswith("-") else ["--resume-args", options.resume_args]
         if options.checkpoint:
             extra += ["--checkpoint", options.checkpoint]
+        if options.distributed is not None:
+            extra += options.distributed.cli_args()
         report.replay = replay_line(options, subcommand="resume", extra=extra)
         part.steps = {name: r.steps for name, r in zip(("reference", "interrupted", "resumed"),
                                                        results)}
@@ -226,12 +276,13 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
     if record.get("error") or info.copy is None:
         return report_of(None, str(record.get("error") or "the checkpoint was not copied"))
     c = info.step
-    ref_steps, ref = results[0].steps, feed.steps.get(1, {})
-    prefix = _compare(ref, feed.steps.get(2, {}), first=1, last_ref=c, offset=0,
-                      other_steps=min(results[1].steps, c), policy=policy, metrics=None)
+    ref_steps = results[0].steps
+    prefix, rank = compare_by_rank(feed, 2, first=1, last_ref=c, offset=0,
+                            other_steps=min(results[1].steps, c), policy=policy, metrics=False)
     part.reference_reproducible = prefix.divergence is None
     if not part.reference_reproducible:
-        part.curves = {"reference": _curve(ref), "interrupted": _curve(feed.steps.get(2, {}))}
+        part.curves = {"reference": _curve(feed.steps_of(1, rank)),
+                       "interrupted": _curve(feed.steps_of(2, rank))}
         return report_of(prefix, None)
     if not os.path.exists(info.copy):
         return report_of(None, f"the checkpoint's copy {info.copy} vanished before the resumed "
@@ -253,11 +304,10 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
         args = f" with --resume-args {options.resume_args!r}" if options.resume_args else ""
         why = resumed.describe_failure().replace("run 3", "the resumed run (run 3)", 1)
         return report_of(None, f"{why}{args}")
-    mine = feed.steps.get(3, {})
-    result = _compare(ref, mine, first=c + 1, last_ref=ref_steps, offset=c,
-                      other_steps=resumed.steps, policy=policy,
-                      metrics=(feed.metrics.get(1, {}), feed.metrics.get(3, {})))
-    result.metrics = {1: feed.metrics.get(1, {}), 2: {}, 3: feed.metrics.get(3, {})}
+    result, rank = compare_by_rank(feed, 3, first=c + 1, last_ref=ref_steps, offset=c,
+                            other_steps=resumed.steps, policy=policy, metrics=True)
+    ref, mine = feed.steps_of(1, rank), feed.steps_of(3, rank)
+    result.metrics = {1: feed.metrics_of(1, rank), 2: {}, 3: feed.metrics_of(3, rank)}
     part.curves = {"reference": _curve(ref), "resumed": _curve(mine, c)}
     if result.divergence is not None or result.metric_divergences:
         part.not_restored = attribution.attribute(

@@ -216,7 +216,9 @@ def rng_streams(value: Any, key: str = "") -> list[str]:
         return ["numpy"]
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor)
                                                           for v in value):
-        return ["cuda"]
+        # torch.cuda.get_rng_state_all() (Philox states of 16 bytes), or CPU states of several
+        # processes (the ranks' torch.get_rng_state(), gathered)
+        return ["cuda"] if "cuda" in name or all(v.numel() == 16 for v in value) else ["torch"]
     if isinstance(value, torch.Tensor):
         return ["cuda" if "cuda" in name else "torch"]
     for stream in ("python", "numpy", "cuda", "torch"):

@@ -205,6 +205,7 @@ def resume_parser() -> argparse.ArgumentParser:
     add_tolerance_options(p)
     add_parallel_options(p)
     add_report_option(p)
+    add_distributed_options(p)
     return p
 
 

@@ -34,6 +34,10 @@ def test_describe_names_model_optimizer_scheduler_and_rng_streams() -> None:
     assert d["kinds"] == {"net": "model", "opt": "optimizer", "sched": "scheduler",
                           "epoch": "other", "rng": "rng", "scaler": "grad_scaler"}
     assert d["rng"] == ["python", "numpy", "torch"]
+    # the ranks' CPU states gathered in a list (torchrun, rank 0 saves) are torch's, not CUDA's
+    ranks = checkpoint.describe({"rng": [torch.get_rng_state(), torch.get_rng_state()]})
+    assert ranks["kinds"] == {"rng": "rng"} and ranks["rng"] == ["torch"]
+    assert checkpoint.rng_streams([torch.zeros(16, dtype=torch.uint8)] * 2) == ["cuda"]
     # Lightning's lists of optimizer and scheduler states; a bare state dict is one model
     assert checkpoint.kind_of([opt.state_dict()]) == "optimizer"
     assert checkpoint.describe(model.state_dict())["kinds"] == {"(whole)": "model"}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 TARGET = "resume/train.py:main"
@@ -158,3 +160,57 @@ def test_checkpoint_names_a_file_whose_save_is_not_seen(tmp_path: Path) -> None:
     assert rep["checkpoint_step"] == 4 and rep["steps"] == [12, 4, 8]
     assert Path(ck["copy"]).is_file() and "--checkpoint" in rep["replay"]
     assert "cannot see" in ck["summary"]  # no save call: what it holds is not known
+
+
+def test_under_torchrun_each_rank_is_compared_and_the_first_to_diverge_is_taken() -> None:
+    """In process, on step records: the resumed job's rank 1 differs at step 3 while rank 0
+    agrees; the comparison taken is rank 1's (a rank left out would make this a false
+    "resumes exactly")."""
+    from repro_check.compare.steps import Policy
+    from repro_check.resume_check import Collector, compare_by_rank
+    from repro_check.trace import values
+    from repro_check.trace.protocol import StepRecord
+
+    feed = Collector(None)
+
+    def step(run: int, rank: int, n: int, loss: float) -> None:
+        feed.event(run, StepRecord({"step": n, "rank": rank}, n, {"loss": values.encode(loss)}))
+
+    for rank in (0, 1):
+        for n in (1, 2, 3, 4):
+            step(1, rank, n, float(n + rank))
+        for n in (1, 2):  # the resumed job: its steps 1, 2 are the reference's 3, 4
+            step(3, rank, n, float(n + 2 + rank) + (0.5 if rank == 1 and n == 2 else 0.0))
+    assert feed.ranks(1) == [0, 1] and feed.ranks(2) == [None]
+    result, rank = compare_by_rank(feed, 3, first=3, last_ref=4, offset=2, other_steps=2,
+                                   policy=Policy(), metrics=False)
+    assert rank == 1 and result.first_divergent_step == 4
+    # every rank agreeing: rank 0's comparison, no divergence
+    clean = Collector(None)
+    for rank in (0, 1):
+        clean.event(1, StepRecord({"step": 1, "rank": rank}, 1, {"loss": values.encode(1.0)}))
+        clean.event(3, StepRecord({"step": 1, "rank": rank}, 1, {"loss": values.encode(1.0)}))
+    result, rank = compare_by_rank(clean, 3, first=1, last_ref=1, offset=0, other_steps=1,
+                                   policy=Policy(), metrics=False)
+    assert rank == 0 and result.divergence is None
+
+
+@pytest.mark.slow
+def test_resume_under_torchrun_rank_0_saves(tmp_path: Path) -> None:
+    """fixtures/ddp/resume.py under torchrun (2 gloo ranks): rank 0 saves the model, the
+    optimizer and every rank's RNG state, every rank resumes from it. The interrupted job is
+    stopped whole once rank 0's checkpoint is taken (rank 1 would wait for it in its next
+    collective), and every resumed step of both ranks equals the reference's."""
+    pytest.importorskip("torch.distributed")
+    r = run_cli("resume", "ddp/resume.py:main", "--nproc-per-node", "2", "--at", "3",
+                "--resume-args", "--resume {checkpoint}", "--", "--out", str(tmp_path / "out"),
+                tmp=tmp_path)
+    assert r.code == 0, r.stdout + r.stderr
+    rep = r.report
+    assert rep is not None and rep["resumes_exactly"] is True
+    assert rep["checkpoint_step"] == 4 and rep["steps"] == [8, 4, 4]
+    ck = rep["checkpoint"]
+    assert ck["kind"] == "torch.save" and ck["kinds"]["rng"] == "rng" and ck["rng"] == ["torch"]
+    assert ck["stopped_after_s"] < 1.0
+    assert rep["run_results"][1]["status"] == "stopped"  # the job, stopped whole
+    assert "--nproc-per-node 2" in rep["replay"]
