@@ -26,7 +26,7 @@ from repro_check.run.options import (
 )
 from repro_check.run.runner import Listener
 
-__all__ = ["RunOptions", "across", "check", "diff", "record", "verify"]
+__all__ = ["RunOptions", "across", "check", "diff", "record", "resume", "verify"]
 
 
 def _options(options: RunOptions | None, target: str | None, default_runs: int | None = None,
@@ -141,3 +141,34 @@ def across(
 
     opts = _options(options, target, 1, across=tuple(axes) if axes else None, **run_options)
     return run_across(opts, listener)
+
+
+def resume(
+    target: str | None = None,
+    *,
+    at: int | None = None,
+    resume_args: str | None = None,
+    checkpoint: str | None = None,
+    options: RunOptions | None = None,
+    listener: Listener | None = None,
+    policy: Policy | None = None,
+    **run_options: Any,
+) -> Report:
+    """Does ``target`` stopped at a checkpoint and resumed match the run that never stopped?
+
+    The reference and a run stopped right after its first checkpoint at or after step ``at``
+    go in parallel; then a resumed run gets ``resume_args`` (``{checkpoint}`` replaced by the
+    copy's path) after the target's arguments. ``checkpoint`` names the file (path or glob)
+    when its save cannot be seen. ``at``, ``resume_args`` and ``checkpoint`` are the options
+    ``resume_at``, ``resume_args`` and ``checkpoint`` of :class:`RunOptions` (``--at``,
+    ``--resume-args``, ``--checkpoint``), read by the same builder as the command line's.
+    ``report.resume`` holds the checkpoint, what it holds and ``not_restored``;
+    ``report.exit_code`` is 0 when every resumed step and metric equals the reference's. Other
+    keywords (tolerances too) as for :func:`check`.
+    """
+    # on first call: importing the API loads no command it does not run
+    from repro_check.resume_check import run_resume
+
+    opts = _options(options, target, resume_at=at, resume_args=resume_args,
+                    checkpoint=checkpoint, **run_options)
+    return run_resume(opts, listener, InternalSettings(policy_override=policy))

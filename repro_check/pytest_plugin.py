@@ -11,6 +11,9 @@ session that uses neither the fixture nor the marker is unaffected.
   trains: the function itself (which must take no fixtures) is run under repro-check in fresh
   processes instead of in the test process. ``@pytest.mark.reproducible("train:main", ...)``
   (or ``target=``) checks that target, then runs the test body as usual.
+* ``assert_resumes(target, at=K, resume_args="--resume {checkpoint}", args=(), ...)``: a
+  fixture; runs ``repro-check resume`` and fails the test, naming the state not restored,
+  unless the resumed run equals the uninterrupted one. Returns the :class:`Report`.
 """
 
 from __future__ import annotations
@@ -138,6 +141,51 @@ def assert_reproducible(request: pytest.FixtureRequest,
         except ReproCheckError as e:
             pytest.fail(f"repro-check: {e}", pytrace=False)
         return _fail_unless_reproducible(report)
+
+    return check
+
+
+def run_resume_check(target: str, trace_dir: str | Path | None = None, *, at: int,
+                     resume_args: str | None = None, checkpoint: str | None = None,
+                     **options: Any) -> Report:
+    """``repro-check resume`` on ``target`` (the options as for :func:`run_reproducibility`,
+    but neither ``golden`` nor ``runs``: a resume is three runs of its own) and its report."""
+    unknown = sorted(set(options) - set(keywords()) | ({"golden", "runs"} & set(options)))
+    if unknown:
+        raise TypeError(f"unexpected option(s) for repro-check resume: {', '.join(unknown)}")
+    # when a test uses it: pytest loads this plugin in every session
+    from repro_check.run.options import build_options, keyword_values
+    from repro_check.resume_check import run_resume
+
+    options["trace_dir"] = options.get("trace_dir") or trace_dir
+    given = keyword_values({**options, "resume_at": at, "resume_args": resume_args,
+                            "checkpoint": checkpoint})
+    return run_resume(build_options(target, given=given))
+
+
+@pytest.fixture
+def assert_resumes(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Report]:
+    """``assert_resumes("train.py", at=4, resume_args="--resume {checkpoint}")``: fails the test
+    with the resume report (the state not restored) unless the resumed run equals the run that
+    never stopped, step for step and metric for metric."""
+    folder = tmp_path_factory.mktemp("repro-check-resume")
+    timeout = default_timeout(request.config)
+
+    def check(target: str, **options: Any) -> Report:
+        options.setdefault("timeout", timeout)
+        try:
+            report = run_resume_check(target, folder, **options)
+        except ReproCheckError as e:
+            pytest.fail(f"repro-check: {e}", pytrace=False)
+        if report.interrupted:
+            raise KeyboardInterrupt
+        if report.exit_code != 0:
+            names = ", ".join(report.resume.not_restored_names) if report.resume else ""
+            pytest.fail(f"repro-check: {report.target} does not resume exactly (exit "
+                        f"{int(report.exit_code)}{'; not restored: ' + names if names else ''})"
+                        f"\n{report_text(report)}", pytrace=False)
+        return report
 
     return check
 

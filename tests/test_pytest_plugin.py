@@ -103,3 +103,30 @@ def test_sessions_that_do_not_use_it_are_unaffected(pytester: pytest.Pytester) -
     result.assert_outcomes(passed=2)
     markers = pytester.runpytest("-p", "repro_check.pytest_plugin", "--markers")
     markers.stdout.fnmatch_lines(["*@pytest.mark.reproducible(target=None*"])
+
+
+def test_assert_resumes_fails_naming_the_state_not_restored(pytester: pytest.Pytester) -> None:
+    """The resume fixture in a session of its own (one resume: three runs): a checkpoint without
+    the optimizer's state fails the test, naming what was not restored; a bad keyword is a
+    TypeError."""
+    script = ROOT / "fixtures" / "resume" / "train.py"
+    pytester.makepyfile(test_resuming=f'''
+import pytest
+
+
+def test_resumes(assert_resumes, tmp_path):
+    assert_resumes("{script}:main", at=3, resume_args="--resume {{checkpoint}}",
+                   args=["--out", str(tmp_path / "out"), "--no-opt"], max_steps=8)
+
+
+def test_runs_is_not_a_resume_keyword(assert_resumes):
+    with pytest.raises(TypeError, match="runs"):
+        assert_resumes("train.py", at=3, runs=3)
+''')
+    result = pytester.runpytest("-p", "repro_check.pytest_plugin", "-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    # the learning rate too: it lives in the optimizer's param groups, and the scheduler's
+    # restored state changes it only at its next step
+    assert "does not resume exactly (exit 1; not restored: optimizer, lr)" in out
+    assert "RESUME DIFFERS" in out and "PASSED test_resuming.py::test_runs_is_not" in out

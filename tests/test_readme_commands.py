@@ -91,6 +91,15 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "repro-check diagnose TARGET [--max-sources N] [--no-localize] [--no-ablation]":
         Synopsis("diagnose"),
     "repro-check doctor [TARGET]": Synopsis("doctor"),
+    "repro-check resume TARGET --at K --resume-args 'ARGS'": Synopsis("resume"),
+    # ---- docs/resume.md
+    "repro-check resume TARGET --at K --resume-args 'ARGS' [--checkpoint PATH_OR_GLOB]":
+        Synopsis("resume"),
+    "cd fixtures && repro-check resume resume/train.py:main --at 3 --resume-args "
+    "'--resume {checkpoint} --epoch-restart' -- --no-rng --no-opt --no-sched":
+        Run(run="repro-check resume resume/train.py:main --at 3 --resume-args "
+                "'--resume {checkpoint} --epoch-restart' -- --no-rng --no-opt --no-sched",
+            codes=(1,), why="the resume differs: exit 1"),
     # ---- docs/works-with.md
     "repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' -- --epochs 1":
         Run(run="repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' --max-steps 3 -- "
@@ -344,7 +353,8 @@ def test_every_key_of_the_json_report_is_documented() -> None:
                      launcher="torch.distributed.run", nproc_per_node=1, nnodes="1",
                      torchrun_args=[])),
                  across=model.AcrossPart(axes=[], cells=[], pairs=[]),
-                 processes=model.ProcessesPart(first_divergent_process=None))
+                 processes=model.ProcessesPart(first_divergent_process=None),
+                 resume=model.ResumePart(at=1, resume_args=None))
     report = model.Report(target="t", args=[], seed=1, components=[], runs=2, results=[],
                           comparison=None, **parts)  # type: ignore[arg-type]
     keys = set(report.to_dict())

@@ -14,7 +14,9 @@ A step's signals, in the order the step happens:
     of the run, whichever comes first (so after the script's own seeding, if it seeds itself).
     A stream is recorded from the first step by whose end the run has drawn from it (its state
     moved since the recorder was installed, after seeding): the unseeded state of a stream that
-    nothing uses changes no result and is no divergence.
+    nothing uses changes no result and is no divergence. In a resume's runs (``lazy``) every
+    step's states are taken at its first backward call or optimizer step instead, and batches
+    fetched and dropped before it are not its batch (:mod:`repro_check.child.checkpoint`).
 ``init`` (step 1 only)
     the parameters going into the first step, before it changes them (see
     :mod:`repro_check.child.initial`): a model built from a different random state differs here.
@@ -27,6 +29,9 @@ A step's signals, in the order the step happens:
 ``grads``
     the gradients of the optimizer's parameters before its step; without an optimizer, the
     gradients of the leaf tensors the backward call reached.
+``lr``, ``opt``, ``scaler``
+    the learning rates, the optimizer's state going into the step and a GradScaler's scale
+    (taken by :mod:`repro_check.child.checkpoint` and placed here, before ``grads``).
 ``params``
     the optimizer's parameters after its step (absent without an optimizer: a hand-written
     update happens after the backward call that ends the step, out of sight).
@@ -180,17 +185,33 @@ class Hooks:
         def make(original_next: Any) -> Any:
             @functools.wraps(original_next)
             def __next__(it: Any) -> Any:
-                rec.on_step_activity()
+                sig = rec.signals
+                if sig is not None and sig.lazy and sig.idle_fetch:
+                    # the batches fetched since the last backward call fed nothing (a resumed
+                    # loader skipping what the epoch already saw): the step starts here
+                    sig.rng, sig.batch = None, None
+                fresh = sig is not None and sig.rng is None
+                if sig is None or not sig.lazy:
+                    rec.on_step_activity()
                 probe = rec.probe
                 before = probe.phase if probe is not None else None
                 if probe is not None:
                     probe.phase = "data"
                 try:
                     item = original_next(it)
+                except StopIteration:
+                    # an epoch's end is no activity of the next step: its states are taken
+                    # where the next epoch's first batch is fetched (after that loader drew
+                    # its seeds)
+                    if fresh and rec.signals is not None and rec.signals.lazy:
+                        rec.signals.rng = None
+                    raise
                 finally:
                     if probe is not None:
                         probe.phase = before
                 rec.on_batch(item)
+                if sig is not None:
+                    sig.idle_fetch = True
                 return item
 
             return __next__
@@ -289,6 +310,14 @@ class StepSignals:
         self.live: set[str] = set()
         self.rng: dict[str, Any] | None = None
         self.batch: list[Any] | None = None
+        #: take every step's states at its first backward call or optimizer step (after its data
+        #: and its forward pass), not when the previous step ends: a resume's runs, whose first
+        #: resumed step has no previous step and must be measured where the reference's is, a
+        #: state the script restores after fetching its first batch included (the HF Trainer)
+        #: (:mod:`repro_check.child.checkpoint`)
+        self.lazy = False
+        #: with ``lazy``: a batch was fetched and no backward call or optimizer step came since
+        self.idle_fetch = False
 
     def step_starts(self) -> None:
         """Take the RNG states of the step in progress, unless already taken."""
@@ -313,7 +342,7 @@ class StepSignals:
         if self.batch is not None:
             signals["batch"] = fingerprint.combine(self.batch, defer=True)
         signals["loss"] = None  # filled in when the loss is turned into bits
-        self.rng, self.batch = end, None
+        self.rng, self.batch = (None if self.lazy else end), None
         return signals
 
     def _live_streams(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
@@ -471,6 +500,9 @@ class Recorder:
         self.progress = Progress(emit)
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
+        #: signals of the step that just ended taken elsewhere (the optimizer's ``lr``, ``opt``:
+        #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
+        self.extra_signals: list[Callable[[], dict[str, Any]]] = []
         self._own = threading.local()
 
     @property
@@ -541,6 +573,8 @@ class Recorder:
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)
+        if self.signals is not None:
+            self.signals.idle_fetch = False
 
     def on_batch(self, item: Any) -> None:
         assert self.signals is not None
@@ -616,6 +650,8 @@ class Recorder:
         signals = self.signals.take()
         if self.step == 1:
             signals = self.initial.place(signals)
+        for take in self.extra_signals:
+            signals.update(take())
         if grads is not None:
             signals["grads"] = grads
         if params is not None:

@@ -107,8 +107,11 @@ def main() -> int:
     from repro_check.child import seeding
     from repro_check.child import watch  # noqa: F401
 
+    # a resume's runs: no DataLoader gets a generator of ours, which the script could not save
+    # (its workers are still seeded from their torch seed)
     done = seeding.apply(config.seed, list(config.components), config.threads,
-                         config.warn_only) if config.seed is not None else {}
+                         config.warn_only, loader_generators=config.resume is None) \
+        if config.seed is not None else {}
     target = config.target
     header = _header(config, target, done, started)
     recorder, overrides = _install(config, emit, header, done)
@@ -188,6 +191,7 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     two."""
     # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
+    from repro_check.child import checkpoint
     from repro_check.child import origin
     from repro_check.child import env_hooks
     from repro_check.child import metric_hooks
@@ -219,6 +223,7 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     recorder.watchers.append(overrides.check)
     origin.SITES.install()
     clock.install(config.run)  # a seed taken from the clock differs in every run
+    checkpoint.install(recorder, emit, config.resume)  # lr, opt, scaler; a resume's saves
     if config.processes:  # the processes the target starts record streams of their own
         # only when the target's processes are recorded
         from repro_check.child import processes

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -207,6 +208,9 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         self.patches = dict(patches)
         self.feature = feature
         self.done: set[str] = set()
+        #: per thread, the modules this finder is looking up (two finders of this kind for one
+        #: module ask each other: the second answers nothing while the first asks)
+        self._busy = threading.local()
 
     def install(self) -> PatchOnImport:
         """First on ``sys.meta_path`` (through the patch registry, as ``feature``)."""
@@ -223,15 +227,22 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.patches or fullname in self.done:
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
+        busy = self._busy.__dict__.setdefault("names", set())
+        if fullname in busy:  # another finder like this one asking the finders after it
             return None
+        busy.add(fullname)
+        try:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            busy.discard(fullname)
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _ThenLoader(spec.loader, lambda module: self._apply(fullname, module))

@@ -62,6 +62,8 @@ ORDER: tuple[str, ...] = (
     "capture.optimizers",    # Optimizer.__init__
     "capture.epochs",        # DataLoader.__iter__: the expected steps
     "capture.alerts",        # warnings._showwarnmsg: ops flagged nondeterministic
+    "checkpoint.signals",    # the optimizer pre-step hook (lr, opt), GradScaler.__init__
+    "checkpoint.saves",      # torch.save, safetensors, DCP, Lightning's and HF's saves (resume)
     "rank.models",           # DistributedDataParallel.__init__
     "origin.models",         # nn.Module.__init__: where each model is built
     "clock",                 # time.time & co., datetime.datetime and date, their pickling

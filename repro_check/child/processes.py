@@ -115,7 +115,7 @@ def _apply_seeding(settings: dict[str, Any]) -> dict[str, Any]:
     if settings["seed"] is None:
         return {}
     return seeding.apply(settings["seed"], settings["components"], settings["threads"],
-                         settings["warn_only"])
+                         settings["warn_only"], settings.get("loader_generators", True))
 
 
 class _Starts:
@@ -160,6 +160,8 @@ def install(config: RunConfig, header: dict[str, Any], done: dict[str, Any]) -> 
         "components": components,
         "threads": config.threads,
         "warn_only": config.warn_only,
+        # a resume's runs: no DataLoader gets a generator the script could not save
+        "loader_generators": config.resume is None,
         "flag_ops": config.warn_only and "deterministic_algorithms" in components,
         "max_steps": config.max_steps,
         "header": header,

@@ -189,8 +189,9 @@ def _seeded_worker_init(worker_id: int, user_fn: Any = None) -> None:
         user_fn(worker_id)
 
 
-def seed_dataloaders(seed: int) -> int:
-    """Give every DataLoader made without a generator one derived from the seed.
+def seed_dataloaders(seed: int, generators: bool = True) -> int:
+    """Give every DataLoader made without a generator one derived from the seed (unless not
+    ``generators``: a resume, where the script could not save it) and seed its workers.
 
     The k-th DataLoader constructed gets ``derive_seed(seed, "dataloader", k)``, so shuffling and
     the workers' base seeds do not depend on how much of torch's global stream ran before.
@@ -217,7 +218,7 @@ def seed_dataloaders(seed: int) -> int:
                 original_init(self, *args, **kwargs)
                 return
             given = bound.arguments
-            if given.get("generator") is None:
+            if generators and given.get("generator") is None:
                 counter["made"] += 1
                 import torch
 
@@ -235,7 +236,8 @@ def seed_dataloaders(seed: int) -> int:
 
 
 def apply(
-    seed: int, components: Iterable[str], threads: int | None, warn_only: bool = False
+    seed: int, components: Iterable[str], threads: int | None, warn_only: bool = False,
+    loader_generators: bool = True,
 ) -> dict[str, Any]:
     """Apply every component that is on, in order; return what each one did."""
     on = set(components)
@@ -255,8 +257,8 @@ def apply(
     if "deterministic_algorithms" in on:
         done["deterministic_algorithms"] = enable_deterministic_algorithms(warn_only)
     if "dataloader" in on:
-        seed_dataloaders(seed)
-        done["dataloader"] = True
+        seed_dataloaders(seed, loader_generators)
+        done["dataloader"] = True if loader_generators else "workers"
     if "threads" in on and threads is not None:
         done["threads"] = fix_threads(threads)
     return done

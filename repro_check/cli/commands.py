@@ -1,4 +1,4 @@
-"""The subcommands: check, record, verify, diff, doctor, diagnose.
+"""The subcommands: check, record, verify, diff, doctor, diagnose, resume.
 
 Each parses its flags, builds the :class:`~repro_check.run.options.RunOptions` of every target
 it runs (flags over ``[tool.repro-check]``), calls the library, prints the summaries, and writes
@@ -145,6 +145,35 @@ def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
     log = None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False))
     with progress(ns, options, len(grid(options.axes)) * options.runs) as listener:
         return run_across(options, listener, log)
+
+
+# ---- resume ------------------------------------------------------------------------------------
+def resume_command(argv: Sequence[str]) -> ExitCode:
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.resume_check import run_resume
+
+    ns, target_args, cfg = parsed(parsers.resume_parser(), argv)
+    targets, from_config = planned(ns, cfg)
+    if not targets:
+        raise UsageError("the following arguments are required: TARGET")
+    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
+                  [("--report", ns.report_path)])
+    html_path = html_path_of(ns)
+    parsers.flag_values(ns)  # a bad flag (--atol los=1) fails before any target runs
+
+    def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
+        options = options_for(ns, cfg, target, entry, target_args)
+        options.validate_resume()  # --at missing: one line before the progress display
+        with progress(ns, options, 3) as listener:
+            return run_resume(options, listener)
+
+    def after(report: Report, i: int) -> None:
+        if html_path:
+            html_report(report, html_path, i if len(targets) > 1 else None)
+
+    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
+                       lambda t, _: f"resuming {t}", run_one, after)
+    return finish(reports, "resume", out)
 
 
 # ---- record ------------------------------------------------------------------------------------
@@ -317,4 +346,5 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
 COMMANDS: dict[str, Callable[[Sequence[str]], ExitCode]] = {
     "check": check_command, "record": record_command, "verify": verify_command,
     "diff": diff_command, "doctor": doctor_command, "diagnose": diagnose_command,
+    "resume": resume_command,
 }

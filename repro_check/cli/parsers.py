@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                "Commands: check (the default: repro-check TARGET), record (save a golden "
                "trace), verify (one run against a golden), diff (two saved traces), diagnose "
                "(why runs differ: culprit op, every source, seeding ablation), doctor (hazards "
-               "found by reading the source); repro-check COMMAND --help for each. "
+               "found by reading the source), resume (does a run resumed from a checkpoint "
+               "match the one that never stopped); repro-check COMMAND --help for each. "
                "Exit codes: 0 reproducible, 1 not reproducible, 2 usage error, 3 target failed, "
                "130 interrupted.",
     )
@@ -183,6 +184,27 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(p, "fail_fast")
     add_report_option(p)
     add_option(p, "across")
+    add_distributed_options(p)
+    return p
+
+
+def resume_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="repro-check resume",
+               description="Does a run stopped at a checkpoint and resumed match the run that "
+                           "never stopped? Three runs under the same seeding: the reference, "
+                           "the interrupted run (stopped right after its first checkpoint at or "
+                           "after step K) in parallel, then the resumed run (ARGS appended, "
+                           "{checkpoint} replaced by the checkpoint's copy). Names the state the "
+                           "checkpoint did not restore.",
+               epilog="Exit codes: 0 resumes exactly, 1 the resume differs (or the reference "
+                      "is not reproducible), 2 usage error, 3 a run failed or no checkpoint "
+                      "was written at or after K, 130 interrupted.")
+    add_run_options(p)
+    for name in ("resume_at", "resume_args", "checkpoint"):
+        add_option(p, name)
+    add_tolerance_options(p)
+    add_parallel_options(p)
+    add_report_option(p)
     add_distributed_options(p)
     return p
 

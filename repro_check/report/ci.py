@@ -53,6 +53,8 @@ def _failure_text(report: Report) -> str | None:
         warn = "; ".join(report.warnings[-1:])
         return f"{report.target}: {verdict(report)}{': ' + warn if warn else ''}"
     labels = report.labels
+    if report.resume is not None:
+        return _resume_failure(report, div)
 
     where = f"first divergent step {div.step}" if div.step is not None else "final metrics differ"
     text = (f"{report.target}: not reproducible: {where} (signal {div.signal}): "
@@ -64,6 +66,22 @@ def _failure_text(report: Report) -> str | None:
     note = report.gate.environment_note if report.gate else None
     if note:
         text += f"; {note}"
+    return text
+
+
+def _resume_failure(report: Report, div: Any) -> str:
+    """``resume``: the first divergence, the state not restored and what the checkpoint holds."""
+    part = report.resume
+    assert part is not None
+    where = f"step {div.step}" if div.step is not None else "the final metrics"
+    if part.reference_reproducible is False:
+        return (f"{report.target}: the reference is not reproducible: the interrupted run "
+                f"differs from it at {where} (signal {div.signal}), before the checkpoint")
+    names = ", ".join(part.not_restored_names) or "nothing repro-check can name"
+    text = (f"{report.target}: the resumed run differs from the reference at {where} (signal "
+            f"{div.signal}); not restored: {names}")
+    if part.checkpoint is not None:
+        text += f"; {part.checkpoint.summary}"
     return text
 
 

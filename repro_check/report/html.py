@@ -474,8 +474,66 @@ def _gate_section(report: Report) -> list[str]:
     return out
 
 
+def _resume_section(report: Report) -> list[str]:
+    """``resume``: the checkpoint and what it holds, the state not restored, both loss curves
+    with the resume point marked."""
+    part = report.resume
+    if part is None:
+        return []
+    out = ["<h2>Resume</h2>"]
+    ck = part.checkpoint
+    if ck is not None:
+        out.append(f"<p id=\"checkpoint\"><b>Checkpoint:</b> {_e(ck.path)} ({_e(ck.kind)}), "
+                   f"written after step {ck.step}; copied to {_e(ck.copy)}<br>"
+                   f"{_e(ck.summary)}</p>")
+    if part.reference_reproducible is False:
+        out.append("<p><b>The reference is not reproducible:</b> the interrupted run differs "
+                   "from it before the checkpoint; no checkpoint is blamed.</p>")
+    if part.not_restored:
+        out.append('<ul id="not-restored">' + "".join(
+            f"<li><b>{_e(n.state)}</b>: {_e(n.detail)}. {_e(n.fix)}</li>"
+            for n in part.not_restored) + "</ul>")
+    curves = {1: part.curves.get("reference", []),
+              3: part.curves.get("resumed", part.curves.get("interrupted", []))}
+    if ck is not None and any(curves.values()):
+        img = resume_plot(curves, ck.step, report.first_divergent_step,
+                          {1: "reference", 3: "resumed"})
+        if img:
+            out.append(f'<figure id="resume-plot"><img alt="loss of the reference and the resumed '
+                       f'run" width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
+                       f"<figcaption>The reference's loss (solid) and the resumed run's (dashed, "
+                       f"numbered as the reference's steps); the grey line marks the resume point "
+                       f"(after step {ck.step}).</figcaption></figure>")
+    return out
+
+
+def resume_plot(curves: dict[int, list[tuple[int, float]]], resumed_after: int,
+                divergent: int | None, names: dict[int, str]) -> str | None:
+    """The reference's and the resumed run's losses, the resume point and the first divergence
+    marked; base64 PNG."""
+    curves = {k: c for k, c in curves.items() if c}
+    if not curves:
+        return None
+    fig, ax = _figure()
+    for k, pts in sorted(curves.items()):
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, color=RUN_COLORS[(k - 1) % len(RUN_COLORS)], label=names.get(k, str(k)),
+                linewidth=2.4 if k == 1 else 1.3, linestyle="-" if k == 1 else (0, (4, 2)))
+    ax.axvline(resumed_after + 0.5, color="#888888", linewidth=2, linestyle=":",
+               label=f"resumed after step {resumed_after}")
+    _mark(ax, divergent)
+    xs_all = [x for pts in curves.values() for x, _ in pts]
+    _xlim(ax, min(xs_all), max(xs_all))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    _legend(ax)
+    return _png(fig)
+
+
 def _loss_section(report: Report) -> list[str]:
     """Every run's loss curve, read back from its trace."""
+    if report.resume is not None:  # both curves, the resume point marked (_resume_section)
+        return []
     cmp = report.comparison
     curves: dict[int, list[tuple[int, float]]] = {}
     unread: list[str] = []
@@ -504,8 +562,8 @@ def _loss_section(report: Report) -> list[str]:
 def _difference_section(report: Report) -> list[str]:
     """The difference from run 1 per step (and the spread, with three runs or more)."""
     cmp = report.comparison
-    if cmp is None or report.across is not None:  # the drift of every pair is shown instead
-        return []
+    if cmp is None or report.across is not None or report.resume is not None:
+        return []  # the drift of every pair, or the resume's curves, are shown instead
     div = cmp.divergence
     series: dict[str, Sequence[tuple[int, float]]] = {}
     other = div.run if div is not None and div.step is not None else 2
@@ -640,7 +698,7 @@ def _page_foot(report: Report) -> list[str]:
 
 
 #: the sections of the page, top to bottom
-SECTIONS = (_page_head, _outcome_section, _diagnosis_section, _gate_section, _loss_section,
+SECTIONS = (_page_head, _outcome_section, _resume_section, _diagnosis_section, _gate_section, _loss_section,
             _difference_section,
             _across_section, _context_section, _groups_section, _metrics_section, _runs_section, _page_foot)
 

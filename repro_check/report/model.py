@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from repro_check.trace import values
 from repro_check.compare.drift import Drift
+from repro_check.compare.resume import NotRestored
 from repro_check.compare.steps import ComparisonResult, Divergence, Policy
 from repro_check.errors import ExitCode
 from repro_check.report.contents import (AblationRow, Cause, DistributedLaunch,
@@ -326,6 +327,86 @@ class ReportCore(JsonRecord):
 
 
 @dataclass
+class CheckpointInfo(JsonRecord):
+    """The checkpoint the interrupted run wrote: where, after which step, what it holds (as the
+    save call in the run saw it)."""
+
+    JSON_PROPERTIES = ("summary",)
+
+    step: int
+    path: str
+    copy: str | None
+    kind: str
+    #: top-level keys in order, ``kinds`` {key: model|optimizer|scheduler|rng|grad_scaler|other}
+    keys: list[str] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)
+    rng: list[str] = field(default_factory=list)
+    #: seconds from the save's return to the interrupted run's end (the copy), as it measured
+    stopped_after: float | None = json_field(default=None, key="stopped_after_s")
+
+    @property
+    def summary(self) -> str:
+        """``the checkpoint holds model, opt, epoch; no RNG state, no scheduler``."""
+        if not self.kinds:
+            return f"the checkpoint ({self.kind}) was written by a save whose contents repro-check " \
+                   "cannot see"
+        names = [k for k in self.keys] or [self.kinds.get("(whole)", "?")]
+        shown = []
+        for k in names[:12]:
+            kind = self.kinds.get(k, "other")
+            if kind == "rng" and self.rng:
+                shown.append(f"{k} ({', '.join(self.rng)} RNG)")
+            elif kind not in ("other", k) and k != "(whole)":
+                shown.append(f"{k} ({kind})")
+            else:
+                shown.append(k if k != "(whole)" else kind)
+        if len(names) > 12:
+            shown.append(f"and {len(names) - 12} more")
+        have = set(self.kinds.values())
+        missing = [text for kind, text in (("model", "no model weights"),
+                                           ("optimizer", "no optimizer state"),
+                                           ("scheduler", "no scheduler"), ("rng", "no RNG state"))
+                   if kind not in have]
+        return "the checkpoint holds " + ", ".join(shown) + \
+            (f"; {', '.join(missing)}" if missing else "")
+
+
+@dataclass
+class ResumePart(JsonRecord):
+    """``resume``: the reference, the interrupted run and the resumed one. Its JSON has
+    ``resumes_exactly`` too, which is the report's verdict (:meth:`Report.to_dict`)."""
+
+    JSON_PROPERTIES = ("checkpoint_step", "not_restored_detail")
+
+    at: int = json_field(key="resume_at")
+    resume_args: str | None = None
+    checkpoint: CheckpointInfo | None = None
+    #: the reference and the interrupted run agree up to the checkpoint (None: not compared)
+    reference_reproducible: bool | None = None
+    not_restored: list[NotRestored] = json_field(default_factory=list,
+                                                 convert=lambda ns: [n.state for n in ns])
+    #: steps of the reference, the interrupted run and the resumed run
+    steps: dict[str, int] = json_field(default_factory=dict, key="resume_steps")
+    #: (step, loss) of the reference and of the resumed run (resumed steps numbered as the
+    #: reference's), bounded
+    curves: dict[str, list[tuple[int, float]]] = json_field(default_factory=dict, skip=True)
+    #: saves seen before the one taken: the steps they followed
+    earlier_saves: list[int] = json_field(default_factory=list, skip=True)
+
+    @property
+    def not_restored_names(self) -> list[str]:
+        return [n.state for n in self.not_restored]
+
+    @property
+    def checkpoint_step(self) -> int | None:
+        return self.checkpoint.step if self.checkpoint else None
+
+    @property
+    def not_restored_detail(self) -> list[NotRestored]:
+        return list(self.not_restored)
+
+
+@dataclass
 class Report:
     """What ``repro_check.check`` returns and the CLI prints."""
 
@@ -353,6 +434,7 @@ class Report:
     distributed: DistributedPart | None = None
     across: AcrossPart | None = None
     processes: ProcessesPart | None = None
+    resume: ResumePart | None = None
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
@@ -366,10 +448,17 @@ class Report:
         div = self.comparison.divergence if self.comparison else None
         if self.across is not None and div is not None:
             return [self.run_name(1), self.run_name(div.run)]
+        if self.resume is not None:
+            return ["reference", "interrupted" if self.resume.reference_reproducible is False
+                    else "resumed"]
         return ["run 1", "run 2"]
 
     def run_name(self, index: int) -> str:
         """What a run is called in reports: ``run 2``, or its environment with ``--across``."""
+        if self.resume is not None:  # the comparison's run 2 is the resumed run, unless the
+            # reference was found not reproducible (then it is the interrupted run)
+            second = "interrupted" if self.resume.reference_reproducible is False else "resumed"
+            return {1: "reference", 2: second, 3: "resumed"}.get(index, f"run {index}")
         return self.across.run_name(index) if self.across is not None else f"run {index}"
 
     @property
@@ -428,6 +517,12 @@ class Report:
         if mode == "record":
             return Verdict("RECORDED", "recorded", "good") if self.recorded \
                 else Verdict("NOT RECORDED", "not recorded", "bad")
+        if self.resume is not None:
+            if self.reproducible:
+                return Verdict("RESUMES EXACTLY", "resumes exactly", "good")
+            if self.resume.reference_reproducible is False:
+                return Verdict("REFERENCE NOT REPRODUCIBLE", "reference not reproducible", "bad")
+            return Verdict("RESUME DIFFERS", "resume differs", "bad")
         if self.reproducible:
             label = {"verify": "MATCHES GOLDEN", "diff": "SAME"}.get(mode or "", "REPRODUCIBLE")
             return Verdict(label, "reproducible", "good")
@@ -491,8 +586,10 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: the core keys and each part's, a key written twice refused."""
         parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes)
+        resume = [] if self.resume is None else [
+            {"resumes_exactly": self.reproducible, **self.resume.to_dict()}]
         return merge([self.core().to_dict(),
-                      *(part.to_dict() for part in parts if part is not None)])
+                      *(part.to_dict() for part in parts if part is not None), *resume])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"

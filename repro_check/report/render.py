@@ -29,6 +29,11 @@ def _layout(report: Report) -> Any:
         from repro_check.report import across
 
         return across.summary(report)
+    if report.resume is not None:
+        # each renderer (and rich) only when its kind of report is shown
+        from repro_check.report import resume
+
+        return resume.summary(report)
     # each renderer (and rich) only when its kind of report is shown
     from repro_check.report import terminal
 

@@ -128,6 +128,10 @@ _SIGNAL_SUBJECT: dict[str, tuple[str, str]] = {
     "batch": ("the batch of step {}", "differs"),
     "loss": ("the loss of step {}", "differs"),
     "grads": ("the gradients of step {}", "differ"),
+    "params_in": ("the parameters going into step {}", "differ"),
+    "lr": ("the learning rates of step {}", "differ"),
+    "opt": ("the optimizer state going into the update of step {}", "differs"),
+    "scaler": ("the gradient scaler's scale at step {}", "differs"),
     "params": ("the parameters after step {}", "differ"),
     "rank_desync": ("the ranks' parameters after step {}", "differ"),
 }

@@ -15,10 +15,12 @@ beside the options to the run machinery, never part of them.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
 import re
+import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -79,6 +81,13 @@ class RunOptions:
     #: printed metrics to pick beside the default rule: (NAME, REGEX) pairs (``--metric``); a
     #: mapping NAME -> REGEX or ``"NAME=REGEX"`` strings are accepted too
     printed_metrics: tuple[tuple[str, str], ...] = ()
+    #: ``resume --at K``: stop the interrupted run after its first save at or after step K
+    resume_at: int | None = None
+    #: ``resume --resume-args 'ARGS'``: appended to the target's arguments in the resumed run,
+    #: ``{checkpoint}`` replaced by the copy's path (split as a shell would)
+    resume_args: str | None = None
+    #: ``resume --checkpoint PATH_OR_GLOB``: the checkpoint, when its save cannot be seen
+    checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("args", "without", "across"):
@@ -124,6 +133,45 @@ class RunOptions:
         self.policy()  # a bad tolerance fails here
         if self.across:
             self._validate_across()
+        self._validate_resume_values()
+
+    def _validate_resume_values(self) -> None:
+        """The resume options' own values (``resume`` checks the rest before its runs,
+        :meth:`validate_resume`; the other commands ignore them, e.g. a config's ``resume-at``)."""
+        if self.resume_at is not None:
+            _whole("--at", self.resume_at, 1, MAX_STEPS)
+        if self.resume_args is not None:
+            if not isinstance(self.resume_args, str):
+                raise UsageError(f"--resume-args must be a string, got {self.resume_args!r}")
+            self.resumed_args("CHECKPOINT")  # unbalanced quotes: one line
+        if self.checkpoint is not None and (not isinstance(self.checkpoint, str)
+                                            or not self.checkpoint.strip()):
+            raise UsageError(f"--checkpoint must name a path or a glob, got {self.checkpoint!r}")
+
+    def validate_resume(self) -> None:
+        """``resume``: a step to stop at, nothing that contradicts three runs under one
+        seeding."""
+        if self.resume_at is None:
+            raise UsageError("resume needs --at K (or resume-at in [tool.repro-check]): the step "
+                             "from which the first checkpoint the script writes is taken")
+        if self.max_steps is not None and self.max_steps <= self.resume_at:
+            raise UsageError(f"--max-steps {self.max_steps} leaves nothing to resume after "
+                             f"--at {self.resume_at}")
+        if self.no_seed:
+            raise UsageError("resume compares runs under the same seeding: --no-seed leaves "
+                             "every run seeded differently")
+        if self.across:
+            raise UsageError("--across does not combine with resume")
+
+    def resumed_args(self, checkpoint: str) -> list[str]:
+        """The resumed run's arguments: the target's, then ``--resume-args`` split as a shell
+        would, ``{checkpoint}`` in them replaced by ``checkpoint``."""
+        try:
+            extra = shlex.split(self.resume_args or "")
+        except ValueError as e:
+            raise UsageError(f"--resume-args {self.resume_args!r} cannot be split into "
+                             f"arguments: {e}") from None
+        return self.target_args + [a.replace("{checkpoint}", checkpoint) for a in extra]
 
     def _validate_across(self) -> None:
         """The axes parse, and no other option contradicts what they hold equal or vary."""
@@ -433,6 +481,18 @@ def require_two_runs(runs: int) -> None:
 
 
 # ---- each option once: keyword, flag, config key -------------------------------------------------
+def positive_whole(text: str) -> int:
+    """``--at K`` as the command line gives it: a whole number of at least 1 (argparse makes a
+    bad one one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
+
+
 # Readers of a [tool.repro-check] value: a ValueError's text (or a UsageError) becomes one line
 # naming the file and the key (repro_check.config).
 def whole_at_least(minimum: int) -> Callable[[Any], int]:
@@ -641,6 +701,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  deterministic=on,off"
                "  env:NAME=a,b; repeat for a grid", metavar="AXIS=A,B", action="append",
                from_flag=tuple, pytest=False),
+    #: ``repro-check resume`` (and repro_check.resume, assert_resumes): the other commands ignore
+    #: them; the API's resume() takes them as ``at``, ``resume_args``, ``checkpoint``
+    OptionSpec("resume_at", "--at", "resume-at",
+               "stop the interrupted run after the first checkpoint it writes at or after step K",
+               metavar="K", type=positive_whole, from_config=whole_at_least(1), per_target=True,
+               pytest=False),
+    OptionSpec("resume_args", "--resume-args", "resume-args",
+               "arguments the resumed run gets after the target's; {checkpoint} is replaced by "
+               "the path of the checkpoint's copy", metavar="'ARGS'", from_config=text,
+               per_target=True, pytest=False),
+    OptionSpec("checkpoint", "--checkpoint", "checkpoint",
+               "the checkpoint file or folder (a path or a glob), when repro-check cannot see "
+               "its save (a file that changed after a step is taken)", metavar="PATH_OR_GLOB",
+               from_config=text, per_target=True, pytest=False),
     #: its flags are torchrun's (--nproc-per-node, --nnodes, ...): one group, one DistOptions
     OptionSpec("distributed", "--nproc-per-node", None,
                "launch every run with torchrun (turns distributed checking on)", pytest=False),

@@ -534,12 +534,16 @@ class _Runs:
 
     def __init__(self, specs: Sequence[RunSpec], listener: Listener, jobs: int,
                  should_stop: Callable[[], bool],
-                 fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None) -> None:
+                 fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None,
+                 stop_run: Callable[[int], bool] | None = None) -> None:
         self.specs = specs
         self.listener = listener
         self.jobs = max(1, jobs)
         self.should_stop = should_stop
         self.fits = fits
+        self.stop_run = stop_run
+        #: runs stopped by ``stop_run`` (each once)
+        self.stopped: set[int] = set()
         # bounded: when the runs record faster than we compare, the readers wait, the pipes fill
         # and the runs wait too, so memory stays flat however many steps stream in
         self.events: Events = queue.Queue(maxsize=EVENT_BACKLOG)
@@ -602,6 +606,10 @@ class _Runs:
             self.listener.event(item[1], item[2])
             if not self.stopping and self.should_stop():
                 self.cancel_all()
+            elif self.stop_run is not None and item[1] not in self.stopped \
+                    and self.stop_run(item[1]):
+                self.stopped.add(item[1])
+                run.stop("stopped")
 
     def tick(self) -> None:
         """Every run's timers; a run that is ready is finished and reported."""
@@ -647,6 +655,7 @@ def run_all(
     jobs: int = 1,
     should_stop: Callable[[], bool] = lambda: False,
     fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None,
+    stop_run: Callable[[int], bool] | None = None,
 ) -> list[RunResult]:
     """Run every spec (``jobs`` at a time), feeding events to ``listener`` as they arrive.
 
@@ -654,13 +663,16 @@ def run_all(
     running now (cores, a GPU); one always may when nothing runs.
 
     ``should_stop`` is polled after each event; when it says so (fail-fast), every run still
-    going is stopped and reported as cancelled. A run that times out cancels the runs not yet
+    going is stopped and reported as cancelled. ``stop_run(run)`` too, for the run whose event it
+    was: when it says so, that run alone is stopped, as ``stopped`` (a resume's interrupted
+    torchrun job, once its checkpoint is taken: its other ranks would wait for the one that
+    ended). A run that times out cancels the runs not yet
     started (the verdict is known). On Ctrl-C or SIGTERM every run is stopped, its recorded steps
     are kept, and :class:`Interrupted` is raised with the results so far; a second signal kills
     at once.
     """
     procs.ensure_standard_fds()  # no pipe of a run may land on 0, 1 or 2
-    runs = _Runs(specs, listener, jobs, should_stop, fits)
+    runs = _Runs(specs, listener, jobs, should_stop, fits, stop_run)
     # while runs go, Ctrl-C, SIGTERM and SIGHUP (a closed terminal) only count: the loop stops
     # the runs and keeps what they recorded
     with CaughtSignals() as signals:

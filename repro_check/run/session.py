@@ -215,9 +215,10 @@ class Session:
     def run(self, feed: Any, jobs: int | None = None,
             should_stop: Callable[[], bool] | None = None,
             specs: Sequence[RunSpec] | None = None,
-            fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None) -> Outcome:
-        """Start the runs (``jobs`` at a time; ``specs`` instead of :meth:`specs`, ``fits`` as
-        :func:`run_all` takes it) and wait for them; Ctrl-C or SIGTERM stop them and keep what
+            fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None,
+            stop_run: Callable[[int], bool] | None = None) -> Outcome:
+        """Start the runs (``jobs`` at a time; ``specs`` instead of :meth:`specs`, ``fits`` and
+        ``stop_run`` as :func:`run_all` takes them) and wait for them; Ctrl-C or SIGTERM stop them and keep what
         they recorded (``interrupted``)."""
         if signals.stop_requested():  # a signal came before the runs: start none
             return Outcome([], True, self.folder)
@@ -226,7 +227,8 @@ class Session:
         try:
             with sigterm_as_interrupt():
                 results = run_all(self.specs(n_jobs) if specs is None else specs, feed, n_jobs,
-                                  should_stop=should_stop or (lambda: False), fits=fits)
+                                  should_stop=should_stop or (lambda: False), fits=fits,
+                                  stop_run=stop_run)
         except Interrupted as e:
             interrupted, results = True, list(e.results)
         except TargetNotFound:

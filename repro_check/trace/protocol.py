@@ -84,6 +84,36 @@ def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+#: the roles of a resume's runs (``repro-check resume``)
+RESUME_ROLES = ("reference", "interrupted", "resumed")
+
+
+@dataclass(frozen=True)
+class ResumeSettings:
+    """What a run of ``repro-check resume`` is told beside the rest (:mod:`repro_check.child.checkpoint`
+    reads it): its ``role``; for the interrupted run, ``stop_at`` (stop right after the first save
+    made once that many steps are recorded) and ``copy_dir`` (where the save's copy goes);
+    ``checkpoint``, ``--checkpoint``'s path or glob (a file whose save is not seen); ``lock``, the
+    file through which the reference and the interrupted run save one at a time."""
+
+    role: str
+    stop_at: int | None = None
+    copy_dir: str | None = None
+    checkpoint: str | None = None
+    lock: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ResumeSettings:
+        if not isinstance(data, dict) or data.get("role") not in RESUME_ROLES:
+            raise ProtocolError("the run configuration's 'resume' names no role of a resume")
+        return cls(role=data["role"], stop_at=_optional_int(data, "stop_at"),
+                   copy_dir=_optional_str(data, "copy_dir"),
+                   checkpoint=_optional_str(data, "checkpoint"), lock=_optional_str(data, "lock"))
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run's process is told: what to run, how to seed it, what to record.
@@ -112,6 +142,8 @@ class RunConfig:
     distributed: str | None = None
     #: recording the processes the target starts: the folder their streams go to
     processes: str | None = None
+    #: a run of ``repro-check resume``: its role, where it stops, where its checkpoint's copy goes
+    resume: ResumeSettings | None = None
     #: the trace format the parent reads
     version: int = VERSION
 
@@ -146,6 +178,7 @@ class RunConfig:
             "event_fd": self.event_fd,
             "distributed": self.distributed,
             "processes": self.processes,
+            "resume": self.resume.to_dict() if self.resume is not None else None,
         })
 
     @classmethod
@@ -188,6 +221,8 @@ class RunConfig:
             event_fd=_optional_int(data, "event_fd"),
             distributed=_optional_str(data, "distributed"),
             processes=_optional_str(data, "processes"),
+            resume=ResumeSettings.from_dict(data["resume"])
+            if data.get("resume") is not None else None,
             version=data["version"],
         )
 
@@ -271,7 +306,7 @@ class ErrorRecord(Record):
 @dataclass
 class InfoRecord(Record):
     """Something the run noticed: its end (``status``), a generator or DataLoader it made, the
-    models of step 1, the steps it expects, a torchrun rank's process."""
+    models of step 1, the steps it expects, a torchrun rank's process, a resume's saves."""
 
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -279,6 +314,19 @@ class InfoRecord(Record):
     def status(self) -> str | None:
         value = self.info.get("status")
         return None if value is None else str(value)
+
+    @property
+    def checkpoint(self) -> dict[str, Any] | None:
+        """A resume's interrupted run: the checkpoint it took and copied, before it stopped
+        (:mod:`repro_check.child.checkpoint`)."""
+        value = self.info.get("checkpoint")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def save(self) -> dict[str, Any] | None:
+        """A resume's run: a save it made that was not (yet) the checkpoint taken."""
+        value = self.info.get("save")
+        return value if isinstance(value, dict) else None
 
 
 #: the environment variable that asks for repro-check's debugging output (``--debug``)

@@ -162,7 +162,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from repro_check.child import capture  # noqa: E402
 
 SIGNAL_ORDER = ["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "batch", "loss",
-                "grads", "params"]
+                "lr", "opt", "scaler", "grads", "params"]
 
 
 @contextmanager
@@ -207,6 +207,63 @@ def test_signals_recorded_in_the_order_a_step_happens() -> None:
         names = list(signals)
         assert {"batch", "loss", "grads", "params"} <= set(names)
         assert names == [n for n in SIGNAL_ORDER if n in names]
+
+
+def _epochs(model: torch.nn.Module, opt: Any, loader: Any, epochs: int) -> None:
+    for _ in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+
+
+def test_lazy_states_measure_a_resumed_first_step_where_the_reference_is() -> None:
+    """A resume's runs take each step's RNG states at its first activity, an epoch's end being
+    none: the first step of epoch 2 (after the new iterator drew its seeds from torch's global
+    RNG) is measured as a run that starts at epoch 2 from the same state measures its step 1."""
+    x = torch.arange(16, dtype=torch.float32).reshape(8, 2) / 16
+    data = TensorDataset(x, x.sum(1, keepdim=True))
+
+    def run(epochs: int, state: Any = None) -> tuple[list[dict[str, Any]], Any]:
+        with recording() as events:
+            capture.active().signals.lazy = True  # type: ignore[union-attr]
+            torch.manual_seed(0)
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(data, batch_size=4, shuffle=True)
+            if state is not None:
+                torch.set_rng_state(state)
+            _epochs(model, opt, loader, epochs)
+        return steps(events), torch.get_rng_state()
+
+    reference, _ = run(2)
+    _, after_epoch_1 = run(1)
+    resumed, _ = run(1, after_epoch_1)
+    assert resumed[0]["rng.torch"] == reference[2]["rng.torch"]
+
+
+def test_lazy_states_leave_out_batches_skipped_before_a_resumed_first_step() -> None:
+    """A resumed loader that fetches and drops the batches its epoch already saw (the HF
+    Trainer's skip_first_batches): the first step's batch is the one it trained on."""
+    x = torch.arange(16, dtype=torch.float32).reshape(8, 2) / 16
+    data = TensorDataset(x, x.sum(1, keepdim=True))
+
+    def run(skip: int) -> list[dict[str, Any]]:
+        with recording() as events:
+            capture.active().signals.lazy = True  # type: ignore[union-attr]
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            batches = iter(DataLoader(data, batch_size=2))
+            for _ in range(skip):
+                next(batches)
+            for xb, yb in batches:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(xb), yb).backward()
+                opt.step()
+        return steps(events)
+
+    whole, skipped = run(0), run(2)
+    assert [s["batch"] for s in skipped] == [s["batch"] for s in whole[2:]]
 
 
 def test_the_parameters_going_into_step_1_are_recorded_once() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import sys
 import time
 import types
 import warnings
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check import targets
-from repro_check.trace.protocol import RunConfig
+from repro_check.trace.protocol import ResumeSettings, RunConfig
 
 import pytest
 
@@ -29,6 +30,7 @@ np = pytest.importorskip("numpy")
 
 from repro_check.child import (  # noqa: E402
     capture,
+    checkpoint,
     clock,
     env_hooks,
     main,
@@ -161,7 +163,11 @@ def install_a_run(events: list[dict[str, Any]], tmp: Path) -> Any:
     watch.SeedingWatch(events.append, done, 7).install()
     origin.SITES.install()
     clock.install(2)
-    told = RunConfig(run=1, target=targets.parse("train.py"), seed=7, processes=str(tmp))
+    resume = ResumeSettings(role="interrupted", stop_at=3, copy_dir=str(tmp / "copy"),
+                            checkpoint=str(tmp / "*.npy"))
+    checkpoint.install(recorder, events.append, resume)  # a resume's saves, lr and opt signals
+    told = RunConfig(run=1, target=targets.parse("train.py"), seed=7, processes=str(tmp),
+                     resume=resume)
     processes.install(told, {}, done)
     return recorder
 
@@ -224,8 +230,11 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     assert rows["multiprocessing.process.BaseProcess._bootstrap"] == ("processes.bootstrap",)
     assert rows["torch.as_tensor"] == ("probe.factories",)  # armed for step 1
     assert rows["torch.optim.optimizer.register_optimizer_step_pre_hook"] == (
-        "capture.step_hooks",)
-    assert rows["sys.meta_path"] == ("metric_hooks", "env_hooks")  # their import finders
+        "capture.step_hooks", "checkpoint.signals", "checkpoint.saves")
+    assert rows["torch.save"] == ("checkpoint.saves",)
+    assert rows["torch.amp.grad_scaler.GradScaler.__init__"] == ("checkpoint.signals",)
+    # their import finders (checkpoint.saves: Lightning's, HF's and DCP's saves once imported)
+    assert rows["sys.meta_path"] == ("checkpoint.saves", "metric_hooks", "env_hooks")
     assert all(len(features) == len(set(features)) for features in rows.values())
 
     # installing the watch and the recorder's hooks again changes nothing
@@ -266,3 +275,25 @@ def test_debug_lists_what_a_run_patched(monkeypatch: pytest.MonkeyPatch) -> None
         {"target": "standin.func", "features": ["pin.reseeding", "watch.seeding"]}]}}]
     assert main._debug_patches(events.append, rows) == rows and len(events) == 1  # unchanged
     assert patches.debug_lines(reg) == ["standin.func: pin.reseeding < watch.seeding"]
+
+
+def test_two_import_hooks_on_one_module_both_apply(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metric hooks and a resume's save hooks both wait for ``transformers.trainer``: each
+    finder asks the finders after it for the module, so without a guard they asked each other
+    forever (RecursionError: the script's import failed)."""
+    (tmp_path / "hooked_twice.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[str] = []
+    first = metric_hooks.PatchOnImport({"hooked_twice": lambda m: seen.append("metric")})
+    second = metric_hooks.PatchOnImport({"hooked_twice": lambda m: seen.append("saves")},
+                                        "checkpoint.saves")
+    try:
+        first.install()
+        second.install()
+        module = __import__("hooked_twice")
+    finally:
+        second.uninstall()
+        first.uninstall()
+        sys.modules.pop("hooked_twice", None)
+    assert module.VALUE == 1 and sorted(seen) == ["metric", "saves"]

@@ -70,7 +70,15 @@ SAMPLES: dict[str, tuple[list[str] | None, Any, Any, Check]] = {
                lambda o: o.across == ("threads=1,2",)),
     "distributed": (["--nproc-per-node", "2"], None, DistOptions(nproc_per_node=2),
                     lambda o: o.distributed is not None and o.distributed.nproc_per_node == 2),
+    "resume_at": (["--at", "3"], 3, 3, lambda o: o.resume_at == 3),
+    "resume_args": (["--resume-args", "--resume {checkpoint}"], "--resume {checkpoint}",
+                    "--resume {checkpoint}", lambda o: o.resume_args == "--resume {checkpoint}"
+                    and o.resumed_args("C") == ["--resume", "C"]),
+    "checkpoint": (["--checkpoint", "out/*.pkl"], "out/*.pkl", "out/*.pkl",
+                   lambda o: o.checkpoint == "out/*.pkl"),
 }
+#: the options only ``resume`` reads (the API's resume() takes ``resume_at`` as ``at``)
+RESUME = ("resume_at", "resume_args", "checkpoint")
 TARGET = "x:main"
 
 
@@ -86,7 +94,7 @@ def test_every_option_of_the_table_has_a_sample() -> None:
 def parser_with(flag: str) -> Any:
     """The first command's parser that has ``flag`` (every one takes TARGET first)."""
     for make in (parsers.build_parser, parsers.record_parser, parsers.verify_parser,
-                 parsers.build_diagnose_parser):
+                 parsers.build_diagnose_parser, parsers.resume_parser):
         p = make()
         if any(flag in a.option_strings for a in p._actions):  # noqa: SLF001 - argparse's own
             return p
@@ -148,10 +156,11 @@ class Kept:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[RunOptions, InternalSettings]] = []
-        from repro_check import verdict
+        from repro_check import resume_check, verdict
         from repro_check.diagnose import across
         from repro_check.gate import record, verify
 
+        monkeypatch.setattr(resume_check, "run_resume", self.keep)
         monkeypatch.setattr(verdict, "run_check", self.keep)
         monkeypatch.setattr(across, "run_across", self.keep)
         monkeypatch.setattr(record, "record_golden", self.keep)
@@ -193,8 +202,37 @@ def test_every_pytest_keyword_reaches_the_options(monkeypatch: pytest.MonkeyPatc
 
 def test_the_pytest_keywords_are_the_tables() -> None:
     assert set(pytest_plugin.OPTIONS) == {s.name for s in OPTIONS if s.pytest} | {"golden"}
-    # what a test cannot use: options that make another kind of run
-    assert {s.name for s in OPTIONS if not s.pytest} == {"across", "distributed"}
+    # what a test cannot use: options that make another kind of run (resume's are
+    # assert_resumes' keywords)
+    assert {s.name for s in OPTIONS if not s.pytest} == {"across", "distributed", *RESUME}
+
+
+@pytest.mark.parametrize("name", [n for n in SAMPLES if n not in ("runs", "across")])
+def test_resume_builds_its_options_as_every_front_end_does(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str) -> None:
+    """``repro_check.resume``, ``assert_resumes`` and ``repro-check resume`` (flags and config)
+    take every option (``runs`` and ``--across`` excepted: a resume is three runs of its own)
+    through the one builder."""
+    flags, value_toml, value, check = SAMPLES[name]
+    kept = Kept(monkeypatch)
+    base = {"at": 2} if name != "resume_at" else {}
+    keyword = "at" if name == "resume_at" else name
+    assert repro_check.resume(TARGET, **base, **{keyword: value}) == "kept"
+    if name != "distributed":
+        pytest_plugin.run_resume_check(TARGET, **{"at": 2, **{keyword: value}})
+    for opts, _ in kept.calls:
+        assert check(opts), opts
+    if name != "resume_at":
+        assert all(o.resume_at == 2 for o, _ in kept.calls)
+    if flags is not None and name in RESUME:
+        own, target_args = parsers.split_argv(flags)
+        ns = parsers.resume_parser().parse_args([TARGET, *own])
+        assert check(options_for(ns, load(start=Path("/nonexistent")), TARGET, None,
+                                 target_args))
+        spec = SPECS[name]
+        cfg = load(start=project(tmp_path, f"{spec.key} = {toml(value_toml)}"))
+        assert check(options_for(parsers.resume_parser().parse_args([TARGET]), cfg, TARGET,
+                                 None, None))
 
 
 def test_one_value_means_the_same_from_every_front_end(tmp_path: Path,

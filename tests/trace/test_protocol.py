@@ -12,8 +12,8 @@ from repro_check.run.options import RunOptions
 from repro_check.trace import format as trace_format
 from repro_check.trace.protocol import (VERSION, ErrorRecord, FlaggedRecord, HeaderRecord,
                                         InfoRecord, MetricsRecord, OtherRecord, ProbeRecord,
-                                        ProtocolError, RunConfig, StepRecord, WarningRecord,
-                                        record_of)
+                                        ProtocolError, ResumeSettings, RunConfig, StepRecord,
+                                        WarningRecord, record_of)
 
 
 def _config() -> RunConfig:
@@ -27,6 +27,16 @@ def test_a_configuration_is_read_back_as_it_was_written() -> None:
     config = _config()
     assert RunConfig.from_json(config.to_json()) == config
     assert RunConfig.from_json(config.to_json().encode()) == config  # as read from a descriptor
+
+
+def test_a_resume_run_is_told_its_part_and_reads_it_back() -> None:
+    """A run of ``repro-check resume`` learns its role, where to stop and where its copy goes
+    through the configuration, typed, as everything else it is told."""
+    told = _config().replace(resume=ResumeSettings("interrupted", stop_at=4, copy_dir="/tmp/c",
+                                                   checkpoint="out/*.pkl", lock="/tmp/l"))
+    back = RunConfig.from_json(told.to_json())
+    assert back == told and back.resume is not None and back.resume.stop_at == 4
+    assert RunConfig.from_json(_config().to_json()).resume is None  # a plain run: none
 
 
 def test_lists_given_to_a_configuration_become_tuples() -> None:
@@ -56,6 +66,8 @@ def test_the_configuration_is_made_from_the_run_options() -> None:
     ({"seed": "7"}, "'seed' is not a whole number"),
     ({"args": "--lr"}, "'args' is not a list of strings"),
     ({"printed_metrics": [["only-a-name"]]}, "are not pairs"),
+    ({"resume": {"role": "paused"}}, "names no role of a resume"),
+    ({"resume": {"role": "interrupted", "stop_at": "4"}}, "'stop_at' is not a whole number"),
 ])
 def test_a_run_refuses_a_configuration_of_another_version_or_a_broken_one(
         change: dict[str, object], why: str) -> None:

@@ -1,0 +1,320 @@
+"""``resume``: does a run stopped at a checkpoint and resumed match the run that never stopped?
+
+Three runs under the same seeding: the **reference**, uninterrupted, and the **interrupted**
+run, stopped right after the first checkpoint it writes at or after step ``--at`` (its copy kept
+in the trace folder), go in parallel; then the **resumed** run, a fresh process with
+``--resume-args`` appended to the target's arguments (``{checkpoint}`` replaced by the copy's
+path). The resumed run's step ``i`` is compared with the reference's step ``C + i``, and its
+final metrics with the reference's. Before that the interrupted run is compared with the
+reference up to ``C``: when they differ the reference is not reproducible itself, and no
+checkpoint is blamed.
+
+No DataLoader gets a generator of repro-check's in these runs (the ``dataloader`` seeding
+component only seeds the workers): the script could not save that generator, and a correct
+resume would look wrong.
+
+Above the runner (:mod:`repro_check.run`) and ``check`` (:mod:`repro_check.verdict`), whose
+report it finishes; what each run is told of its part is the
+:class:`~repro_check.trace.protocol.ResumeSettings` of its :class:`RunConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from repro_check.compare import resume as attribution
+from repro_check.compare.feed import NullListener
+from repro_check.compare.steps import Comparison, ComparisonResult, Policy
+from repro_check.distributed.launch import Distributed
+from repro_check.report.model import CheckpointInfo, Report, ResumePart
+from repro_check.run.options import PLAIN, InternalSettings, RunOptions
+from repro_check.run.replay import replay_line
+from repro_check.run.runner import RunSpec
+from repro_check.run.session import Outcome, Session, failure
+from repro_check.trace import values
+from repro_check.trace.protocol import (InfoRecord, MetricsRecord, Record, ResumeSettings,
+                                        StepRecord)
+from repro_check.trace.results import Listener, RunResult
+from repro_check.verdict import finished_report
+
+#: points kept of each loss curve for the reports
+CURVE_POINTS = 2000
+#: the placeholder in ``--resume-args``
+PLACEHOLDER = "{checkpoint}"
+
+
+class Collector:
+    """Keeps every step, the metrics and the checkpoint records of the runs (a resume compares
+    after the fact: the step the resumed run starts from is known only once the interrupted run
+    saved), each run's by rank under torchrun (``None``: a plain run), and passes events on to
+    the caller's listener."""
+
+    def __init__(self, listener: Listener | None) -> None:
+        self.listener = listener or NullListener()
+        #: run -> rank -> step -> signals
+        self.steps: dict[int, dict[int | None, dict[int, dict[str, Any]]]] = {}
+        #: run -> rank -> metrics
+        self.metrics: dict[int, dict[int | None, dict[str, Any]]] = {}
+        self.checkpoint: dict[int, dict[str, Any]] = {}
+        self.saves: dict[int, list[int]] = {}
+        self.uses_dataloader = False
+
+    def run_started(self, index: int) -> None:
+        self.listener.run_started(index)
+
+    def event(self, index: int, event: Record) -> None:
+        if isinstance(event, StepRecord):
+            self.steps.setdefault(index, {}).setdefault(event.rank, {})[event.step] = \
+                event.signals
+            self.uses_dataloader = self.uses_dataloader or "batch" in event.signals
+        elif isinstance(event, MetricsRecord):
+            self.metrics.setdefault(index, {}).setdefault(event.rank, {}).update(event.metrics)
+        elif isinstance(event, InfoRecord):
+            if event.checkpoint is not None and index not in self.checkpoint:
+                self.checkpoint[index] = event.checkpoint
+            elif event.save is not None:
+                step = event.save.get("step")
+                if isinstance(step, int) and len(self.saves.setdefault(index, [])) < 20:
+                    self.saves[index].append(step)
+        self.listener.event(index, event)
+
+    def run_finished(self, result: RunResult) -> None:
+        self.listener.run_finished(result)
+
+    def ranks(self, index: int) -> list[int | None]:
+        """The ranks run ``index`` recorded steps or metrics of (``[None]``: a plain run)."""
+        found = set(self.steps.get(index, {})) | set(self.metrics.get(index, {}))
+        return sorted(found, key=lambda r: -1 if r is None else r) or [None]
+
+    def steps_of(self, index: int, rank: int | None) -> dict[int, dict[str, Any]]:
+        return self.steps.get(index, {}).get(rank, {})
+
+    def metrics_of(self, index: int, rank: int | None) -> dict[str, Any]:
+        return self.metrics.get(index, {}).get(rank, {})
+
+
+def _checkpoint_info(record: dict[str, Any]) -> CheckpointInfo:
+    got = record.get("contents")
+    contents: dict[str, Any] = got if isinstance(got, dict) else {}
+    keys = [str(k) for k in contents.get("keys", []) if isinstance(k, str)][:40]
+    kinds = {str(k): str(v) for k, v in (contents.get("kinds") or {}).items()}
+    return CheckpointInfo(step=int(record.get("step", 0)), path=str(record.get("path", "")),
+                          copy=record.get("copy") if isinstance(record.get("copy"), str) else None,
+                          kind=str(record.get("kind", "?")), keys=keys, kinds=kinds,
+                          rng=[str(s) for s in contents.get("rng", [])][:4],
+                          stopped_after=float(record["stopped_after"])
+                          if isinstance(record.get("stopped_after"), (int, float)) else None)
+
+
+def _compare(ref: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]], *, first: int,
+             last_ref: int, offset: int, other_steps: int, policy: Policy,
+             metrics: tuple[dict[str, Any], dict[str, Any]] | None,
+             complete: bool = True) -> ComparisonResult:
+    """The reference's steps ``first..last_ref`` against ``other``'s steps numbered ``+offset``."""
+    cmp = Comparison(2, policy)
+    for step in range(first, last_ref + 1):
+        if step in ref:
+            cmp.add_step(1, step, ref[step])
+    for step in sorted(other):
+        if step + offset >= first:
+            signals = {k: v for k, v in other[step].items()
+                       if k not in (attribution.PARAMS_IN, "init")}
+            cmp.add_step(2, step + offset, signals)
+    cmp.end(1, last_ref)
+    cmp.end(2, other_steps + offset, complete=complete)
+    if metrics is not None:
+        cmp.set_metrics(1, metrics[0])
+        cmp.set_metrics(2, metrics[1])
+    return cmp.result()
+
+
+def compare_by_rank(feed: Collector, other: int, *, first: int, last_ref: int, offset: int,
+             other_steps: int, policy: Policy, metrics: bool
+             ) -> tuple[ComparisonResult, int | None]:
+    """The reference (run 1) against run ``other``, rank by rank (one comparison for a plain
+    run): the comparison of the rank whose divergence comes first (the lowest rank on a tie, and
+    rank 0's, or the plain run's, when none diverges) and that rank."""
+    best: tuple[ComparisonResult, int | None] | None = None
+    for rank in feed.ranks(1):
+        result = _compare(feed.steps_of(1, rank), feed.steps_of(other, rank), first=first,
+                          last_ref=last_ref, offset=offset, other_steps=other_steps,
+                          policy=policy, metrics=(feed.metrics_of(1, rank),
+                                                  feed.metrics_of(other, rank))
+                          if metrics else None)
+        diverged = result.divergence is not None or bool(result.metric_divergences)
+        if best is None:
+            best = (result, rank)
+        elif diverged:
+            was = best[0]
+            was_diverged = was.divergence is not None or bool(was.metric_divergences)
+            step = result.first_divergent_step
+            was_step = was.first_divergent_step
+            if not was_diverged or (step is not None and (was_step is None or step < was_step)):
+                best = (result, rank)
+    assert best is not None
+    return best
+
+
+def _curve(steps: dict[int, dict[str, Any]], offset: int = 0) -> list[tuple[int, float]]:
+    out = []
+    for step in sorted(steps):
+        loss = steps[step].get("loss")
+        if isinstance(loss, dict):
+            try:
+                out.append((step + offset, values.to_float(loss)))
+            except (TypeError, ValueError):
+                continue
+    if len(out) > CURVE_POINTS:
+        every = -(-len(out) // CURVE_POINTS)
+        out = out[::every]
+    return out
+
+
+def _put_back(copy: str, path: str) -> None:
+    """The copy put back where the script saved it, for a script that finds its own checkpoint
+    (the reference may have written that path since)."""
+    try:
+        if os.path.isdir(copy):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            shutil.copytree(copy, path, symlinks=True)
+        else:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            shutil.copy2(copy, path)
+    except OSError:
+        pass  # the resumed run reads what is there; a failure to read shows as its own
+
+
+def _told(spec: RunSpec, resume: ResumeSettings, **changes: Any) -> RunSpec:
+    """``spec`` with its run told its part in the resume (and ``changes`` to what it is told)."""
+    return dataclasses.replace(spec, told=spec.told.replace(resume=resume, **changes))
+
+
+def run_resume(options: RunOptions, listener: Listener | None = None,
+               internal: InternalSettings = PLAIN) -> Report:
+    """The reference and the interrupted run in parallel, then the resumed run; the report of the
+    comparison (``report.resume``: the checkpoint, what it holds, what was not restored).
+
+    Raises :class:`UsageError` (exit 2) for bad options or a TARGET that cannot be resolved; a
+    run that fails, a script that saves no checkpoint at or after ``--at``, a checkpoint that
+    vanished are ``report.error`` (exit 3). ``internal``: the API's ``policy=``."""
+    options.validate_resume()
+    at = options.resume_at
+    assert at is not None
+    policy = options.policy(internal.policy_override)
+    options = options.replace(runs=2, fail_fast=False)
+    # under torchrun each run is a job, every rank recorded; the checkpoint is the first save of
+    # any rank (rank 0's, as usual)
+    dist = Distributed(options.distributed, 2) if options.distributed is not None else None
+    session = Session(options, runs=2, launcher=dist, share_threads=True, internal=internal)
+    copy_dir = session.folder / "checkpoint"
+    # the reference and the interrupted run save one at a time: they write the same paths
+    base = ResumeSettings("reference", checkpoint=options.checkpoint,
+                          lock=str(session.folder / "saves.lock"))
+    jobs = dist.jobs(options.jobs, session.default_jobs(dist.local_ranks)) if dist is not None \
+        else options.jobs or session.default_jobs()
+    reference, interrupted = session.specs(jobs)
+    specs = [dataclasses.replace(_told(reference, base),
+                                 trace_path=session.folder / "run-1-reference.jsonl"),
+             dataclasses.replace(_told(interrupted, dataclasses.replace(
+                 base, role="interrupted", stop_at=at, copy_dir=str(copy_dir))),
+                 trace_path=session.folder / "run-2-interrupted.jsonl")]
+    feed = Collector(listener)
+    part = ResumePart(at=at, resume_args=options.resume_args)
+    # a torchrun job whose saving rank ended is stopped whole: its other ranks would wait in
+    # their next collective for the one that ended
+    outcome = session.run(feed, jobs, specs=specs,
+                          stop_run=(lambda i: i == 2 and 2 in feed.checkpoint)
+                          if dist is not None else None)
+    results = list(outcome.results)
+
+    def report_of(result: ComparisonResult | None, error: str | None) -> Report:
+        out = Outcome(results, outcome.interrupted, outcome.folder)
+        cmp = result if result is not None else Comparison(2, policy).result()
+        report = finished_report(options, out, cmp, policy, feed.uses_dataloader,
+                                 runs=len(results))
+        report.comparison = result
+        if error is not None:
+            report.error = error
+        report.resume = part
+        extra = ["--at", str(at)]
+        if options.resume_args is not None:
+            # one word when it starts with a dash (--resume-args=--init_from=resume): argparse
+            # would take a dashed value after a space for a flag of its own
+            extra += [f"--resume-args={options.resume_args}"] \
+                if options.resume_args.startswith("-") else ["--resume-args", options.resume_args]
+        if options.checkpoint:
+            extra += ["--checkpoint", options.checkpoint]
+        if options.distributed is not None:
+            extra += options.distributed.cli_args()
+        report.replay = replay_line(options, subcommand="resume", extra=extra)
+        part.steps = {name: r.steps for name, r in zip(("reference", "interrupted", "resumed"),
+                                                       results)}
+        return report
+
+    if outcome.interrupted:
+        return report_of(None, None)
+    error = failure(results, Comparison(2).result()) if any(r.failed for r in results) else None
+    if error:
+        return report_of(None, error.replace("run 1", "the reference (run 1)")
+                         .replace("run 2", "the interrupted run (run 2)"))
+    record = feed.checkpoint.get(2)
+    if record is None:
+        saves = feed.saves.get(2, []) + feed.saves.get(1, [])
+        seen = (f"it saved after step(s) {', '.join(map(str, sorted(set(saves))[:10]))}"
+                if saves else "it saved none that repro-check could see (torch.save, "
+                "safetensors, torch.distributed.checkpoint, Lightning, the HF Trainer; name "
+                "the file with --checkpoint PATH_OR_GLOB)")
+        return report_of(None, f"the script wrote no checkpoint at or after step {at} in "
+                               f"{results[1].steps} steps: {seen}")
+    part.checkpoint = info = _checkpoint_info(record)
+    part.earlier_saves = feed.saves.get(2, [])
+    if record.get("error") or info.copy is None:
+        return report_of(None, str(record.get("error") or "the checkpoint was not copied"))
+    c = info.step
+    ref_steps = results[0].steps
+    prefix, rank = compare_by_rank(feed, 2, first=1, last_ref=c, offset=0,
+                            other_steps=min(results[1].steps, c), policy=policy, metrics=False)
+    part.reference_reproducible = prefix.divergence is None
+    if not part.reference_reproducible:
+        part.curves = {"reference": _curve(feed.steps_of(1, rank)),
+                       "interrupted": _curve(feed.steps_of(2, rank))}
+        return report_of(prefix, None)
+    if not os.path.exists(info.copy):
+        return report_of(None, f"the checkpoint's copy {info.copy} vanished before the resumed "
+                               "run could start")
+    if options.resume_args is None or PLACEHOLDER not in options.resume_args:
+        _put_back(info.copy, info.path)
+    resumed_spec = dataclasses.replace(
+        _told(reference, dataclasses.replace(base, role="resumed"),
+              run=3, args=tuple(options.resumed_args(info.copy)),
+              max_steps=options.max_steps - c if options.max_steps is not None else None),
+        trace_path=session.folder / "run-3-resumed.jsonl")
+    second = session.run(feed, 1, specs=[resumed_spec])
+    results.append(second.results[0] if second.results else RunResult(3, status="cancelled"))
+    if second.interrupted:
+        outcome = Outcome(results, True, outcome.folder)
+        return report_of(None, None)
+    resumed = results[2]
+    if resumed.failed:
+        args = f" with --resume-args {options.resume_args!r}" if options.resume_args else ""
+        why = resumed.describe_failure().replace("run 3", "the resumed run (run 3)", 1)
+        return report_of(None, f"{why}{args}")
+    result, rank = compare_by_rank(feed, 3, first=c + 1, last_ref=ref_steps, offset=c,
+                            other_steps=resumed.steps, policy=policy, metrics=True)
+    ref, mine = feed.steps_of(1, rank), feed.steps_of(3, rank)
+    result.metrics = {1: feed.metrics_of(1, rank), 2: {}, 3: feed.metrics_of(3, rank)}
+    part.curves = {"reference": _curve(ref), "resumed": _curve(mine, c)}
+    if result.divergence is not None or result.metric_divergences:
+        part.not_restored = attribution.attribute(
+            ref, mine, c, ref_steps, resumed.steps, result.first_divergent_step,
+            resumed.generators)
+    return report_of(result, None)
+
+
+def trace_folder(report: Report) -> Path | None:
+    return Path(report.trace_dir) if report.trace_dir else None
