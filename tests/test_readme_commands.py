@@ -74,6 +74,15 @@ FULL_MNIST = "DIR is the full MNIST, which a fresh clone does not have: the embe
 SECOND_TORCH = "needs a second torch installed from the network by the command before it"
 
 KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
+    # ---- README: across workers, start methods, compile and revisions; bisect
+    "repro-check loaders.py:main --across workers=0,2 -- --augment global":
+        Run(run="repro-check loaders.py:main --across workers=0,2 --max-steps 2 -- --augment "
+                "global", codes=(1,), why=CHEAP),
+    "repro-check model.py:main --across rev=main,WORKTREE":
+        Skip("needs a git repository with a main branch and a model.py (tests/run/"
+             "test_across_axes.py makes one)"),
+    "repro-check bisect v1.2 HEAD model.py:main -- --steps 20":
+        Skip("needs a git repository with a history (tests/gate/test_bisect.py makes one)"),
     # ---- README: the opening example and the two make targets
     "cd fixtures && repro-check train:main --seed 123":
         Run(run="repro-check train:main --seed 123 --max-steps 3", why=CHEAP),

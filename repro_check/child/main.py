@@ -100,6 +100,10 @@ def main() -> int:
     target = targets.Target(**config["target"])
     header = _header(config, target, done, started)
     recorder, overrides = _install(config, emit, header, done)
+    if config.get("overrides"):  # an --across environment's workers or start method
+        from repro_check.child import overrides as imposed
+
+        imposed.install(config["overrides"], lambda text: emit({"warning": text}))
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target creates is collected as usual, at exit too.

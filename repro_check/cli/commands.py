@@ -225,6 +225,38 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
     return finish(reports, "verify", out)
 
 
+# ---- bisect ------------------------------------------------------------------------------------
+def bisect_command(argv: Sequence[str]) -> ExitCode:
+    from repro_check.gate.bisect import plan as bisect_plan
+    from repro_check.gate.bisect import run_bisect
+    from repro_check.report.terminal import make_console
+
+    ns, target_args, cfg = parsed(parsers.bisect_parser(), argv)
+    if not ns.target:
+        raise UsageError("bisect needs GOOD BAD TARGET")
+    out = outputs(ns, cfg, [("TARGET", target_file(ns.target))]
+                  + ([("golden", ns.golden)] if ns.golden else []),
+                  [("--report", ns.report_path)])
+    html_path = html_path_of(ns)
+    tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
+    tol.policy()  # a bad value fails before any run
+    options = options_for(ns, cfg, ns.target, cfg.entry(ns.target), target_args, tolerances=tol,
+                          runs=1)
+    bisect_plan(ns.good, ns.bad)  # a repository, two commits in order: before any run
+    if ns.golden:
+        from repro_check.gate.verify import prepare
+
+        prepare(options, ns.golden)
+    errors = make_console(stderr=True)
+    log = None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False))
+    with progress(ns, options, 1) as listener:
+        report = run_bisect(options, ns.good, ns.bad, ns.golden, listener, log)
+    printer(out)(report)
+    if html_path:
+        html_report(report, html_path, None)
+    return finish([report], "bisect", out)
+
+
 # ---- diff --------------------------------------------------------------------------------------
 def diff_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.gate.diff import diff_traces
@@ -308,4 +340,5 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
 COMMANDS: dict[str, Callable[[Sequence[str]], ExitCode]] = {
     "check": check_command, "record": record_command, "verify": verify_command,
     "diff": diff_command, "doctor": doctor_command, "diagnose": diagnose_command,
+    "bisect": bisect_command,
 }

@@ -205,6 +205,13 @@ class AcrossPair:
     drift: Drift | None = None
     metrics: list[dict[str, Any]] = field(default_factory=list)
     environment_differences: list[str] = field(default_factory=list)
+    #: with a workers or start axis: whether every step's batch has the same fingerprint, the
+    #: first step whose batch differs, the main process's random streams that differ (what the
+    #: data loading draws from), and the reading of it in words
+    batches_identical: bool | None = None
+    first_batch_step: int | None = None
+    worker_draw: list[str] = field(default_factory=list)
+    loading_note: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -222,7 +229,10 @@ class AcrossPair:
                 "localization": self.localization,
                 "drift": self.drift.to_dict() if self.drift is not None else None,
                 "metrics": self.metrics,
-                "environment_differences": self.environment_differences}
+                "environment_differences": self.environment_differences,
+                "batches_identical": self.batches_identical,
+                "first_batch_step": self.first_batch_step, "worker_draw": self.worker_draw,
+                "loading_note": self.loading_note}
 
 
 @dataclass
@@ -235,6 +245,10 @@ class AcrossPart:
     runs_per_cell: int = 1
     #: each deterministic=on cell beside its off twin: seconds per step and their ratio
     price: list[dict[str, Any]] = field(default_factory=list)
+    #: each compile=on cell beside its compile=off twin, the same way (compiling included)
+    compile_price: list[dict[str, Any]] = field(default_factory=list)
+    #: with a rev axis: each revision as written -> {sha, subject, date, author}
+    revisions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def axis(self) -> str:
@@ -266,11 +280,53 @@ class AcrossPart:
             "pairs": [p.to_dict() for p in self.pairs],
             "cells": [c.to_dict() for c in self.cells],
             "price_of_determinism": self.price,
+            "price_of_compile": self.compile_price,
+            "revisions": self.revisions,
         }}
 
 
 def _rounded(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(x, digits)
+
+
+@dataclass
+class BisectPart:
+    """What ``bisect`` adds: GOOD and BAD, every commit tested (good, bad or skip), the first
+    commit that differs and where (step, signal, op, module), the drift, runs and time."""
+
+    good: dict[str, str]
+    bad: dict[str, str]
+    candidates: int
+    #: what each commit is compared with: GOOD's run or a golden
+    reference: str = "GOOD"
+    first_bad: dict[str, str] | None = None
+    tested: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    #: with only skipped commits left: the commits one of which is the first that differs
+    undecided: list[str] = field(default_factory=list)
+    #: BAD itself matches the reference: no commit differs
+    matches: bool = False
+    step: int | None = None
+    signal: str | None = None
+    op: str | None = None
+    module: str | None = None
+    localization: dict[str, Any] | None = None
+    drift: dict[str, Any] | None = None
+    runs: int = 0
+    probe_runs: int = 0
+    seconds: float = 0.0
+    log: str = ""
+    log_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bisect": {
+            "good": self.good, "bad": self.bad, "reference": self.reference,
+            "candidates": self.candidates, "first_bad": self.first_bad, "tested": self.tested,
+            "skipped": self.skipped, "undecided": self.undecided, "matches": self.matches,
+            "step": self.step, "signal": self.signal, "op": self.op, "module": self.module,
+            "localization": self.localization, "drift": self.drift, "runs": self.runs,
+            "probe_runs": self.probe_runs, "seconds": round(self.seconds, 3),
+            "log": self.log_path}}
 
 
 @dataclass
@@ -326,6 +382,7 @@ class Report:
     distributed: DistributedPart | None = None
     across: AcrossPart | None = None
     processes: ProcessesPart | None = None
+    bisect: BisectPart | None = None
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
@@ -471,6 +528,7 @@ class Report:
             **(self.distributed.to_dict() if self.distributed else {}),
             **(self.across.to_dict() if self.across else {}),
             **(self.processes.to_dict() if self.processes else {}),
+            **(self.bisect.to_dict() if self.bisect else {}),
         }
 
     def to_json(self) -> str:

@@ -18,6 +18,21 @@ def summary(report: Report) -> Any:
 
 
 def _layout(report: Report) -> Any:
+    if report.bisect is not None:
+        from rich.console import Group
+        from rich.text import Text
+
+        from repro_check.report.bisect import bisect_lines
+
+        lines = [Text("Bisect", style="bold")]
+        lines += [Text(line) for line in bisect_lines(report.bisect)]
+        inner = report.bisect
+        report.bisect = None
+        try:
+            rest = _layout(report)
+        finally:
+            report.bisect = inner
+        return Group(rest, *lines)
     if report.gate is not None:
         from repro_check.report import gate
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 import os
 import queue
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -89,6 +91,9 @@ class RunSpec:
     launcher: Launcher | None = None
     #: record the processes the target starts, a stream each (see :mod:`repro_check.run.streams`)
     processes: bool = False
+    #: settings imposed inside the run by an --across environment
+    #: (:mod:`repro_check.child.overrides`): ``num_workers``, ``start_method``
+    imposed: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -248,6 +253,7 @@ def run_config(spec: RunSpec, event_fd: int | None) -> dict[str, Any]:
         "warn_only": spec.warn_only,
         "probe_step": spec.probe_step,
         "printed_metrics": [list(rule) for rule in spec.printed_metrics],
+        "overrides": dict(spec.imposed),
     }
 
 
@@ -262,6 +268,23 @@ def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
     pkg_parent = str(Path(__file__).resolve().parents[2])  # the folder that holds repro_check/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), pkg_parent) if p)
     return env
+
+
+#: where torch.compile keeps what it compiled (inductor's kernels, Triton's binaries)
+COMPILE_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def fresh_compile_caches(env: dict[str, str], given: dict[str, str]) -> str | None:
+    """Give the run compile caches of its own, in a new folder (returned, removed when the run
+    ends): a run reusing another's kernels would hide a nondeterministic autotuning choice.
+    Caches the run's environment sets on purpose (``given``: an ``--across env:`` axis) stay."""
+    if all(v in given for v in COMPILE_CACHE_VARS):
+        return None
+    folder = tempfile.mkdtemp(prefix="repro-check-compile-")
+    for var in COMPILE_CACHE_VARS:
+        if var not in given:
+            env[var] = os.path.join(folder, var.split("_")[0].lower())
+    return folder
 
 
 def apply_event(res: Any, ev: dict[str, Any]) -> bool:
@@ -363,18 +386,22 @@ class _LiveRun:
         self.printed = scanproc.scanner(spec.printed_metrics)
         read_fd, write_fd = os.pipe()
         config_fd = -1
+        self.compile_cache: str | None = None
         try:
             config = run_config(spec, write_fd)
             if self.streams is not None:
                 config["processes"] = self.streams.config
             config_fd = runconfig.config_file(config)
             env = run_environment(spec, runconfig.by_descriptor(config_fd))
+            self.compile_cache = fresh_compile_caches(env, spec.extra_env)
             self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
                                                 "repro_check.child"], env,
                                                spec.cwd, pass_fds=(write_fd, config_fd))
         except BaseException:
             os.close(read_fd)
             self.printed.close()
+            if self.compile_cache is not None:
+                shutil.rmtree(self.compile_cache, ignore_errors=True)
             if self.writer is not None:
                 self.writer.abort()
             if self.streams is not None:
@@ -540,6 +567,8 @@ class _LiveRun:
         procs.wait_gone(self.killed)
         for t in self.readers:
             t.join(timeout=1.0)
+        if self.compile_cache is not None:  # its kernels are no other run's
+            shutil.rmtree(self.compile_cache, ignore_errors=True)
         res = self.result
         res.returncode = returncode
         res.seconds = time.monotonic() - self.started
