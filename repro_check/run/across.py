@@ -471,9 +471,28 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
             records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
         loc = compare(step, records_a, records_b)
         loc.detail = across_detail(loc, pair.a)
+        compiled = plan.cells[0].value("compile") != plan.cells[pair.cell - 1].value("compile")
+        if compiled and unmatched(loc):
+            loc.found = False
+            loc.detail = compile_detail(loc, step)
         pair.localization = loc.to_dict()
         if loc.found:
             pair.culprit, pair.culprit_op = loc.module, loc.op
+
+
+def unmatched(loc: Localization) -> bool:
+    """The localization stopped where the two op sequences part (other ops, or one ended), not
+    at an op whose results differ."""
+    return loc.found and loc.inputs_agree is None and not loc.differing_inputs
+
+
+def compile_detail(loc: Localization, step: int) -> str:
+    """Why an eager and a compiled run have no culprit op: their op sequences part."""
+    module = loc.first_module_forward or loc.first_module_backward
+    where = f"; the first module whose output differs is {module!r}" if module else ""
+    return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
+            f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
+            f"eager op, so no single op can be named{where}")
 
 
 #: ops that move or copy a tensor: between devices they are what only the GPU side runs
