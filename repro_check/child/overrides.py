@@ -68,7 +68,7 @@ def _override_loaders(workers: int | None, start: str | None) -> Undo:
         args, kwargs = loader_arguments(args, kwargs, workers, start)
         original(loader, *args, **kwargs)
 
-    DataLoader.__init__ = __init__  # type: ignore[method-assign]
+    DataLoader.__init__ = __init__  # type: ignore[method-assign, assignment]
 
     def undo() -> None:
         DataLoader.__init__ = original  # type: ignore[method-assign]

@@ -187,6 +187,10 @@ def price_lines(part: AcrossPart) -> list[Any]:
         if rows:
             out.append(Text(title, style="bold"))
             out += [Text(f"  {price_text(row)}") for row in rows]
+            out += [Text(f"  whole run, compiling included: {seconds_text(row['on_run_seconds_per_step'])}"
+                         f"/step compiled, {seconds_text(row['off_run_seconds_per_step'])}/step "
+                         "eager", style="dim")
+                    for row in rows if "on_run_seconds_per_step" in row]
     return out
 
 

@@ -327,8 +327,14 @@ def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> 
 def price_of_compile(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> list[dict[str, Any]]:
     """Every compile=on environment beside its compile=off twin, as the price of determinism:
     what torch.compile costs (or saves) per step. With ``measure`` ``run`` the compiling itself
-    is inside the time; with ``loop`` (between the first and the last step) mostly not."""
-    return _price(cells, infos, "compile")
+    is inside the time; with ``loop`` (between the first and the last step) mostly not, so
+    each row also has the whole run over its steps, compiling included (``*_run_seconds_per_step``)."""
+    rows = _price(cells, infos, "compile")
+    by_label = {i.label: i for i in infos}
+    for row in rows:
+        row["on_run_seconds_per_step"] = by_label[row["on"]].per_step
+        row["off_run_seconds_per_step"] = by_label[row["off"]].per_step
+    return rows
 
 
 def _price(cells: Sequence[Cell], infos: Sequence[AcrossCell], axis: str) -> list[dict[str, Any]]:

@@ -4,7 +4,9 @@ across worker counts (one invocation each for an unseeded and a seeded augmentat
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +14,9 @@ from repro_check.errors import UsageError
 from repro_check.report.model import AcrossCell, AcrossPart
 from repro_check.run import axes as ax
 from repro_check.run import revisions
-from repro_check.run.across import compile_warning, price_of_compile
+from repro_check.diagnose.localize import compare
+from repro_check.run.runner import COMPILE_CACHE_VARS
+from repro_check.run.across import compile_detail, compile_warning, price_of_compile, unmatched
 from repro_check.targets import parse
 
 from ..conftest import CliResult, run_cli, run_plain
@@ -61,9 +65,23 @@ def test_price_of_compile_pairs_each_on_with_its_off() -> None:
     (row,) = price_of_compile(cells, infos)
     assert (row["on"], row["off"]) == ("compile=on", "compile=off")
     assert row["ratio"] == pytest.approx(2.0)
+    assert (row["on_run_seconds_per_step"], row["off_run_seconds_per_step"]) == (2.0, 1.0)
     part = AcrossPart(axes=[("compile", ["off", "on"])], cells=infos, pairs=[],
                       compile_price=[row])
     assert part.to_dict()["across"]["price_of_compile"] == [row]
+
+
+def test_eager_and_compiled_op_sequences_that_part_name_no_culprit_op() -> None:
+    def op(name: str, ins: list[str], out: list[str]) -> dict[str, Any]:
+        return {"k": "op", "ph": "forward", "m": "net", "op": name, "in": ins, "out": out}
+
+    eager = [op("aten::mm", ["x", "w"], ["y"]), op("aten::tanh", ["y"], ["t"])]
+    fused = [op("aten::mm", ["x", "w"], ["y"]), op("inductor::cpp_fused_tanh", ["y"], ["t2"])]
+    loc = compare(1, eager, fused)
+    assert unmatched(loc)
+    assert "cannot be matched from op 1 on" in compile_detail(loc, 1)
+    same_ops = [op("aten::mm", ["x", "w"], ["y"]), op("aten::tanh", ["y"], ["t2"])]
+    assert not unmatched(compare(1, eager, same_ops))  # one op, other bits: a culprit
 
 
 # ---- revisions: checkouts that never touch the user's -----------------------------------------
@@ -145,8 +163,10 @@ def unseeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> CliResult:
-    return run_cli("loaders.py:main", "--across", "workers=0,2", "--", "--augment", "indexed",
-                   "--steps", "3", tmp=tmp_path_factory.mktemp("workers-indexed"))
+    """The seeded augmentation, also across start methods: workers=0,2 x start=fork,spawn."""
+    return run_cli("loaders.py:main", "--across", "workers=0,2", "--across", "start=fork,spawn",
+                   "--", "--augment", "indexed", "--steps", "3",
+                   tmp=tmp_path_factory.mktemp("workers-indexed"))
 
 
 def test_a_worker_side_draw_from_an_unseeded_source_differs_across_worker_counts(
@@ -167,6 +187,52 @@ def test_a_seeded_augmentation_gives_the_same_batches_for_any_worker_count(seede
     res = seeded
     assert res.code == 0, res.stdout + res.stderr
     assert res.report is not None
-    (pair,) = res.report["across"]["pairs"]
-    assert pair["bit_identical"] is True and pair["batches_identical"] is True
-    assert pair["worker_draw"] == [] and "identical at every one of 3 steps" in pair["loading_note"]
+    pairs = {p["b"]: p for p in res.report["across"]["pairs"]}
+    assert set(pairs) == {"workers=0, start=spawn", "workers=2, start=fork",
+                          "workers=2, start=spawn"}
+    for pair in pairs.values():
+        assert pair["bit_identical"] is True and pair["batches_identical"] is True
+        assert pair["worker_draw"] == [] and "identical at every one of 3 steps" in pair["loading_note"]
+    assert "start=spawn" in pairs["workers=2, start=spawn"]["loading_note"]
+
+
+# ---- compile: eager against compiled, run to run ---------------------------------------------------
+@pytest.mark.slow
+def test_a_deterministic_compiled_model_repeats_and_is_compared_with_eager(tmp_path: Path) -> None:
+    """compile=off,on with two runs each (minutes on a loaded CPU: inductor compiles C++)."""
+    res = run_cli("compiled.py:main", "--across", "compile=off,on", "--runs", "2", "--",
+                  "--steps", "2", "--deterministic", tmp=tmp_path, timeout=1500)
+    assert res.code in (0, 1), res.stdout + res.stderr
+    assert res.report is not None
+    across = res.report["across"]
+    assert [c["reproducible"] for c in across["cells"]] == [True, True]  # run to run
+    (pair,) = across["pairs"]
+    assert pair["a"] == "compile=off" and pair["b"] == "compile=on"
+    if not pair["identical"]:
+        loc = pair["localization"] or {}
+        assert pair["culprit_op"] or "cannot be matched" in str(loc.get("detail"))
+    (price,) = across["price_of_compile"]
+    assert price["on_run_seconds_per_step"] > 0 and "Price of torch.compile" in res.stdout
+
+
+CACHES = """
+import json, os, sys
+
+def main():
+    with open(sys.argv[1], "a") as fh:
+        fh.write(json.dumps({v: os.environ.get(v) for v in sys.argv[2:]}) + "\\n")
+    return {"x": 1.0}
+"""
+
+
+def test_every_run_compiles_in_cache_folders_of_its_own_removed_after(tmp_path: Path) -> None:
+    script = tmp_path / "caches.py"
+    script.write_text(CACHES)
+    seen = tmp_path / "seen.jsonl"
+    res = run_cli(f"{script}:main", "--", str(seen), *COMPILE_CACHE_VARS, tmp=tmp_path)
+    assert res.code == 0, res.stdout + res.stderr
+    runs = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(runs) == 2
+    folders = [r[v] for r in runs for v in COMPILE_CACHE_VARS]
+    assert all(folders) and len(set(folders)) == 4  # none shared between runs or tools
+    assert not any(Path(f).exists() for f in folders)  # removed when the run ended
