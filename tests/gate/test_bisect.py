@@ -19,7 +19,7 @@ from repro_check.gate import bisect
 from repro_check.run import revisions
 
 from ..conftest import CliResult, cli_env, run_cli, run_plain
-from ..git_repos import five_commits, git, state
+from ..git_repos import commit, five_commits, git, script, state
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +135,22 @@ def test_ctrl_c_leaves_the_checkout_as_it_was(repo: tuple[Path, list[str]], tmp_
     proc.stderr.read()
     assert proc.wait(timeout=120) == 130
     assert state(root) == before
+
+
+def test_bad_that_matches_good_is_exit_0_and_a_good_that_fails_is_exit_3(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "one: broken", {"model.py": script(broken=True)})
+    commit(root, "two: the model", {"model.py": script()})
+    commit(root, "three: a readme", {"README": "notes\n"})
+    same = run_cli("bisect", "HEAD~1", "HEAD", "model.py:main", tmp=tmp_path / "same", cwd=root)
+    assert same.code == 0, same.stdout + same.stderr
+    assert same.report is not None and same.report["bisect"]["matches"] is True
+    assert same.report["bisect"]["first_bad"] is None and same.report["bisect"]["runs"] == 2
+    assert "matches GOOD: no commit differs" in same.stdout
+    broken = run_cli("bisect", "HEAD~2", "HEAD", "model.py:main", tmp=tmp_path / "broken",
+                     cwd=root)
+    assert broken.code == 3, broken.stdout + broken.stderr
+    assert broken.report is not None and "cannot run" in (broken.report["error"] or "")
+    assert broken.report["bisect"]["tested"] == []
