@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from repro_check.compare.steps import Comparison, Policy
 from repro_check.gate.golden import make_parent, write_golden
@@ -10,13 +11,15 @@ from repro_check.report.model import GatePart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.compare.feed import Feed
+from repro_check.run.runner import RunSpec
 from repro_check.run.session import Session, failure
 from repro_check.trace.results import Listener
 from repro_check.trace.atomic import check_writable
 
 
 def record_golden(options: RunOptions, output: str | os.PathLike[str],
-                  listener: Listener | None = None) -> Report:
+                  listener: Listener | None = None,
+                  place: Callable[[RunSpec], RunSpec] | None = None) -> Report:
     """Run the target ``options.runs`` times and save the result as the golden ``output``.
 
     With more than one run, each step keeps the runs' spread (min and max of every scalar), which
@@ -27,7 +30,8 @@ def record_golden(options: RunOptions, output: str | os.PathLike[str],
     make_parent(output)
     check_writable(output, "golden")
     comparison = Comparison(options.runs, Policy())
-    outcome = session.run(Feed(comparison, listener))
+    outcome = session.run(Feed(comparison, listener), specs=None if place is None
+                          else [place(spec) for spec in session.specs()])
     result = comparison.result()
     gate = GatePart("record", output=str(output))
     report = Report(target=options.target or "", args=options.target_args,

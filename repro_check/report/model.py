@@ -203,6 +203,13 @@ class AcrossPair(JsonRecord):
     drift: Drift | None = None
     metrics: list[dict[str, Any]] = field(default_factory=list)
     environment_differences: list[str] = field(default_factory=list)
+    #: with a workers or start axis: whether every step's batch has the same fingerprint, the
+    #: first step whose batch differs, the main process's random streams that differ (what the
+    #: data loading draws from), and the reading of it in words
+    batches_identical: bool | None = None
+    first_batch_step: int | None = None
+    worker_draw: list[str] = field(default_factory=list)
+    loading_note: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -226,6 +233,10 @@ class AcrossPart:
     runs_per_cell: int = 1
     #: each deterministic=on cell beside its off twin: seconds per step and their ratio
     price: list[dict[str, Any]] = field(default_factory=list)
+    #: each compile=on cell beside its compile=off twin, the same way (compiling included)
+    compile_price: list[dict[str, Any]] = field(default_factory=list)
+    #: with a rev axis: each revision as written -> {sha, subject, date, author}
+    revisions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def axis(self) -> str:
@@ -257,11 +268,68 @@ class AcrossPart:
             "pairs": [p.to_dict() for p in self.pairs],
             "cells": [c.to_dict() for c in self.cells],
             "price_of_determinism": self.price,
+            "price_of_compile": self.compile_price,
+            "revisions": self.revisions,
         }}
 
 
 def _rounded(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(x, digits)
+
+
+@dataclass
+class BisectCommit(JsonRecord):
+    """A commit as ``bisect`` names it: hash, subject, author date (ISO 8601) and author."""
+
+    sha: str
+    subject: str = ""
+    date: str = ""
+    author: str = ""
+
+
+@dataclass
+class JudgedCommit(BisectCommit):
+    """A commit ``bisect`` ran: ``good`` (matches the reference), ``bad`` (differs: where) or
+    ``skip`` (the target fails there: why)."""
+
+    verdict: Literal["good", "bad", "skip"] = "good"
+    step: int | None = None
+    signal: str | None = None
+    error: str | None = json_field(default=None, omit_none=True)
+
+
+@dataclass
+class BisectPart(JsonRecord):
+    """What ``bisect`` adds: GOOD and BAD, every commit tested (good, bad or skip), the first
+    commit that differs and where (step, signal, op, module), the drift, runs and time."""
+
+    good: BisectCommit
+    bad: BisectCommit
+    candidates: int
+    #: what each commit is compared with: GOOD's run or a golden
+    reference: str = "GOOD"
+    first_bad: BisectCommit | None = None
+    tested: list[JudgedCommit] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    #: with only skipped commits left: the commits one of which is the first that differs
+    undecided: list[str] = field(default_factory=list)
+    #: BAD itself matches the reference: no commit differs
+    matches: bool = False
+    step: int | None = None
+    signal: str | None = None
+    op: str | None = None
+    module: str | None = None
+    localization: Localization | None = None
+    drift: Drift | None = None
+    runs: int = 0
+    probe_runs: int = 0
+    seconds: float = json_field(default=0.0, digits=3)
+    #: the bisect log's text (``git bisect log``); the JSON has where it is kept
+    log: str = json_field(default="", skip=True)
+    log_path: str | None = json_field(default=None, key="log")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bisect": super().to_dict()}
 
 
 @dataclass
@@ -312,6 +380,7 @@ class Report:
     distributed: DistributedPart | None = None
     across: AcrossPart | None = None
     processes: ProcessesPart | None = None
+    bisect: BisectPart | None = None
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
@@ -445,7 +514,8 @@ class Report:
             "cause_detail": self.cause_detail,
             "cause_location": self.cause_location,
         }
-        parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes)
+        parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes,
+                 self.bisect)
         return merge([core, *(part.to_dict() for part in parts if part is not None)])
 
     def to_json(self) -> str:

@@ -639,7 +639,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("across", "--across", None,
                "run in each environment (--runs times, default once) and compare each with the "
                "first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  deterministic=on,off"
-               "  env:NAME=a,b; repeat for a grid", metavar="AXIS=A,B", action="append",
+               "  workers=0,2  start=fork,spawn  compile=off,on  rev=main,WORKTREE  env:NAME=a,b; "
+               "repeat for a grid", metavar="AXIS=A,B", action="append",
                from_flag=tuple, pytest=False),
     #: its flags are torchrun's (--nproc-per-node, --nnodes, ...): one group, one DistOptions
     OptionSpec("distributed", "--nproc-per-node", None,

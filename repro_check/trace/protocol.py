@@ -77,6 +77,13 @@ def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
+def _optional_bool(data: Mapping[str, Any], key: str) -> bool | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ProtocolError(f"the run configuration's {key!r} is not true or false: {value!r}")
+    return value
+
+
 def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -112,6 +119,12 @@ class RunConfig:
     distributed: str | None = None
     #: recording the processes the target starts: the folder their streams go to
     processes: str | None = None
+    #: what an ``--across`` environment imposes inside the run (:mod:`repro_check.child.overrides`;
+    #: None: left alone): every DataLoader's ``num_workers``, the multiprocessing start method,
+    #: and ``torch.compile`` off (False)
+    num_workers: int | None = None
+    start_method: str | None = None
+    compile: bool | None = None
     #: the trace format the parent reads
     version: int = VERSION
 
@@ -146,6 +159,9 @@ class RunConfig:
             "event_fd": self.event_fd,
             "distributed": self.distributed,
             "processes": self.processes,
+            "num_workers": self.num_workers,
+            "start_method": self.start_method,
+            "compile": self.compile,
         })
 
     @classmethod
@@ -188,6 +204,9 @@ class RunConfig:
             event_fd=_optional_int(data, "event_fd"),
             distributed=_optional_str(data, "distributed"),
             processes=_optional_str(data, "processes"),
+            num_workers=_optional_int(data, "num_workers"),
+            start_method=_optional_str(data, "start_method"),
+            compile=_optional_bool(data, "compile"),
             version=data["version"],
         )
 
