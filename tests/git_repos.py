@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import threading
 from pathlib import Path
+
+from .conftest import cli_env
 
 #: a tiny model; SCALE multiplies its output (an op whose numerics a commit changes), BROKEN
 #: makes the script raise before training
@@ -78,3 +83,45 @@ def state(repo: Path) -> dict[str, str]:
             "worktrees": git(repo, "worktree", "list", "--porcelain"),
             "index": (repo / ".git" / "index").read_bytes().hex(),
             "bisect": str(sorted(p.name for p in (repo / ".git").glob("BISECT_*")))}
+
+
+#: a script that says it has started on the FIFO its first argument names, then trains no further
+#: until it is stopped: a run to interrupt midway, with no guess at how long anything takes
+HANGING = '''import sys
+import time
+
+
+def main():
+    with open(sys.argv[1], "w") as fifo:
+        fifo.write("started\\n")
+    while True:
+        time.sleep(60)
+'''
+
+
+def interrupt_when_started(argv: list[str], cwd: Path, fifo: Path, tmpdir: Path,
+                           timeout: float = 240) -> tuple[int, str]:
+    """Run ``python -m repro_check ARGV`` in a process group of its own, wait until a run of the
+    target writes to ``fifo`` (a named pipe made here), then Ctrl-C the whole group, as a
+    terminal does. Returns the exit status and stderr. ``TMPDIR`` is ``tmpdir``, so the caller
+    can see what temporary folders were left behind."""
+    os.mkfifo(fifo)
+    heard: list[str] = []
+    listener = threading.Thread(target=lambda: heard.append(fifo.read_text()), daemon=True)
+    listener.start()  # opening the FIFO to read waits for the run that opens it to write
+    proc = subprocess.Popen([sys.executable, "-m", "repro_check", *argv], cwd=cwd,
+                            env=cli_env(TMPDIR=str(tmpdir)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        listener.join(timeout)
+        assert heard == ["started\n"], "no run of the target started"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches every process of the group
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if not heard:  # release the listener: its open() waits for a writer
+            with open(fifo, "w"):
+                pass
+    return proc.returncode, err

@@ -5,6 +5,8 @@ across worker counts (one invocation each for an unseeded and a seeded augmentat
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,8 @@ from repro_check.targets import parse
 from repro_check.trace.protocol import RunConfig
 
 from ..conftest import CliResult, run_cli, run_plain
-from ..git_repos import commit, five_commits, git, script, state
+from ..git_repos import (HANGING, commit, five_commits, git, interrupt_when_started, script,
+                         state)
 
 
 @pytest.mark.parametrize("text, says", [
@@ -156,6 +159,54 @@ def test_rev_outside_a_repository_and_unknown_revisions_are_usage_errors(tmp_pat
     assert res.code == 2 and "unknown git revision 'nope'" in res.stderr
 
 
+def test_ctrl_c_mid_run_of_a_revision_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
+    """rev=HEAD,WORKTREE, Ctrl-C to the whole process group while the working tree's run goes:
+    exit 130, the user's files, branch, index, stash and HEAD as they were, no checkout left."""
+    root = tmp_path / "repo"
+    shas = five_commits(root)
+    git(root, "branch", "-q", "topic", shas[2])
+    (root / "model.py").write_text(HANGING)  # uncommitted: the WORKTREE side waits
+    (root / "notes.txt").write_text("untracked\n")
+    before = state(root)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    code, err = interrupt_when_started(
+        ["model.py:main", "--across", "rev=HEAD,WORKTREE", "--trace-dir",
+         str(tmp_path / "traces"), "--", str(tmp_path / "started.fifo")],
+        root, tmp_path / "started.fifo", temp)
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert state(root) == before and (root / "model.py").read_text() == HANGING
+    assert not list(temp.glob("repro-check-rev-*"))  # every checkout removed
+
+
+@pytest.mark.parametrize("axis, says", [
+    ("workers=0,-1", "worker counts are whole numbers from 0, got '-1'"),
+    ("rev=HEAD,nope", "unknown git revision 'nope'"),
+])
+def test_bad_values_of_the_new_axes_are_one_line_and_exit_2_before_any_run(
+        tmp_path: Path, axis: str, says: str) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    commit(root, "one", {"t.py": "def main():\n    pass\n"})
+    res = run_plain("t.py:main", "--across", axis, cwd=root)
+    lines = res.stderr.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1 and says in lines[0], res.stderr
+    assert not (root / ".repro-check").exists()  # nothing ran
+
+
+def test_compile_on_a_script_that_never_compiles_runs_with_a_warning(tmp_path: Path) -> None:
+    script_path = tmp_path / "plain.py"
+    script_path.write_text("def main():\n    return {'x': 1.0}\n")
+    res = run_cli(f"{script_path}:main", "--across", "compile=off,on", tmp=tmp_path)
+    assert res.code == 0, res.stdout + res.stderr
+    assert res.report is not None
+    assert any("never calls torch.compile" in w for w in res.report["warnings"])
+    assert "never calls torch.compile" in " ".join(res.stderr.split())  # said before the runs
+    assert res.stderr.index("warning:") < res.stderr.index("started")
+
+
 # ---- workers: batches compared across worker counts ---------------------------------------------
 @pytest.fixture(scope="module")
 def unseeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
@@ -201,11 +252,23 @@ def test_a_seeded_augmentation_gives_the_same_batches_for_any_worker_count(seede
 
 
 # ---- compile: eager against compiled, run to run ---------------------------------------------------
+def inductor_compiles() -> str | None:
+    """Why torch.compile cannot work here (None: it can): inductor on the CPU compiles C++."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("c++") is None:
+        return "torch.compile on the CPU needs a C++ compiler (g++), and none is installed"
+    return None
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(inductor_compiles() is not None, reason=str(inductor_compiles()))
 def test_a_deterministic_compiled_model_repeats_and_is_compared_with_eager(tmp_path: Path) -> None:
-    """compile=off,on with two runs each (minutes on a loaded CPU: inductor compiles C++)."""
+    """compile=off,on with two runs each: each environment repeats run to run, eager and
+    compiled are compared, and every run compiled in cache folders of its own, removed after
+    (minutes on a loaded CPU: inductor compiles C++ in each compiled run)."""
+    caches = tmp_path / "caches.jsonl"
     res = run_cli("compiled.py:main", "--across", "compile=off,on", "--runs", "2", "--",
-                  "--steps", "2", "--deterministic", tmp=tmp_path, timeout=1500)
+                  "--steps", "2", "--deterministic", "--caches", str(caches), tmp=tmp_path,
+                  timeout=1500)
     assert res.code in (0, 1), res.stdout + res.stderr
     assert res.report is not None
     across = res.report["across"]
@@ -217,6 +280,13 @@ def test_a_deterministic_compiled_model_repeats_and_is_compared_with_eager(tmp_p
         assert pair["culprit_op"] or "cannot be matched" in str(loc.get("detail"))
     (price,) = across["price_of_compile"]
     assert price["on_run_seconds_per_step"] > 0 and "Price of torch.compile" in res.stdout
+    runs = [json.loads(line) for line in caches.read_text().splitlines()]
+    compiled = [r for r in runs if r["compiled"]]
+    assert len(compiled) >= 2 and len(runs) - len(compiled) >= 2  # probe runs may add some
+    assert all(r["TORCHINDUCTOR_CACHE_DIR:filled"] for r in compiled)  # inductor wrote there
+    folders = [r[v] for r in runs for v in COMPILE_CACHE_VARS]
+    assert all(folders) and len(set(folders)) == len(folders)  # no run shares one
+    assert not any(Path(f).exists() for f in folders)  # removed when each run ended
 
 
 CACHES = """
