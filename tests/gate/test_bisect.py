@@ -7,19 +7,18 @@ number of steps) are tested with verdicts given directly, without runs.
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import pytest
 
 from repro_check.errors import UsageError
+from repro_check.report.model import BisectCommit, BisectPart, JudgedCommit
 from repro_check.gate import bisect
 from repro_check.run import revisions
 
-from ..conftest import CliResult, cli_env, run_cli, run_plain
-from ..git_repos import commit, five_commits, git, script, state
+from ..conftest import CliResult, run_cli, run_plain
+from ..git_repos import HANGING, commit, five_commits, git, interrupt_when_started, script, state
 
 
 @pytest.fixture(scope="module")
@@ -120,37 +119,75 @@ def test_not_a_git_repository_is_a_usage_error(tmp_path: Path) -> None:
     assert res.code == 2 and "not in a git repository" in res.stderr
 
 
-def test_ctrl_c_leaves_the_checkout_as_it_was(repo: tuple[Path, list[str]], tmp_path: Path) -> None:
-    root, _ = repo
+def test_ctrl_c_mid_run_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
+    """Ctrl-C to the whole process group while the search runs a commit (GOOD recorded, the
+    bisect's own worktree in the middle of ``git bisect``): exit 130, and the user's files,
+    branch, index, stash and HEAD are as they were, with no checkout left behind."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "one: the model", {"model.py": script()})
+    for n in ("two", "three", "four"):  # every commit after GOOD runs until it is stopped
+        commit(root, f"{n}: waits", {"model.py": HANGING, "n.txt": n})
+    (root / "model.py").write_text(script("3.0"))  # uncommitted work, and a stash
+    git(root, "stash", "-q")
+    (root / "notes.txt").write_text("untracked\n")
+    (root / "n.txt").write_text("changed, uncommitted\n")
     before = state(root)
-    proc = subprocess.Popen([sys.executable, "-m", "repro_check", "bisect", "HEAD~4", "HEAD",
-                             "model.py:main", "--trace-dir", str(tmp_path)], cwd=root,
-                            env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:  # the GOOD checkout exists once its recording is announced
-        if "recording GOOD" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    proc.stderr.read()
-    assert proc.wait(timeout=120) == 130
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    code, err = interrupt_when_started(
+        ["bisect", "HEAD~3", "HEAD", "model.py:main", "--trace-dir", str(tmp_path / "traces"),
+         "--", str(tmp_path / "started.fifo")], root, tmp_path / "started.fifo", temp)
+    assert code == 130, err
+    assert "Traceback" not in err and "testing" in err
     assert state(root) == before
+    assert (root / "n.txt").read_text() == "changed, uncommitted\n"
+    assert not list(temp.glob("repro-check-rev-*"))  # every checkout removed
 
 
 def test_bad_that_matches_good_is_exit_0_and_a_good_that_fails_is_exit_3(tmp_path: Path) -> None:
+    """Through the command line, with run options from [tool.repro-check] (max-steps read, the
+    check's runs not: one run a commit)."""
     root = tmp_path / "repo"
     root.mkdir()
     git(root, "init", "-q", "-b", "main")
     commit(root, "one: broken", {"model.py": script(broken=True)})
     commit(root, "two: the model", {"model.py": script()})
     commit(root, "three: a readme", {"README": "notes\n"})
+    (root / "pyproject.toml").write_text("[tool.repro-check]\nmax-steps = 1\nruns = 5\n")
+    before = state(root)
     same = run_cli("bisect", "HEAD~1", "HEAD", "model.py:main", tmp=tmp_path / "same", cwd=root)
     assert same.code == 0, same.stdout + same.stderr
     assert same.report is not None and same.report["bisect"]["matches"] is True
     assert same.report["bisect"]["first_bad"] is None and same.report["bisect"]["runs"] == 2
+    assert same.report["max_steps"] == 1 and same.report["steps"][-1] == 1  # the config's
     assert "matches GOOD: no commit differs" in same.stdout
+    assert re.search(r"2 run\(s\) .* in \d+\.\d s", same.stdout)  # the count and the time
     broken = run_cli("bisect", "HEAD~2", "HEAD", "model.py:main", tmp=tmp_path / "broken",
                      cwd=root)
     assert broken.code == 3, broken.stdout + broken.stderr
     assert broken.report is not None and "cannot run" in (broken.report["error"] or "")
     assert broken.report["bisect"]["tested"] == []
+    assert state(root) == before
+
+
+def test_the_api_returns_the_typed_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``repro_check.bisect``: the report with its typed part; usage errors raised before any
+    run."""
+    import repro_check
+
+    root = tmp_path / "repo"
+    shas = five_commits(root)
+    monkeypatch.chdir(root)
+    with pytest.raises(UsageError, match="unknown git revision 'nope'"):
+        repro_check.bisect("nope", "HEAD", "model.py:main")
+    report = repro_check.bisect("HEAD~1", "HEAD", "model.py:main", max_steps=1,
+                                trace_dir=str(tmp_path / "traces"))
+    assert report.exit_code == 0 and report.bisect is not None
+    part = report.bisect
+    assert isinstance(part, BisectPart) and part.matches and part.first_bad is None
+    assert isinstance(part.bad, BisectCommit) and part.bad.sha == shas[4]
+    assert part.bad.subject == "five: a readme" and part.runs == 2
+    assert all(isinstance(t, JudgedCommit) for t in part.tested)
+    assert [r.steps for r in report.results][-1] == 1
