@@ -186,13 +186,15 @@ def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
 COMPILE_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-def fresh_compile_caches(env: dict[str, str], given: dict[str, str]) -> str | None:
+def fresh_compile_caches(env: dict[str, str], given: dict[str, str],
+                         under: str | os.PathLike[str] | None = None) -> str | None:
     """Give the run compile caches of its own, in a new folder (returned, removed when the run
-    ends): a run reusing another's kernels would hide a nondeterministic autotuning choice.
-    Caches the run's environment sets on purpose (``given``: an ``--across env:`` axis) stay."""
+    ends; ``under``: made in that folder): a run reusing another's kernels would hide a
+    nondeterministic autotuning choice. Caches the run's environment sets on purpose
+    (``given``: an ``--across env:`` axis) stay."""
     if all(v in given for v in COMPILE_CACHE_VARS):
         return None
-    folder = tempfile.mkdtemp(prefix="repro-check-compile-")
+    folder = tempfile.mkdtemp(prefix="repro-check-compile-", dir=under)
     for var in COMPILE_CACHE_VARS:
         if var not in given:
             env[var] = os.path.join(folder, var.split("_")[0].lower())
