@@ -232,9 +232,8 @@ def bisect_parser() -> argparse.ArgumentParser:
                    help="compare every commit with this golden instead of GOOD's run")
     add_tolerance_options(p)
     add_report_option(p)
-    p.add_argument("--trace-dir", default=None, metavar="DIR",
-                   help="where the runs' traces and the bisect log are kept "
-                        "(default .repro-check/runs)")
+    add_option(p, "trace_dir", help="where the runs' traces and the bisect log are kept "
+                                     "(default .repro-check/runs)")
     return p
 
 
