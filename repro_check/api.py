@@ -129,7 +129,8 @@ def across(
     **run_options: Any,
 ) -> Report:
     """Run ``target`` ``runs`` times (default 1) in each environment of ``axes``
-    (``["threads=1,2", "env:NAME=a,b"]``, a grid when several) and compare each with the first.
+    (``["threads=1,2", "env:NAME=a,b"]``; also ``workers=``, ``start=``, ``compile=``, ``rev=``,
+    docs/across.md; a grid when several) and compare each with the first.
 
     Other run options (``args``, ``seed``, ``max_steps``, ``tolerances``, ...) are keywords as
     :class:`RunOptions` takes them. The report's ``across`` part has one pair per environment:
