@@ -15,7 +15,6 @@ Runs: one for GOOD, about log2(commits) for the search, two probes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +28,7 @@ from repro_check.gate.record import record_golden
 from repro_check.gate.verify import prepare, verify_golden
 from repro_check.report.model import BisectCommit, BisectPart, Report, JudgedCommit
 from repro_check.run import revisions
-from repro_check.run.options import RunOptions
-from repro_check.run.runner import RunSpec
+from repro_check.run.options import InternalSettings, RunOptions
 from repro_check.run.session import Session, make_trace_dir
 from repro_check.trace.results import Listener
 
@@ -81,13 +79,12 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
     say(f"bisect: {len(between)} commit(s) after {good_sha[:12]} up to {bad_sha[:12]}, about "
         f"{max(1, len(between) - 1).bit_length()} run(s) to test them")
     with revisions.Checkouts(root) as checkouts:
-        here = functools.partial(_place, root)
         if golden is None:
             good_dir = checkouts.checkout(good_sha)
             reference = str(make_trace_dir(options.trace_dir) / "good.golden.jsonl")
             say(f"recording GOOD {good_sha[:12]}")
             recorded = record_golden(options, reference, listener,
-                                     place=lambda s: here(s, good_dir))
+                                     InternalSettings(checkout=(str(root), str(good_dir))))
             part.runs += 1
             if recorded.error is not None or recorded.interrupted or \
                     recorded.gate is None or recorded.gate.golden is None:
@@ -103,11 +100,13 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
             reference = golden
         part.reference = "golden" if golden is not None else "GOOD"
         search_dir = checkouts.checkout(bad_sha)
+        #: the search's runs start from its own checkout, which git bisect moves
+        at_search = InternalSettings(checkout=(str(root), str(search_dir)))
         reports: dict[str, Report] = {}
 
         def test(sha: str) -> Report:
             say(f"testing {sha[:12]} ({len(part.tested) + 1})")
-            rep = verify_golden(options, reference, listener, place=lambda s: here(s, search_dir))
+            rep = verify_golden(options, reference, listener, at_search)
             part.runs += 1
             reports[sha] = rep
             verdict: Verdict = "skip" if rep.error is not None else \
@@ -153,8 +152,7 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
                 and not str(part.signal).startswith("metric:"):
             good_dir = checkouts.checkout(good_sha)
             search_at(search_dir, found)
-            _localize(part, options, part.step, lambda s: here(s, good_dir),
-                      lambda s: here(s, search_dir), say)
+            _localize(part, options, part.step, root, good_dir, search_dir, say)
         return _finish(report, part, started)
 
 
@@ -190,10 +188,6 @@ def search_at(folder: Path, sha: str) -> None:
     revisions.git(folder, "checkout", "--quiet", "--detach", sha)
 
 
-def _place(root: Path, spec: RunSpec, folder: Path) -> RunSpec:
-    return revisions.relocate(spec, root, folder)
-
-
 def _found(out: str) -> str | None:
     for line in out.splitlines():
         if line.rstrip().endswith(FOUND):
@@ -222,17 +216,15 @@ def _drift(part: BisectPart, reference: str, report: Report) -> None:
 
 
 def _localize(part: BisectPart, options: RunOptions, step: int,
-              place_good: Callable[[RunSpec], RunSpec], place_bad: Callable[[RunSpec], RunSpec],
-              say: Log) -> None:
+              root: Path, good_dir: Path, bad_dir: Path, say: Log) -> None:
     """A probe run at GOOD and at the first commit that differs, to the first divergent step;
     the first op whose result differs is named."""
     session = Session(options, runs=2)
     specs = session.specs()
-    probes = [place(dataclasses.replace(spec, told=spec.told.replace(max_steps=step,
-                                                                     probe_step=step),
-                                        trace_path=session.folder / f"probe-{name}.jsonl"))
-              for place, spec, name in ((place_good, specs[0], "good"),
-                                        (place_bad, specs[1], "first-bad"))]
+    probes = [revisions.relocate(dataclasses.replace(
+        spec, told=spec.told.replace(max_steps=step, probe_step=step),
+        trace_path=session.folder / f"probe-{name}.jsonl"), root, folder)
+        for folder, spec, name in ((good_dir, specs[0], "good"), (bad_dir, specs[1], "first-bad"))]
     say(f"localization: 2 probe runs to step {step}, recording every op of it")
     collector = Collector()
     outcome = session.run(collector, 2, specs=probes)

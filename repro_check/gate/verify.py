@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
 from typing import Any
 
 from repro_check.compare.steps import Comparison
@@ -24,7 +23,6 @@ from repro_check.run.options import PLAIN, InternalSettings, RecordedSettings, R
 from repro_check.run.replay import replay_line
 from repro_check.trace.results import Listener, RunResult
 from repro_check.compare.feed import NullListener
-from repro_check.run.runner import RunSpec
 from repro_check.run.session import Session, failure
 from repro_check.trace.format import TraceStream
 from repro_check.trace.protocol import MetricsRecord, Record, StepRecord
@@ -128,8 +126,7 @@ def prepare(options: RunOptions, golden: str | os.PathLike[str]) -> Prepared:
 
 
 def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
-                  listener: Listener | None = None, internal: InternalSettings = PLAIN,
-                  place: Callable[[RunSpec], RunSpec] | None = None) -> Report:
+                  listener: Listener | None = None, internal: InternalSettings = PLAIN) -> Report:
     """Run the target once and compare it step by step with the golden trace ``golden``.
 
     What ``options`` leaves unset (seed, seeding, threads, max steps, the target's arguments)
@@ -148,8 +145,7 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     feed = GoldenFeed(comparison, stream, listener, scanned)
     stop = comparison.settled_divergence if options.fail_fast else None
     try:
-        outcome = session.run(feed, 1, stop, specs=None if place is None
-                              else [place(spec) for spec in session.specs(1)])
+        outcome = session.run(feed, 1, stop)
     finally:
         stream.close()
     run = dataclasses.replace(outcome.results[0], index=2) if outcome.results \
