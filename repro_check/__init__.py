@@ -22,7 +22,7 @@ from repro_check.version import __version__
 
 if TYPE_CHECKING:
     from repro_check.child.capture import log_metric
-    from repro_check.api import across, check, diff, record, resume, verify
+    from repro_check.api import across, bisect, check, diff, record, resume, verify
     from repro_check.report.model import Report
     from repro_check.run.options import RunOptions
 
@@ -37,6 +37,7 @@ __all__ = [
     "TraceFileError",
     "UsageError",
     "across",
+    "bisect",
     "check",
     "diff",
     "log_metric",
@@ -53,7 +54,7 @@ def __getattr__(name: str) -> Any:
         from repro_check.child.capture import log_metric
 
         return log_metric
-    if name in ("across", "check", "verify", "record", "diff", "resume"):
+    if name in ("across", "bisect", "check", "verify", "record", "diff", "resume"):
         # on first use: ``import repro_check`` loads none of it
         from repro_check import api
 

@@ -10,7 +10,7 @@ the fields of :class:`RunOptions`, and the parts of its tolerances one by one (`
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from repro_check.compare.steps import Policy
@@ -24,9 +24,9 @@ from repro_check.run.options import (
     build_options,
     keyword_values,
 )
-from repro_check.run.runner import Listener
+from repro_check.trace.results import Listener
 
-__all__ = ["RunOptions", "across", "check", "diff", "record", "resume", "verify"]
+__all__ = ["RunOptions", "across", "bisect", "check", "diff", "record", "resume", "verify"]
 
 
 def _options(options: RunOptions | None, target: str | None, default_runs: int | None = None,
@@ -129,7 +129,8 @@ def across(
     **run_options: Any,
 ) -> Report:
     """Run ``target`` ``runs`` times (default 1) in each environment of ``axes``
-    (``["threads=1,2", "env:NAME=a,b"]``, a grid when several) and compare each with the first.
+    (``["threads=1,2", "env:NAME=a,b"]``; also ``workers=``, ``start=``, ``compile=``, ``rev=``,
+    docs/across.md; a grid when several) and compare each with the first.
 
     Other run options (``args``, ``seed``, ``max_steps``, ``tolerances``, ...) are keywords as
     :class:`RunOptions` takes them. The report's ``across`` part has one pair per environment:
@@ -172,3 +173,33 @@ def resume(
     opts = _options(options, target, resume_at=at, resume_args=resume_args,
                     checkpoint=checkpoint, **run_options)
     return run_resume(opts, listener, InternalSettings(policy_override=policy))
+def bisect(
+    good: str,
+    bad: str,
+    target: str | None = None,
+    *,
+    golden: str | os.PathLike[str] | None = None,
+    options: RunOptions | None = None,
+    listener: Listener | None = None,
+    log: Callable[[str], None] | None = None,
+    **run_options: Any,
+) -> Report:
+    """Find the first commit after ``good`` up to ``bad`` (git revisions of the repository holding
+    the current folder) whose run of ``target`` differs from ``good``'s, or from ``golden``.
+
+    Every commit runs once, in a temporary git worktree (the current checkout, index, branch and
+    stash are never changed). ``run_options`` as for :func:`check`. Returns the report of the
+    first commit that differs compared with the reference, with its :class:`BisectPart`
+    (``report.bisect``: ``first_bad``, the commits ``tested`` with their verdicts, ``step``,
+    ``signal``, ``op``, ``module``, ``drift``, ``runs``, ``seconds``); exit code 1 when one was
+    found, 0 when ``bad`` matches, 3 when ``good`` cannot run. Raises
+    :class:`~repro_check.errors.UsageError` before any run for a folder outside a git
+    repository, an unknown revision, ``good`` not an ancestor of ``bad``, a bad golden or
+    TARGET. ``log``: called with a line as each step starts (what the command line prints).
+    """
+    # on first call: importing the API loads no command it does not run
+    from repro_check.gate.bisect import run_bisect
+
+    opts = _options(options, target, 1, **run_options)
+    return run_bisect(opts, good, bad, None if golden is None else os.fspath(golden), listener,
+                      log)

@@ -111,6 +111,13 @@ CODES: dict[str, Code] = {c.code: c for c in (
          "and the random actions differ in every run, whatever seeds torch, numpy or Python.",
          "Call env.reset(seed=SEED) once (the first reset; later resets go on from it) and "
          "env.action_space.seed(SEED) before sampling actions."),
+    Code("RC117", "torch.compile with inductor's determinism settings off",
+         "A compiled model runs the kernels inductor generated: with autotuning it picks them by "
+         "timing (which can change from run to run, and with a fresh cache), and its random "
+         "draws are not eager mode's unless fallback_random is on.",
+         "Set torch._inductor.config.deterministic = True (or TORCHINDUCTOR_DETERMINISTIC=1) "
+         "and torch._inductor.config.fallback_random = True where the runs must reproduce; "
+         "compare eager and compiled with repro-check --across compile=off,on."),
 )}
 
 

@@ -74,6 +74,15 @@ FULL_MNIST = "DIR is the full MNIST, which a fresh clone does not have: the embe
 SECOND_TORCH = "needs a second torch installed from the network by the command before it"
 
 KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
+    # ---- docs/across.md: workers, start methods, compile and revisions; docs/bisect.md
+    "repro-check loaders.py:main --across workers=0,2 -- --augment global":
+        Run(run="repro-check loaders.py:main --across workers=0,2 --max-steps 2 -- --augment "
+                "global", codes=(1,), why=CHEAP),
+    "repro-check model.py:main --across rev=main,WORKTREE":
+        Skip("needs a git repository with a main branch and a model.py (tests/run/"
+             "test_across_axes.py makes one)"),
+    "repro-check bisect v1.2 HEAD model.py:main -- --steps 20":
+        Skip("needs a git repository with a history (tests/gate/test_bisect.py makes one)"),
     # ---- README: the opening example and the two make targets
     "cd fixtures && repro-check train:main --seed 123":
         Run(run="repro-check train:main --seed 123 --max-steps 3", why=CHEAP),
@@ -354,7 +363,9 @@ def test_every_key_of_the_json_report_is_documented() -> None:
                      torchrun_args=[])),
                  across=model.AcrossPart(axes=[], cells=[], pairs=[]),
                  processes=model.ProcessesPart(first_divergent_process=None),
-                 resume=model.ResumePart(at=1, resume_args=None))
+                 resume=model.ResumePart(at=1, resume_args=None),
+                 bisect=model.BisectPart(good=model.BisectCommit("1" * 40),
+                                         bad=model.BisectCommit("2" * 40), candidates=1))
     report = model.Report(target="t", args=[], seed=1, components=[], runs=2, results=[],
                           comparison=None, **parts)  # type: ignore[arg-type]
     keys = set(report.to_dict())
@@ -364,6 +375,10 @@ def test_every_key_of_the_json_report_is_documented() -> None:
     missing = sorted(k for k in keys if f"`{k}`" not in reference)
     across = (ROOT / "docs" / "across.md").read_text(encoding="utf-8")
     missing += [f"across.{k}" for k in parts["across"].to_dict()["across"] if k not in across]
+    bisect = (ROOT / "docs" / "bisect.md").read_text(encoding="utf-8")
+    tested = model.JudgedCommit("3" * 40, verdict="skip", error="raised").to_dict()
+    missing += [f"bisect.{k}" for k in [*parts["bisect"].to_dict()["bisect"], *tested]
+                if k not in bisect]
     assert not missing, "keys of --json that docs/json-report.md does not document: " + \
         ", ".join(missing)
 

@@ -31,6 +31,7 @@ from repro_check.child.emit import Emitter
 from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
                                      EXIT_TERMINATED)
 from repro_check.trace.protocol import DEBUG_VAR, ProtocolError, RunConfig
+from repro_check.child import overrides as overrides_module
 from repro_check.child import patches
 
 
@@ -115,6 +116,8 @@ def main() -> int:
     target = config.target
     header = _header(config, target, done, started)
     recorder, overrides = _install(config, emit, header, done)
+    if overrides_module.imposes(config):  # an --across environment's workers, start, compile
+        overrides_module.install(config, lambda text: emit({"warning": text}))
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target creates is collected as usual, at exit too.

@@ -39,7 +39,8 @@ from repro_check.trace.protocol import patch_line
 #: features wrap the same callable, the one listed first runs inside the other (nearer the
 #: original). The orders that matter:
 #:
-#: * ``DataLoader.__init__``: the seeding watch sees the arguments the script passed (it makes
+#: * ``DataLoader.__init__``: an ``--across`` environment's worker count and start method nearest
+#:   the original, whatever the script or the features outside pass; the seeding watch sees the arguments the script passed (it makes
 #:   the ``worker_init_fn`` a :class:`~repro_check.child.watch.WorkerWatch`), then the pins note
 #:   the loader once it is made, then seeding gives it a generator and seeds its workers before
 #:   the (watched) ``worker_init_fn`` runs;
@@ -49,6 +50,9 @@ from repro_check.trace.protocol import patch_line
 #:   reseeding records inside the seeding watch, which sees the script's call first;
 #: * ``os._exit``: the run's flush inside a recorded process's end of stream.
 ORDER: tuple[str, ...] = (
+    "overrides.loaders",     # DataLoader.__init__: an --across environment's workers, start method
+    "overrides.start_method",  # multiprocessing's set_start_method: the environment's kept
+    "overrides.compile",     # os.environ[TORCHDYNAMO_DISABLE]: --across compile=off
     "seeding.loaders",       # DataLoader.__init__: a generator, seeded workers
     "pin.loaders",           # DataLoader.__init__, __iter__: where each loader is made, its epochs
     "pin.data",              # the DataLoader iterator's __next__: diagnose's substituted batches

@@ -255,6 +255,36 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
     return finish(reports, "verify", out)
 
 
+# ---- bisect ------------------------------------------------------------------------------------
+def bisect_command(argv: Sequence[str]) -> ExitCode:
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check import api
+    from repro_check.report.terminal import make_console
+
+    ns, target_args, cfg = parsed(parsers.bisect_parser(), argv)
+    if not ns.target:
+        raise UsageError("bisect needs GOOD BAD TARGET")
+    out = outputs(ns, cfg, [("TARGET", target_file(ns.target))]
+                  + ([("golden", ns.golden)] if ns.golden else []),
+                  [("--report", ns.report_path)])
+    html_path = html_path_of(ns)
+    # one run a commit: the config's check runs are not bisect's
+    options = options_for(ns, cfg, ns.target, cfg.entry(ns.target), target_args,
+                          keys={"runs": None}, defaults={"runs": 1})
+    options.policy()  # a bad tolerance fails before any run
+    errors = make_console(stderr=True)
+    log = None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False))
+    started = time.monotonic()
+    with progress(ns, options, 1) as listener:
+        report = api.bisect(ns.good, ns.bad, golden=ns.golden, options=options,
+                            listener=listener, log=log)
+    report.wall_seconds = time.monotonic() - started
+    printer(out)(report)
+    if html_path:
+        html_report(report, html_path, None)
+    return finish([report], "bisect", out)
+
+
 # ---- diff --------------------------------------------------------------------------------------
 def diff_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
@@ -347,4 +377,5 @@ COMMANDS: dict[str, Callable[[Sequence[str]], ExitCode]] = {
     "check": check_command, "record": record_command, "verify": verify_command,
     "diff": diff_command, "doctor": doctor_command, "diagnose": diagnose_command,
     "resume": resume_command,
+    "bisect": bisect_command,
 }

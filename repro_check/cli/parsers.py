@@ -239,6 +239,26 @@ def verify_parser() -> argparse.ArgumentParser:
     return p
 
 
+def bisect_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="repro-check bisect",
+                description="Find the first commit after GOOD up to BAD whose run of TARGET "
+                            "differs from GOOD's (or from --golden), with git bisect semantics: "
+                            "a commit where the target fails to run is skipped. The checkout is "
+                            "never moved (the commits run in temporary git worktrees). Exit 1: "
+                            "a commit differs, 0: BAD matches GOOD, 2: usage, 3: GOOD cannot "
+                            "run.")
+    p.add_argument("good", metavar="GOOD", help="a revision whose numbers are right")
+    p.add_argument("bad", metavar="BAD", help="a later revision whose numbers changed")
+    add_run_options(p)
+    p.add_argument("--golden", "-g", default=None, metavar="PATH",
+                   help="compare every commit with this golden instead of GOOD's run")
+    add_tolerance_options(p)
+    add_report_option(p)
+    add_option(p, "trace_dir", help="where the runs' traces and the bisect log are kept "
+                                     "(default .repro-check/runs)")
+    return p
+
+
 def diff_parser() -> argparse.ArgumentParser:
     p = Parser(prog="repro-check diff",
                 description="Compare two saved traces (run traces or golden files) step by step; "

@@ -84,3 +84,27 @@ def loss_drift(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str],
         sb.close()
     drift.series = thin.values()
     return drift
+
+
+def first_differences(path_a: str | os.PathLike[str],
+                      path_b: str | os.PathLike[str]) -> tuple[dict[str, int], int]:
+    """The first step at which each signal's recorded value differs between two traces (signals
+    recorded on one side only count from the step where that happens), and the steps read (the
+    shorter trace's)."""
+    first: dict[str, int] = {}
+    steps = 0
+    sa, sb = TraceStream(path_a, require_end=False), TraceStream(path_b, require_end=False)
+    try:
+        while True:
+            ea, eb = sa.next_step(), sb.next_step()
+            if ea is None or eb is None:
+                break
+            steps = ea.step
+            signals_a, signals_b = ea.signals, eb.signals
+            for name in set(signals_a) | set(signals_b):
+                if name not in first and signals_a.get(name) != signals_b.get(name):
+                    first[name] = steps
+    finally:
+        sa.close()
+        sb.close()
+    return first, steps

@@ -26,21 +26,23 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import environment
-from repro_check.compare.drift import Drift, loss_drift
+from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.diagnose.diagnosis import Collector
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.errors import TraceFileError, UsageError
-from repro_check.report.contents import MetricPair, PriceRow
+from repro_check.report.contents import CompilePriceRow, MetricPair, PriceRow
 from repro_check.report.model import (
     VERSION_KEYS,
     AcrossCell,
     AcrossPair,
     AcrossPart,
+    BisectCommit,
     Report,
     plain_value,
 )
-from repro_check.run.axes import Cell, check_cores, check_interpreters, grid, usable_cores
+from repro_check.run import revisions
+from repro_check.run.axes import Axis, Cell, check_cores, check_interpreters, grid, usable_cores
 from repro_check.verdict import finished_report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
@@ -73,6 +75,9 @@ class Plan:
     per_cell: int
     folder: Path
     device_digest: bool = False
+    #: with a rev axis: the repository, and the checkout of each revision as written
+    root: Path | None = None
+    checkouts: dict[str, Path] = dataclasses.field(default_factory=dict)
 
     def index(self, cell: int, run: int) -> int:
         return (cell - 1) * self.per_cell + run
@@ -89,9 +94,15 @@ class Plan:
             if self.device_digest:
                 env[DEVICE_DIGEST_ENV] = "1"
             told = spec.told.replace(threads=cell.threads or spec.told.threads,
-                                     components=tuple(cell.components(spec.told.components)))
-            out.append(dataclasses.replace(
-                spec, told=told, executable=cell.executable, extra_env=env, trace_path=self.folder / f"env-{cell.index}-run-{run}.jsonl"))
+                                     components=tuple(cell.components(spec.told.components)),
+                                     **cell.overrides())
+            placed = dataclasses.replace(
+                spec, told=told, executable=cell.executable, extra_env=env,
+                trace_path=self.folder / f"env-{cell.index}-run-{run}.jsonl")
+            rev = cell.value("rev")
+            if rev is not None and self.root is not None:
+                placed = revisions.relocate(placed, self.root, self.checkouts[rev])
+            out.append(placed)
         return out
 
 
@@ -162,21 +173,38 @@ def run_across(options: RunOptions, listener: Listener | None = None,
     Raises :class:`UsageError` (exit 2), before any run, for axes this machine cannot honour; a
     target that fails is reported (exit 3), not raised.
     """
-    say = log or (lambda text: None)
     axes = options.axes
     if not axes:
         raise UsageError("--across needs AXIS=A,B")
     check_cores(axes)
+    rev_axis = next((a for a in axes if a.kind == "rev"), None)
+    if rev_axis is None:
+        return _run_across(options, listener, log, None, {})
+    root = revisions.repository()
+    shas = {v: revisions.resolve(root, v) for v in rev_axis.values}  # before any run
+    with revisions.Checkouts(root) as checkouts:
+        folders = {v: checkouts.checkout(sha) for v, sha in shas.items()}
+        return _run_across(options, listener, log, root, folders)
+
+
+def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
+                root: Path | None, checkouts: dict[str, Path]) -> Report:
+    say = log or (lambda text: None)
+    axes = options.axes
     cells = grid(axes)
     session = Session(options, runs=len(cells) * options.runs)
     try:
         check_interpreters(cells)
+        devices = any(a.kind == "device" for a in axes)
+        plan = Plan(cells, options.runs, session.folder, device_digest=devices, root=root,
+                    checkouts=checkouts)
+        specs = plan.specs(session.specs())
     except UsageError:
         shutil.rmtree(session.folder, ignore_errors=True)  # nothing ran
         raise
-    devices = any(a.kind == "device" for a in axes)
-    plan = Plan(cells, options.runs, session.folder, device_digest=devices)
-    specs = plan.specs(session.specs())
+    early = compile_warning(axes, session.target)
+    if early:
+        say(f"warning: {early}")
     policy = cross_device(options.policy()) if devices else options.policy()
     main = Comparison(len(specs), policy)
     pair_cmps = {c.index: Comparison(2, policy) for c in cells[1:]}
@@ -206,7 +234,15 @@ def run_across(options: RunOptions, listener: Listener | None = None,
     part.pairs = [_pair(part, c, pair_cmps[c.index].result(), by_index.get(plan.index(1, 1)),
                         by_index.get(plan.index(c.index, 1)), policy) for c in cells[1:]]
     part.price = price_of_determinism(cells, part.cells)
+    part.compile_price = price_of_compile(cells, part.cells)
+    if root is not None:
+        part.revisions = {
+            v: BisectCommit(**revisions.describe(root, revisions.resolve(root, v)).to_dict())
+            for v in checkouts}
     report.across = part
+    if early:
+        report.warnings.insert(0, early)
+    _loading_notes(part, plan, by_index, policy)
     if report.error is None and not report.interrupted:
         _localize(part, session, plan, specs, fits, options, report, say)
     if not report.reproducible or report.error:
@@ -292,11 +328,27 @@ def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> 
     seconds per step of each, and on / off. ``within_noise``: the two times per step differ by
     no more than the spread (standard deviation) of either side's step times, so the ratio says
     nothing (a loaded machine); None when a side has too few steps to tell."""
+    return _price(cells, infos, "deterministic")
+
+
+def price_of_compile(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> list[CompilePriceRow]:
+    """Every compile=on environment beside its compile=off twin, as the price of determinism:
+    what torch.compile costs (or saves) per step. With ``measure`` ``run`` the compiling itself
+    is inside the time; with ``loop`` (between the first and the last step) mostly not, so
+    each row also has the whole run over its steps, compiling included (``*_run_seconds_per_step``)."""
+    by_label = {i.label: i for i in infos}
+    return [CompilePriceRow(**dataclasses.asdict(row),
+                            on_run_seconds_per_step=by_label[row.on].per_step,
+                            off_run_seconds_per_step=by_label[row.off].per_step)
+            for row in _price(cells, infos, "compile")]
+
+
+def _price(cells: Sequence[Cell], infos: Sequence[AcrossCell], axis: str) -> list[PriceRow]:
     out = []
     for cell, info in zip(cells, infos):
-        if cell.deterministic is not True:
+        if cell.value(axis) != "on":
             continue
-        twin_settings = {**info.settings, "deterministic": "off"}
+        twin_settings = {**info.settings, axis: "off"}
         twin = next((i for i in infos if i.settings == twin_settings), None)
         if twin is None:
             continue
@@ -314,12 +366,83 @@ def price_of_determinism(cells: Sequence[Cell], infos: Sequence[AcrossCell]) -> 
     return out
 
 
+#: the axes that change how the data is loaded (a worker-side draw shows in the batches)
+LOADING_AXES = ("workers", "start")
+#: the main process's global streams, as the trace names them, and as users know them
+STREAMS = {"rng.python": "Python's random", "rng.numpy": "numpy's global random",
+           "rng.torch": "torch's global generator"}
+
+
+def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
+                   policy: Policy) -> None:
+    """For each pair whose environments load data differently (workers, start method): whether
+    the batches themselves are identical, the first step whose batch differs, and which of the
+    main process's random streams the loading draws from (it advances in one environment and
+    not the other: with workers the draws happen in the workers, each from its own copy)."""
+    first = plan.cells[0]
+    for pair in part.pairs:
+        cell = plan.cells[pair.cell - 1]
+        varied = [k for k in LOADING_AXES if cell.value(k) != first.value(k)]
+        if not varied:
+            continue
+        a, b = by_index.get(plan.index(1, 1)), by_index.get(plan.index(cell.index, 1))
+        if a is None or b is None or not a.trace_path or not b.trace_path:
+            continue
+        try:
+            firsts, steps = first_differences(a.trace_path, b.trace_path)
+        except TraceFileError:
+            continue
+        if not steps:
+            continue
+        pair.batches_identical = "batch" not in firsts
+        pair.first_batch_step = firsts.get("batch")
+        pair.worker_draw = [STREAMS[s] for s in STREAMS if s in firsts and policy.compares(s)]
+        what = " and ".join(f"{k}={cell.value(k)}" for k in varied)
+        if pair.batches_identical:
+            pair.loading_note = (f"the batches are identical at every one of {steps} steps "
+                                 f"with {what}")
+            continue
+        note = f"the batches differ from step {pair.first_batch_step} with {what}"
+        if pair.worker_draw:
+            at = min(firsts[s] for s in STREAMS if STREAMS[s] in pair.worker_draw)
+            note += (f"; {' and '.join(pair.worker_draw)} of the main process also differs from "
+                     f"step {at}: the data loading draws from it (an augmentation in the "
+                     "Dataset), in the main process without workers and in each worker, from "
+                     "that worker's own copy, with workers: draw from a generator seeded by "
+                     "the sample's index instead")
+        else:
+            note += ("; no random stream of the main process differs: the draw is made inside "
+                     "the workers (random, numpy or torch in a worker, or a generator of the "
+                     "Dataset's), or the workers deliver in another order")
+        pair.loading_note = note
+
+
+def compile_warning(axes: Sequence[Axis], target: Any) -> str | None:
+    """``compile=`` on a script whose source never calls ``torch.compile``: a warning (it may
+    compile through a library), not an error."""
+    if not any(a.kind == "compile" for a in axes):
+        return None
+    path = getattr(target, "path", None)
+    if path is None:
+        return None
+    try:
+        source = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if "compile" in source:
+        return None
+    return (f"--across compile=: {path} never calls torch.compile (unless a library it uses "
+            "does): its environments will run the same code")
+
+
 def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[RunSpec],
               fits: Fits, options: RunOptions, report: Report, say: Log) -> None:
     """A probe run of both sides of every pair that parts at a step, up to that step; the
     first op whose result differs is the pair's culprit."""
     wanted = [p for p in part.pairs if not p.identical and p.first_divergent_step is not None
-              and p.signal not in (None, "steps") and not str(p.signal).startswith("metric:")]
+              and p.signal not in (None, "steps") and not str(p.signal).startswith("metric:")
+              and not (p.loading_note and (p.signal == "batch"
+                                           or str(p.signal).startswith("rng.")))]
     if not wanted:
         return
     probes: dict[tuple[int, int], int] = {}
@@ -361,9 +484,28 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
             records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
         loc = compare(step, records_a, records_b)
         loc.detail = across_detail(loc, pair.a)
+        compiled = plan.cells[0].value("compile") != plan.cells[pair.cell - 1].value("compile")
+        if compiled and unmatched(loc):
+            loc.found = False
+            loc.detail = compile_detail(loc, step)
         pair.localization = loc
         if loc.found:
             pair.culprit, pair.culprit_op = loc.module, loc.op
+
+
+def unmatched(loc: Localization) -> bool:
+    """The localization stopped where the two op sequences part (other ops, or one ended), not
+    at an op whose results differ."""
+    return loc.found and loc.inputs_agree is None and not loc.differing_inputs
+
+
+def compile_detail(loc: Localization, step: int) -> str:
+    """Why an eager and a compiled run have no culprit op: their op sequences part."""
+    module = loc.first_module_forward or loc.first_module_backward
+    where = f"; the first module whose output differs is {module!r}" if module else ""
+    return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
+            f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
+            f"eager op, so no single op can be named{where}")
 
 
 #: ops that move or copy a tensor: between devices they are what only the GPU side runs

@@ -45,6 +45,7 @@ from repro_check.run.runner import (
     Events,
     RunSpec,
     apply_event,
+    fresh_compile_caches,
     run_environment,
 )
 from repro_check.run.streams import EventFiles
@@ -122,6 +123,8 @@ class Job:
         config_path = self.events_dir / "run.json"  # every rank reads it
         config_path.write_text(told.to_json(), encoding="utf-8")
         env = run_environment(spec, runconfig.by_path(str(config_path)))
+        # the job's ranks compile into caches of its own, removed with its events (finish)
+        self.compile_cache = fresh_compile_caches(env, spec.extra_env, under=self.events_dir)
         command = [sys.executable, "-m", "torch.distributed.run",
                    *options.torchrun_args(spec.index), "-m", "repro_check.child.rank_supervisor"]
         self.supervised = procs.Supervised(command, env, spec.cwd)

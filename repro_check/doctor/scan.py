@@ -17,7 +17,7 @@ import ast
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from repro_check.doctor import loaders, ops, order, program, seeds, switches
+from repro_check.doctor import compiled, loaders, ops, order, program, seeds, switches
 from repro_check.doctor.evaluate import Evaluator, Hazard
 from repro_check.doctor.names import FUNCTIONS
 
@@ -68,6 +68,7 @@ def hazards(ev: Evaluator) -> Iterator[Hazard]:
     yield from seeds.os_entropy(ev)  # after the seed rules: what they reported is not repeated
     yield from seeds.environments(ev)
     yield from order.order_hazards(ev)
+    yield from compiled.compile_hazards(ev)
 
 
 @dataclass

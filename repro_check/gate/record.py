@@ -7,7 +7,7 @@ import os
 from repro_check.compare.steps import Comparison, Policy
 from repro_check.gate.golden import make_parent, write_golden
 from repro_check.report.model import GatePart, Report
-from repro_check.run.options import RunOptions
+from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.compare.feed import Feed
 from repro_check.run.session import Session, failure
@@ -16,14 +16,15 @@ from repro_check.trace.atomic import check_writable
 
 
 def record_golden(options: RunOptions, output: str | os.PathLike[str],
-                  listener: Listener | None = None) -> Report:
+                  listener: Listener | None = None, internal: InternalSettings = PLAIN) -> Report:
     """Run the target ``options.runs`` times and save the result as the golden ``output``.
 
     With more than one run, each step keeps the runs' spread (min and max of every scalar), which
     ``verify`` accepts. Nothing is written when a run fails (exit 3) or the runs record different
     numbers of steps (exit 1). The report's exit code is 0 once the golden is written.
     """
-    session = Session(options)  # the target is resolved before the golden's folder is made
+    # the target is resolved before the golden's folder is made
+    session = Session(options, internal=internal)
     make_parent(output)
     check_writable(output, "golden")
     comparison = Comparison(options.runs, Policy())

@@ -156,6 +156,8 @@ def _notes(part: AcrossPart) -> list[Any]:
         if p.drift is not None and p.drift.nonfinite_at is not None:
             out.append(Text(f"  {p.b}: the loss is not a number on one side from step "
                             f"{p.drift.nonfinite_at}", style="yellow"))
+        if p.loading_note:
+            out.append(Text.assemble((f"  {p.b}: ", "bold"), p.loading_note))
     return out
 
 
@@ -178,12 +180,30 @@ def price_text(row: PriceRow) -> str:
 
 
 def price_lines(part: AcrossPart) -> list[Any]:
-    """The price of determinism: each deterministic=on environment against its off twin."""
-    if not part.price:
+    """The price of determinism (each deterministic=on environment against its off twin) and of
+    torch.compile (each compile=on environment against its compile=off twin)."""
+    out: list[Any] = []
+    if part.price:
+        out.append(Text("Price of determinism", style="bold"))
+        out += [Text(f"  {price_text(row)}") for row in part.price]
+    if part.compile_price:
+        out.append(Text("Price of torch.compile", style="bold"))
+        out += [Text(f"  {price_text(row)}") for row in part.compile_price]
+        out += [Text(f"  whole run, compiling included: {seconds_text(row.on_run_seconds_per_step)}"
+                     f"/step compiled, {seconds_text(row.off_run_seconds_per_step)}/step "
+                     "eager", style="dim")
+                for row in part.compile_price]
+    return out
+
+
+def revision_lines(part: AcrossPart) -> list[Any]:
+    """With a rev axis: the commit each revision names."""
+    if not part.revisions:
         return []
-    out: list[Any] = [Text("Price of determinism", style="bold")]
-    for row in part.price:
-        out.append(Text(f"  {price_text(row)}"))
+    out: list[Any] = [Text("Revisions", style="bold")]
+    for name, c in part.revisions.items():
+        when = f" ({c.date})" if c.date else ""
+        out.append(Text(f"  {name}: {c.sha[:12]} {c.subject}{when}"))
     return out
 
 
@@ -246,6 +266,7 @@ def summary(report: Report) -> Group:
             parts.append(legend)
         parts += _notes(part)
     parts += price_lines(part)
+    parts += revision_lines(part)
     parts += metrics_table(part)
     parts += footer_parts(report)
     return Group(*parts)

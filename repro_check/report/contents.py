@@ -230,6 +230,15 @@ class PriceRow(JsonRecord):
 
 
 @dataclass
+class CompilePriceRow(PriceRow):
+    """A compile=on environment beside its compile=off twin, as :class:`PriceRow`, with each
+    side's whole run over its steps too (the compiling inside it)."""
+
+    on_run_seconds_per_step: float | None = None
+    off_run_seconds_per_step: float | None = None
+
+
+@dataclass
 class MetricPair(JsonRecord):
     """A final metric of environment ``a`` and ``b`` as plain numbers, and their difference."""
 

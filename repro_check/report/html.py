@@ -608,6 +608,13 @@ def _across_section(report: Report) -> list[str]:
         detail = p.localization.detail if p.localization is not None else None
         if detail:
             out.append(f"<p><b>{_e(p.b)}:</b> {_e(detail)}</p>")
+        if p.loading_note:
+            out.append(f'<p class="loading"><b>{_e(p.b)}:</b> {_e(p.loading_note)}</p>')
+    if part.revisions:
+        out.append("<h2>Revisions</h2>")
+        out.append(_table(["revision", "commit", "subject", "date"],
+                          [([name, c.sha[:12], c.subject, c.date], "")
+                           for name, c in part.revisions.items()]))
     img = difference_plot({f"|{p.b} − {p.a}|": p.drift.series for p in part.pairs
                            if p.drift is not None}, None)
     out.append("<h2>Loss drift per step</h2>")
@@ -630,6 +637,14 @@ def _across_section(report: Report) -> list[str]:
         out.append('<p class="sub">± spread: the standard deviation of the seconds between '
                    "consecutive steps; a difference inside it is within noise (a loaded machine "
                    "moves step times more than determinism does).</p>")
+    if part.compile_price:
+        out.append("<h2>Price of torch.compile</h2>")
+        out.append(_table(["compile on", "per step", "± spread", "compile off", "per step",
+                           "± spread", "on / off", ""],
+                          [([r.on, _num(r.on_seconds_per_step), _num(r.on_step_spread), r.off,
+                             _num(r.off_seconds_per_step), _num(r.off_step_spread),
+                             _num(r.ratio), "within noise" if r.within_noise else ""],
+                            "") for r in part.compile_price]))
     return out
 
 
@@ -697,8 +712,25 @@ def _page_foot(report: Report) -> list[str]:
     return out
 
 
+def _bisect_section(report: Report) -> list[str]:
+    """With ``bisect``: the first commit that differs, and every commit tested."""
+    part = report.bisect
+    if part is None:
+        return []
+    # only a bisect's page has the section
+    from repro_check.report.bisect import bisect_lines
+
+    lines = bisect_lines(part)
+    rows = [([t.sha[:12], t.verdict, t.step or "—", t.signal or "—", t.subject, t.date],
+             "differs" if t.verdict == "bad" else "") for t in part.tested]
+    return ['<h2>Bisect</h2>', f'<p id="bisect">{_e(lines[0])}</p>',
+            *(f"<p>{_e(line.strip())}</p>" for line in lines[1:2] if line.startswith("  ")),
+            _table(["commit", "verdict", "first step", "signal", "subject", "date"], rows)]
+
+
 #: the sections of the page, top to bottom
-SECTIONS = (_page_head, _outcome_section, _resume_section, _diagnosis_section, _gate_section, _loss_section,
+SECTIONS = (_page_head, _outcome_section, _resume_section, _bisect_section, _diagnosis_section,
+            _gate_section, _loss_section,
             _difference_section,
             _across_section, _context_section, _groups_section, _metrics_section, _runs_section, _page_foot)
 

@@ -16,7 +16,7 @@ from repro_check.compare.drift import Drift
 from repro_check.compare.resume import NotRestored
 from repro_check.compare.steps import ComparisonResult, Divergence, Policy
 from repro_check.errors import ExitCode
-from repro_check.report.contents import (AblationRow, Cause, DistributedLaunch,
+from repro_check.report.contents import (AblationRow, Cause, CompilePriceRow, DistributedLaunch,
                                          EnvironmentDifference, FailedRank, FlaggedOp, Localization, MetricPair, PriceRow,
                                          ProcessRow, ProcessRun, RankValue, RunEnd, Source,
                                          SourcesCost)
@@ -207,6 +207,13 @@ class AcrossPair(JsonRecord):
     drift: Drift | None = None
     metrics: list[MetricPair] = field(default_factory=list)
     environment_differences: list[str] = field(default_factory=list)
+    #: with a workers or start axis: whether every step's batch has the same fingerprint, the
+    #: first step whose batch differs, the main process's random streams that differ (what the
+    #: data loading draws from), and the reading of it in words
+    batches_identical: bool | None = None
+    first_batch_step: int | None = None
+    worker_draw: list[str] = field(default_factory=list)
+    loading_note: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -236,6 +243,11 @@ class AcrossPart(JsonRecord):
     runs_per_cell: int = json_field(default=1, key="runs_per_environment")
     #: each deterministic=on cell beside its off twin: seconds per step and their ratio
     price: list[PriceRow] = json_field(default_factory=list, key="price_of_determinism")
+    #: each compile=on cell beside its compile=off twin, the same way (compiling included)
+    compile_price: list[CompilePriceRow] = json_field(default_factory=list,
+                                                      key="price_of_compile")
+    #: with a rev axis: each revision as written -> its commit
+    revisions: dict[str, BisectCommit] = field(default_factory=dict)
 
     @property
     def axis(self) -> str:
@@ -259,6 +271,61 @@ class AcrossPart(JsonRecord):
 
 def _rounded(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(x, digits)
+
+
+@dataclass
+class BisectCommit(JsonRecord):
+    """A commit as ``bisect`` names it: hash, subject, author date (ISO 8601) and author."""
+
+    sha: str
+    subject: str = ""
+    date: str = ""
+    author: str = ""
+
+
+@dataclass
+class JudgedCommit(BisectCommit):
+    """A commit ``bisect`` ran: ``good`` (matches the reference), ``bad`` (differs: where) or
+    ``skip`` (the target fails there: why)."""
+
+    verdict: Literal["good", "bad", "skip"] = "good"
+    step: int | None = None
+    signal: str | None = None
+    error: str | None = json_field(default=None, omit_none=True)
+
+
+@dataclass
+class BisectPart(JsonRecord):
+    """What ``bisect`` adds: GOOD and BAD, every commit tested (good, bad or skip), the first
+    commit that differs and where (step, signal, op, module), the drift, runs and time."""
+
+    good: BisectCommit
+    bad: BisectCommit
+    candidates: int
+    #: what each commit is compared with: GOOD's run or a golden
+    reference: str = "GOOD"
+    first_bad: BisectCommit | None = None
+    tested: list[JudgedCommit] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    #: with only skipped commits left: the commits one of which is the first that differs
+    undecided: list[str] = field(default_factory=list)
+    #: BAD itself matches the reference: no commit differs
+    matches: bool = False
+    step: int | None = None
+    signal: str | None = None
+    op: str | None = None
+    module: str | None = None
+    localization: Localization | None = None
+    drift: Drift | None = None
+    runs: int = 0
+    probe_runs: int = 0
+    seconds: float = json_field(default=0.0, digits=3)
+    #: the bisect log's text (``git bisect log``); the JSON has where it is kept
+    log: str = json_field(default="", skip=True)
+    log_path: str | None = json_field(default=None, key="log")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bisect": super().to_dict()}
 
 
 @dataclass
@@ -435,6 +502,7 @@ class Report:
     across: AcrossPart | None = None
     processes: ProcessesPart | None = None
     resume: ResumePart | None = None
+    bisect: BisectPart | None = None
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
@@ -585,7 +653,8 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: the core keys and each part's, a key written twice refused."""
-        parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes)
+        parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes,
+                 self.bisect)
         resume = [] if self.resume is None else [
             {"resumes_exactly": self.reproducible, **self.resume.to_dict()}]
         return merge([self.core().to_dict(),

@@ -4,6 +4,8 @@ environments, a check (distributed or not) is the default."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from repro_check.report.model import Report
@@ -19,6 +21,15 @@ def summary(report: Report) -> Any:
 
 
 def _layout(report: Report) -> Any:
+    if report.bisect is not None:
+        # only a bisect's report has these lines
+        from rich.console import Group
+        from rich.text import Text
+        from repro_check.report.bisect import bisect_lines
+
+        lines = [Text("Bisect", style="bold")]
+        lines += [Text(line) for line in bisect_lines(report.bisect)]
+        return Group(_layout(dataclasses.replace(report, bisect=None)), *lines)
     if report.gate is not None:
         # each renderer (and rich) only when its kind of report is shown
         from repro_check.report import gate

@@ -32,8 +32,11 @@ from repro_check.errors import UsageError
 from repro_check.trace import fingerprint
 
 #: the axes, as users write them (``env:NAME`` stands for any environment variable)
-AXES = ("threads", "device", "python", "deterministic", "env:NAME")
+AXES = ("threads", "device", "python", "deterministic", "workers", "start", "compile", "rev",
+        "env:NAME")
 DEVICES = ("cpu", "cuda")
+#: multiprocessing start methods (``start=``); those this platform lacks are refused
+START_METHODS = ("fork", "spawn", "forkserver")
 SWITCH = ("on", "off")
 #: seeding components the ``deterministic`` axis turns on or off together
 DETERMINISTIC_COMPONENTS = ("cudnn", "deterministic_algorithms")
@@ -92,7 +95,8 @@ def parse_axis(text: str) -> Axis:
 
 
 def _check_values(axis: Axis, text: str) -> None:
-    allowed = {"device": DEVICES, "deterministic": SWITCH}.get(axis.kind)
+    allowed = {"device": DEVICES, "deterministic": SWITCH, "compile": SWITCH,
+               "start": START_METHODS}.get(axis.kind)
     if allowed is not None:
         bad = [v for v in axis.values if v not in allowed]
         if bad:
@@ -102,6 +106,19 @@ def _check_values(axis: Axis, text: str) -> None:
             if not v.isdigit() or int(v) < 1:
                 raise UsageError(f"--across {text!r}: thread counts are whole numbers from 1, "
                                  f"got {v!r}")
+    if axis.kind == "workers":
+        for v in axis.values:
+            if not (v.isascii() and v.isdigit()) or len(v) > 4:
+                raise UsageError(f"--across {text!r}: worker counts are whole numbers from 0, "
+                                 f"got {v!r}")
+    if axis.kind == "start":
+        import multiprocessing  # only a start= axis asks what this platform has
+
+        have = multiprocessing.get_all_start_methods()
+        for v in axis.values:
+            if v not in have:
+                raise UsageError(f"--across {text!r}: start method {v!r} does not exist on this "
+                                 f"platform (it has {', '.join(have)})")
 
 
 def parse_axes(texts: Iterable[str]) -> tuple[Axis, ...]:
@@ -155,6 +172,19 @@ class Cell:
         if self.value("device") == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # a script that picks cuda when available runs on CPU
         return env
+
+    def overrides(self) -> dict[str, object]:
+        """What this cell imposes inside its runs, as the fields of the run's configuration
+        (:class:`~repro_check.trace.protocol.RunConfig`) that carry it to the run
+        (:mod:`repro_check.child.overrides`)."""
+        out: dict[str, object] = {}
+        if self.value("workers") is not None:
+            out["num_workers"] = int(self.value("workers") or 0)
+        if self.value("start") is not None:
+            out["start_method"] = self.value("start")
+        if self.value("compile") is not None:
+            out["compile"] = self.value("compile") == "on"
+        return out
 
     def components(self, base: Sequence[str]) -> list[str]:
         """The seeding components of its runs: ``base``, less the deterministic flags when off."""

@@ -453,13 +453,17 @@ class InternalSettings:
     runs with deterministic algorithms in warn-only mode (``warn_only``), a probe of every op at
     one step (``probe_step``) and a pin plan (``pin_plan``, a JSON file the runs read, see
     :mod:`repro_check.child.pin`), and a :class:`Policy` object given to the Python API
-    (``policy_override``, instead of the options' tolerances). Passed beside the
+    (``policy_override``, instead of the options' tolerances), and the checkout of another git
+    revision the runs start from (``checkout``, ``bisect``'s). Passed beside the
     :class:`RunOptions` to the run machinery; the default is a plain run."""
 
     policy_override: Policy | None = None
     warn_only: bool = False
     probe_step: int | None = None
     pin_plan: str | None = None
+    #: (repository root, checkout folder): the runs start from that temporary checkout of
+    #: another revision (``bisect``; :func:`repro_check.run.revisions.relocate`)
+    checkout: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.probe_step is not None:
@@ -699,7 +703,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("across", "--across", None,
                "run in each environment (--runs times, default once) and compare each with the "
                "first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  deterministic=on,off"
-               "  env:NAME=a,b; repeat for a grid", metavar="AXIS=A,B", action="append",
+               "  workers=0,2  start=fork,spawn  compile=off,on  rev=main,WORKTREE  env:NAME=a,b; "
+               "repeat for a grid", metavar="AXIS=A,B", action="append",
                from_flag=tuple, pytest=False),
     #: ``repro-check resume`` (and repro_check.resume, assert_resumes): the other commands ignore
     #: them; the API's resume() takes them as ``at``, ``resume_args``, ``checkpoint``

@@ -20,8 +20,10 @@ from __future__ import annotations
 import os
 import queue
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -181,6 +183,25 @@ def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
     return env
 
 
+#: where torch.compile keeps what it compiled (inductor's kernels, Triton's binaries)
+COMPILE_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def fresh_compile_caches(env: dict[str, str], given: dict[str, str],
+                         under: str | os.PathLike[str] | None = None) -> str | None:
+    """Give the run compile caches of its own, in a new folder (returned, removed when the run
+    ends; ``under``: made in that folder): a run reusing another's kernels would hide a
+    nondeterministic autotuning choice. Caches the run's environment sets on purpose
+    (``given``: an ``--across env:`` axis) stay."""
+    if all(v in given for v in COMPILE_CACHE_VARS):
+        return None
+    folder = tempfile.mkdtemp(prefix="repro-check-compile-", dir=under)
+    for var in COMPILE_CACHE_VARS:
+        if var not in given:
+            env[var] = os.path.join(folder, var.split("_")[0].lower())
+    return folder
+
+
 def apply_event(res: Any, ev: Record) -> bool:
     """Fold one trace record of a run (or a rank) into its result; True when it is the record
     saying the target returned (its final status)."""
@@ -284,18 +305,22 @@ class _LiveRun:
         self.printed = scanproc.scanner(spec.told.printed_metrics)
         read_fd, write_fd = os.pipe()
         config_fd = -1
+        self.compile_cache: str | None = None
         try:
             told = spec.told.replace(
                 event_fd=write_fd,
                 processes=str(self.streams.events_dir) if self.streams is not None else None)
             config_fd = runconfig.config_file(told)
             env = run_environment(spec, runconfig.by_descriptor(config_fd))
+            self.compile_cache = fresh_compile_caches(env, spec.extra_env)
             self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
                                                 "repro_check.child"], env,
                                                spec.cwd, pass_fds=(write_fd, config_fd))
         except BaseException:
             os.close(read_fd)
             self.printed.close()
+            if self.compile_cache is not None:
+                shutil.rmtree(self.compile_cache, ignore_errors=True)
             if self.writer is not None:
                 self.writer.abort()
             if self.streams is not None:
@@ -469,6 +494,8 @@ class _LiveRun:
         procs.wait_gone(self.killed)
         for t in self.readers:
             t.join(timeout=1.0)
+        if self.compile_cache is not None:  # its kernels are no other run's
+            shutil.rmtree(self.compile_cache, ignore_errors=True)
         res = self.result
         res.returncode = returncode
         res.seconds = time.monotonic() - self.started

@@ -24,7 +24,7 @@ from repro_check import targets
 from repro_check.child import seeding, watch
 from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
-from repro_check.run import signals
+from repro_check.run import revisions, signals
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.runner import RunSpec, run_all
 from repro_check.trace.results import RunResult
@@ -200,12 +200,16 @@ class Session:
         o, internal = self.options, self.internal
         env = shared_thread_env(min(jobs, self.runs)) \
             if self.share_threads and o.run_threads is None else {}
-        return [
+        specs = [
             RunSpec(o.told(i, self.target, internal), timeout=o.timeout,
                     trace_path=self.folder / f"run-{i}.jsonl", launcher=self.launcher,
                     extra_env=env, processes=self.processes)
             for i in range(1, self.runs + 1)
         ]
+        if internal.checkout is not None:  # runs of another revision, from its checkout
+            root, folder = internal.checkout
+            specs = [revisions.relocate(s, Path(root), Path(folder)) for s in specs]
+        return specs
 
     def default_jobs(self, ranks_per_run: int = 1) -> int:
         return default_jobs(self.runs, (self.options.run_threads or 1) * ranks_per_run

@@ -77,6 +77,13 @@ def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
+def _optional_bool(data: Mapping[str, Any], key: str) -> bool | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ProtocolError(f"the run configuration's {key!r} is not true or false: {value!r}")
+    return value
+
+
 def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -144,6 +151,12 @@ class RunConfig:
     processes: str | None = None
     #: a run of ``repro-check resume``: its role, where it stops, where its checkpoint's copy goes
     resume: ResumeSettings | None = None
+    #: what an ``--across`` environment imposes inside the run (:mod:`repro_check.child.overrides`;
+    #: None: left alone): every DataLoader's ``num_workers``, the multiprocessing start method,
+    #: and ``torch.compile`` off (False)
+    num_workers: int | None = None
+    start_method: str | None = None
+    compile: bool | None = None
     #: the trace format the parent reads
     version: int = VERSION
 
@@ -179,6 +192,9 @@ class RunConfig:
             "distributed": self.distributed,
             "processes": self.processes,
             "resume": self.resume.to_dict() if self.resume is not None else None,
+            "num_workers": self.num_workers,
+            "start_method": self.start_method,
+            "compile": self.compile,
         })
 
     @classmethod
@@ -223,6 +239,9 @@ class RunConfig:
             processes=_optional_str(data, "processes"),
             resume=ResumeSettings.from_dict(data["resume"])
             if data.get("resume") is not None else None,
+            num_workers=_optional_int(data, "num_workers"),
+            start_method=_optional_str(data, "start_method"),
+            compile=_optional_bool(data, "compile"),
             version=data["version"],
         )
 

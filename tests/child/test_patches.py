@@ -36,6 +36,7 @@ from repro_check.child import (  # noqa: E402
     main,
     metric_hooks,
     origin,
+    overrides,
     patches,
     pin,
     processes,
@@ -167,8 +168,9 @@ def install_a_run(events: list[dict[str, Any]], tmp: Path) -> Any:
                             checkpoint=str(tmp / "*.npy"))
     checkpoint.install(recorder, events.append, resume)  # a resume's saves, lr and opt signals
     told = RunConfig(run=1, target=targets.parse("train.py"), seed=7, processes=str(tmp),
-                     resume=resume)
+                     resume=resume, num_workers=0, start_method="spawn", compile=False)
     processes.install(told, {}, done)
+    overrides.install(told, events.append)  # an --across environment's workers, start, compile
     return recorder
 
 
@@ -182,6 +184,7 @@ def run_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with warnings.catch_warnings():
         yield
     patches.PATCHES.undo()
+    overrides.remove()  # the start method it set
     active = capture.active()
     if active is not None:
         active.uninstall()
@@ -215,7 +218,9 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     assert patches.PATCHES.listing() == first
     # one wrapper a callable, the features in the stated order
     assert rows["torch.utils.data.dataloader.DataLoader.__init__"] == (
-        "seeding.loaders", "pin.loaders", "watch.loaders")
+        "overrides.loaders", "seeding.loaders", "pin.loaders", "watch.loaders")
+    assert rows["multiprocessing.set_start_method"] == ("overrides.start_method",)
+    assert rows["os.environ[TORCHDYNAMO_DISABLE]"] == ("overrides.compile",)
     assert rows["torch.utils.data.dataloader.DataLoader.__iter__"] == (
         "pin.loaders", "capture.epochs")
     assert rows["torch.utils.data.dataloader._BaseDataLoaderIter.__next__"] == (
@@ -241,11 +246,14 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     watch.SeedingWatch(events.append, {}, 7).install()
     recorder.hooks.install(flag_ops=True)
     seeding.seed_dataloaders(7)
+    overrides.install(RunConfig(run=1, target=targets.parse("train.py"), num_workers=0,
+                                start_method="spawn", compile=False))
     assert patches.PATCHES.listing() == first
     # the installed wrappers work as one chain: a seeded loader, a watched worker_init_fn
     loader = DataLoader(list(range(4)), 2, True, None, None, 0, None, False, False, 0, None,
                         None, None)  # ..., worker_init_fn, multiprocessing_context, generator
     assert loader.generator is not None  # given by position, bound by name
+    assert loader.num_workers == 0 and os.environ["TORCHDYNAMO_DISABLE"] == "1"
     assert isinstance(loader.worker_init_fn.keywords["user_fn"], watch.WorkerWatch)
 
     patches.PATCHES.undo()
@@ -258,6 +266,7 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
                          and (name in was or (id(owner), name) in patched))
         assert not changed, f"{owner!r}: {changed}"
     assert time.time is clock._real_time and datetime.datetime is clock.RealDatetime
+    assert "TORCHDYNAMO_DISABLE" not in os.environ
 
 
 def test_debug_lists_what_a_run_patched(monkeypatch: pytest.MonkeyPatch) -> None:

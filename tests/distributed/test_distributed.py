@@ -13,6 +13,7 @@ import pytest
 from repro_check.compare.steps import Policy
 from repro_check.distributed.launch import DistOptions, RankResult
 from repro_check.distributed.compare import RANK_DESYNC, RankComparison
+from repro_check.run.runner import COMPILE_CACHE_VARS
 
 from ..conftest import FIXTURES, CliResult, cli_env, run_cli, run_plain
 
@@ -364,3 +365,28 @@ def test_bad_distributed_options_are_usage_errors(args: list[str], message: str)
     res = run_plain("ddp/train.py:main", *args)
     assert res.code == 2 and message in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+CACHES = """
+import json, os, sys
+
+def main():
+    with open(sys.argv[1], "a") as fh:
+        fh.write(json.dumps({v: os.environ.get(v) for v in sys.argv[2:]}) + "\\n")
+    return {"x": 1.0}
+"""
+
+
+def test_every_torchrun_job_compiles_in_cache_folders_of_its_own_removed_after(
+        tmp_path: Path) -> None:
+    script = tmp_path / "caches.py"
+    script.write_text(CACHES)
+    seen = tmp_path / "seen.jsonl"
+    res = run_cli(f"{script}:main", "--nproc-per-node", "1", "--", str(seen),
+                  *COMPILE_CACHE_VARS, tmp=tmp_path)
+    assert res.code == 0, res.stdout + res.stderr
+    jobs = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(jobs) == 2
+    folders = [job[v] for job in jobs for v in COMPILE_CACHE_VARS]
+    assert all(folders) and len(set(folders)) == 4  # none shared between jobs or tools
+    assert not any(Path(f).exists() for f in folders)  # removed when the job ended

@@ -33,7 +33,8 @@ from repro_check.diagnose.localize import Localization
 from repro_check.diagnose.sources import find_sources
 from repro_check.distributed.compare import RankComparison
 from repro_check.distributed.launch import Distributed, DistOptions, JobResult, RankResult
-from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, DiagnosisPart, Report
+from repro_check.report.model import (AcrossCell, AcrossPair, AcrossPart, BisectCommit,
+                                      BisectPart, DiagnosisPart, JudgedCommit, Report)
 from repro_check.run import axes as ax
 from repro_check.diagnose.across import metrics_side_by_side, price_of_determinism
 from repro_check.run.options import InternalSettings, options_of
@@ -50,7 +51,7 @@ KEYS_FILE = Path(__file__).with_name("report_keys.json")
 #: paths whose keys are data (names of metrics, signals, environment entries, ranks, settings)
 OPAQUE = {
     "environment", "metrics[]", "judged", "rank_desync.fingerprints", "across.cells[].settings",
-    "across.cells[].versions",
+    "across.cells[].versions", "across.revisions",
 }
 
 
@@ -223,7 +224,27 @@ def _across(tmp: Path) -> Report:
     report.across = AcrossPart(axes=[(a.name, list(a.values)) for a in axes], cells=infos,
                                pairs=[pair], runs_per_cell=1)
     report.across.price = price_of_determinism(cells, infos)
+    report.across.revisions = {"HEAD": {"sha": "5" * 40, "subject": "five", "date": "",
+                                        "author": "Ada"}}
     assert report.across.price
+    return report
+
+
+def _bisect(tmp: Path) -> Report:
+    """A bisect that found a commit: GOOD, BAD, the commits tested (one skipped, which says why),
+    the step, op and module, the drift, runs and time."""
+    report = _diff(tmp, "bisect")
+    commit = BisectCommit("4" * 40, "four", "2026-12-01T10:00:00+00:00", "Ada")
+    report.bisect = BisectPart(
+        good=BisectCommit("1" * 40, "one", "2026-12-01T09:00:00+00:00", "Ada"),
+        bad=BisectCommit("5" * 40, "five", "2026-12-01T11:00:00+00:00", "Ada"), candidates=4,
+        first_bad=commit,
+        tested=[JudgedCommit("2" * 40, "two", "", "Ada", verdict="skip", error="raised"),
+                JudgedCommit("4" * 40, "four", "", "Ada", verdict="bad", step=1, signal="loss")],
+        skipped=["2" * 40], step=1, signal="loss", op="aten::mul", module="Net",
+        localization=Localization(1, found=True),
+        drift=Drift(steps=2, max_abs=1.0, max_at=1, final_abs=0.5, first_at=1, differing_steps=2),
+        runs=3, probe_runs=2, seconds=1.5, log_path=str(tmp / "bisect.log"))
     return report
 
 
@@ -246,6 +267,7 @@ def key_trees(diverging_check: Any, same_check: Any, golden: Golden, verify_othe
             "distributed_metric": _metric_distributed(tmp),
             "processes": _processes(tmp),
             "across": _across(tmp),
+            "bisect": _bisect(tmp),
         }
     return {name: sorted(key_paths(json.loads(r.to_json()))) for name, r in built.items()}
 

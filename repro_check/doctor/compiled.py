@@ -1,0 +1,54 @@
+"""A model compiled with ``torch.compile`` while inductor's own determinism settings stay off
+(RC117).
+
+Inductor may pick kernels by timing them (autotuning), reorder reductions, and draw random
+numbers differently from eager mode; ``torch._inductor.config.deterministic`` (or
+``TORCHINDUCTOR_DETERMINISTIC=1``) makes its choices fixed, and ``fallback_random`` makes its
+random draws eager's. A file that compiles and says neither is reported at the compile call.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from repro_check.doctor.evaluate import Evaluator, Hazard, text
+
+#: inductor settings that make compiled runs repeat their choices
+SETTINGS = ("deterministic", "fallback_random")
+ENV = "TORCHINDUCTOR_DETERMINISTIC"
+
+
+def _compiles(ev: Evaluator, node: ast.AST) -> bool:
+    """``torch.compile(...)`` or a ``@torch.compile`` decorator."""
+    target = node.func if isinstance(node, ast.Call) else node
+    return (ev.qualname(target) or "") == "torch.compile"
+
+
+def _inductor(ev: Evaluator, expr: ast.AST) -> bool:
+    return "inductor" in (ev.qualname(expr) or text(expr, 200))
+
+
+def _sets_determinism(ev: Evaluator, node: ast.AST) -> bool:
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Attribute) and t.attr in SETTINGS and _inductor(ev, t.value)
+                   and ev.const(node.value) is True for t in node.targets)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "patch" and _inductor(ev, node.func.value):
+        return any(k.arg in SETTINGS and ev.const(k.value) is True for k in node.keywords)
+    return isinstance(node, ast.Constant) and node.value == ENV
+
+
+def compile_hazards(ev: Evaluator) -> Iterator[Hazard]:
+    """Each compile site of a file that never turns inductor's determinism on."""
+    sites: list[ast.AST] = []
+    for node in ev.nodes:
+        if _sets_determinism(ev, node):
+            return
+        if isinstance(node, ast.Call) and _compiles(ev, node):
+            sites.append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            sites += [d for d in node.decorator_list if _compiles(ev, d)]
+    for site in sites:
+        yield ("RC117", site, f"{text(site, 40)} compiles with inductor's determinism settings "
+                              "off (torch._inductor.config.deterministic, fallback_random)")

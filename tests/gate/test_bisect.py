@@ -1,0 +1,193 @@
+"""``bisect GOOD BAD TARGET``: the first commit whose run differs, the checkout never moved.
+
+One repository of five commits (the fourth changes an op's numerics, the second is broken)
+serves the one real bisect; the search's git-bisect semantics (skips, undecided ends, the
+number of steps) are tested with verdicts given directly, without runs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from repro_check.errors import UsageError
+from repro_check.report.model import BisectCommit, BisectPart, JudgedCommit
+from repro_check.gate import bisect
+from repro_check.run import revisions
+
+from ..conftest import CliResult, run_cli, run_plain
+from ..git_repos import HANGING, commit, five_commits, git, interrupt_when_started, script, state
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    root = tmp_path_factory.mktemp("bisect") / "repo"
+    return root, five_commits(root)
+
+
+@pytest.fixture(scope="module")
+def found(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[CliResult, dict[str, str], dict[str, str]]:
+    root, _ = repo
+    before = state(root)
+    res = run_cli("bisect", "HEAD~4", "HEAD", "model.py:main",
+                  tmp=tmp_path_factory.mktemp("bisect-run"), cwd=root)
+    return res, before, state(root)
+
+
+def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliResult, dict[str, str], dict[str, str]],
+                                                             repo: tuple[Path, list[str]]) -> None:
+    res, _, _ = found
+    _, shas = repo
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None
+    b = res.report["bisect"]
+    assert b["first_bad"]["sha"] == shas[3] and b["first_bad"]["subject"] == "four: scale the output"
+    assert b["first_bad"]["date"] and b["first_bad"]["author"] == "Ada"
+    assert (b["step"], b["signal"]) == (1, "loss")
+    assert b["op"] == "aten::mul" and b["module"] == "Net"
+    assert b["drift"]["max_abs"] > 0
+    tested = {t["sha"]: t["verdict"] for t in b["tested"]}
+    assert tested[shas[3]] == "bad" and all(v in ("good", "bad", "skip") for v in tested.values())
+    assert set(b["skipped"]) == {s for s, v in tested.items() if v == "skip"}
+    # about log2(4 candidates) runs plus GOOD's, and the count is printed
+    assert b["candidates"] == 4 and b["runs"] == len(b["tested"]) + 1 <= 4
+    assert f"{b['runs']} run(s)" in res.stdout and "first commit that differs" in res.stdout
+    assert "git bisect start" in Path(b["log"]).read_text()
+    assert shas[3][:12] in res.stdout
+
+
+def test_bisect_leaves_the_checkout_as_it_was(found: tuple[CliResult, dict[str, str], dict[str, str]]) -> None:
+    _, before, after = found
+    assert before == after
+
+
+def test_search_skips_what_fails_as_git_bisect_run_does(tmp_path: Path) -> None:
+    """Verdicts without runs: commit 2 fails (skip); a bad commit next to only skipped ones
+    leaves git undecided, as ``git bisect run`` would."""
+    root = tmp_path / "repo"
+    shas = five_commits(root)
+    folder = tmp_path / "search"
+    git(root, "worktree", "add", "--detach", "-q", str(folder), shas[4])
+    before = state(root)
+
+    def verdicts(table: dict[int, str]) -> tuple[str | None, list[str], list[int]]:
+        seen: list[int] = []
+
+        def judge(sha: str) -> str:
+            seen.append(shas.index(sha))
+            return table[shas.index(sha)]
+
+        found, undecided, log = bisect.search(folder, shas[0], shas[4], judge)
+        assert "git bisect start" in log
+        revisions.git(folder, "bisect", "reset", "HEAD")
+        return found, undecided, seen
+
+    found, undecided, seen = verdicts({1: "skip", 2: "good", 3: "bad", 4: "bad"})
+    assert found == shas[3] and len(seen) <= 3
+    found, undecided, seen = verdicts({1: "good", 2: "skip", 3: "bad", 4: "bad"})
+    assert found is None and set(undecided) == {shas[2], shas[3]}
+    found, undecided, seen = verdicts({1: "good", 2: "good", 3: "good", 4: "bad"})
+    assert found == shas[4] and 4 not in seen  # git takes BAD as bad: the caller runs it
+    assert state(root)["head"] == before["head"] and state(root)["status"] == before["status"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["HEAD~1", "nosuchrev", "model.py:main"], "unknown git revision 'nosuchrev'"),
+    (["HEAD", "HEAD~1", "model.py:main"], "is not an ancestor of BAD"),
+    (["HEAD", "HEAD", "model.py:main"], "are the same commit"),
+    (["HEAD~1", "WORKTREE", "model.py:main"], "bisect walks commits"),
+    (["HEAD~1", "HEAD", "missing.py:main"], "no such file"),
+])
+def test_usage_errors_are_one_line_before_any_run(repo: tuple[Path, list[str]], argv: list[str],
+                                                  says: str) -> None:
+    root, _ = repo
+    res = run_plain("bisect", *argv, cwd=root)
+    assert res.code == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], res.stderr
+    assert git(root, "worktree", "list").count("\n") == 1
+
+
+def test_not_a_git_repository_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text("def main():\n    pass\n")
+    with pytest.raises(UsageError, match="not in a git repository"):
+        revisions.repository(tmp_path)
+    res = run_plain("bisect", "A", "B", "model.py:main", cwd=tmp_path)
+    assert res.code == 2 and "not in a git repository" in res.stderr
+
+
+def test_ctrl_c_mid_run_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
+    """Ctrl-C to the whole process group while the search runs a commit (GOOD recorded, the
+    bisect's own worktree in the middle of ``git bisect``): exit 130, and the user's files,
+    branch, index, stash and HEAD are as they were, with no checkout left behind."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "one: the model", {"model.py": script()})
+    for n in ("two", "three", "four"):  # every commit after GOOD runs until it is stopped
+        commit(root, f"{n}: waits", {"model.py": HANGING, "n.txt": n})
+    (root / "model.py").write_text(script("3.0"))  # uncommitted work, and a stash
+    git(root, "stash", "-q")
+    (root / "notes.txt").write_text("untracked\n")
+    (root / "n.txt").write_text("changed, uncommitted\n")
+    before = state(root)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    code, err = interrupt_when_started(
+        ["bisect", "HEAD~3", "HEAD", "model.py:main", "--trace-dir", str(tmp_path / "traces"),
+         "--", str(tmp_path / "started.fifo")], root, tmp_path / "started.fifo", temp)
+    assert code == 130, err
+    assert "Traceback" not in err and "testing" in err
+    assert state(root) == before
+    assert (root / "n.txt").read_text() == "changed, uncommitted\n"
+    assert not list(temp.glob("repro-check-rev-*"))  # every checkout removed
+
+
+def test_bad_that_matches_good_is_exit_0_and_a_good_that_fails_is_exit_3(tmp_path: Path) -> None:
+    """Through the command line, with run options from [tool.repro-check] (max-steps read, the
+    check's runs not: one run a commit)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "one: broken", {"model.py": script(broken=True)})
+    commit(root, "two: the model", {"model.py": script()})
+    commit(root, "three: a readme", {"README": "notes\n"})
+    (root / "pyproject.toml").write_text("[tool.repro-check]\nmax-steps = 1\nruns = 5\n")
+    before = state(root)
+    same = run_cli("bisect", "HEAD~1", "HEAD", "model.py:main", tmp=tmp_path / "same", cwd=root)
+    assert same.code == 0, same.stdout + same.stderr
+    assert same.report is not None and same.report["bisect"]["matches"] is True
+    assert same.report["bisect"]["first_bad"] is None and same.report["bisect"]["runs"] == 2
+    assert same.report["max_steps"] == 1 and same.report["steps"][-1] == 1  # the config's
+    assert "matches GOOD: no commit differs" in same.stdout
+    assert re.search(r"2 run\(s\) .* in \d+\.\d s", same.stdout)  # the count and the time
+    broken = run_cli("bisect", "HEAD~2", "HEAD", "model.py:main", tmp=tmp_path / "broken",
+                     cwd=root)
+    assert broken.code == 3, broken.stdout + broken.stderr
+    assert broken.report is not None and "cannot run" in (broken.report["error"] or "")
+    assert broken.report["bisect"]["tested"] == []
+    assert state(root) == before
+
+
+def test_the_api_returns_the_typed_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``repro_check.bisect``: the report with its typed part; usage errors raised before any
+    run."""
+    import repro_check
+
+    root = tmp_path / "repo"
+    shas = five_commits(root)
+    monkeypatch.chdir(root)
+    with pytest.raises(UsageError, match="unknown git revision 'nope'"):
+        repro_check.bisect("nope", "HEAD", "model.py:main")
+    report = repro_check.bisect("HEAD~1", "HEAD", "model.py:main", max_steps=1,
+                                trace_dir=str(tmp_path / "traces"))
+    assert report.exit_code == 0 and report.bisect is not None
+    part = report.bisect
+    assert isinstance(part, BisectPart) and part.matches and part.first_bad is None
+    assert isinstance(part.bad, BisectCommit) and part.bad.sha == shas[4]
+    assert part.bad.subject == "five: a readme" and part.runs == 2
+    assert all(isinstance(t, JudgedCommit) for t in part.tested)
+    assert [r.steps for r in report.results][-1] == 1

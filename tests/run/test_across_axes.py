@@ -1,0 +1,312 @@
+"""``--across`` workers, start, compile and rev: what is checked before any run, what each cell
+imposes, the checkouts of revisions (the user's checkout untouched), and the batches compared
+across worker counts (one invocation each for an unseeded and a seeded augmentation)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from repro_check.errors import UsageError
+from repro_check.report.model import AcrossCell, AcrossPart
+from repro_check.run import axes as ax
+from repro_check.run import revisions
+from repro_check.diagnose.localize import compare
+from repro_check.run.runner import COMPILE_CACHE_VARS
+from repro_check.diagnose.across import compile_detail, compile_warning, price_of_compile, unmatched
+from repro_check.targets import parse
+from repro_check.trace.protocol import RunConfig
+
+from ..conftest import CliResult, run_cli, run_plain
+from ..git_repos import (HANGING, commit, five_commits, git, interrupt_when_started, script,
+                         state)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("workers=0,-1", "whole numbers from 0, got '-1'"),
+    ("workers=0,two", "whole numbers from 0, got 'two'"),
+    ("workers=0,1.5", "whole numbers from 0, got '1.5'"),
+    ("start=fork,thread", "'thread' is not one of fork, spawn, forkserver"),
+    ("compile=on,maybe", "'maybe' is not one of on, off"),
+    ("rev=HEAD", "at least two values"),
+])
+def test_malformed_axis_is_one_usage_error(text: str, says: str) -> None:
+    with pytest.raises(UsageError, match=says.replace("(", r"\(").replace(".", r"\.")):
+        ax.parse_axis(text)
+
+
+def test_cells_impose_workers_start_and_compile() -> None:
+    cells = ax.grid(ax.parse_axes(["workers=0,2", "start=fork,spawn", "compile=off,on"]))
+    assert len(cells) == 8
+    first, last = cells[0], cells[-1]
+    # what reaches the run through its configuration (RunConfig's fields)
+    assert first.overrides() == {"num_workers": 0, "start_method": "fork", "compile": False}
+    assert last.overrides() == {"num_workers": 2, "start_method": "spawn", "compile": True}
+    assert first.environment() == {} and last.environment() == {}
+    base = RunConfig(run=1, target=parse("t.py"))
+    told = base.replace(**first.overrides())
+    assert RunConfig.from_json(told.to_json()) == told
+
+
+def test_compile_on_a_script_that_never_compiles_is_a_warning(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.py"
+    plain.write_text("def main():\n    pass\n")
+    axes = ax.parse_axes(["compile=off,on"])
+    assert "never calls torch.compile" in (compile_warning(axes, parse(str(plain))) or "")
+    compiled = tmp_path / "compiled.py"
+    compiled.write_text("import torch\nf = torch.compile(lambda x: x)\n")
+    assert compile_warning(axes, parse(str(compiled))) is None
+    assert compile_warning(ax.parse_axes(["workers=0,1"]), parse(str(plain))) is None
+
+
+def test_price_of_compile_pairs_each_on_with_its_off() -> None:
+    cells = ax.grid(ax.parse_axes(["compile=off,on"]))
+    infos = [AcrossCell(index=c.index, label=c.label, settings=c.settings_dict(), runs=[c.index],
+                        steps=4, seconds=s, loop_seconds=s / 2, versions={})
+             for c, s in zip(cells, (4.0, 8.0))]
+    (row,) = price_of_compile(cells, infos)
+    assert (row["on"], row["off"]) == ("compile=on", "compile=off")
+    assert row["ratio"] == pytest.approx(2.0)
+    assert (row["on_run_seconds_per_step"], row["off_run_seconds_per_step"]) == (2.0, 1.0)
+    part = AcrossPart(axes=[("compile", ["off", "on"])], cells=infos, pairs=[],
+                      compile_price=[row])
+    assert part.to_dict()["across"]["price_of_compile"] == [row]
+
+
+def test_eager_and_compiled_op_sequences_that_part_name_no_culprit_op() -> None:
+    def op(name: str, ins: list[str], out: list[str]) -> dict[str, Any]:
+        return {"k": "op", "ph": "forward", "m": "net", "op": name, "in": ins, "out": out}
+
+    eager = [op("aten::mm", ["x", "w"], ["y"]), op("aten::tanh", ["y"], ["t"])]
+    fused = [op("aten::mm", ["x", "w"], ["y"]), op("inductor::cpp_fused_tanh", ["y"], ["t2"])]
+    loc = compare(1, eager, fused)
+    assert unmatched(loc)
+    assert "cannot be matched from op 1 on" in compile_detail(loc, 1)
+    same_ops = [op("aten::mm", ["x", "w"], ["y"]), op("aten::tanh", ["y"], ["t2"])]
+    assert not unmatched(compare(1, eager, same_ops))  # one op, other bits: a culprit
+
+
+# ---- revisions: checkouts that never touch the user's -----------------------------------------
+def test_checkouts_leave_the_checkout_alone_and_copy_uncommitted_work(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shas = five_commits(root)
+    (root / "model.py").write_text(script("2.0"))  # uncommitted
+    (root / "new.py").write_text("x = 1\n")  # untracked
+    git(root, "stash", "list")
+    before = state(root)
+    assert revisions.repository(root / ".") == root.resolve()
+    assert revisions.resolve(root, "HEAD~1") == shas[3]
+    with pytest.raises(UsageError, match="unknown git revision 'v9'"):
+        revisions.resolve(root, "v9")
+    with revisions.Checkouts(root) as co:
+        old = co.checkout(shas[0])
+        now = co.checkout(revisions.WORKTREE)
+        assert (old / "model.py").read_text() == script()
+        assert (now / "model.py").read_text() == script("2.0") and (now / "new.py").exists()
+        assert state(root)["status"] == before["status"]
+    assert not old.exists() and not now.exists()
+    assert state(root) == before
+
+
+@pytest.fixture(scope="module")
+def revs(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, dict[str, str],
+                                                          dict[str, str], list[str]]:
+    """rev=HEAD~1,HEAD,WORKTREE in a repository whose last commit changes nothing and whose
+    working tree scales the output (uncommitted): 3 runs and 2 probe runs."""
+    root = tmp_path_factory.mktemp("revs") / "repo"
+    shas = five_commits(root)
+    (root / "model.py").write_text(script("1.002"))
+    before = state(root)
+    res = run_cli("model.py:main", "--across", "rev=HEAD~1,HEAD,WORKTREE",
+                  tmp=tmp_path_factory.mktemp("revs-run"), cwd=root)
+    return res, before, state(root), shas
+
+
+def test_rev_compares_revisions_and_the_uncommitted_change(revs: tuple[CliResult, dict[str, str], dict[str, str], list[str]]) -> None:
+    res, before, after, shas = revs
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None
+    across = res.report["across"]
+    pairs = {p["b"]: p for p in across["pairs"]}
+    assert pairs["rev=HEAD"]["bit_identical"] is True  # a readme changes no numbers
+    work = pairs["rev=WORKTREE"]
+    assert (work["first_divergent_step"], work["signal"]) == (1, "loss")
+    assert (work["culprit_op"], work["culprit"]) == ("aten::mul", "Net")
+    assert work["drift"] is not None
+    assert across["revisions"]["HEAD~1"]["sha"] == shas[3]
+    assert across["revisions"]["HEAD"]["subject"] == "five: a readme"
+    assert "Revisions" in res.stdout and shas[3][:12] in res.stdout
+    assert before == after
+
+
+def test_rev_outside_a_repository_and_unknown_revisions_are_usage_errors(tmp_path: Path) -> None:
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    (outside / "t.py").write_text("def main():\n    pass\n")
+    res = run_plain("t.py:main", "--across", "rev=HEAD,WORKTREE", cwd=outside)
+    assert res.code == 2 and "not in a git repository" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    commit(root, "one", {"t.py": "def main():\n    pass\n"})
+    res = run_plain("t.py:main", "--across", "rev=HEAD,nope", cwd=root)
+    assert res.code == 2 and "unknown git revision 'nope'" in res.stderr
+
+
+def test_ctrl_c_mid_run_of_a_revision_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
+    """rev=HEAD,WORKTREE, Ctrl-C to the whole process group while the working tree's run goes:
+    exit 130, the user's files, branch, index, stash and HEAD as they were, no checkout left."""
+    root = tmp_path / "repo"
+    shas = five_commits(root)
+    git(root, "branch", "-q", "topic", shas[2])
+    (root / "model.py").write_text(HANGING)  # uncommitted: the WORKTREE side waits
+    (root / "notes.txt").write_text("untracked\n")
+    before = state(root)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    code, err = interrupt_when_started(
+        ["model.py:main", "--across", "rev=HEAD,WORKTREE", "--trace-dir",
+         str(tmp_path / "traces"), "--", str(tmp_path / "started.fifo")],
+        root, tmp_path / "started.fifo", temp)
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert state(root) == before and (root / "model.py").read_text() == HANGING
+    assert not list(temp.glob("repro-check-rev-*"))  # every checkout removed
+
+
+@pytest.mark.parametrize("axis, says", [
+    ("workers=0,-1", "worker counts are whole numbers from 0, got '-1'"),
+    ("rev=HEAD,nope", "unknown git revision 'nope'"),
+])
+def test_bad_values_of_the_new_axes_are_one_line_and_exit_2_before_any_run(
+        tmp_path: Path, axis: str, says: str) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    commit(root, "one", {"t.py": "def main():\n    pass\n"})
+    res = run_plain("t.py:main", "--across", axis, cwd=root)
+    lines = res.stderr.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1 and says in lines[0], res.stderr
+    assert not (root / ".repro-check").exists()  # nothing ran
+
+
+def test_compile_on_a_script_that_never_compiles_runs_with_a_warning(tmp_path: Path) -> None:
+    script_path = tmp_path / "plain.py"
+    script_path.write_text("def main():\n    return {'x': 1.0}\n")
+    res = run_cli(f"{script_path}:main", "--across", "compile=off,on", tmp=tmp_path)
+    assert res.code == 0, res.stdout + res.stderr
+    assert res.report is not None
+    assert any("never calls torch.compile" in w for w in res.report["warnings"])
+    assert "never calls torch.compile" in " ".join(res.stderr.split())  # said before the runs
+    assert res.stderr.index("warning:") < res.stderr.index("started")
+
+
+# ---- workers: batches compared across worker counts ---------------------------------------------
+@pytest.fixture(scope="module")
+def unseeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
+    tmp = tmp_path_factory.mktemp("workers-global")
+    return run_cli("loaders.py:main", "--across", "workers=0,2", "--report",
+                   str(tmp / "r.html"), "--", "--augment", "global", "--steps", "3",
+                   tmp=tmp), tmp / "r.html"
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+    """The seeded augmentation, also across start methods: workers=0,2 x start=fork,spawn."""
+    return run_cli("loaders.py:main", "--across", "workers=0,2", "--across", "start=fork,spawn",
+                   "--", "--augment", "indexed", "--steps", "3",
+                   tmp=tmp_path_factory.mktemp("workers-indexed"))
+
+
+def test_a_worker_side_draw_from_an_unseeded_source_differs_across_worker_counts(
+        unseeded: tuple[CliResult, Path]) -> None:
+    res, html = unseeded
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None
+    (pair,) = res.report["across"]["pairs"]
+    assert pair["b"] == "workers=2" and pair["identical"] is False
+    assert pair["batches_identical"] is False and pair["first_batch_step"] == 1
+    assert pair["worker_draw"] == ["Python's random"]
+    assert "draws from it" in pair["loading_note"]
+    assert "the batches differ from step 1 with workers=2" in res.stdout
+    assert 'class="loading"' in html.read_text()
+
+
+def test_a_seeded_augmentation_gives_the_same_batches_for_any_worker_count(seeded: CliResult) -> None:
+    res = seeded
+    assert res.code == 0, res.stdout + res.stderr
+    assert res.report is not None
+    pairs = {p["b"]: p for p in res.report["across"]["pairs"]}
+    assert set(pairs) == {"workers=0, start=spawn", "workers=2, start=fork",
+                          "workers=2, start=spawn"}
+    for pair in pairs.values():
+        assert pair["bit_identical"] is True and pair["batches_identical"] is True
+        assert pair["worker_draw"] == [] and "identical at every one of 3 steps" in pair["loading_note"]
+    assert "start=spawn" in pairs["workers=2, start=spawn"]["loading_note"]
+
+
+# ---- compile: eager against compiled, run to run ---------------------------------------------------
+def inductor_compiles() -> str | None:
+    """Why torch.compile cannot work here (None: it can): inductor on the CPU compiles C++."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("c++") is None:
+        return "torch.compile on the CPU needs a C++ compiler (g++), and none is installed"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(inductor_compiles() is not None, reason=str(inductor_compiles()))
+def test_a_deterministic_compiled_model_repeats_and_is_compared_with_eager(tmp_path: Path) -> None:
+    """compile=off,on with two runs each: each environment repeats run to run, eager and
+    compiled are compared, and every run compiled in cache folders of its own, removed after
+    (minutes on a loaded CPU: inductor compiles C++ in each compiled run)."""
+    caches = tmp_path / "caches.jsonl"
+    res = run_cli("compiled.py:main", "--across", "compile=off,on", "--runs", "2", "--",
+                  "--steps", "2", "--deterministic", "--caches", str(caches), tmp=tmp_path,
+                  timeout=1500)
+    assert res.code in (0, 1), res.stdout + res.stderr
+    assert res.report is not None
+    across = res.report["across"]
+    assert [c["reproducible"] for c in across["cells"]] == [True, True]  # run to run
+    (pair,) = across["pairs"]
+    assert pair["a"] == "compile=off" and pair["b"] == "compile=on"
+    if not pair["identical"]:
+        loc = pair["localization"] or {}
+        assert pair["culprit_op"] or "cannot be matched" in str(loc.get("detail"))
+    (price,) = across["price_of_compile"]
+    assert price["on_run_seconds_per_step"] > 0 and "Price of torch.compile" in res.stdout
+    runs = [json.loads(line) for line in caches.read_text().splitlines()]
+    compiled = [r for r in runs if r["compiled"]]
+    assert len(compiled) >= 2 and len(runs) - len(compiled) >= 2  # probe runs may add some
+    assert all(r["TORCHINDUCTOR_CACHE_DIR:filled"] for r in compiled)  # inductor wrote there
+    folders = [r[v] for r in runs for v in COMPILE_CACHE_VARS]
+    assert all(folders) and len(set(folders)) == len(folders)  # no run shares one
+    assert not any(Path(f).exists() for f in folders)  # removed when each run ended
+
+
+CACHES = """
+import json, os, sys
+
+def main():
+    with open(sys.argv[1], "a") as fh:
+        fh.write(json.dumps({v: os.environ.get(v) for v in sys.argv[2:]}) + "\\n")
+    return {"x": 1.0}
+"""
+
+
+def test_every_run_compiles_in_cache_folders_of_its_own_removed_after(tmp_path: Path) -> None:
+    script = tmp_path / "caches.py"
+    script.write_text(CACHES)
+    seen = tmp_path / "seen.jsonl"
+    res = run_cli(f"{script}:main", "--", str(seen), *COMPILE_CACHE_VARS, tmp=tmp_path)
+    assert res.code == 0, res.stdout + res.stderr
+    runs = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(runs) == 2
+    folders = [r[v] for r in runs for v in COMPILE_CACHE_VARS]
+    assert all(folders) and len(set(folders)) == 4  # none shared between runs or tools
+    assert not any(Path(f).exists() for f in folders)  # removed when the run ended
