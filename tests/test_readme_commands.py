@@ -101,6 +101,7 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
         Synopsis("diagnose"),
     "repro-check doctor [TARGET]": Synopsis("doctor"),
     "repro-check resume TARGET --at K --resume-args 'ARGS'": Synopsis("resume"),
+    "repro-check bisect GOOD BAD TARGET [--golden G]": Synopsis("bisect"),
     # ---- docs/resume.md
     "repro-check resume TARGET --at K --resume-args 'ARGS' [--checkpoint PATH_OR_GLOB]":
         Synopsis("resume"),

@@ -16,6 +16,7 @@ digest, so equal bytes give equal fingerprints on both sides.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import shutil
 import statistics
@@ -429,10 +430,32 @@ def compile_warning(axes: Sequence[Axis], target: Any) -> str | None:
         source = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    if "compile" in source:
+    if _may_compile(source):
         return None
     return (f"--across compile=: {path} never calls torch.compile (unless a library it uses "
             "does): its environments will run the same code")
+
+
+#: modules whose ``compile`` is not torch's (regular expressions)
+_OTHER_COMPILES = frozenset({"re", "regex"})
+
+
+def _may_compile(source: str) -> bool:
+    """Whether a script's source may compile a model: any ``X.compile`` (``torch.compile``,
+    ``@torch.compile``, ``model.compile()``) but ``re.compile``, or ``compile`` imported from
+    torch. Source that does not parse counts as compiling (no warning on a guess)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "compile" and not (
+                isinstance(node.value, ast.Name) and node.value.id in _OTHER_COMPILES):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch" \
+                and any(alias.name == "compile" for alias in node.names):
+            return True
+    return False
 
 
 def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[RunSpec],

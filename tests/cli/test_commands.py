@@ -410,7 +410,10 @@ def test_debug_flag_is_the_debug_variable_for_us_and_our_runs(tmp_path: Path,
     after it, it is the target's."""
     from repro_check.cli.main import debug_flag
 
-    monkeypatch.delenv("REPRO_CHECK_DEBUG", raising=False)
+    # set, then removed: the monkeypatch puts back its absence afterwards (a bare delenv of an
+    # absent variable records nothing, and what debug_flag sets would leak into later tests)
+    monkeypatch.setenv("REPRO_CHECK_DEBUG", "")
+    monkeypatch.delenv("REPRO_CHECK_DEBUG")
     assert debug_flag(["t.py", "--", "--debug"]) == ["t.py", "--", "--debug"]
     assert "REPRO_CHECK_DEBUG" not in os.environ
     assert debug_flag(["record", "--debug", "t.py", "--", "--debug"]) == [

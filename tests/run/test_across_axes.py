@@ -62,6 +62,16 @@ def test_compile_on_a_script_that_never_compiles_is_a_warning(tmp_path: Path) ->
     compiled.write_text("import torch\nf = torch.compile(lambda x: x)\n")
     assert compile_warning(axes, parse(str(compiled))) is None
     assert compile_warning(ax.parse_axes(["workers=0,1"]), parse(str(plain))) is None
+    # the word alone is not a compile: a regular expression, a comment, Python's own compile()
+    regex = tmp_path / "regex.py"
+    regex.write_text("import re\n# torch.compile is not used\nPAT = re.compile('x')\n"
+                     "code = compile('1', 'f', 'eval')\n")
+    assert "never calls torch.compile" in (compile_warning(axes, parse(str(regex))) or "")
+    for text in ("from torch import compile\nf = compile(g)\n",
+                 "import torch\n@torch.compile\ndef f(x):\n    return x\n",
+                 "model.compile()\n"):
+        (tmp_path / "other.py").write_text(text)
+        assert compile_warning(axes, parse(str(tmp_path / "other.py"))) is None, text
 
 
 def test_price_of_compile_pairs_each_on_with_its_off() -> None:
@@ -70,12 +80,13 @@ def test_price_of_compile_pairs_each_on_with_its_off() -> None:
                         steps=4, seconds=s, loop_seconds=s / 2, versions={})
              for c, s in zip(cells, (4.0, 8.0))]
     (row,) = price_of_compile(cells, infos)
-    assert (row["on"], row["off"]) == ("compile=on", "compile=off")
-    assert row["ratio"] == pytest.approx(2.0)
-    assert (row["on_run_seconds_per_step"], row["off_run_seconds_per_step"]) == (2.0, 1.0)
+    assert (row.on, row.off) == ("compile=on", "compile=off")
+    assert row.ratio == pytest.approx(2.0)
+    assert (row.on_run_seconds_per_step, row.off_run_seconds_per_step) == (2.0, 1.0)
     part = AcrossPart(axes=[("compile", ["off", "on"])], cells=infos, pairs=[],
                       compile_price=[row])
-    assert part.to_dict()["across"]["price_of_compile"] == [row]
+    assert part.to_dict()["across"]["price_of_compile"] == [row.to_dict()]
+    assert row.to_dict()["on_run_seconds_per_step"] == 2.0
 
 
 def test_eager_and_compiled_op_sequences_that_part_name_no_culprit_op() -> None:
