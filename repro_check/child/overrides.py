@@ -22,7 +22,6 @@ undone with the others:
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -67,25 +66,8 @@ def _override_loaders(workers: int | None, start: str | None) -> None:
     from torch.utils.data import DataLoader  # torch: only when a loader setting is imposed
 
     names = ("num_workers", "multiprocessing_context", *_WORKER_ONLY)
-    arguments = patches.Arguments(patches.PATCHES.original(DataLoader, "__init__"), names)
-    if arguments.missing:
-        patches.PATCHES.skip("overrides.loaders", _LOADER,
-                             f"no parameter {', '.join(arguments.missing)}")
-        return
-
-    def make(original: Any) -> Any:
-        @functools.wraps(original)  # frameworks read its signature to rebuild loaders
-        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-            bound = arguments.bind((loader, *args), kwargs)
-            if bound is None:  # arguments the signature does not take: torch says so
-                original(loader, *args, **kwargs)
-                return
-            loader_arguments(bound.arguments, workers, start)
-            original(*bound.args, **bound.kwargs)
-
-        return __init__
-
-    patches.PATCHES.wrap("overrides.loaders", DataLoader, "__init__", make)
+    patches.PATCHES.wrap_arguments("overrides.loaders", DataLoader, "__init__", names,
+                                   lambda given: loader_arguments(given, workers, start))
 
 
 def _override_start_method(start: str, note: Note | None) -> None:

@@ -26,6 +26,7 @@ wrappers cost and nothing more.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -215,6 +216,32 @@ class PatchRegistry:
                                                       label or label_of(owner, name))
             target.features[feature] = (token, make)
             target.compose(self.order)
+
+    def wrap_arguments(self, feature: str, owner: Any, name: str, names: Iterable[str],
+                       edit: Callable[[dict[str, Any]], None], *, token: Any = None) -> bool:
+        """Have ``feature`` change the arguments of every call of ``owner.name`` by name
+        (``edit`` gets ``inspect.BoundArguments.arguments`` of the call, given by position or by
+        keyword), then call the inner function with them. False, and the feature listed as
+        skipped, when the signature lacks a parameter in ``names`` (another version)."""
+        arguments = Arguments(self.original(owner, name), names)
+        if arguments.missing:
+            self.skip(feature, label_of(owner, name),
+                      f"no parameter {', '.join(arguments.missing)}")
+            return False
+
+        def make(original: Any) -> Any:
+            @functools.wraps(original)  # frameworks read its signature to rebuild loaders
+            def wrapper(first: Any, *args: Any, **kwargs: Any) -> Any:
+                bound = arguments.bind((first, *args), kwargs)
+                if bound is None:  # arguments the signature does not take: it says so itself
+                    return original(first, *args, **kwargs)
+                edit(bound.arguments)
+                return original(*bound.args, **bound.kwargs)
+
+            return wrapper
+
+        self.wrap(feature, owner, name, make, token=token)
+        return True
 
     def replace(self, feature: str, owner: Any, name: Any, value: Any, *, token: Any = None,
                 item: bool = False, label: str | None = None) -> None:

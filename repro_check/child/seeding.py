@@ -202,36 +202,21 @@ def seed_dataloaders(seed: int, generators: bool = True) -> int:
     loader_cls = tud.DataLoader
     if patches.PATCHES.has("seeding.loaders", loader_cls, "__init__"):
         return 0
-    arguments = patches.Arguments(patches.PATCHES.original(loader_cls, "__init__"),
-                                  ("worker_init_fn", "generator"))
-    if arguments.missing:
-        patches.PATCHES.skip("seeding.loaders", "torch.utils.data.DataLoader.__init__",
-                             f"no parameter {', '.join(arguments.missing)}")
-        return 0
     counter = {"made": 0}
 
-    def make(original_init: Any) -> Any:
-        @functools.wraps(original_init)
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            bound = arguments.bind((self, *args), kwargs)
-            if bound is None:  # arguments the signature does not take: torch says so
-                original_init(self, *args, **kwargs)
-                return
-            given = bound.arguments
-            if generators and given.get("generator") is None:
-                counter["made"] += 1
-                import torch
+    def seeded(given: dict[str, Any]) -> None:
+        if generators and given.get("generator") is None:
+            counter["made"] += 1
+            import torch  # loaded already: a DataLoader is being made
 
-                gen = torch.Generator()
-                gen.manual_seed(derive_seed(seed, "dataloader", counter["made"]))
-                given["generator"] = gen
-            given["worker_init_fn"] = functools.partial(
-                _seeded_worker_init, user_fn=given.get("worker_init_fn"))
-            original_init(*bound.args, **bound.kwargs)
+            gen = torch.Generator()
+            gen.manual_seed(derive_seed(seed, "dataloader", counter["made"]))
+            given["generator"] = gen
+        given["worker_init_fn"] = functools.partial(
+            _seeded_worker_init, user_fn=given.get("worker_init_fn"))
 
-        return __init__
-
-    patches.PATCHES.wrap("seeding.loaders", loader_cls, "__init__", make)
+    patches.PATCHES.wrap_arguments("seeding.loaders", loader_cls, "__init__",
+                                   ("worker_init_fn", "generator"), seeded)
     return 0
 
 

@@ -251,27 +251,11 @@ class SeedingWatch:
         which watches a spawned worker (a forked one inherits the watch)."""
         from torch.utils.data import DataLoader
 
-        arguments = patches.Arguments(patches.PATCHES.original(DataLoader, "__init__"),
-                                      ("worker_init_fn",))
-        if arguments.missing:
-            patches.PATCHES.skip("watch.loaders", "torch.utils.data.DataLoader.__init__",
-                                 f"no parameter {', '.join(arguments.missing)}")
-            return
+        def watched(given: dict[str, Any]) -> None:
+            given["worker_init_fn"] = WorkerWatch.of(given.get("worker_init_fn"), self)
 
-        def make(original: Any) -> Any:
-            @functools.wraps(original)  # frameworks read its signature to rebuild loaders
-            def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-                bound = arguments.bind((loader, *args), kwargs)
-                if bound is None:  # arguments the signature does not take: torch says so
-                    original(loader, *args, **kwargs)
-                    return
-                given = bound.arguments.get("worker_init_fn")
-                bound.arguments["worker_init_fn"] = WorkerWatch.of(given, self)
-                original(*bound.args, **bound.kwargs)
-
-            return __init__
-
-        self._wrap(DataLoader, "__init__", make, "watch.loaders")
+        patches.PATCHES.wrap_arguments("watch.loaders", DataLoader, "__init__",
+                                       ("worker_init_fn",), watched, token=self)
 
     def _torch_seed(self, original: Callable[[], int]) -> Callable[[], int]:
         @functools.wraps(original)
