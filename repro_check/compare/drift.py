@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from repro_check.compare.series import Thinned
 from repro_check.trace import values
 from repro_check.trace.format import TraceStream, finite_or_none
 from repro_check.trace.jsonfields import JsonRecord, json_field
+from repro_check.trace.protocol import StepRecord
 from repro_check.trace.values import Tolerance
 
 #: points kept of the drift series (for the sparkline and the plot)
@@ -52,36 +54,41 @@ def step_difference(a: Any, b: Any) -> float:
     return math.nan if d is None else d
 
 
+def side_by_side(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str]
+                 ) -> Iterator[tuple[StepRecord, StepRecord]]:
+    """The steps of two traces in pairs, up to the shorter one's last (bounded memory; both files
+    closed however the caller stops)."""
+    sa, sb = TraceStream(path_a, require_end=False), TraceStream(path_b, require_end=False)
+    try:
+        while (ea := sa.next_step()) is not None and (eb := sb.next_step()) is not None:
+            yield ea, eb
+    finally:
+        sa.close()
+        sb.close()
+
+
 def loss_drift(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str],
                tolerance: Tolerance | None = None, signal: str = "loss") -> Drift:
     """The drift of ``signal`` between two traces (``a`` the reference of the tolerance)."""
     drift = Drift()
     thin = Thinned(SERIES_POINTS, peaks=True)
-    sa, sb = TraceStream(path_a, require_end=False), TraceStream(path_b, require_end=False)
-    try:
-        while True:
-            ea, eb = sa.next_step(), sb.next_step()
-            if ea is None or eb is None:
-                break
-            step = ea.step
-            a, b = ea.signals.get(signal), eb.signals.get(signal)
-            d = step_difference(a, b)
-            drift.steps, drift.final_abs = step, d
-            thin.add(step, d)
-            if d != 0.0:
-                drift.first_at = drift.first_at or step
-                drift.differing_steps += 1
-            if math.isnan(d):
-                drift.nonfinite_at = drift.nonfinite_at or step
-            elif drift.max_abs is not None and d > drift.max_abs:
-                drift.max_abs, drift.max_at = d, step
-            if tolerance is not None and not tolerance.exact and drift.exceeds_at is None \
-                    and isinstance(a, dict) and isinstance(b, dict) \
-                    and not values.equal(a, b, tolerance):
-                drift.exceeds_at = step
-    finally:
-        sa.close()
-        sb.close()
+    for ea, eb in side_by_side(path_a, path_b):
+        step = ea.step
+        a, b = ea.signals.get(signal), eb.signals.get(signal)
+        d = step_difference(a, b)
+        drift.steps, drift.final_abs = step, d
+        thin.add(step, d)
+        if d != 0.0:
+            drift.first_at = drift.first_at or step
+            drift.differing_steps += 1
+        if math.isnan(d):
+            drift.nonfinite_at = drift.nonfinite_at or step
+        elif drift.max_abs is not None and d > drift.max_abs:
+            drift.max_abs, drift.max_at = d, step
+        if tolerance is not None and not tolerance.exact and drift.exceeds_at is None \
+                and isinstance(a, dict) and isinstance(b, dict) \
+                and not values.equal(a, b, tolerance):
+            drift.exceeds_at = step
     drift.series = thin.values()
     return drift
 
@@ -93,18 +100,10 @@ def first_differences(path_a: str | os.PathLike[str],
     shorter trace's)."""
     first: dict[str, int] = {}
     steps = 0
-    sa, sb = TraceStream(path_a, require_end=False), TraceStream(path_b, require_end=False)
-    try:
-        while True:
-            ea, eb = sa.next_step(), sb.next_step()
-            if ea is None or eb is None:
-                break
-            steps = ea.step
-            signals_a, signals_b = ea.signals, eb.signals
-            for name in set(signals_a) | set(signals_b):
-                if name not in first and signals_a.get(name) != signals_b.get(name):
-                    first[name] = steps
-    finally:
-        sa.close()
-        sb.close()
+    for ea, eb in side_by_side(path_a, path_b):
+        steps = ea.step
+        signals_a, signals_b = ea.signals, eb.signals
+        for name in set(signals_a) | set(signals_b):
+            if name not in first and signals_a.get(name) != signals_b.get(name):
+                first[name] = steps
     return first, steps
