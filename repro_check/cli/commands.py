@@ -100,12 +100,10 @@ def html_path_of(ns: argparse.Namespace) -> str | None:
     return path
 
 
-# ---- check -------------------------------------------------------------------------------------
-def check_command(argv: Sequence[str]) -> ExitCode:
-    # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.verdict import run_check
-
-    ns, target_args, cfg = parsed(parsers.build_parser(), argv)
+def run_targets(ns: argparse.Namespace, cfg: Config, command: str, verb: str,
+                run_one: Callable[[str, TargetEntry | None, Any], Report]) -> ExitCode:
+    """``check`` and ``resume``: TARGET or every configured target, their outputs and flags
+    checked before any run, each run by ``run_one`` with its HTML report written after it."""
     targets, from_config = planned(ns, cfg)
     if not targets:
         raise UsageError("the following arguments are required: TARGET")
@@ -113,6 +111,22 @@ def check_command(argv: Sequence[str]) -> ExitCode:
                   [("--report", ns.report_path)])
     html_path = html_path_of(ns)
     parsers.flag_values(ns)  # a bad flag (--atol los=1) fails before any target runs
+
+    def after(report: Report, i: int) -> None:
+        if html_path:
+            html_report(report, html_path, i if len(targets) > 1 else None)
+
+    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
+                       lambda t, _: f"{verb} {t}", run_one, after)
+    return finish(reports, command, out)
+
+
+# ---- check -------------------------------------------------------------------------------------
+def check_command(argv: Sequence[str]) -> ExitCode:
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.verdict import run_check
+
+    ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     across = bool(ns.across)
 
     def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
@@ -125,13 +139,7 @@ def check_command(argv: Sequence[str]) -> ExitCode:
         with progress(ns, options, options.runs) as listener:
             return run_check(options, listener)
 
-    def after(report: Report, i: int) -> None:
-        if html_path:
-            html_report(report, html_path, i if len(targets) > 1 else None)
-
-    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
-                       lambda t, _: f"checking {t}", run_one, after)
-    return finish(reports, "check", out)
+    return run_targets(ns, cfg, "check", "checking", run_one)
 
 
 def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
@@ -153,13 +161,6 @@ def resume_command(argv: Sequence[str]) -> ExitCode:
     from repro_check.resume_check import run_resume
 
     ns, target_args, cfg = parsed(parsers.resume_parser(), argv)
-    targets, from_config = planned(ns, cfg)
-    if not targets:
-        raise UsageError("the following arguments are required: TARGET")
-    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
-                  [("--report", ns.report_path)])
-    html_path = html_path_of(ns)
-    parsers.flag_values(ns)  # a bad flag (--atol los=1) fails before any target runs
 
     def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
         options = options_for(ns, cfg, target, entry, target_args)
@@ -167,13 +168,7 @@ def resume_command(argv: Sequence[str]) -> ExitCode:
         with progress(ns, options, 3) as listener:
             return run_resume(options, listener)
 
-    def after(report: Report, i: int) -> None:
-        if html_path:
-            html_report(report, html_path, i if len(targets) > 1 else None)
-
-    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
-                       lambda t, _: f"resuming {t}", run_one, after)
-    return finish(reports, "resume", out)
+    return run_targets(ns, cfg, "resume", "resuming", run_one)
 
 
 # ---- record ------------------------------------------------------------------------------------
