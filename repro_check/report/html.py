@@ -112,6 +112,15 @@ def _mark(ax: Any, step: int | None) -> None:
                    label=f"first divergence (step {step})")
 
 
+def _curves(ax: Any, curves: dict[int, list[tuple[int, float]]], labels: dict[int, str]) -> None:
+    """One loss curve per run: run 1 solid and thick, the others thin and dashed, so that curves
+    that coincide stay visible."""
+    for k, pts in sorted(curves.items()):
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, color=RUN_COLORS[(k - 1) % len(RUN_COLORS)], label=labels[k],
+                linewidth=2.4 if k == 1 else 1.3, linestyle="-" if k == 1 else (0, (4, 2)))
+
+
 def loss_plot(curves: dict[int, list[tuple[int, float]]], divergence: Any,
               names: dict[int, str] | None = None) -> str | None:
     """Every run's loss curve overlaid (each called by ``names``, else ``run K``), the first
@@ -120,11 +129,7 @@ def loss_plot(curves: dict[int, list[tuple[int, float]]], divergence: Any,
     if not curves:
         return None
     fig, ax = _figure()
-    for k, pts in sorted(curves.items()):
-        xs, ys = zip(*pts)
-        ax.plot(xs, ys, color=RUN_COLORS[(k - 1) % len(RUN_COLORS)],
-                label=(names or {}).get(k, f"run {k}"),
-                linewidth=2.4 if k == 1 else 1.3, linestyle="-" if k == 1 else (0, (4, 2)))
+    _curves(ax, curves, {k: (names or {}).get(k, f"run {k}") for k in curves})
     step = divergence.step if divergence is not None else None
     _mark(ax, step)
     if step is not None:
@@ -515,10 +520,7 @@ def resume_plot(curves: dict[int, list[tuple[int, float]]], resumed_after: int,
     if not curves:
         return None
     fig, ax = _figure()
-    for k, pts in sorted(curves.items()):
-        xs, ys = zip(*pts)
-        ax.plot(xs, ys, color=RUN_COLORS[(k - 1) % len(RUN_COLORS)], label=names.get(k, str(k)),
-                linewidth=2.4 if k == 1 else 1.3, linestyle="-" if k == 1 else (0, (4, 2)))
+    _curves(ax, curves, {k: names.get(k, str(k)) for k in curves})
     ax.axvline(resumed_after + 0.5, color="#888888", linewidth=2, linestyle=":",
                label=f"resumed after step {resumed_after}")
     _mark(ax, divergent)
