@@ -117,9 +117,9 @@ def missing_rules(header: dict[str, Any], metrics: dict[str, Any], path: str,
 # ---- what a file's body must agree with in its header --------------------------------------------
 class BodyCheck:
     """Checks that a trace's body agrees with the header fields that change what is compared, as
-    its records pass: a header is never trusted alone. A golden stopped at ``max_steps`` holds at
-    most that many steps, and no final metrics when it holds exactly that many (a run stopped
-    there records none); bands come only with a golden recorded from repeated runs, and each
+    its records pass: a header is never trusted alone. A golden recorded with ``max_steps`` holds
+    at most that many steps, and no final metrics if it ended stopped (a run cut there records
+    none; one whose script ended on its own at that very step completed, with its metrics); bands come only with a golden recorded from repeated runs, and each
     holds the golden's own value. Any disagreement is a corrupt file (exit 2)."""
 
     def __init__(self, header: dict[str, Any], path: str) -> None:
@@ -154,9 +154,10 @@ class BodyCheck:
         """Once the whole file was read: its final metrics."""
         if stream.metrics_band:
             self._band(stream.metrics_band, stream.metrics, "the final metrics")
-        if self.max_steps is not None and stream.steps == self.max_steps and stream.metrics:
-            raise self._refuse(f"the header says the run stopped at max_steps {self.max_steps}, "
-                               "where a run records no final metrics, but the file holds some")
+        end = stream.end or {}
+        if end.get("status") == "stopped" and stream.metrics:
+            raise self._refuse("the run ended stopped (cut at max_steps), where a run records no "
+                               "final metrics, but the file holds some")
 
 
 def result_from_trace(index: int, stream: TraceStream) -> RunResult:

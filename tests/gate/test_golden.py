@@ -255,11 +255,12 @@ def steps(n: int, band: bool = False) -> list[dict[str, Any]]:
 
 METRIC = {"metrics": {"acc": values.encode_float64(0.9)}}
 END = {"end": {"status": "completed"}}
+STOPPED = {"end": {"status": "stopped"}}
 BANDED = {"golden": {"runs": 3, "band": True}}
 CONTRADICTIONS = {
     "stopped at step 1, holds 3 steps and a metric": ({"max_steps": 1}, [*steps(3), METRIC, END]),
     "stopped at step 1, holds 3 steps": ({"max_steps": 1}, [*steps(3), END]),
-    "stopped at its last step, holds a metric": ({"max_steps": 3}, [*steps(3), METRIC, END]),
+    "stopped at its last step, holds a metric": ({"max_steps": 3}, [*steps(3), METRIC, STOPPED]),
     "a band without repeated runs": ({}, [*steps(2, band=True), END]),
     "a band of one run": ({"golden": {"runs": 1, "band": True}}, [*steps(2, band=True), END]),
     "a band that misses the golden's value": (BANDED, [
@@ -298,8 +299,10 @@ def test_a_golden_whose_header_contradicts_its_body_is_refused(
 def test_a_header_that_agrees_with_its_body_is_accepted(tmp_path: Path) -> None:
     from repro_check.gate.golden import check_golden
 
-    for header, lines in (({"max_steps": 3}, [*steps(3), END]),            # stopped at its end
+    for header, lines in (({"max_steps": 3}, [*steps(3), STOPPED]),        # stopped at its end
                           ({"max_steps": 5}, [*steps(3), METRIC, END]),    # ended before it
+                          # the script's own end fell on max_steps: completed, with its metrics
+                          ({"max_steps": 3}, [*steps(3), METRIC, END]),
                           (BANDED, [*steps(3, band=True), METRIC, END])):
         assert check_golden(craft(tmp_path / "g.json", header, lines)).steps == 3
 
