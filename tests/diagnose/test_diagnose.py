@@ -20,6 +20,7 @@ from repro_check.diagnose.diagnosis import (
     verdicts,
 )
 from repro_check.diagnose.localize import Localization
+from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.runner import RunResult
 
@@ -45,18 +46,9 @@ def run(name: str, tmp: Path, **options: Any) -> Report:
 
 
 @pytest.fixture(scope="module")
-def clock_shuffle(tmp: Path) -> Report:
-    return run("clock_shuffle", tmp, ablate=None)  # all components: skipped, not reproducible
-
-
-@pytest.fixture(scope="module")
 def default_rng(tmp: Path) -> Report:
-    return run("numpy_default_rng", tmp)
-
-
-@pytest.fixture(scope="module")
-def urandom(tmp: Path) -> Report:
-    return run("urandom_noise", tmp)
+    # one source looked for: the first is found, no pinned pair runs (test_max_sources_...)
+    return run("numpy_default_rng", tmp, max_sources=1)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +111,8 @@ def eval_noise(tmp: Path) -> Report:
 
 @pytest.fixture(scope="module")
 def control(tmp: Path) -> Report:
-    return run("control", tmp)
+    # the search for sources on (its default bound): it finds none and runs no pinned pair
+    return run("control", tmp, max_sources=DEFAULT_MAX_SOURCES)
 
 
 @pytest.fixture(scope="module")
@@ -145,38 +138,11 @@ def hash_order(tmp: Path) -> CliResult:
                    "--ablate", "hashseed,dataloader", tmp=tmp / "hash")
 
 
-def test_a_shuffle_generator_seeded_from_the_clock_is_rng_with_its_line(
-        clock_shuffle: Report) -> None:
-    d = clock_shuffle.to_dict()
-    assert d["cause"] == "rng" and d["divergent_signal"] == "batch"
-    assert "torch.Generator" in d["cause_detail"] and "seeded from the clock" in d["cause_detail"]
-    assert Path(d["cause_location"]["file"]).name == "clock_shuffle.py"
-    assert d["cause_location"]["line"] == 18
-    assert d["first_divergent_step"] == 1 and d["culprit"] is None
-    assert d["necessary_components"] is None and "ablation skipped" in d["ablation_note"]
-
-
 def test_default_rng_in_the_data_pipeline_is_rng_with_its_line(default_rng: Report) -> None:
     d = default_rng.to_dict()
     assert d["cause"] == "rng" and d["divergent_signal"] == "batch"
     assert "numpy Generator (default_rng)" in d["cause_detail"]
     assert Path(d["cause_location"]["file"]).name == "numpy_default_rng.py"
-
-
-def test_urandom_module_is_named_where_the_entropy_enters(urandom: Report) -> None:
-    """Bytes of os.urandom made a tensor in a module: no op is nondeterministic; the value
-    entered from outside torch, at the frombuffer line (cause rng, and what to do)."""
-    d = urandom.to_dict()
-    assert d["cause"] == "rng" and d["first_divergent_step"] == 1
-    assert "not a nondeterministic op" in d["cause_detail"]
-    assert d["cause_location"] == {"file": str(ZOO / "urandom_noise.py"), "line": 16,
-                                   "function": "forward"}
-    assert d["localization"]["entered_by"] == "torch.frombuffer"
-    assert d["divergent_signal"] in ("loss", "grads")
-    assert d["culprit"] == "Net.encoder.2" and d["culprit_op"].startswith("aten::")
-    loc = d["localization"]
-    assert loc["phase"] == "forward" and loc["step"] == 1 and loc["inputs_agree"] is False
-    assert loc["first_module_forward"] == "Net.encoder.2"
 
 
 def test_a_random_op_whose_generator_differs_is_rng_not_compute(own_generator: Report) -> None:
@@ -222,10 +188,24 @@ def test_nondeterministic_evaluation_is_metrics(eval_noise: Report) -> None:
     assert d["divergent_signal"] == "metric:eval_mse" and d["steps"] == [6, 6]
 
 
-def test_deterministic_control_is_none(control: Report) -> None:
+def test_deterministic_control_is_none_with_no_source_and_no_pinned_run(control: Report) -> None:
     d = control.to_dict()
     assert d["reproducible"] is True and d["cause"] == "none" and d["exit_code"] == 0
     assert d["flagged_ops"] == [] and d["culprit"] is None
+    x = control.diagnosis
+    assert x is not None and x.sources == []
+    assert x.sources_cost is not None and x.sources_cost.runs == 0
+    assert d["sources"] == []
+
+
+def test_max_sources_bounds_the_runs(default_rng: Report) -> None:
+    """``max_sources=1``: the first source is listed, no pinned pair goes on to look for more."""
+    x = default_rng.diagnosis
+    assert x is not None and len(x.sources) == 1 and x.sources_cost is not None
+    assert x.sources_cost.runs == 0
+    assert "--max-sources 1" in (x.sources_note or "")
+    with pytest.raises(UsageError):
+        diagnose(target("numpy_default_rng"), ablate=[], max_sources=-1)
 
 
 def test_flagged_op_listed_with_its_first_step(unpool: Report) -> None:
