@@ -8,6 +8,7 @@ raise, a SIGKILL and a sys.exit(4) at once."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,7 +132,7 @@ def test_planted_divergence_reported_at_its_step(planted: CliResult) -> None:
     assert "--max-steps 7" in r["replay"] and "--diverge-at 7" in r["replay"]
 
 
-def test_nan_in_both_runs_is_equal(stopped_with_nan: CliResult) -> None:
+def test_nan_in_both_runs_is_equal(stopped_with_nan: CliResult, tmp_path: Path) -> None:
     res = stopped_with_nan
     assert res.code == 0, res.stdout
     from repro_check.trace.format import load_trace
@@ -139,6 +140,16 @@ def test_nan_in_both_runs_is_equal(stopped_with_nan: CliResult) -> None:
     for run in res.report["run_results"]:
         tr = load_trace(run["trace"])
         assert [s.signals["loss"]["value"] for s in tr.steps[2:]] == ["nan"] * 3
+    # a final metric that is NaN in both runs is equal too: two such traces, diffed here
+    from repro_check.cli import console_main
+
+    from ..synthetic_traces import LOSSES, write_trace
+
+    nan = float("nan")
+    a, b = (write_trace(tmp_path / f"{k}.jsonl", [*LOSSES[:4], *[nan] * 16], metrics={"mse": nan})
+            for k in "ab")
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert console_main(["diff", str(a), str(b)]) == 0, out.getvalue()
 
 
 def test_metrics_only_divergence(metric_shifted: CliResult) -> None:
