@@ -1,15 +1,42 @@
-"""The check end to end through the command line: exit codes, JSON keys, divergences."""
+"""The check end to end through the command line: exit codes, JSON keys, divergences.
+
+Each real check here serves every test that reads it (module-scoped fixtures): the target is
+tests/cli/cli_tiny.py, fixtures/tiny.py without torch.optim (whose first optimizer loads
+torch._dynamo, seconds a run) and with per-run failures, so that one check of four runs shows a
+raise, a SIGKILL and a sys.exit(4) at once."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ..conftest import FIXTURES, CliResult, run_cli, run_plain
+from ..conftest import CliResult, run_cli, run_plain
 
 PUBLIC_KEYS = {"reproducible", "first_divergent_step", "divergent_signal", "steps", "metrics",
                "runs", "seed", "error"}
+HERE = Path(__file__).resolve().parent
+TARGET = "cli_tiny:main"  # tests/cli/cli_tiny.py, found from HERE
+
+
+def check(*args: str, tmp: Path) -> CliResult:
+    """``repro-check cli_tiny:main ARGS`` run from this folder."""
+    return run_cli(TARGET, *args, tmp=tmp, cwd=HERE)
+
+
+@contextlib.contextmanager
+def in_folder(folder: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 @pytest.fixture(scope="module")
@@ -19,12 +46,55 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def clean(tmp: Path) -> CliResult:
-    return run_cli("tiny:main", "--seed", "5", tmp=tmp / "clean")
+    return check("--seed", "5", tmp=tmp / "clean")
 
 
 @pytest.fixture(scope="module")
 def planted(tmp: Path) -> CliResult:
-    return run_cli("tiny:main", "--seed", "5", "--", "--diverge-at", "7", tmp=tmp / "planted")
+    return check("--seed", "5", "--", "--diverge-at", "7", tmp=tmp / "planted")
+
+
+@pytest.fixture(scope="module")
+def stopped_with_nan(tmp: Path) -> CliResult:
+    """Runs cut by --max-steps 5, the loss NaN from step 3 on in both."""
+    return check("--max-steps", "5", "--", "--nan-at", "3", tmp=tmp / "max")
+
+
+@pytest.fixture(scope="module")
+def metric_shifted(tmp: Path) -> CliResult:
+    """--max-steps equal to the script's own 5 steps, run 2's final metric 0.05 higher, a 1 %
+    relative tolerance: steps all agree, the final metric does not."""
+    return check("--max-steps", "5", "--rtol", "0.01", "--", "--steps", "5",
+                 "--metric-shift-in-run", "2", tmp=tmp / "max-own")
+
+
+@pytest.fixture(scope="module")
+def tolerated(tmp: Path) -> CliResult:
+    """Run 2's final metric 0.05 higher, under an absolute tolerance above that."""
+    return check("--atol", "0.06", "--", "--steps", "5", "--metric-shift-in-run", "2",
+                 tmp=tmp / "tol")
+
+
+@pytest.fixture(scope="module")
+def failing(tmp: Path) -> CliResult:
+    """Four runs: 1 completes its 40 steps, 2 raises at step 3, 3 is SIGKILLed at step 3,
+    4 calls sys.exit(4) at step 6."""
+    return check("--runs", "4", "--", "--raise-at", "3", "--raise-in-run", "2",
+                 "--kill-in-run", "3", "--exit-at", "6", "--exit-code", "4", "--exit-in-run", "4",
+                 tmp=tmp / "failing")
+
+
+@pytest.fixture(scope="module")
+def api_exit_zero(tmp: Path) -> Any:
+    """The Python API's check of a target that calls sys.exit(0) at step 6 (module form, found
+    from the current folder as the command line finds it)."""
+    import repro_check
+
+    with in_folder(HERE):
+        return repro_check.check(TARGET, seed=5, args=["--exit-at", "6"],
+                                 trace_dir=tmp / "api")
+
+
 
 
 def test_reproducible_exit_0_and_json_keys(clean: CliResult) -> None:
@@ -45,7 +115,7 @@ def test_traces_written_per_run(clean: CliResult) -> None:
     traces = [load_trace(p) for p in paths]
     assert [len(t.steps) for t in traces] == [40, 40]
     head = traces[0].header
-    assert head["seed"] == 5 and head["target"] == "tiny:main"
+    assert head["seed"] == 5 and head["target"] == TARGET
     assert {"python", "torch", "numpy", "threads", "device"} <= set(head["environment"])
     assert traces[0].end["status"] == "completed"
 
@@ -62,33 +132,45 @@ def test_planted_divergence_reported_at_its_step(planted: CliResult) -> None:
     assert "--max-steps 7" in r["replay"] and "--diverge-at 7" in r["replay"]
 
 
-def test_nan_in_both_runs_is_equal(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--", "--nan-at", "5", tmp=tmp / "nan")
+def test_nan_in_both_runs_is_equal(stopped_with_nan: CliResult, tmp_path: Path) -> None:
+    res = stopped_with_nan
     assert res.code == 0, res.stdout
     from repro_check.trace.format import load_trace
 
-    tr = load_trace(res.report["run_results"][0]["trace"])
-    assert tr.steps[10].signals["loss"]["value"] == "nan"
+    for run in res.report["run_results"]:
+        tr = load_trace(run["trace"])
+        assert [s.signals["loss"]["value"] for s in tr.steps[2:]] == ["nan"] * 3
+    # a final metric that is NaN in both runs is equal too: two such traces, diffed here
+    from repro_check.cli import console_main
+
+    from ..synthetic_traces import LOSSES, write_trace
+
+    nan = float("nan")
+    a, b = (write_trace(tmp_path / f"{k}.jsonl", [*LOSSES[:4], *[nan] * 16], metrics={"mse": nan})
+            for k in "ab")
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert console_main(["diff", str(a), str(b)]) == 0, out.getvalue()
 
 
-def test_metrics_only_divergence(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--", "--metric-noise", tmp=tmp / "metric")
+def test_metrics_only_divergence(metric_shifted: CliResult) -> None:
+    res = metric_shifted
     assert res.code == 1
     assert res.report["first_divergent_step"] is None
     assert res.report["divergent_signal"] == "metric:mse"
 
 
-def test_tolerance_opt_in_accepts_a_known_difference(tmp: Path) -> None:
-    shifted = ("--", "--metric-shift-in-run", "2")
-    res = run_cli("tiny:main", "--rtol", "0.01", *shifted, tmp=tmp / "tol")
+def test_tolerance_opt_in_accepts_a_known_difference(metric_shifted: CliResult,
+                                                     tolerated: CliResult) -> None:
+    res = metric_shifted
     assert res.code == 1  # 0.05 on an mse below 1 is outside 1 %
     assert res.report["divergent_signal"] == "metric:mse"
-    res = run_cli("tiny:main", "--atol", "0.06", *shifted, tmp=tmp / "tol2")
-    assert res.code == 0 and "atol=0.06" in res.report["tolerance"]
+    assert "rtol=0.01" in res.report["tolerance"]
+    res = tolerated
+    assert res.code == 0 and "atol=0.06" in res.report["tolerance"], res.stdout + res.stderr
 
 
-def test_max_steps_stops_cleanly(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--max-steps", "5", tmp=tmp / "max")
+def test_max_steps_stops_cleanly(stopped_with_nan: CliResult) -> None:
+    res = stopped_with_nan
     assert res.code == 0
     assert res.report["steps"] == [5, 5] and res.report["metrics"] == [{}, {}]
     assert {r["status"] for r in res.report["run_results"]} == {"stopped"}
@@ -98,44 +180,49 @@ def test_max_steps_stops_cleanly(tmp: Path) -> None:
     assert "return a number" not in said
 
 
-def test_max_steps_equal_to_the_scripts_own_steps_compares_its_final_metric(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--max-steps", "5", "--", "--steps", "5",
-                  "--metric-shift-in-run", "2", tmp=tmp / "max-own")
+def test_max_steps_equal_to_the_scripts_own_steps_compares_its_final_metric(
+        metric_shifted: CliResult) -> None:
+    res = metric_shifted
     assert res.code == 1, res.stdout + res.stderr
     assert {r["status"] for r in res.report["run_results"]} == {"completed"}
     assert res.report["steps"] == [5, 5] and res.report["divergent_signal"] == "metric:mse"
 
 
-def test_target_raising_is_exit_3_with_its_traceback(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--", "--raise-at", "3", tmp=tmp / "raise")
+def test_target_raising_is_exit_3_with_its_traceback(failing: CliResult) -> None:
+    res = failing
     assert res.code == 3
-    assert "run 1 raised RuntimeError: planted failure at step 3" in res.report["error"]
-    assert "tiny.py" in res.stdout and "Traceback" in res.stdout
+    assert "run 2 raised RuntimeError: planted failure at step 3" in res.report["error"]
+    assert "cli_tiny.py" in res.stdout and "Traceback" in res.stdout
     assert "repro_check" not in res.stdout.split("Traceback")[1].split("RuntimeError")[0]
 
 
-def test_target_raising_in_run_2_only(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--", "--raise-at", "3", "--raise-in-run", "2", tmp=tmp / "raise2")
+def test_target_raising_in_run_2_only(failing: CliResult) -> None:
+    res = failing
     assert res.code == 3
-    assert res.report["error"].startswith("run 2 raised")
-    assert res.report["steps"] == [40, 2]
+    assert res.report["error"].startswith("run 2 raised")  # run 1, which completed, is not blamed
+    assert res.report["steps"][:2] == [40, 2]
+    assert res.report["run_results"][0]["status"] == "completed"
 
 
-def test_killed_run_is_exit_3_naming_the_signal(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--", "--kill-self", tmp=tmp / "kill")
-    assert res.code == 3 and "SIGKILL" in res.report["error"]
+def test_killed_run_is_exit_3_naming_the_signal(failing: CliResult) -> None:
+    assert failing.code == 3 and "run 3 was killed by SIGKILL" in failing.report["error"]
 
 
-def test_nothing_recorded_is_exit_3(tmp: Path) -> None:
-    res = run_cli("script_main.py", "--", "0", tmp=tmp / "nothing")
-    assert res.code == 3 and "nothing to compare" in res.report["error"]
+def test_nothing_recorded_is_exit_3(tmp_path: Path) -> None:
+    # a whole script that takes arguments and runs, but makes no step and returns no metric
+    (tmp_path / "no_steps.py").write_text("import sys\n\nimport torch\n\n"
+                                          "print(float(torch.ones(int(sys.argv[1])).sum()))\n")
+    res = run_cli("no_steps.py", "--", "3", tmp=tmp_path / "out", cwd=tmp_path)
+    assert res.code == 3 and "nothing to compare" in res.report["error"], res.stdout
 
 
-def test_sys_exit_zero_keeps_steps(tmp: Path) -> None:
-    res = run_cli("tiny:main", "--", "--exit-at", "6", tmp=tmp / "exit0")
-    assert res.code == 0 and res.report["steps"] == [6, 6]
-    res = run_cli("tiny:main", "--", "--exit-at", "6", "--exit-code", "4", tmp=tmp / "exit4")
-    assert res.code == 3 and "sys.exit(4)" in res.report["error"]
+def test_sys_exit_zero_keeps_steps(api_exit_zero: Any, failing: CliResult) -> None:
+    report = api_exit_zero
+    assert report.exit_code == 0 and [r.steps for r in report.results] == [6, 6]
+    assert report.error is None
+    # another exit code is a failure: run 4 of the failing check called sys.exit(4) at step 6
+    assert failing.code == 3 and "run 4: the target called sys.exit(4)" in failing.report["error"]
+    assert failing.report["steps"][3] == 6
 
 
 @pytest.mark.parametrize(
@@ -162,16 +249,32 @@ def test_usage_errors_are_one_line_exit_2(args: tuple[str, ...], message: str) -
 
 def test_import_error_inside_target_shows_its_traceback(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text("import not_a_real_package_xyz\n\ndef main():\n    pass\n")
-    res = run_plain("broken:main", cwd=tmp_path)
+    # one run at a time: the first run's failed import ends the check before a second starts
+    res = run_plain("broken:main", "--jobs", "1", cwd=tmp_path)
     assert res.code == 2
     assert "broken.py" in res.stderr and "not_a_real_package_xyz" in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("repro-check: error: importing 'broken'")
 
 
-def test_attribute_that_is_not_callable(tmp_path: Path) -> None:
-    (tmp_path / "job.py").write_text("main = 3\n")
-    res = run_plain("job:main", cwd=tmp_path)
-    assert res.code == 2 and "not callable" in res.stderr
+def test_attribute_that_is_not_callable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a run does with TARGET (``targets.resolve``), here in this process: the refusal
+    reaches the command line as the import error's does (exit 2, one line; the test above)."""
+    import sys
+
+    from repro_check import targets
+    from repro_check.errors import TargetNotFound
+
+    (tmp_path / "cli_job_not_callable.py").write_text("main = 3\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    target = targets.parse("cli_job_not_callable:main")
+    targets.check(target)  # nothing the parent can see without running the module's code
+    try:
+        with pytest.raises(TargetNotFound, match="not callable"):
+            targets.resolve(target, [])
+    finally:
+        sys.modules.pop("cli_job_not_callable", None)
 
 
 def test_help_and_version() -> None:
@@ -180,11 +283,8 @@ def test_help_and_version() -> None:
     assert res.code == 0 and "repro-check" in res.stdout
 
 
-def test_python_api_does_what_the_cli_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import repro_check
-
-    monkeypatch.chdir(FIXTURES)
-    report = repro_check.check("tiny:main", seed=5, args=["--steps", "6"], trace_dir=tmp_path)
+def test_python_api_does_what_the_cli_does(api_exit_zero: Any) -> None:
+    report = api_exit_zero
     assert report.reproducible and report.exit_code == 0
     assert [r.steps for r in report.results] == [6, 6]
 

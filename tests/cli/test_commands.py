@@ -14,6 +14,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ from repro_check.cli import console_main
 
 from ..conftest import FIXTURES
 from ..synthetic_traces import LOSSES, write_trace
+
+CLI_TINY = Path(__file__).with_name("cli_tiny.py")
 
 
 @dataclass
@@ -270,9 +274,10 @@ class Project:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     root = tmp_path_factory.mktemp("project")
     (root / "pyproject.toml").write_text(PYPROJECT)
-    shutil.copyfile(FIXTURES / "tiny.py", root / "tiny.py")
+    # fixtures/tiny.py's options without torch.optim (seconds of torch._dynamo a run saved)
+    shutil.copyfile(CLI_TINY, root / "tiny.py")
     (root / "models").mkdir()
-    shutil.copyfile(FIXTURES / "tiny.py", root / "models" / "tiny_b.py")
+    shutil.copyfile(CLI_TINY, root / "models" / "tiny_b.py")
     (root / "reports").mkdir()
     cwd = root / "src" / "deeper"  # the config is found from the current folder upward
     cwd.mkdir(parents=True)
@@ -373,14 +378,23 @@ def main():
 """
 
 
-def test_runs_import_the_package_the_command_was_started_from(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+@dataclass
+class Elsewhere:
+    """``python -m repro_check record --debug`` of a configured target, started from a copy of
+    the package that nothing installed points to (its folder: on the parent's path, and only
+    there); the target writes where the repro_check it imports lives."""
 
+    checkout: Path
+    seen: Path
+    traces: Path
+    proc: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Elsewhere:
     from ..conftest import ROOT, cli_env
 
-    # a copy of the package that nothing installed points to, started as `python -m repro_check`
-    # from its folder (which puts it on the parent's path, and only there)
+    tmp_path = tmp_path_factory.mktemp("elsewhere")
     checkout = tmp_path / "checkout"
     shutil.copytree(ROOT / "repro_check", checkout / "repro_check",
                     ignore=shutil.ignore_patterns("__pycache__", "data"))
@@ -394,16 +408,23 @@ def test_runs_import_the_package_the_command_was_started_from(tmp_path: Path) ->
     env = cli_env()
     env.pop("PYTHONPATH", None)
     # the configured target runs from the config's folder, outside the checkout
+    traces = tmp_path / "traces"
     proc = subprocess.run(
-        [sys.executable, "-m", "repro_check", "record", "--config",
+        [sys.executable, "-m", "repro_check", "record", "--debug", "--config",
          str(project / "pyproject.toml"), "-o", str(tmp_path / "golden.json"), "--quiet",
-         "--trace-dir", str(tmp_path / "traces")],
+         "--trace-dir", str(traces)],
         cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
+    return Elsewhere(checkout, seen, traces, proc)
+
+
+def test_runs_import_the_package_the_command_was_started_from(elsewhere: Elsewhere) -> None:
+    proc = elsewhere.proc
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert Path(seen.read_text()).resolve() == (checkout / "repro_check").resolve()
+    assert Path(elsewhere.seen.read_text()).resolve() == \
+        (elsewhere.checkout / "repro_check").resolve()
 
 
-def test_debug_flag_is_the_debug_variable_for_us_and_our_runs(tmp_path: Path,
+def test_debug_flag_is_the_debug_variable_for_us_and_our_runs(elsewhere: Elsewhere,
                                                               monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:
     """``--debug`` before a ``--`` is ours (taken out, the variable set for the runs to inherit);
@@ -419,13 +440,10 @@ def test_debug_flag_is_the_debug_variable_for_us_and_our_runs(tmp_path: Path,
     assert debug_flag(["record", "--debug", "t.py", "--", "--debug"]) == [
         "record", "t.py", "--", "--debug"]
     assert os.environ["REPRO_CHECK_DEBUG"] == "1"
-    # a run under it lists what it patched, on its stderr and in its trace
-    from ..conftest import repro_check_cli
-
-    out = tmp_path / "g.json"
-    proc = repro_check_cli(["record", "--debug", "tiny.py", "--max-steps", "2", "-q", "-o",
-                            str(out), "--trace-dir", str(tmp_path / "t")])
+    # a run under it (the record above, started with --debug) lists what it patched, on its
+    # stderr and in its trace
+    proc = elsewhere.proc
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"repro-check: run 1 patched \S+: ", proc.stderr), proc.stderr[-2000:]
-    trace = next((tmp_path / "t").glob("*/run-1.jsonl")).read_text()
+    trace = next(elsewhere.traces.glob("*/run-1.jsonl")).read_text()
     assert '"patches"' in trace

@@ -181,19 +181,17 @@ def test_diagnose_honours_the_config(tmp_path: Path) -> None:
     ``no-seed`` or ``runs``, which are a check's (diagnose starts from seeding, with pairs)."""
     import json
     import shutil
-    import subprocess
-    import sys
 
-    from ..conftest import FIXTURES, cli_env
+    from ..conftest import repro_check_cli
 
-    shutil.copyfile(FIXTURES / "tiny.py", tmp_path / "tiny.py")
+    # fixtures/tiny.py's options without torch.optim (seconds of torch._dynamo a run saved)
+    shutil.copyfile(Path(__file__).with_name("cli_tiny.py"), tmp_path / "tiny.py")
     project(tmp_path, "[tool.repro-check]\nseed = 123\nmax-steps = 3\nno-seed = true\nruns = 5\n"
                       'targets = [{ target = "tiny.py:main", threads = 2, '
                       'args = ["--steps", "6", "--diverge-at", "2"] }]\n')
-    proc = subprocess.run(
-        [sys.executable, "-m", "repro_check", "diagnose", "tiny.py:main", "--no-ablation",
-         "--no-localize", "--max-sources", "0", "--json", "report.json", "--quiet"],
-        cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+    proc = repro_check_cli(
+        ["diagnose", "tiny.py:main", "--no-ablation", "--no-localize", "--max-sources", "0",
+         "--json", "report.json", "--quiet"], cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["seed"] == 123 and report["threads"] == 2 and report["runs"] == 2
