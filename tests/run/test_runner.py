@@ -21,14 +21,17 @@ from ..conftest import FIXTURES
 def test_parallel_runs_give_the_same_bits_as_sequential(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(FIXTURES)
+    # the sequential reference is one run (a record makes one, alone); a check's two runs go
+    # side by side (jobs=2)
+    settings: dict[str, Any] = dict(seed=3, threads=2, args=["--steps", "25"])
     reports = {
-        jobs: repro_check.check("tiny:main", seed=3, threads=2, jobs=jobs, args=["--steps", "25"],
-                                trace_dir=tmp_path / f"jobs{jobs}")
-        for jobs in (1, 2)
+        1: repro_check.record("tiny:main", tmp_path / "golden.json", runs=1,
+                              trace_dir=tmp_path / "jobs1", **settings),
+        2: repro_check.check("tiny:main", jobs=2, trace_dir=tmp_path / "jobs2", **settings),
     }
     steps = {}
     for jobs, report in reports.items():
-        assert report.exit_code == 0
+        assert report.exit_code == 0 and len(report.results) == jobs
         traces = [load_trace(r.trace_path) for r in report.results]
         steps[jobs] = [[s.signals for s in t.steps] for t in traces]
         assert all(t.header["environment"]["threads"] == 2 for t in traces)
