@@ -20,16 +20,19 @@ import torch
 
 
 def train(noisy=False, steps=3):
+    # no torch.optim (its first use imports torch._dynamo, seconds a run): each backward call
+    # is a step, and the update is written out
     model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(16, 4)
     for _ in range(steps):
         loss = model(x).pow(2).mean()
         if noisy:
             loss = loss * (1 + int.from_bytes(os.urandom(2), "little") * 1e-6)
-        opt.zero_grad()
         loss.backward()
-        opt.step()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
     return {"final": loss.item()}
 
 

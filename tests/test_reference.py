@@ -18,7 +18,9 @@ def test_embedded_subset_reproduces(tmp_path: Path) -> None:
 
 
 def test_unseeded_diverges_at_step_1(tmp_path: Path) -> None:
-    res = run_cli("train:main", "--no-seed", "--max-steps", "3", tmp=tmp_path)
+    # the packaged workload: the MLP of fixtures/train.py without its torchvision imports
+    res = run_cli("repro_check.workloads.mnist:main", "--no-seed", "--max-steps", "3",
+                  tmp=tmp_path, cwd=tmp_path)
     assert res.code == 1
     # model initialisation draws from torch's unseeded stream: its state differs before step 1
     assert res.report["first_divergent_step"] == 1 and res.report["divergent_signal"] == "rng.torch"

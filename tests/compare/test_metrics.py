@@ -41,11 +41,10 @@ from repro_check.run.runner import RunResult
 from repro_check.trace import values
 from repro_check.trace.values import Tolerance
 
-from ..conftest import FIXTURES, ROOT, cli_env, run_cli
+from ..conftest import FIXTURES, ROOT, CliResult, cli_env, run_cli
 
 METRICS = FIXTURES / "metrics"
 MNIST_STYLE = str(METRICS / "mnist_style.py")
-CLOCK = str(METRICS / "eval_from_clock.py")
 PCT = r"\((\d+)%\)"
 
 
@@ -359,12 +358,19 @@ def trace_lines(path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def test_an_argparse_script_that_prints_its_accuracy(tmp_path: Path) -> None:
-    (tmp_path / "pyproject.toml").write_text(
+@pytest.fixture(scope="module")
+def argparse_check(tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+    """One check of the argparse script, two epochs: rules from pyproject.toml and --metric."""
+    tmp = tmp_path_factory.mktemp("argparse")
+    (tmp / "pyproject.toml").write_text(
         f"[tool.repro-check]\nmetric = {{ pct = '{PCT}' }}\n")
-    res = run_cli(MNIST_STYLE, "--metric", r"epoch=Train Epoch: (\d+)",
-                  "--metric", r"bleu=BLEU = (\S+)", "--", "--epochs", "2",
-                  tmp=tmp_path / "out", cwd=tmp_path)
+    return run_cli(MNIST_STYLE, "--metric", r"epoch=Train Epoch: (\d+)",
+                   "--metric", r"bleu=BLEU = (\S+)", "--", "--epochs", "2",
+                   tmp=tmp / "out", cwd=tmp)
+
+
+def test_an_argparse_script_that_prints_its_accuracy(argparse_check: CliResult) -> None:
+    res = argparse_check
     r = res.report
     assert res.code == 0 and r is not None, res.stdout + res.stderr
     names = {"printed:loss", "printed:average_loss", "printed:accuracy", "printed:pct",
@@ -386,15 +392,36 @@ def test_an_argparse_script_that_prints_its_accuracy(tmp_path: Path) -> None:
     assert diffed.reproducible and diffed.to_dict()["metrics_compared"] == 5
 
 
-def test_an_evaluation_subset_from_the_clock_is_not_reproducible(tmp_path: Path) -> None:
-    res = run_cli(CLOCK, "--metric", f"pct={PCT}", "--", "--epochs", "1", tmp=tmp_path)
-    r = res.report
-    assert res.code == 1 and r is not None, res.stdout + res.stderr
-    assert r["first_divergent_step"] is None and r["steps"][0] == r["steps_compared"] > 0
-    differing = {d["signal"] for d in r["metric_divergences"]}
-    assert "metric:printed:accuracy" in differing and r["divergent_signal"] in differing
-    assert r["cause"] == "metrics" and "NOT REPRODUCIBLE" in res.stdout
-    assert "--metric" in r["replay"] and f"pct={PCT}" in r["replay"]
+def test_a_printed_accuracy_that_differs_alone_is_not_reproducible(argparse_check: CliResult,
+                                                                    tmp_path: Path) -> None:
+    """The runs of fixtures/metrics/eval_from_clock.py (an evaluation subset taken from the
+    clock) as their traces show it: the argparse check's traces, with run 2's printed accuracy
+    changed as another subset changes it. Every step agrees; the printed metric parts them, and
+    the cause says so, and the check's replay line keeps its --metric rules."""
+    r = argparse_check.report
+    assert r is not None, argparse_check.stdout + argparse_check.stderr
+    first, second = (Path(run["trace"]) for run in r["run_results"])
+    lines = trace_lines(str(second))
+    assert lines[-2]["metrics"]["printed:accuracy"] == trace_lines(str(first))[-2]["metrics"][
+        "printed:accuracy"]  # the same text in both runs, until changed here
+    other = printed.encode("9999/12345")
+    assert other is not None
+    lines[-2]["metrics"]["printed:accuracy"] = other
+    changed = tmp_path / "run-2.jsonl"
+    changed.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = repro_check.diff(first, changed)
+    d = report.to_dict()
+    assert report.exit_code == 1 and not report.reproducible
+    assert d["first_divergent_step"] is None and d["steps"][0] == d["steps_compared"] > 0
+    differing = {m["signal"] for m in d["metric_divergences"]}
+    assert "metric:printed:accuracy" in differing and d["divergent_signal"] in differing
+    assert d["cause"] == "metrics" and "NOT REPRODUCIBLE" in summary_text(report)
+    # the replay line of such a check (verdict.run_check: replay_line of the options the command
+    # line made) keeps its --metric rule
+    clock = str(METRICS / "eval_from_clock.py")
+    ns = parsers.build_parser().parse_args([clock, "--metric", f"pct={PCT}"])
+    replay = replay_line(options_for(ns, load(start=tmp_path), clock, None, None), runs=2)
+    assert "--metric" in replay and f"pct={PCT}" in replay, replay
 
 
 def test_a_run_stopped_early_compares_no_printed_metric(tmp_path: Path) -> None:

@@ -64,10 +64,16 @@ def test_the_protocol() -> None:
 
 
 def test_a_rule_that_does_not_finish_is_killed_and_named() -> None:
+    import time
+
     remote = scanproc.Remote((("fine", r"x=(\d+)"), ("bad", BAD)))
     remote.add(b"x=1\n" + AAB)
+    deadline = time.monotonic() + 120  # a guard only: the process starts and says "r 1"
+    while remote.running != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert remote.running == 1  # it reached the second rule, which never ends
     with pytest.raises(scanproc.RuleTimedOut) as info:
-        remote.finish(5)  # time to start and reach the second rule, which never ends
+        remote.finish(0.5)
     assert isinstance(info.value, UsageError)
     assert str(info.value) == ("--metric bad: the regex did not finish on the run's output "
                                "within the timeout (catastrophic backtracking?)")
@@ -107,8 +113,9 @@ def test_a_regex_that_backtracks_for_ever_ends_the_command_within_its_timeout(
     env = cli_env(**dict([mark.split("=", 1)]))
     # the old scan held the GIL for ever: this timeout is only a guard against that hang. The
     # runs must end within --timeout for the scan to get its turn: where a loaded machine kept
-    # them from it (a run timed out), the check is made again with a limit three times as long
-    for limit in (20, 60, 180):
+    # them from it (a run timed out), the check is made again with a limit two or three times
+    # as long
+    for limit in (10, 20, 60, 180):
         proc = repro_check_cli([str(script), "--metric", f"x={BAD}", "--timeout", str(limit)],
                                cwd=tmp_path, env=env, timeout=12 * limit)
         if not (proc.returncode == ExitCode.TARGET_FAILED and "timeout" in proc.stderr):

@@ -18,20 +18,48 @@ from repro_check.trace.protocol import RunConfig
 from ..conftest import FIXTURES
 
 
-def test_parallel_runs_give_the_same_bits_as_sequential(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(FIXTURES)
+#: fixtures/tiny.py's training (random data, an MLP, 25 steps of SGD on random batches) with the
+#: update written out: torch.optim's first use imports torch._dynamo, seconds a run
+SGD_BY_HAND = """
+import torch
+import torch.nn as nn
+
+
+def main():
+    x = torch.randn(256, 8)
+    y = x @ torch.randn(8, 1) + 0.1 * torch.randn(256, 1)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    for step in range(1, 26):
+        idx = torch.randint(0, 256, (32,))
+        loss = nn.functional.mse_loss(model(x[idx]), y[idx])
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.05 * p.grad
+                p.grad = None
+    with torch.no_grad():
+        return {"mse": nn.functional.mse_loss(model(x), y).item()}
+"""
+
+
+def test_parallel_runs_give_the_same_bits_as_sequential(tmp_path: Path) -> None:
+    target = tmp_path / "sgd_by_hand.py"
+    target.write_text(SGD_BY_HAND)
+    # the sequential reference is one run (a record makes one, alone); a check's two runs go
+    # side by side (jobs=2)
+    settings: dict[str, Any] = dict(seed=3, threads=2)
     reports = {
-        jobs: repro_check.check("tiny:main", seed=3, threads=2, jobs=jobs, args=["--steps", "25"],
-                                trace_dir=tmp_path / f"jobs{jobs}")
-        for jobs in (1, 2)
+        1: repro_check.record(f"{target}:main", tmp_path / "golden.json", runs=1,
+                              trace_dir=tmp_path / "jobs1", **settings),
+        2: repro_check.check(f"{target}:main", jobs=2, trace_dir=tmp_path / "jobs2", **settings),
     }
     steps = {}
     for jobs, report in reports.items():
-        assert report.exit_code == 0
+        assert report.exit_code == 0 and len(report.results) == jobs
         traces = [load_trace(r.trace_path) for r in report.results]
         steps[jobs] = [[s.signals for s in t.steps] for t in traces]
         assert all(t.header["environment"]["threads"] == 2 for t in traces)
+        assert [len(t.steps) for t in traces] == [25] * jobs
     assert steps[1][0] == steps[2][0] == steps[2][1]
 
 

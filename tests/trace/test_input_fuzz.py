@@ -26,6 +26,8 @@ from repro_check.gate.golden import header_settings
 from repro_check.trace import values
 from repro_check.trace.format import HEADER_CHECKS, Trace, load_trace
 
+from .trace_fuzz_tiers import fuzz, tiers
+
 #: number literals a file may hold, in range or not (written into the JSON text as they are)
 LITERALS = ["1e999", "-1e999", "1E+400", "2e308", "NaN", "Infinity", "-Infinity",
             "1" + "0" * 400, "-" + "9" * 150, "1" + "0" * 400 + ".5", "1e-999", "4.9e-324",
@@ -153,9 +155,6 @@ def use(trace: Trace, path: Path) -> None:
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
-CLI = settings(max_examples=60, deadline=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                      HealthCheck.too_slow])
 
 
 @pytest.fixture(scope="module")
@@ -163,23 +162,33 @@ def spot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("input-fuzz")
 
 
-@FUZZ
-@given(head=header | wild, records=st.lists(record, max_size=4), end_record=end,
-       version=st.sampled_from([2, 2, 2, 1, Literal("2.0"), True, Literal("1e999"), "2"]))
-def test_hostile_headers_and_records_read_or_are_one_line(spot: Path, head: Any, records: list,
-                                                          end_record: Any, version: Any) -> None:
-    path = spot / "t.jsonl"
-    path.write_text(trace_lines(head, records, end_record, version))
-    result = read(path)
-    if isinstance(result, Trace):
-        use(result, path)
+@tiers(full=150)
+def test_hostile_headers_and_records_read_or_are_one_line(spot: Path, examples: int) -> None:
+    @fuzz(examples)
+    @given(head=header | wild, records=st.lists(record, max_size=4), end_record=end,
+           version=st.sampled_from([2, 2, 2, 1, Literal("2.0"), True, Literal("1e999"), "2"]))
+    def prop(head: Any, records: list, end_record: Any, version: Any) -> None:
+        path = spot / "t.jsonl"
+        path.write_text(trace_lines(head, records, end_record, version))
+        result = read(path)
+        if isinstance(result, Trace):
+            use(result, path)
+
+    prop()
 
 
-@FUZZ
-@given(head=header, text=st.sampled_from(LITERALS), where=st.sampled_from(
-    ["started", "env", "seconds", "metric", "signal", "info", "band"]))
-def test_a_number_anywhere_reads_only_if_finite(spot: Path, head: dict, text: str,
-                                                where: str) -> None:
+@tiers(full=150)
+def test_a_number_anywhere_reads_only_if_finite(spot: Path, examples: int) -> None:
+    @fuzz(examples)
+    @given(head=header, text=st.sampled_from(LITERALS), where=st.sampled_from(
+        ["started", "env", "seconds", "metric", "signal", "info", "band"]))
+    def prop(head: dict, text: str, where: str) -> None:
+        a_number_anywhere(spot, head, text, where)
+
+    prop()
+
+
+def a_number_anywhere(spot: Path, head: dict, text: str, where: str) -> None:
     """A literal out of float range (or NaN, or an integer of 101+ digits) is never read."""
     n = Literal(text)
     enc = {"dtype": "float64", "bits": "3ff0000000000000", "value": n}
@@ -218,11 +227,21 @@ GOOD = trace_lines({"target": "t.py"}, [{"signals": {"loss": {
     "dtype": "float32", "bits": "3f800000", "value": 1.0}}}], {"status": "completed"})
 
 
-@CLI
-@given(head=near_header | header, records=st.lists(record, max_size=3), end_record=end)
+@tiers(full=60, fast=20)
 def test_diff_and_verify_never_reach_an_internal_error(
         spot: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        head: dict, records: list, end_record: Any) -> None:
+        examples: int) -> None:
+    @fuzz(examples)
+    @given(head=near_header | header, records=st.lists(record, max_size=3), end_record=end)
+    def prop(head: dict, records: list, end_record: Any) -> None:
+        diff_and_verify(spot, monkeypatch, capsys, head, records, end_record)
+
+    prop()
+
+
+def diff_and_verify(spot: Path, monkeypatch: pytest.MonkeyPatch,
+                    capsys: pytest.CaptureFixture[str], head: dict, records: list,
+                    end_record: Any) -> None:
     bad, good = spot / "bad.jsonl", spot / "good.jsonl"
     bad.write_text(trace_lines(head, records, end_record))
     good.write_text(GOOD)
@@ -281,10 +300,17 @@ section = st.dictionaries(st.sampled_from([*config.KEYS, "bogus", "doctor"]),
 deep = st.sampled_from(["[" * 3000 + "]" * 3000, "{a = " * 2000 + "1" + "}" * 2000])
 
 
-@FUZZ
-@given(table=section, raw=st.none() | st.text(max_size=60) | deep, where=st.booleans())
-def test_any_pyproject_loads_or_is_one_usage_error(spot: Path, table: dict, raw: str | None,
-                                                   where: bool) -> None:
+@tiers(full=150)
+def test_any_pyproject_loads_or_is_one_usage_error(spot: Path, examples: int) -> None:
+    @fuzz(examples)
+    @given(table=section, raw=st.none() | st.text(max_size=60) | deep, where=st.booleans())
+    def prop(table: dict, raw: str | None, where: bool) -> None:
+        any_pyproject(spot, table, raw, where)
+
+    prop()
+
+
+def any_pyproject(spot: Path, table: dict, raw: str | None, where: bool) -> None:
     folder = spot / "project"
     folder.mkdir(exist_ok=True)
     path = folder / "pyproject.toml"

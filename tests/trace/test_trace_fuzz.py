@@ -19,6 +19,7 @@ from repro_check.errors import TraceFileError
 from repro_check.trace.format import MAX_LINE_BYTES, Trace, iter_trace, load_trace
 
 from ..conftest import cli_env
+from .trace_fuzz_tiers import fuzz, tiers
 
 HEADER = b'{"format": "repro-check-trace", "version": 1, "header": {}}\n'
 
@@ -110,31 +111,41 @@ record = st.one_of(
 )
 
 
-@FUZZ
-@given(header=st.dictionaries(st.text(max_size=8), json_values, max_size=4),
-       version=st.sampled_from([1, 1, 1, 2, 0, "1", None, 1.0]),
-       records=st.lists(record, max_size=8))
-def test_trace_shaped_json(spot: Path, header: dict, version: object, records: list) -> None:
-    lines = [json.dumps({"format": "repro-check-trace", "version": version, "header": header})]
-    lines += [json.dumps(r) for r in records]
-    spot.write_text("\n".join(lines) + "\n")
-    result = read(spot)
-    if isinstance(result, Trace):
-        check_usable(result)
+@tiers(full=200)
+def test_trace_shaped_json(spot: Path, examples: int) -> None:
+    @fuzz(examples)
+    @given(header=st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+           version=st.sampled_from([1, 1, 1, 2, 0, "1", None, 1.0]),
+           records=st.lists(record, max_size=8))
+    def prop(header: dict, version: object, records: list) -> None:
+        lines = [json.dumps({"format": "repro-check-trace", "version": version,
+                             "header": header})]
+        lines += [json.dumps(r) for r in records]
+        spot.write_text("\n".join(lines) + "\n")
+        result = read(spot)
+        if isinstance(result, Trace):
+            check_usable(result)
+
+    prop()
 
 
-@FUZZ
-@given(steps=st.lists(st.dictionaries(st.sampled_from(["loss", "grad_norm", "x"]), scalar(),
-                                      min_size=1, max_size=3), max_size=6),
-       metrics=st.dictionaries(st.text(max_size=6), scalar(), max_size=3))
-def test_fuzzed_values_in_a_well_formed_trace(spot: Path, steps: list, metrics: dict) -> None:
-    lines = [HEADER.decode().strip()]
-    lines += [json.dumps({"step": n, "signals": signals}) for n, signals in enumerate(steps, 1)]
-    lines.append(json.dumps({"metrics": metrics}))
-    spot.write_text("\n".join(lines) + "\n")
-    result = read(spot)
-    if isinstance(result, Trace):
-        check_usable(result)
+@tiers(full=200)
+def test_fuzzed_values_in_a_well_formed_trace(spot: Path, examples: int) -> None:
+    @fuzz(examples)
+    @given(steps=st.lists(st.dictionaries(st.sampled_from(["loss", "grad_norm", "x"]), scalar(),
+                                          min_size=1, max_size=3), max_size=6),
+           metrics=st.dictionaries(st.text(max_size=6), scalar(), max_size=3))
+    def prop(steps: list, metrics: dict) -> None:
+        lines = [HEADER.decode().strip()]
+        lines += [json.dumps({"step": n, "signals": signals})
+                  for n, signals in enumerate(steps, 1)]
+        lines.append(json.dumps({"metrics": metrics}))
+        spot.write_text("\n".join(lines) + "\n")
+        result = read(spot)
+        if isinstance(result, Trace):
+            check_usable(result)
+
+    prop()
 
 
 @pytest.mark.parametrize(

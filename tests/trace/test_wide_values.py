@@ -3,9 +3,11 @@ compared, and a line a run writes is never dropped without a warning."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +16,8 @@ from repro_check.trace import values
 from repro_check.trace.format import dumps, loads, parse_event
 from repro_check.trace.values import Tolerance
 
-from ..conftest import run_cli
+from ..conftest import CliResult, run_cli
+from ..synthetic_traces import LOSSES, read_lines, write_trace
 
 WIDE = [2**256, 2**300, -(2**255), 2**300 + 1, 10**4400, -(2**100_000) + 7]
 
@@ -56,17 +59,15 @@ import torch
 def main():
     run = int(os.environ["REPRO_CHECK_RUN_INDEX"])
     w = torch.nn.Parameter(torch.ones(2))
-    opt = torch.optim.SGD([w], lr=0.1)
-    for _ in range(2):
+    for _ in range(2):  # no torch.optim: a step is a backward call (the optimizer is not tested)
         loss = (w * w).sum()
-        opt.zero_grad()
         loss.backward()
-        opt.step()
+        with torch.no_grad():
+            w -= 0.1 * w.grad
+        w.grad = None
     mode = sys.argv[1]
     if mode == "wide-differs":
         return {"tokens_seen": 2**300 + run, "acc": 1.0}
-    if mode == "other-differs":
-        return {"tokens_seen": 2**300, "acc": float(run)}
     if mode == "garbled-line":
         # a line the format refuses, written where the run's records go
         import fcntl
@@ -83,21 +84,64 @@ def main():
 """
 
 
+def bigint(x: int) -> dict[str, Any]:
+    """A ``bigint`` record written by hand as docs/trace-format.md describes it."""
+    digest = hashlib.blake2b(format(x, "x").encode("ascii"), digest_size=16).hexdigest()
+    return {"dtype": "bigint", "bits": digest, "value": f"~{float(x):.6e} [{digest[:8]}]"}
+
+
+def with_metrics(path: Path, metrics: dict[str, Any]) -> Path:
+    """A synthetic trace whose metrics line is ``metrics`` (records as they are)."""
+    write_trace(path, LOSSES[:3], metrics={})
+    lines = [{"metrics": metrics} if "metrics" in line else line for line in read_lines(path)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def wide_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
+    """One check whose runs return an int wider than the format holds, different in each run."""
+    tmp = tmp_path_factory.mktemp("wide")
+    (tmp / "wide.py").write_text(TARGET)
+    return run_cli("wide.py:main", "--", "wide-differs", tmp=tmp / "out", cwd=tmp), tmp / "out"
+
+
+def test_a_real_run_records_and_compares_a_wide_metric(wide_run: tuple[CliResult, Path]) -> None:
+    """End to end: the run's wide int reaches the trace as the documented ``bigint`` record (the
+    one the synthetic traces below are written as), and the check compares it."""
+    res, out = wide_run
+    assert res.report is not None, res.stderr
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report["divergent_signal"] == "metric:tokens_seen"
+    for run in (1, 2):
+        trace = next((out / "traces").rglob(f"run-{run}.jsonl"))
+        metrics = [json.loads(line)["metrics"] for line in trace.read_text().splitlines()
+                   if line.startswith('{"metrics"')]
+        assert metrics and metrics[0]["tokens_seen"] == bigint(2**300 + run)
+    assert not any("dropped" in w for w in res.report.get("warnings", []))
+
+
 @pytest.mark.parametrize("mode, divergent", [("wide-differs", "metric:tokens_seen"),
                                              ("other-differs", "metric:acc"),
                                              ("same", None)])
 def test_a_wide_metric_is_compared_and_keeps_its_line(tmp_path: Path, mode: str,
                                                       divergent: str | None) -> None:
-    (tmp_path / "wide.py").write_text(TARGET)
-    res = run_cli("wide.py:main", "--", mode, tmp=tmp_path / "out", cwd=tmp_path)
-    assert res.report is not None, res.stderr
-    assert res.code == (0 if divergent is None else 1), res.stdout + res.stderr
-    assert res.report["divergent_signal"] == divergent
-    trace = next((tmp_path / "out" / "traces").rglob("run-1.jsonl"))
-    metrics = [json.loads(line)["metrics"] for line in trace.read_text().splitlines()
-               if line.startswith('{"metrics"')]
-    assert metrics and metrics[0]["tokens_seen"]["dtype"] == values.BIGINT
-    assert not any("dropped" in w for w in res.report.get("warnings", []))
+    """Traces holding a ``bigint`` metric (see the real run above) read and compare: the wide
+    value parts the runs only where it differs, and its line is never dropped."""
+    runs, wide = [], []
+    for run in (1, 2):
+        tokens = 2**300 + (run if mode == "wide-differs" else 0)
+        acc = float(run) if mode == "other-differs" else 1.0
+        wide.append(bigint(tokens))
+        runs.append(with_metrics(tmp_path / f"run-{run}.jsonl",
+                                 {"tokens_seen": bigint(tokens), "acc": values.encode(acc)}))
+    report = repro_check.diff(runs[0], runs[1])
+    d = report.to_dict()
+    assert report.exit_code == (0 if divergent is None else 1), d
+    assert d["divergent_signal"] == divergent
+    assert [m["tokens_seen"] for m in d["metrics"]] == [w["value"] for w in wide]  # read back
+    assert not any("dropped" in w for w in d.get("warnings", []))
+    assert not report.incomplete
 
 
 def test_a_line_the_parent_cannot_take_becomes_a_warning(tmp_path: Path) -> None:
