@@ -3,9 +3,9 @@
 A run of a target imports torch (seconds); a target that builds a ``torch.optim`` optimizer
 (SGD, Adam) also makes torch import ``torch._dynamo`` on that first construction (seconds more,
 torch's own lazy import). Where the optimizer is not what a test is about, these targets are the
-fixtures' own scripts with their optimizer swapped for :data:`PLAIN_SGD`: a subclass of
-``torch.optim.Optimizer`` whose ``add_param_group``, ``step`` and ``zero_grad`` are plain Python,
-so dynamo is never imported, while repro-check still sees an optimizer (its ``params``, ``lr``
+fixtures' own scripts with their optimizer swapped for :data:`PLAIN_SGD`'s ``PlainSGD`` (for
+SGD) or ``PlainAdam`` (for Adam): subclasses of ``torch.optim.Optimizer`` whose
+``add_param_group``, ``step`` and ``zero_grad`` are plain Python, so dynamo is never imported, while repro-check still sees an optimizer (its ``params``, ``lr``
 and ``opt`` signals, one step per ``step()``). Everything else in a script is kept as written:
 its model, its data, its options.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 from ..conftest import FIXTURES
 from ..git_repos import commit, git, script
 
-#: plain SGD: the update of torch.optim.SGD without momentum, written out
+#: plain SGD and Adam: the updates of torch.optim.SGD (no momentum) and torch.optim.Adam (its
+#: defaults), written out
 PLAIN_SGD = '''import torch as _plain_torch
 
 
@@ -46,15 +47,38 @@ class PlainSGD(_plain_torch.optim.Optimizer):
                 p.grad = None
 
 
+class PlainAdam(PlainSGD):
+    """Adam (betas 0.9 and 0.999, eps 1e-8) without torch.optim's fused and foreach paths."""
+
+    @_plain_torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = _plain_torch.zeros_like(p)
+                    state["exp_avg_sq"] = _plain_torch.zeros_like(p)
+                state["step"] += 1
+                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(0.9).add_(p.grad, alpha=0.1)
+                v.mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
+                denom = (v / (1 - 0.999 ** t)).sqrt_().add_(1e-8)
+                p.addcdiv_(m, denom, value=-group["lr"] / (1 - 0.9 ** t))
+
+
 '''
 
 _OPTIMIZER = re.compile(r"torch\.optim\.(SGD|Adam)\(")
 
 
 def light(source: str) -> str:
-    """``source`` with its one ``torch.optim.SGD(``/``Adam(`` made :data:`PLAIN_SGD`'s (an error
-    when there is not exactly one: a changed fixture cannot silently keep its optimizer)."""
-    text, count = _OPTIMIZER.subn("PlainSGD(", source)
+    """``source`` with its one ``torch.optim.SGD(``/``Adam(`` made :data:`PLAIN_SGD`'s
+    ``PlainSGD(``/``PlainAdam(`` (an error when there is not exactly one: a changed fixture
+    cannot silently keep its optimizer)."""
+    text, count = _OPTIMIZER.subn(lambda m: f"Plain{m.group(1)}(", source)
     if count != 1:
         raise AssertionError(f"expected one torch.optim optimizer to replace, found {count}")
     return PLAIN_SGD + text

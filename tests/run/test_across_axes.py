@@ -32,25 +32,28 @@ from .across_light_targets import PLAIN_SGD, light, light_fixture, light_five_co
 
 
 def test_the_light_targets_swap_only_the_optimizer() -> None:
-    """The targets these tests run are the fixtures' scripts with one optimizer made PlainSGD,
-    whose step is SGD's: p - lr * grad."""
+    """The targets these tests run are the fixtures' scripts with one optimizer made PlainSGD or
+    PlainAdam, whose steps are SGD's (p - lr * grad) and Adam's (about p - lr * sign(grad) at
+    the first step)."""
     torch = pytest.importorskip("torch")
     text = light("import torch\nopt = torch.optim.Adam(m.parameters(), lr=0.1)\n")
-    assert text.startswith(PLAIN_SGD) and "opt = PlainSGD(m.parameters(), lr=0.1)" in text
-    with pytest.raises(AssertionError, match="found 0"):
-        light("opt = make_optimizer()\n")
+    assert text.startswith(PLAIN_SGD) and "opt = PlainAdam(m.parameters(), lr=0.1)" in text
     assert "PlainSGD(model.parameters(), lr=0.1)" in light_script("1.001")
     assert "* 1.001" in light_script("1.001")
+    with pytest.raises(AssertionError, match="found 0"):
+        light("opt = make_optimizer()\n")
     space: dict[str, Any] = {}
     exec(compile(PLAIN_SGD, "plain_sgd", "exec"), space)
-    w = torch.tensor([1.0, -2.0], requires_grad=True)
-    opt = space["PlainSGD"]([w], lr=0.5)
-    assert isinstance(opt, torch.optim.Optimizer)
-    (w * torch.tensor([3.0, 4.0])).sum().backward()
-    opt.step()
-    assert w.tolist() == [1.0 - 0.5 * 3.0, -2.0 - 0.5 * 4.0]
-    opt.zero_grad()
-    assert w.grad is None
+    for name, expected in (("PlainSGD", [1.0 - 0.5 * 3.0, -2.0 + 0.5 * 4.0]),
+                           ("PlainAdam", [1.0 - 0.5, -2.0 + 0.5])):
+        w = torch.tensor([1.0, -2.0], requires_grad=True)
+        opt = space[name]([w], lr=0.5)
+        assert isinstance(opt, torch.optim.Optimizer)
+        (w * torch.tensor([3.0, -4.0])).sum().backward()
+        opt.step()
+        assert w.tolist() == pytest.approx(expected), name
+        opt.zero_grad()
+        assert w.grad is None
 
 
 @pytest.mark.parametrize("text, says", [
