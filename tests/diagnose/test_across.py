@@ -1,9 +1,11 @@
 """``--across``: one target in several environments, each compared with the first.
 
 The runs are few and short (a child that imports torch costs seconds here): each
-module-scoped fixture makes one invocation, and every assertion about it reads its result.
-Everything that can be told without a run (axes, options, scheduling, drift, rendering, the
-interpreter probe) is tested on its own, without one.
+module-scoped fixture makes one invocation, and every assertion about it reads its result. The
+targets are fixtures/environments.py and fixtures/tiny.py with a plain optimizer instead of
+torch.optim's (whose first construction imports torch._dynamo, seconds a run):
+tests/run/across_light_targets.py. Everything that can be told without a run (axes, options,
+scheduling, drift, rendering, the interpreter probe) is tested on its own, without one.
 """
 
 from __future__ import annotations
@@ -36,10 +38,19 @@ from repro_check.trace.protocol import RunConfig
 from repro_check.targets import parse
 from repro_check.trace.values import Tolerance
 
-from ..conftest import FIXTURES, CliResult, run_cli, run_plain
+from ..conftest import CliResult, run_cli, run_plain
+from ..run.across_light_targets import light_fixture
 from ..synthetic_traces import read_lines, steps_of, write_trace
 
-ENVIRONMENTS = f"{FIXTURES / 'environments.py'}:main"
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with environments.py and tiny.py, the fixtures with a plain optimizer: the runs
+    of this module start there, as the fixtures' runs start in fixtures/."""
+    folder = tmp_path_factory.mktemp("across-targets")
+    light_fixture("environments.py", folder)
+    light_fixture("tiny.py", folder)
+    return folder
 
 
 # ---- axes and options: every usage error, no run ------------------------------------------------
@@ -317,12 +328,13 @@ def test_terminal_has_one_row_a_pair_with_its_drift(tmp_path: Path) -> None:
 
 # ---- runs: each fixture is one invocation ---------------------------------------------------------
 @pytest.fixture(scope="module")
-def grid(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
+def grid(targets: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
     """threads=1,2 x deterministic=on,off on a matmul-heavy MLP: 4 runs and 3 probe runs."""
     tmp = tmp_path_factory.mktemp("across-grid")
     html = tmp / "report.html"
     res = run_cli("environments.py:main", "--across", "threads=1,2", "--across",
-                  "deterministic=on,off", "--report", str(html), "--", "--steps", "4", tmp=tmp)
+                  "deterministic=on,off", "--report", str(html), "--", "--steps", "4", tmp=tmp,
+                  cwd=targets)
     return res, html
 
 
@@ -379,10 +391,10 @@ def test_grid_terminal_and_html(grid: tuple[CliResult, Path]) -> None:
 
 
 @pytest.fixture(scope="module")
-def jitter(tmp_path_factory: pytest.TempPathFactory) -> Report:
+def jitter(targets: Path, tmp_path_factory: pytest.TempPathFactory) -> Report:
     """env:ACROSS_JITTER=0,1e-3 through the Python API: the divergence is planted at step 3."""
     tmp = tmp_path_factory.mktemp("across-env")
-    return api.across(ENVIRONMENTS, ["env:ACROSS_JITTER=0,1e-3"],
+    return api.across(f"{targets / 'environments.py'}:main", ["env:ACROSS_JITTER=0,1e-3"],
                       args=["--steps", "5", "--jitter-at", "3"],
                       tolerances=from_cli(["loss=1e-6"]), trace_dir=tmp)
 
@@ -403,11 +415,11 @@ def test_an_environment_variable_gives_a_controlled_divergence(jitter: Report) -
 
 
 @pytest.fixture(scope="module")
-def same_python(tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+def same_python(targets: Path, tmp_path_factory: pytest.TempPathFactory) -> CliResult:
     """The same interpreter twice, two runs each: everything agrees."""
     tmp = tmp_path_factory.mktemp("across-python")
     return run_cli("tiny.py:main", "--across", f"python={sys.executable},{sys.executable}",
-                   "--runs", "2", "--", "--steps", "5", tmp=tmp)
+                   "--runs", "2", "--", "--steps", "5", tmp=tmp, cwd=targets)
 
 
 def test_one_interpreter_twice_is_bit_identical(same_python: CliResult) -> None:
@@ -425,11 +437,11 @@ def test_one_interpreter_twice_is_bit_identical(same_python: CliResult) -> None:
     assert "bit-identical" in res.stdout and "torch" in res.stdout
 
 
-def test_device_runs_fingerprint_with_the_device_digest(same_python: CliResult,
+def test_device_runs_fingerprint_with_the_device_digest(same_python: CliResult, targets: Path,
                                                         tmp_path: Path) -> None:
     """device=cpu,cpu: both sides on the CPU, fingerprinted as on a GPU, still bit-identical."""
     res = run_cli("tiny.py:main", "--across", "device=cpu,cpu", "--", "--steps", "5",
-                  tmp=tmp_path)
+                  tmp=tmp_path, cwd=targets)
     assert res.code == 0, res.stdout + res.stderr
     assert res.report is not None and res.report["across"]["pairs"][0]["bit_identical"]
     assert [c["settings"] for c in res.report["across"]["cells"]] == [{"device": "cpu"}] * 2
@@ -457,9 +469,9 @@ def test_cross_device_comparison_and_localization_leave_out_one_sided_things() -
     assert drop_transfers(records) == records[1:]
 
 
-def test_a_failing_environment_is_exit_3(tmp_path: Path) -> None:
+def test_a_failing_environment_is_exit_3(targets: Path, tmp_path: Path) -> None:
     res = run_cli("tiny.py:main", "--across", "env:X=a,b", "--", "--steps", "3",
-                  "--raise-at", "2", "--raise-in-run", "2", tmp=tmp_path)
+                  "--raise-at", "2", "--raise-in-run", "2", tmp=tmp_path, cwd=targets)
     assert res.code == 3, res.stdout + res.stderr
     assert res.report is not None and "raised RuntimeError" in res.report["error"]
     assert res.report["across"]["pairs"][0]["culprit"] is None  # nothing localized
@@ -512,9 +524,22 @@ def test_an_interpreter_without_this_package_is_refused(tmp_path: Path) -> None:
     assert "repro-check" in res.stderr.split("error:", 1)[1]
 
 
-def test_cuda_without_a_gpu_is_refused() -> None:
-    res = run_plain("tiny.py:main", "--across", "device=cpu,cuda")
-    if res.code != 2:
-        pytest.skip("this machine has a GPU: scripts/gpu_check.py runs device=cpu,cuda")
-    _no_run(res)
-    assert "device=cuda needs a GPU" in res.stderr
+def test_cuda_without_a_gpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device=cpu,cuda where the probe of this interpreter sees no GPU: one usage error, before
+    any run. The probe's answer is given (the real probe imports torch, seconds; on a machine with
+    a GPU scripts/gpu_check.py runs device=cpu,cuda); how such an error reaches the command line
+    as one line is test_usage_errors_are_one_line_before_any_run's (python=/no/such/python)."""
+    asked: list[dict[str, bool]] = []
+
+    def probe_all(executables: dict[str, bool]) -> dict[str, ax.Probe]:
+        asked.append(dict(executables))
+        return {exe: ax.Probe(exe, _facts()) for exe in executables}
+
+    monkeypatch.setattr(ax, "probe_all", probe_all)
+    with pytest.raises(UsageError) as e:
+        ax.check_interpreters(ax.grid(ax.parse_axes(["device=cpu,cuda"])))
+    assert asked == [{sys.executable: True}]  # this interpreter, asked to see a GPU
+    assert str(e.value).startswith("--across device=cuda needs a GPU, but this interpreter")
+    assert "built without CUDA" in str(e.value)
+    ax.check_interpreters(ax.grid(ax.parse_axes(["device=cpu,cpu"])))  # no GPU needed: fine
+    assert asked[-1] == {sys.executable: False}

@@ -1,8 +1,12 @@
 """``bisect GOOD BAD TARGET``: the first commit whose run differs, the checkout never moved.
 
 One repository of five commits (the fourth changes an op's numerics, the second is broken)
-serves the one real bisect; the search's git-bisect semantics (skips, undecided ends, the
-number of steps) are tested with verdicts given directly, without runs.
+serves the real bisects: one through the command line that finds the fourth commit (and reads
+its run options from the repository's [tool.repro-check]), one through the Python API where BAD
+matches GOOD, one where GOOD cannot run. Their model trains with a plain optimizer (no
+torch.optim import of dynamo: tests/run/across_light_targets.py). The search's git-bisect
+semantics (skips, undecided ends, the number of steps) are tested with verdicts given directly,
+without runs.
 """
 
 from __future__ import annotations
@@ -13,26 +17,45 @@ from pathlib import Path
 import pytest
 
 from repro_check.errors import UsageError
-from repro_check.report.model import BisectCommit, BisectPart, JudgedCommit
+from repro_check.report.model import BisectCommit, BisectPart, JudgedCommit, Report
 from repro_check.gate import bisect
+from repro_check.report.render import summary
+from repro_check.report.terminal import make_console
 from repro_check.run import revisions
 
 from ..conftest import CliResult, run_cli, run_plain
-from ..git_repos import HANGING, commit, five_commits, git, interrupt_when_started, script, state
+from ..git_repos import HANGING, commit, five_commits, git, interrupt_when_started, state
+from ..run.across_light_targets import light_five_commits, light_script
+
+#: the repository's run options: max-steps is read, the check's runs are not (one run a commit)
+CONFIG = "[tool.repro-check]\nmax-steps = 1\nruns = 5\n"
+
+
+def render(report: Report) -> str:
+    """The report's summary as the command line prints it."""
+    console = make_console(width=120, force_terminal=False)
+    with console.capture() as cap:
+        console.print(summary(report), crop=False)
+    return cap.get()
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """The five commits, and an untracked pyproject.toml with run options."""
     root = tmp_path_factory.mktemp("bisect") / "repo"
-    return root, five_commits(root)
+    shas = light_five_commits(root)
+    (root / "pyproject.toml").write_text(CONFIG)
+    return root, shas
 
 
 @pytest.fixture(scope="module")
 def found(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory
           ) -> tuple[CliResult, dict[str, str], dict[str, str]]:
+    """From the third commit (fixed) to the fifth: the fourth is the only commit to test; the
+    search over more commits is test_search_skips_what_fails_as_git_bisect_run_does's."""
     root, _ = repo
     before = state(root)
-    res = run_cli("bisect", "HEAD~4", "HEAD", "model.py:main",
+    res = run_cli("bisect", "HEAD~2", "HEAD", "model.py:main",
                   tmp=tmp_path_factory.mktemp("bisect-run"), cwd=root)
     return res, before, state(root)
 
@@ -52,11 +75,23 @@ def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliR
     tested = {t["sha"]: t["verdict"] for t in b["tested"]}
     assert tested[shas[3]] == "bad" and all(v in ("good", "bad", "skip") for v in tested.values())
     assert set(b["skipped"]) == {s for s, v in tested.items() if v == "skip"}
-    # about log2(4 candidates) runs plus GOOD's, and the count is printed
-    assert b["candidates"] == 4 and b["runs"] == len(b["tested"]) + 1 <= 4
+    # about log2(2 candidates) runs plus GOOD's, and the count is printed
+    assert b["candidates"] == 2 and b["runs"] == len(b["tested"]) + 1 == 2
     assert f"{b['runs']} run(s)" in res.stdout and "first commit that differs" in res.stdout
     assert "git bisect start" in Path(b["log"]).read_text()
     assert shas[3][:12] in res.stdout
+    assert re.search(r"\d run\(s\) .* in \d+\.\d s", res.stdout)  # the count and the time
+
+
+def test_bisect_reads_max_steps_from_the_config_but_not_its_runs(
+        found: tuple[CliResult, dict[str, str], dict[str, str]]) -> None:
+    """pyproject.toml says max-steps = 1 and runs = 5: every commit's run stops at step 1,
+    and each commit is run once."""
+    res, _, _ = found
+    assert res.report is not None
+    assert res.report["max_steps"] == 1 and res.report["steps"][-1] == 1  # the config's
+    b = res.report["bisect"]
+    assert b["runs"] == len(b["tested"]) + 1  # one run a commit tested, and GOOD's
 
 
 def test_bisect_leaves_the_checkout_as_it_was(found: tuple[CliResult, dict[str, str], dict[str, str]]) -> None:
@@ -126,10 +161,10 @@ def test_ctrl_c_mid_run_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     root.mkdir()
     git(root, "init", "-q", "-b", "main")
-    commit(root, "one: the model", {"model.py": script()})
+    commit(root, "one: the model", {"model.py": light_script()})
     for n in ("two", "three", "four"):  # every commit after GOOD runs until it is stopped
         commit(root, f"{n}: waits", {"model.py": HANGING, "n.txt": n})
-    (root / "model.py").write_text(script("3.0"))  # uncommitted work, and a stash
+    (root / "model.py").write_text(light_script("3.0"))  # uncommitted work, and a stash
     git(root, "stash", "-q")
     (root / "notes.txt").write_text("untracked\n")
     (root / "n.txt").write_text("changed, uncommitted\n")
@@ -146,39 +181,27 @@ def test_ctrl_c_mid_run_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
     assert not list(temp.glob("repro-check-rev-*"))  # every checkout removed
 
 
-def test_bad_that_matches_good_is_exit_0_and_a_good_that_fails_is_exit_3(tmp_path: Path) -> None:
-    """Through the command line, with run options from [tool.repro-check] (max-steps read, the
-    check's runs not: one run a commit)."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    commit(root, "one: broken", {"model.py": script(broken=True)})
-    commit(root, "two: the model", {"model.py": script()})
-    commit(root, "three: a readme", {"README": "notes\n"})
-    (root / "pyproject.toml").write_text("[tool.repro-check]\nmax-steps = 1\nruns = 5\n")
+def test_a_good_that_fails_is_exit_3(repo: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """GOOD is the broken second commit: its one run fails, nothing is searched."""
+    root, _ = repo
     before = state(root)
-    same = run_cli("bisect", "HEAD~1", "HEAD", "model.py:main", tmp=tmp_path / "same", cwd=root)
-    assert same.code == 0, same.stdout + same.stderr
-    assert same.report is not None and same.report["bisect"]["matches"] is True
-    assert same.report["bisect"]["first_bad"] is None and same.report["bisect"]["runs"] == 2
-    assert same.report["max_steps"] == 1 and same.report["steps"][-1] == 1  # the config's
-    assert "matches GOOD: no commit differs" in same.stdout
-    assert re.search(r"2 run\(s\) .* in \d+\.\d s", same.stdout)  # the count and the time
-    broken = run_cli("bisect", "HEAD~2", "HEAD", "model.py:main", tmp=tmp_path / "broken",
-                     cwd=root)
+    broken = run_cli("bisect", "HEAD~3", "HEAD", "model.py:main", tmp=tmp_path, cwd=root)
     assert broken.code == 3, broken.stdout + broken.stderr
     assert broken.report is not None and "cannot run" in (broken.report["error"] or "")
     assert broken.report["bisect"]["tested"] == []
+    assert broken.report["bisect"]["runs"] == 1
     assert state(root) == before
 
 
-def test_the_api_returns_the_typed_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_returns_the_typed_bisect_and_bad_that_matches_good_is_exit_0(
+        repo: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``repro_check.bisect``: the report with its typed part; usage errors raised before any
-    run."""
+    run. BAD (a README added) matches GOOD: exit 0, no commit named, two runs, and the summary
+    says so with the count and the time (as the command line prints it)."""
     import repro_check
 
-    root = tmp_path / "repo"
-    shas = five_commits(root)
+    root, shas = repo
+    before = state(root)
     monkeypatch.chdir(root)
     with pytest.raises(UsageError, match="unknown git revision 'nope'"):
         repro_check.bisect("nope", "HEAD", "model.py:main")
@@ -191,3 +214,7 @@ def test_the_api_returns_the_typed_bisect(tmp_path: Path, monkeypatch: pytest.Mo
     assert part.bad.subject == "five: a readme" and part.runs == 2
     assert all(isinstance(t, JudgedCommit) for t in part.tested)
     assert [r.steps for r in report.results][-1] == 1
+    text = render(report)
+    assert "matches GOOD: no commit differs" in text
+    assert re.search(r"2 run\(s\) .* in \d+\.\d s", text)  # the count and the time
+    assert state(root) == before

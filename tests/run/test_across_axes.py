@@ -1,6 +1,9 @@
 """``--across`` workers, start, compile and rev: what is checked before any run, what each cell
 imposes, the checkouts of revisions (the user's checkout untouched), and the batches compared
-across worker counts (one invocation each for an unseeded and a seeded augmentation)."""
+across worker counts (one invocation each for an unseeded and a seeded augmentation).
+
+The targets that run train with a plain optimizer instead of torch.optim's (which imports
+torch._dynamo, seconds a run): tests/run/across_light_targets.py."""
 
 from __future__ import annotations
 
@@ -25,6 +28,32 @@ from repro_check.trace.protocol import RunConfig
 from ..conftest import CliResult, run_cli, run_plain
 from ..git_repos import (HANGING, commit, five_commits, git, interrupt_when_started, script,
                          state)
+from .across_light_targets import PLAIN_SGD, light, light_fixture, light_five_commits, light_script
+
+
+def test_the_light_targets_swap_only_the_optimizer() -> None:
+    """The targets these tests run are the fixtures' scripts with one optimizer made PlainSGD or
+    PlainAdam, whose steps are SGD's (p - lr * grad) and Adam's (about p - lr * sign(grad) at
+    the first step)."""
+    torch = pytest.importorskip("torch")
+    text = light("import torch\nopt = torch.optim.Adam(m.parameters(), lr=0.1)\n")
+    assert text.startswith(PLAIN_SGD) and "opt = PlainAdam(m.parameters(), lr=0.1)" in text
+    assert "PlainSGD(model.parameters(), lr=0.1)" in light_script("1.001")
+    assert "* 1.001" in light_script("1.001")
+    with pytest.raises(AssertionError, match="found 0"):
+        light("opt = make_optimizer()\n")
+    space: dict[str, Any] = {}
+    exec(compile(PLAIN_SGD, "plain_sgd", "exec"), space)
+    for name, expected in (("PlainSGD", [1.0 - 0.5 * 3.0, -2.0 + 0.5 * 4.0]),
+                           ("PlainAdam", [1.0 - 0.5, -2.0 + 0.5])):
+        w = torch.tensor([1.0, -2.0], requires_grad=True)
+        opt = space[name]([w], lr=0.5)
+        assert isinstance(opt, torch.optim.Optimizer)
+        (w * torch.tensor([3.0, -4.0])).sum().backward()
+        opt.step()
+        assert w.tolist() == pytest.approx(expected), name
+        opt.zero_grad()
+        assert w.grad is None
 
 
 @pytest.mark.parametrize("text, says", [
@@ -130,8 +159,8 @@ def revs(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, dict[str,
     """rev=HEAD~1,HEAD,WORKTREE in a repository whose last commit changes nothing and whose
     working tree scales the output (uncommitted): 3 runs and 2 probe runs."""
     root = tmp_path_factory.mktemp("revs") / "repo"
-    shas = five_commits(root)
-    (root / "model.py").write_text(script("1.002"))
+    shas = light_five_commits(root)
+    (root / "model.py").write_text(light_script("1.002"))
     before = state(root)
     res = run_cli("model.py:main", "--across", "rev=HEAD~1,HEAD,WORKTREE",
                   tmp=tmp_path_factory.mktemp("revs-run"), cwd=root)
@@ -174,7 +203,7 @@ def test_ctrl_c_mid_run_of_a_revision_leaves_the_checkout_as_it_was(tmp_path: Pa
     """rev=HEAD,WORKTREE, Ctrl-C to the whole process group while the working tree's run goes:
     exit 130, the user's files, branch, index, stash and HEAD as they were, no checkout left."""
     root = tmp_path / "repo"
-    shas = five_commits(root)
+    shas = light_five_commits(root)
     git(root, "branch", "-q", "topic", shas[2])
     (root / "model.py").write_text(HANGING)  # uncommitted: the WORKTREE side waits
     (root / "notes.txt").write_text("untracked\n")
@@ -207,32 +236,27 @@ def test_bad_values_of_the_new_axes_are_one_line_and_exit_2_before_any_run(
     assert not (root / ".repro-check").exists()  # nothing ran
 
 
-def test_compile_on_a_script_that_never_compiles_runs_with_a_warning(tmp_path: Path) -> None:
-    script_path = tmp_path / "plain.py"
-    script_path.write_text("def main():\n    return {'x': 1.0}\n")
-    res = run_cli(f"{script_path}:main", "--across", "compile=off,on", tmp=tmp_path)
-    assert res.code == 0, res.stdout + res.stderr
-    assert res.report is not None
-    assert any("never calls torch.compile" in w for w in res.report["warnings"])
-    assert "never calls torch.compile" in " ".join(res.stderr.split())  # said before the runs
-    assert res.stderr.index("warning:") < res.stderr.index("started")
-
-
 # ---- workers: batches compared across worker counts ---------------------------------------------
 @pytest.fixture(scope="module")
-def unseeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
+def loaders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fixtures/loaders.py with a plain optimizer, in a folder of its own (run from there)."""
+    return light_fixture("loaders.py", tmp_path_factory.mktemp("loaders")).parent
+
+
+@pytest.fixture(scope="module")
+def unseeded(loaders: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
     tmp = tmp_path_factory.mktemp("workers-global")
     return run_cli("loaders.py:main", "--across", "workers=0,2", "--report",
                    str(tmp / "r.html"), "--", "--augment", "global", "--steps", "3",
-                   tmp=tmp), tmp / "r.html"
+                   tmp=tmp, cwd=loaders), tmp / "r.html"
 
 
 @pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+def seeded(loaders: Path, tmp_path_factory: pytest.TempPathFactory) -> CliResult:
     """The seeded augmentation, also across start methods: workers=0,2 x start=fork,spawn."""
     return run_cli("loaders.py:main", "--across", "workers=0,2", "--across", "start=fork,spawn",
                    "--", "--augment", "indexed", "--steps", "3",
-                   tmp=tmp_path_factory.mktemp("workers-indexed"))
+                   tmp=tmp_path_factory.mktemp("workers-indexed"), cwd=loaders)
 
 
 def test_a_worker_side_draw_from_an_unseeded_source_differs_across_worker_counts(
@@ -310,12 +334,21 @@ def main():
 """
 
 
-def test_every_run_compiles_in_cache_folders_of_its_own_removed_after(tmp_path: Path) -> None:
-    script = tmp_path / "caches.py"
-    script.write_text(CACHES)
+def test_compile_on_a_script_that_never_compiles_runs_with_a_warning_each_run_in_cache_folders_of_its_own(
+        tmp_path: Path) -> None:
+    """compile=off,on on a script that never compiles: warned before the runs, and run. Each of
+    its two runs (one an environment) is given compile cache folders of its own, removed after:
+    the script writes down the cache variables it sees."""
+    script_path = tmp_path / "caches.py"
+    script_path.write_text(CACHES)
     seen = tmp_path / "seen.jsonl"
-    res = run_cli(f"{script}:main", "--", str(seen), *COMPILE_CACHE_VARS, tmp=tmp_path)
+    res = run_cli(f"{script_path}:main", "--across", "compile=off,on", "--", str(seen),
+                  *COMPILE_CACHE_VARS, tmp=tmp_path)
     assert res.code == 0, res.stdout + res.stderr
+    assert res.report is not None
+    assert any("never calls torch.compile" in w for w in res.report["warnings"])
+    assert "never calls torch.compile" in " ".join(res.stderr.split())  # said before the runs
+    assert res.stderr.index("warning:") < res.stderr.index("started")
     runs = [json.loads(line) for line in seen.read_text().splitlines()]
     assert len(runs) == 2
     folders = [r[v] for r in runs for v in COMPILE_CACHE_VARS]
