@@ -189,7 +189,7 @@ def test_verify_writes_the_html_report(gate: dict[str, Any]) -> None:
     assert f"report: {page}" in gate["changed"].stdout
     html = page.read_text(encoding="utf-8")
     assert "<h2>Golden comparison</h2>" in html
-    assert str(gate["project"] / "golden" / "tiny.json") in html
+    assert "against the golden <code>golden/tiny.json</code>" in html  # the path as configured
     assert "<th>golden</th><th>this run</th>" in html  # the sides are named as the terminal does
     assert 'id="verdict">NOT REPRODUCIBLE<' in html
 
