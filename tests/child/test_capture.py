@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ..conftest import FIXTURES, run_cli
+from ..api_targets import STEPS, TINY, Golden
+from ..conftest import FIXTURES, CliResult, run_cli
+
+# the shared API runs (same_check, golden, verify_same): made once a session
+pytest_plugins = ["tests.api_runs"]
 
 
 @pytest.fixture(scope="module")
@@ -21,29 +26,43 @@ def test_no_optimizer_counts_backward_calls(tmp: Path) -> None:
     assert set(res.report["metrics"][0]) == {"return"}
 
 
-def test_whole_script_runs_as_main_with_arguments(tmp: Path) -> None:
+@pytest.fixture(scope="module")
+def whole_script(tmp: Path) -> tuple[CliResult, Path]:
+    """fixtures/capture_whole_script.py checked once (two runs): run as a whole script with
+    arguments, leaving work for interpreter exit in its folder."""
+    out = tmp / "exit-work"
+    out.mkdir()
+    return run_cli("capture_whole_script.py", "--", "7", str(out), tmp=tmp / "script"), out
+
+
+def test_whole_script_runs_as_main_with_arguments(whole_script: tuple[CliResult, Path]) -> None:
     from repro_check.trace.format import load_trace
 
-    res = run_cli("script_main.py", "--", "7", tmp=tmp / "script")
-    assert res.code == 0, res.stdout
+    res, _ = whole_script
+    assert res.code == 0, res.stdout + res.stderr
     assert res.report["steps"] == [7, 7]
     tr = load_trace(res.report["run_results"][0]["trace"])
     assert "ran 7 steps, __name__=__main__" in tr.end["output_tail"]
 
 
-def test_file_function_form_from_another_folder(tmp: Path) -> None:
-    res = run_cli(str(FIXTURES / "tiny.py") + ":main", "--", "--steps", "4",
-                  tmp=tmp / "file", cwd=tmp)
-    assert res.code == 0, res.stdout + res.stderr
-    assert res.report["steps"] == [4, 4]
+def test_file_function_form_from_another_folder(golden: Golden, verify_same: Any) -> None:
+    """FILE.py:FUNCTION with the file's path, run from elsewhere: the shared API record and
+    verify of fixtures/tiny.py (tests/api_runs.py), started from this process's folder."""
+    assert Path.cwd().resolve() != FIXTURES.resolve(), "run the tests from the checkout"
+    assert TINY == f"{FIXTURES / 'tiny.py'}:main"
+    assert golden.report.exit_code == 0 and golden.data["steps"] == [STEPS]
+    d = verify_same.to_dict()
+    assert d["exit_code"] == 0 and d["reproducible"] is True, d
+    assert d["steps"] == [STEPS, STEPS]
 
 
-def test_log_metric_for_scripts_that_print(tmp: Path) -> None:
-    res = run_cli("printed_metric:main", tmp=tmp / "printed")
-    assert res.code == 0, res.stdout
+def test_log_metric_for_scripts_that_print(same_check: Any) -> None:
+    """printed_metric.py's two runs, shared with the API's tests (tests/api_runs.py)."""
+    d = same_check.to_dict()
+    assert d["exit_code"] == 0, d
     # what it logs, and what it prints ("Accuracy: 0.375"), picked from its output
-    assert set(res.report["metrics"][0]) == {"accuracy", "printed:accuracy"}
-    assert any("'ignored'" in w for w in res.report["warnings"])
+    assert set(d["metrics"][0]) == {"accuracy", "printed:accuracy"}
+    assert any("'ignored'" in w for w in d["warnings"])
 
 
 def test_log_metric_outside_a_run_does_nothing() -> None:
@@ -154,7 +173,6 @@ def test_expected_steps_with_a_new_loader_every_epoch() -> None:
 import random  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
-from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -372,17 +390,16 @@ def test_a_slow_step_is_not_held_back(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(train()) == 3  # each step flushed as it ends, nothing left for a final flush
 
 
-def test_a_run_still_does_what_the_script_left_for_exit(tmp: Path) -> None:
+def test_a_run_still_does_what_the_script_left_for_exit(
+        whole_script: tuple[CliResult, Path]) -> None:
     """Runs skip the collector's passes at exit, not the exit: atexit handlers run and files the
     script never closed are flushed."""
-    out = tmp / "exit-work"
-    out.mkdir()
-    res = run_cli("exit_work.py", "--", str(out), tmp=tmp / "exit")
+    res, out = whole_script
     assert res.code == 0, res.stdout + res.stderr
     logs, handlers = sorted(out.glob("*.log")), sorted(out.glob("*.atexit"))
     assert len(logs) == 2 and len(handlers) == 2
     for log in logs:
-        assert log.read_text().splitlines()[-1].startswith("step 3 loss ")
+        assert log.read_text().splitlines()[-1].startswith("step 7 loss ")
     assert all(h.read_text() == "atexit ran\n" for h in handlers)
 
 

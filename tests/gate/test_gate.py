@@ -10,9 +10,11 @@ Then the band of repeated runs.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import shutil
+import struct
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,8 @@ import pytest
 from repro_check.trace.format import dumps, header_line, iter_trace, load_trace
 
 from ..conftest import FIXTURES, cli_env, repro_check_cli, with_options
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 PUBLIC_KEYS = {"reproducible", "first_divergent_step", "divergent_signal", "steps", "metrics",
                "runs", "seed", "error"}
@@ -85,10 +89,16 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                                    'p.add_argument("--lr", type=float, default=0.08)'))
     set_torch_version(project / "golden" / "tiny.json", "2.13.0")
     # from a subfolder: the config is found upward and its target runs from the config's folder
-    out["changed"] = cli("verify", "--signals", "loss", "--junit", "changed.xml",
+    # with --report too where matplotlib is there (the page's own test reads it)
+    html = ["--report", str(project / "reports" / "changed.html")] if HAS_MATPLOTLIB else []
+    out["changed"] = cli("verify", "--signals", "loss", "--junit", "changed.xml", *html,
                          cwd=project / "notebooks", **gh)
     out["changed_json"] = json.loads((project / "reports" / "verify.json").read_text())
-    out["changed_all"] = cli("verify", "--json", "all.json", cwd=project)
+    # every signal compared: the same run's trace against the golden (diff compares as verify
+    # does, golden first, its environment too), instead of a second run of the changed code
+    changed_trace = out["changed_json"]["run_results"][-1]["trace"]
+    out["changed_all"] = cli("diff", "golden/tiny.json", changed_trace, "--json", "all.json",
+                             cwd=project)
     out["changed_all_json"] = json.loads((project / "all.json").read_text())
     out["changed_junit"] = project / "notebooks" / "changed.xml"
     return out
@@ -133,8 +143,11 @@ def test_changed_learning_rate_fails_at_step_2(gate: dict[str, Any]) -> None:
 
 
 def test_every_signal_compared_sees_the_first_update_at_step_1(gate: dict[str, Any]) -> None:
+    """The changed run's trace records every signal (``--signals`` only narrows what verify
+    compares); compared whole against the golden, step 1 already differs."""
     res, report = gate["changed_all"], gate["changed_all_json"]
     assert res.code == 1, res.stdout + res.stderr
+    assert report["steps"] == [5, 5]
     # the learning rate itself is recorded each step (the resume's lr signal, compared in every
     # check): the change is named as what it is, ahead of the parameters it moves
     assert report["first_divergent_step"] == 1 and report["divergent_signal"] == "lr"
@@ -169,6 +182,18 @@ def test_ci_outputs_of_the_failure(gate: dict[str, Any]) -> None:
     assert "❌" in added and "| 2 | loss |" in added and "```sh" in added
 
 
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="the HTML report needs the [report] extra")
+def test_verify_writes_the_html_report(gate: dict[str, Any]) -> None:
+    """verify takes --report as check does, the page with its own section naming the golden."""
+    page = gate["project"] / "reports" / "changed.html"
+    assert f"report: {page}" in gate["changed"].stdout
+    html = page.read_text(encoding="utf-8")
+    assert "<h2>Golden comparison</h2>" in html
+    assert "against the golden <code>golden/tiny.json</code>" in html  # the path as configured
+    assert "<th>golden</th><th>this run</th>" in html  # the sides are named as the terminal does
+    assert 'id="verdict">NOT REPRODUCIBLE<' in html
+
+
 def test_the_replay_line_reproduces_the_failure(gate: dict[str, Any]) -> None:
     replay = gate["changed_json"]["replay"]
     # run from a subfolder, the configured target ran from the config's folder: so does the replay
@@ -185,6 +210,32 @@ def test_the_replay_line_reproduces_the_failure(gate: dict[str, Any]) -> None:
 
 
 # ---- a band from repeated runs ---------------------------------------------------------------
+def write_midpoint_trace(a: Path, b: Path, out: Path) -> None:
+    """Trace ``a`` with each step's loss replaced by the float32 midpoint of ``a``'s and ``b``'s
+    (every other signal of jitter.py's runs is the same in both)."""
+    import numpy as np
+
+    from repro_check.trace import values
+
+    lines_a, lines_b = a.read_text().splitlines(), b.read_text().splitlines()
+    assert len(lines_a) == len(lines_b)
+    written = 0
+    with out.open("w") as f:
+        for la, lb in zip(lines_a, lines_b):
+            ea, eb = json.loads(la), json.loads(lb)
+            if "step" in ea:
+                assert ea["signals"]["loss"]["dtype"] == "float32"
+                la_, lb_ = (struct.unpack(">f", bytes.fromhex(e["signals"]["loss"]["bits"]))[0]
+                            for e in (ea, eb))
+                assert la_ != lb_, "the two runs record different losses"
+                mid = np.float32((np.float64(la_) + np.float64(lb_)) / 2)
+                assert min(la_, lb_) < mid < max(la_, lb_)
+                ea["signals"]["loss"] = values.encode(mid)
+                written += 1
+            f.write(dumps(ea))
+    assert written == 6
+
+
 @pytest.fixture(scope="module")
 def band(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("band")
@@ -192,8 +243,14 @@ def band(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out: dict[str, Any] = {"tmp": tmp}
     out["record"] = cli("record", target, "--runs", "2", "-o", "goldens/band.json",
                         "--json", "record.json", cwd=tmp)
-    out["inside"] = cli("verify", target, "--golden", "goldens/band.json", "--json", "inside.json",
-                        "--", "--shift", "0.5", cwd=tmp)
+    # inside the band: each loss between the two recorded runs' (the midpoint of run 1's and run
+    # 2's, as a run with --shift 0.5 would record it), compared with the golden as verify does
+    inside = tmp / "inside-run.jsonl"
+    if out["record"].code == 0:
+        runs = [Path(r["trace"]) for r in
+                json.loads((tmp / "record.json").read_text())["run_results"]]
+        write_midpoint_trace(runs[0], runs[1], inside)
+    out["inside"] = cli("diff", "goldens/band.json", str(inside), "--json", "inside.json", cwd=tmp)
     out["outside"] = cli("verify", target, "--golden", "goldens/band.json", "--json",
                          "outside.json",
                          "--", "--shift", "5", cwd=tmp)
@@ -215,6 +272,7 @@ def test_record_runs_stores_the_spread_of_each_step(band: dict[str, Any]) -> Non
 
 
 def test_verify_accepts_values_inside_the_band(band: dict[str, Any]) -> None:
+    """A run's losses between those of the recorded runs (a trace made from them) pass."""
     res, report = band["inside"], band["inside_json"]
     assert res.code == 0, res.stdout + res.stderr
     assert report["judged"]["band"] == 6

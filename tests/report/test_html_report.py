@@ -11,6 +11,7 @@ import subprocess
 import sys
 from html import escape as html_escape
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +29,11 @@ from repro_check.run.runner import RunResult
 from repro_check.child.seeding import COMPONENTS
 from repro_check.trace.format import TraceWriter, header_line, load_trace
 
+from ..api_targets import Golden
 from ..conftest import FIXTURES, cli_env, run_cli
+
+# the shared API runs (golden, verify_other_seed): made once a session
+pytest_plugins = ["tests.api_runs"]
 
 pytest.importorskip("matplotlib", reason="the HTML report needs the [report] extra")
 from PIL import Image  # noqa: E402  (installed with torchvision)
@@ -331,29 +336,22 @@ def test_a_divergence_at_step_1_is_drawn_clear_of_the_axis(tmp_path: Path) -> No
         assert marker - axis >= 6, (name, marker, axis)
 
 
-def test_every_command_with_a_verdict_writes_the_report(tmp_path: Path) -> None:
-    """verify, diff and diagnose take --report as check does, each page with its own section."""
-    golden = tmp_path / "golden.json"
-    res = run_cli("record", "tiny.py:main", "--seed", "3", "--max-steps", "6", "-o", str(golden),
-                  tmp=tmp_path / "record")
-    assert res.code == 0, res.stderr
-    page = tmp_path / "verify.html"
-    res = run_cli("verify", "tiny.py:main", "--golden", str(golden), "--report", str(page), "--",
-                  "--diverge-at", "4", tmp=tmp_path / "verify")
-    assert res.code == 1, res.stdout + res.stderr
-    html = page.read_text(encoding="utf-8")
-    assert "<h2>Golden comparison</h2>" in html and str(golden) in html
-    assert "<th>golden</th><th>this run</th>" in html  # the sides are named as the terminal does
-    trace = res.report["run_results"][-1]["trace"]  # run 1 is the golden
+def test_diff_and_diagnose_write_the_report(golden: Golden, verify_other_seed: Any,
+                                                        tmp_path: Path) -> None:
+    """diff and diagnose take --report as check does, each page with its own section (verify's
+    page: tests/gate/test_gate.py::test_verify_writes_the_html_report). diff compares the shared
+    API record and verify (tests/api_runs.py); diagnose skips the localization (its re-runs add
+    nothing to the page's diagnosis box, whose other parts the pages above draw)."""
+    trace = verify_other_seed.results[-1].trace_path  # run 1 is the golden
     page = tmp_path / "diff.html"
-    res = run_cli("diff", str(golden), trace, "--report", str(page), tmp=tmp_path / "diff",
+    res = run_cli("diff", str(golden.path), trace, "--report", str(page), tmp=tmp_path / "diff",
                   traces=False)
     assert res.code == 1, res.stdout + res.stderr
     assert "<h2>Traces compared</h2>" in page.read_text(encoding="utf-8")
     page = tmp_path / "diagnose.html"
     res = run_cli("diagnose", "tiny.py:main", "--seed", "3", "--max-steps", "5", "--no-ablation",
-                  "--max-sources", "0", "--report", str(page), "--", "--diverge-at", "3",
-                  tmp=tmp_path / "diagnose")
+                  "--no-localize", "--max-sources", "0", "--report", str(page), "--",
+                  "--diverge-at", "3", tmp=tmp_path / "diagnose")
     assert res.code == 1, res.stdout + res.stderr
     html = page.read_text(encoding="utf-8")
     box = html.split('id="diagnosis">')[1].split("</div>")[0]
