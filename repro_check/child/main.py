@@ -17,6 +17,7 @@ repro-check dies, so not even a ``kill -9`` of repro-check leaves anything runni
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import gc
 import os
@@ -120,8 +121,12 @@ def main() -> int:
         overrides_module.install(config, lambda text: emit({"warning": text}))
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
-    # than the capture. What the target creates is collected as usual, at exit too.
+    # than the capture. What the target leaves is collected at exit by one collection of our
+    # own, after the target's atexit handlers (registered later, they run earlier): with the
+    # rest frozen, the interpreter's exit was seen to leave a whole script's namespace (runpy's,
+    # garbage once the script returns) unfinalized, so a log it never closed lost its buffer.
     gc.freeze()
+    atexit.register(gc.collect)
     try:
         run = targets.resolve(target, list(config.args))
     except targets.TargetNotFound as e:
