@@ -21,7 +21,10 @@ from repro_check.trace.format import load_trace
 
 from ..conftest import FIXTURES, CliResult, run_cli
 
+pytest_plugins = ["tests.api_runs"]  # same_check: a script that starts no process
+
 HOGWILD_STEPS = 200
+MAX_STEPS = 10
 DET = str(FIXTURES / "mp_deterministic.py") + ":main"
 
 
@@ -39,9 +42,11 @@ def hogwild(tmp: Path) -> CliResult:
 @pytest.fixture(scope="module")
 def forked(tmp: Path) -> repro_check.Report:
     # a helper first (index 1, never trains), DataLoader workers in the main process (no index),
-    # three steps of the main process's own before the two training processes (2 and 3)
-    return repro_check.check(DET, seed=5, args=["--start-method", "fork", "--helper",
-                                                "--main-steps", "3", "--loader-workers", "2"],
+    # three steps of the main process's own before the two training processes (2 and 3), which
+    # --max-steps stops at step 10 of their 30 (the main process ends its 3 steps on its own)
+    return repro_check.check(DET, seed=5, max_steps=MAX_STEPS,
+                             args=["--start-method", "fork", "--helper", "--main-steps", "3",
+                                   "--loader-workers", "2"],
                              trace_dir=tmp / "fork")
 
 
@@ -100,16 +105,23 @@ def test_each_hogwild_process_has_a_valid_trace_that_shows_the_divergence(
 
 # ---- processes that train deterministically --------------------------------------------------
 
-def test_forked_processes_reproduce_each_in_a_stream_of_its_own(forked: repro_check.Report) -> None:
+def test_forked_processes_reproduce_each_in_a_stream_of_its_own_stopped_at_max_steps(
+        forked: repro_check.Report) -> None:
+    """Each process is stopped at its own step --max-steps: the training processes at 10, the
+    main process ends its own 3 steps before that (merged: the forked check and the one with
+    --max-steps were two checks of the same script)."""
     assert forked.exit_code == 0 and forked.reproducible, forked.error
     r = forked.to_dict()
     assert r["steps"] == [3, 3]  # the main process's own steps stay the run's stream
     assert r["first_divergent_process"] is None
     assert [row["process"] for row in r["processes"]] == [2, 3]
-    assert [row["steps"] for row in r["processes"]] == [[30, 30], [30, 30]]
+    assert [row["steps"] for row in r["processes"]] == [[MAX_STEPS, MAX_STEPS]] * 2
+    assert {row["status"][0] for row in r["processes"]} == {"stopped"}
     assert r["ignored_processes"] == [1]  # the helper; the DataLoader workers got no index
-    ends = {p["process"]: (p["status"], p["steps"]) for p in r["process_results"][0]["processes"]}
-    assert ends == {1: ("completed", 0), 2: ("completed", 30), 3: ("completed", 30)}
+    for run in r["process_results"]:
+        ends = {p["process"]: (p["status"], p["steps"]) for p in run["processes"]}
+        assert ends == {1: ("completed", 0), 2: ("stopped", MAX_STEPS),
+                        3: ("stopped", MAX_STEPS)}
 
 
 def test_a_forked_process_counts_its_steps_from_one_and_the_main_trace_is_unchanged(
@@ -118,9 +130,9 @@ def test_a_forked_process_counts_its_steps_from_one_and_the_main_trace_is_unchan
                                     "run-2.jsonl", "run-2.proc-2.jsonl", "run-2.proc-3.jsonl"]
     folder = Path(forked.trace_dir or "")
     child = load_trace(folder / "run-1.proc-2.jsonl", require_end=True)
-    assert [s.step for s in child.steps] == list(range(1, 31))
+    assert [s.step for s in child.steps] == list(range(1, MAX_STEPS + 1))
     assert child.header["process"]["start_method"] == "fork"
-    assert child.end["process"] == 2 and child.end["status"] == "completed"
+    assert child.end["process"] == 2 and child.end["status"] == "stopped"
     main = load_trace(folder / "run-1.jsonl", require_end=True)
     assert [s.step for s in main.steps] == [1, 2, 3] and "process" not in main.header
     assert "main_loss" in main.metrics
@@ -129,30 +141,28 @@ def test_a_forked_process_counts_its_steps_from_one_and_the_main_trace_is_unchan
 def test_spawned_processes_reproduce_with_the_runs_seeding(spawned: repro_check.Report) -> None:
     """``torch.multiprocessing.spawn``: each process draws its targets' noise from Python's
     ``random``, with a scale drawn when the spawned interpreter imports the script again; only
-    the run's seeding, applied there before that import, makes them the same in every run."""
+    the run's seeding, applied there before that import, makes them the same in every run.
+    Run to their end (no --max-steps), the processes and their traces end completed."""
     assert spawned.exit_code == 0 and spawned.reproducible, spawned.error
     r = spawned.to_dict()
     assert r["steps"] == [0, 0] and r["ignored_processes"] == []
     assert [(row["process"], row["steps"]) for row in r["processes"]] == \
         [(1, [30, 30]), (2, [30, 30])]
-    header = load_trace(r["processes"][0]["traces"][0]).header
+    for run in r["process_results"]:
+        ends = {p["process"]: (p["status"], p["steps"]) for p in run["processes"]}
+        assert ends == {1: ("completed", 30), 2: ("completed", 30)}
+    child = load_trace(r["processes"][0]["traces"][0], require_end=True)
+    header = child.header
     assert header["process"]["start_method"] == "spawn"
     assert header["seeding"]["python"] == 5 and header["seeding"]["threads"] == 1
+    assert [s.step for s in child.steps] == list(range(1, 31))
+    assert child.end["process"] == 1 and child.end["status"] == "completed"
 
 
-def test_max_steps_stops_each_process_at_its_own_step(tmp: Path) -> None:
-    report = repro_check.check(DET, seed=5, max_steps=10, trace_dir=tmp / "max",
-                               args=["--start-method", "fork", "--main-steps", "3"])
-    assert report.exit_code == 0 and report.reproducible, report.error
-    r = report.to_dict()
-    assert r["steps"] == [3, 3]
-    assert [row["steps"] for row in r["processes"]] == [[10, 10], [10, 10]]
-    assert {row["status"][0] for row in r["processes"]} == {"stopped"}
-
-
-def test_a_script_that_starts_no_process_is_reported_and_traced_as_before(tmp: Path) -> None:
-    report = repro_check.check(str(FIXTURES / "tiny.py") + ":main", seed=5, args=["--steps", "5"],
-                               trace_dir=tmp / "plain")
+def test_a_script_that_starts_no_process_is_reported_and_traced_as_before(same_check: Any) -> None:
+    """Read off the session's shared check of a seeded script that starts no process
+    (tests/api_runs.py)."""
+    report = same_check
     assert report.exit_code == 0 and report.processes is None
     assert all(r.processes == [] for r in report.results)
     assert not {"first_divergent_process", "processes", "process_results"} & set(report.to_dict())

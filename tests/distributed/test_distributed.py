@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,12 +58,19 @@ def clean(tmp: Path) -> CliResult:
     return run_cli("ddp/train.py:main", *DDP, "--jobs", "2", tmp=tmp / "clean")
 
 
+#: diagnose two_sources.py under torchrun (--no-localize: the check's own rng divergence is not
+#: replayed op by op; the compute source is, as every source is)
+DIAGNOSE = ["diagnose", "ddp/two_sources.py:main", *DDP, "--max-steps", "4", "--no-ablation",
+            "--no-localize"]
+
+
 @pytest.fixture(scope="module")
 def diagnosed(tmp: Path) -> CliResult:
-    # --no-localize: the check's own rng divergence is not replayed op by op (the compute
-    # source is, as every source is)
-    return run_cli("diagnose", "ddp/two_sources.py:main", *DDP, "--max-steps", "4",
-                   "--no-ablation", "--no-localize", tmp=tmp / "diagnose")
+    # --max-sources 2: the check, the pair with source 1 pinned on rank 1 and the replay that
+    # localizes source 2 on rank 0 (6 torchrun jobs); the last pair, with both pinned, is the
+    # slow tier's (test_with_both_sources_pinned_on_their_ranks_the_torchrun_runs_agree)
+    # six torchrun jobs in one command: more time than run_cli's default on a loaded machine
+    return run_cli(*DIAGNOSE, "--max-sources", "2", tmp=tmp / "diagnose", timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -136,21 +145,43 @@ def test_an_entropy_seeded_generator_on_rank_1_names_rank_1_and_its_line(
     assert "--nproc-per-node 2" in r["replay"] and "--max-steps 1" in r["replay"]
 
 
-def test_diagnose_under_torchrun_finds_each_source_on_its_rank(diagnosed: CliResult) -> None:
-    """Source 1 (rank 1's generator, step 1) hides source 2 (rank 0's urandom noise, step 3):
-    a value from outside torch, named where it became a tensor (the ``frombuffer`` line) as an
-    unseeded source (``rng``), not as a nondeterministic op."""
-    assert diagnosed.code == 1, diagnosed.stdout + diagnosed.stderr
-    r = diagnosed.report
+def assert_each_source_on_its_rank(res: CliResult) -> None:
+    r = res.report
+    assert r is not None
     got = [(s["step"], s["signal"], s["cause"], s["rank"], Path(s["location"]["file"]).name,
             s["location"]["line"]) for s in r["sources"]]
     assert got == [(1, "loss", "rng", 1, "two_sources.py", 20),
                    (3, "loss", "rng", 0, "two_sources.py", 24)]
     assert r["sources"][1]["culprit_op"] is not None
+    assert "1. rng · step 1 · loss · rank 1" in res.stdout
+    assert "2. rng · step 3 · loss · rank 0" in res.stdout
+
+
+def test_diagnose_under_torchrun_finds_each_source_on_its_rank(diagnosed: CliResult) -> None:
+    """Source 1 (rank 1's generator, step 1) hides source 2 (rank 0's urandom noise, step 3):
+    a value from outside torch, named where it became a tensor (the ``frombuffer`` line) as an
+    unseeded source (``rng``), not as a nondeterministic op. Found with source 1 pinned on
+    rank 1 only, and localized by a replay of the torchrun job on rank 0."""
+    assert diagnosed.code == 1, diagnosed.stdout + diagnosed.stderr
+    assert_each_source_on_its_rank(diagnosed)
+    r = diagnosed.report
+    assert r["sources_cost"]["runs"] == 2  # one pinned pair (--max-sources 2 stops there)
+    assert r["sources_note"] == "stopped at --max-sources 2: there may be more sources"
+
+
+@pytest.mark.slow
+def test_with_both_sources_pinned_on_their_ranks_the_torchrun_runs_agree(tmp: Path) -> None:
+    """The whole search (8 torchrun jobs): a last pair with source 1 pinned on rank 1 and
+    source 2's op outputs replayed on rank 0 agrees. The fast tier asserts the rest on
+    --max-sources 2 (test_diagnose_under_torchrun_finds_each_source_on_its_rank) and the last
+    pair's agreement without torchrun (tests/diagnose/test_sources.py::
+    test_a_clock_shuffle_hides_an_unseeded_default_rng)."""
+    res = run_cli(*DIAGNOSE, tmp=tmp / "diagnose-all", timeout=1200)
+    assert res.code == 1, res.stdout + res.stderr
+    assert_each_source_on_its_rank(res)
+    r = res.report
     assert r["sources_cost"]["runs"] == 4
     assert r["sources_note"].startswith("with the 2 source(s) above pinned, the runs agree")
-    assert "1. rng · step 1 · loss · rank 1" in diagnosed.stdout
-    assert "2. rng · step 3 · loss · rank 0" in diagnosed.stdout
 
 
 # ---- ranks out of sync -----------------------------------------------------------------------
@@ -220,29 +251,78 @@ def test_kill_9_of_repro_check_stops_the_whole_torchrun_job(tmp: Path) -> None:
     wait_none_alive(recorded)
 
 
-# ---- several nodes ---------------------------------------------------------------------------
+# ---- several nodes, one rank each --------------------------------------------------------------
 
-def test_two_nodes_meet_run_by_run_through_the_static_rendezvous(tmp: Path) -> None:
+#: ddp/train.py behind a first argument: the file where each rank appends the compile cache
+#: folders its torchrun job was given
+NODE_TARGET = """
+import json, os, sys
+
+sys.path.insert(0, {ddp!r})
+from train import train
+
+
+def main():
+    with open(sys.argv[1], "a") as fh:
+        fh.write(json.dumps({{v: os.environ.get(v) for v in {names!r}}}) + "\\n")
+    return train(sys.argv[2:])
+"""
+
+
+@dataclass
+class Nodes:
+    outputs: list[tuple[int, str]]  # each node's exit code and output
+    reports: list[dict[str, Any] | None]
+    caches: Path  # one line a torchrun job: its compile cache folders
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp: Path) -> Nodes:
+    """Two repro-check processes, node 0 and node 1 of a static rendezvous, one rank each."""
     import socket
 
+    folder = tmp / "nodes"
+    folder.mkdir()
+    script = folder / "node_train.py"
+    script.write_text(NODE_TARGET.format(ddp=str(FIXTURES / "ddp"), names=COMPILE_CACHE_VARS))
+    caches = folder / "caches.jsonl"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     procs = []
     for node in (0, 1):
-        argv = [sys.executable, "-m", "repro_check", "ddp/train.py:main", "--nproc-per-node", "1",
+        argv = [sys.executable, "-m", "repro_check", f"{script}:main", "--nproc-per-node", "1",
                 "--nnodes", "2", "--node-rank", str(node), "--master-addr", "127.0.0.1",
-                "--master-port", port, "--json", str(tmp / f"node-{node}.json"),
-                "--trace-dir", str(tmp / "nodes"), "-q"]
+                "--master-port", port, "--json", str(folder / f"node-{node}.json"),
+                "--trace-dir", str(folder / "traces"), "-q", "--", str(caches)]
         procs.append(subprocess.Popen(argv, cwd=FIXTURES, env=cli_env(), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    for node, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, out
-        r = json.loads((tmp / f"node-{node}.json").read_text())
-        assert r["reproducible"] is True
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    reports = []
+    for node in (0, 1):
+        path = folder / f"node-{node}.json"
+        reports.append(json.loads(path.read_text()) if path.exists() else None)
+    return Nodes([(p.returncode, out) for p, out in zip(procs, outs)], reports, caches)
+
+
+def test_two_nodes_meet_run_by_run_through_the_static_rendezvous(nodes: Nodes) -> None:
+    for node, ((code, out), r) in enumerate(zip(nodes.outputs, nodes.reports)):
+        assert code == 0, out
+        assert r is not None and r["reproducible"] is True
         assert [[rr["rank"] for rr in run["ranks"]] for run in r["rank_results"]] == [[node], [node]]
         assert r["distributed"]["nnodes"] == "2"
+
+
+def test_every_torchrun_job_compiles_in_cache_folders_of_its_own_removed_after(
+        nodes: Nodes) -> None:
+    """Read off the two nodes' jobs (--nproc-per-node 1: one line a job): 2 runs of 2 nodes."""
+    for code, out in nodes.outputs:
+        assert code == 0, out
+    jobs = [json.loads(line) for line in nodes.caches.read_text().splitlines()]
+    assert len(jobs) == 4
+    folders = [job[v] for job in jobs for v in COMPILE_CACHE_VARS]
+    assert all(folders) and len(set(folders)) == 8  # none shared between jobs or tools
+    assert not any(Path(f).exists() for f in folders)  # removed when the job ended
 
 
 # ---- seeding, comparison and options without a job -------------------------------------------
@@ -365,28 +445,3 @@ def test_bad_distributed_options_are_usage_errors(args: list[str], message: str)
     res = run_plain("ddp/train.py:main", *args)
     assert res.code == 2 and message in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
-
-
-CACHES = """
-import json, os, sys
-
-def main():
-    with open(sys.argv[1], "a") as fh:
-        fh.write(json.dumps({v: os.environ.get(v) for v in sys.argv[2:]}) + "\\n")
-    return {"x": 1.0}
-"""
-
-
-def test_every_torchrun_job_compiles_in_cache_folders_of_its_own_removed_after(
-        tmp_path: Path) -> None:
-    script = tmp_path / "caches.py"
-    script.write_text(CACHES)
-    seen = tmp_path / "seen.jsonl"
-    res = run_cli(f"{script}:main", "--nproc-per-node", "1", "--", str(seen),
-                  *COMPILE_CACHE_VARS, tmp=tmp_path)
-    assert res.code == 0, res.stdout + res.stderr
-    jobs = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert len(jobs) == 2
-    folders = [job[v] for job in jobs for v in COMPILE_CACHE_VARS]
-    assert all(folders) and len(set(folders)) == 4  # none shared between jobs or tools
-    assert not any(Path(f).exists() for f in folders)  # removed when the job ended
