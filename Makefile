@@ -1,8 +1,8 @@
 # make demo: install and run the reference workload.
 # Test tiers: make test (the fast suite, every area), make test-slow (the real workloads: the full
 # MNIST epoch), make test-frameworks (installs TensorBoard, Lightning, transformers, gymnasium,
-# never dependencies of repro-check, and runs the tests of what they log and of the environment
-# calls diagnose names), make test-all (all three).
+# never dependencies of repro-check, and runs the tests marked frameworks: what they log, resuming
+# from their checkpoints, the environment calls diagnose names), make test-all (all three).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -37,8 +37,7 @@ test-slow: $(STAMP)
 
 test-frameworks: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium
-	$(PYTEST) tests/child/test_frameworks.py tests/child/test_env_hooks.py
-	$(PYTEST) tests/diagnose/test_diagnose.py -k gymnasium
+	$(PYTEST) -m frameworks
 
 test-all: test test-slow test-frameworks
 

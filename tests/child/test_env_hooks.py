@@ -14,6 +14,7 @@ import torch
 from repro_check.child import env_hooks
 from repro_check.child.probe import StepProbe, arg_fingerprint
 
+pytestmark = pytest.mark.frameworks
 gym = pytest.importorskip("gymnasium", reason="gymnasium is not installed (pip install gymnasium)")
 
 

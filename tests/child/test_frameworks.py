@@ -13,6 +13,8 @@ from ..conftest import FIXTURES, run_cli
 
 METRICS = FIXTURES / "metrics"
 
+pytestmark = pytest.mark.frameworks
+
 #: why a test here skips: make test-frameworks (and so .ci/run) installs what they need
 FRAMEWORK_MISSING = "{} is not installed (make test-frameworks installs it and runs these tests)"
 

@@ -83,6 +83,7 @@ def gym_env(tmp: Path) -> Report:
                     trace_dir=tmp / "gym")
 
 
+@pytest.mark.frameworks
 def test_a_gymnasium_reset_without_a_seed_is_named_as_the_environment_call(
         gym_env: Report) -> None:
     """A real gymnasium environment (made through ``gym.make``, so wrapped) reset without a

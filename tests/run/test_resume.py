@@ -106,13 +106,14 @@ def test_resume_args_the_script_rejects_name_the_resumed_run(tmp_path: Path) -> 
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.frameworks
 def test_lightning_fit_from_ckpt_path_names_the_rng_state_it_does_not_save(
         tmp_path: Path) -> None:
     """Lightning's checkpoint holds no RNG state: the resumed epoch shuffles from torch's global
     RNG as seed_everything left it, so its data order restarts."""
     import pytest
 
-    pytest.importorskip("pytorch_lightning")
+    pytest.importorskip("pytorch_lightning", reason="pytorch_lightning is not installed (make test-frameworks installs it and runs this test)")
     r = run_cli("resume", "resume/lightning_resume.py", "--at", "4", "--resume-args",
                 "--resume {checkpoint}", "--", "--out", str(tmp_path / "out"), tmp=tmp_path)
     assert r.code == 1, r.stdout + r.stderr
@@ -124,13 +125,14 @@ def test_lightning_fit_from_ckpt_path_names_the_rng_state_it_does_not_save(
     assert "step 5 got step 1's batch" in rep["not_restored_detail"][1]["detail"]
 
 
+@pytest.mark.frameworks
 def test_hf_trainer_resumes_every_step_but_not_its_train_loss_average(tmp_path: Path) -> None:
     """The HF Trainer's checkpoint folder holds what its steps need (the steps are exact: the
     skipped batches and the RNG state it restores after its first fetch are measured where the
     reference's are); its final train_loss averages only the resumed process's steps."""
     import pytest
 
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed (make test-frameworks installs it and runs this test)")
     r = run_cli("resume", "resume/hf_resume.py", "--at", "3", "--resume-args",
                 "--resume {checkpoint}", "--", "--out", str(tmp_path / "out"), tmp=tmp_path)
     rep = r.report
