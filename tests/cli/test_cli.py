@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..conftest import CliResult, run_cli, run_plain
+from .test_commands import in_folder
 
 PUBLIC_KEYS = {"reproducible", "first_divergent_step", "divergent_signal", "steps", "metrics",
                "runs", "seed", "error"}
@@ -27,16 +26,6 @@ TARGET = "cli_tiny:main"  # tests/cli/cli_tiny.py, found from HERE
 def check(*args: str, tmp: Path) -> CliResult:
     """``repro-check cli_tiny:main ARGS`` run from this folder."""
     return run_cli(TARGET, *args, tmp=tmp, cwd=HERE)
-
-
-@contextlib.contextmanager
-def in_folder(folder: Path) -> Iterator[None]:
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 @pytest.fixture(scope="module")
