@@ -30,7 +30,7 @@ from repro_check.compare import resume as attribution
 from repro_check.compare.feed import NullListener
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.distributed.launch import Distributed
-from repro_check.report.model import CheckpointInfo, Report, ResumePart
+from repro_check.report.model import CheckpointFile, CheckpointInfo, Report, ResumePart
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.run.runner import RunSpec
@@ -107,7 +107,12 @@ def _checkpoint_info(record: dict[str, Any]) -> CheckpointInfo:
                           kind=str(record.get("kind", "?")), keys=keys, kinds=kinds,
                           rng=[str(s) for s in contents.get("rng", [])][:4],
                           stopped_after=float(record["stopped_after"])
-                          if isinstance(record.get("stopped_after"), (int, float)) else None)
+                          if isinstance(record.get("stopped_after"), (int, float)) else None,
+                          files=[CheckpointFile(str(f.get("path", "")),
+                                                f.get("copy") if isinstance(f.get("copy"), str)
+                                                else None)
+                                 for f in record["files"] if isinstance(f, dict)]
+                          if isinstance(record.get("files"), list) else None)
 
 
 def _compare(ref: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]], *, first: int,
@@ -289,6 +294,9 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                                "run could start")
     if options.resume_args is None or PLACEHOLDER not in options.resume_args:
         _put_back(info.copy, info.path)
+    for other in info.files or []:  # the checkpoint's other files, where the script wrote them
+        if other.copy is not None and other.path != info.path:
+            _put_back(other.copy, other.path)
     resumed_spec = dataclasses.replace(
         _told(reference, dataclasses.replace(base, role="resumed"),
               run=3, args=tuple(options.resumed_args(info.copy)),

@@ -19,14 +19,19 @@ watched: ``torch.save``, ``safetensors`` (``save_file``, ``save_model``),
 Face ``Trainer._save_checkpoint`` (a save inside another counts as part of it). What each save
 holds is described here, from the object handed to the save (never by reading a file back).
 In the interrupted run (``stop_at``), the first save made once ``stop_at`` steps are recorded
-is copied into the trace folder as soon as it returns, reported, and the process ends at once,
-as a preemption would end it.
+is copied into the trace folder as soon as it returns. A checkpoint is often several saves in a
+row (the model to one file, the optimizer to another, a small file of counters): every save that
+follows before the next optimizer step, each within :data:`GROUP_QUIET` seconds of the last, is
+part of it and copied too. Then the run is reported stopped and the process ends at once, as a
+preemption would end it: at the next optimizer step, :data:`GROUP_QUIET` seconds after the last
+save returned, or when the target returns, whichever comes first.
 
 Every hook goes through the process's patch registry (:mod:`repro_check.child.patches`):
 ``checkpoint.signals`` (the optimizer pre-step hook, ``GradScaler.__init__``) and
-``checkpoint.saves`` (the save functions, the optimizer pre-step look at ``--checkpoint``'s files,
-and the import hook that wraps a framework's save once it is imported); :func:`install` returns
-the object whose :meth:`Checkpoints.uninstall` takes them all out.
+``checkpoint.saves`` (the save functions, and the import hook that wraps a framework's save once
+it is imported); the look at ``--checkpoint``'s files and the end of a checkpoint taken ride on
+the recorder's ``starting`` callbacks (before each backward call and optimizer step).
+:func:`install` returns the object whose :meth:`Checkpoints.uninstall` takes them all out.
 """
 
 from __future__ import annotations
@@ -59,6 +64,11 @@ PARAMS_IN = "params_in"
 MAX_TEXT = 1000
 #: keys described per checkpoint, at most
 MAX_KEYS = 40
+#: seconds the interrupted run waits after a due save returns for another save of the same
+#: checkpoint before it stops (saves of one checkpoint follow each other at once)
+GROUP_QUIET = 0.5
+#: files of one checkpoint copied, at most
+MAX_FILES = 64
 
 
 # ---- the per-step signals ----------------------------------------------------------------------
@@ -313,6 +323,11 @@ class Saves:
         self.seen: dict[str, tuple[int, int]] = {}
         #: how the run ends once its checkpoint is taken (a preemption: at once)
         self.exit: Callable[[int], Any] = os._exit
+        #: the saves of the checkpoint being taken (the interrupted run, once one was due)
+        self.group: list[dict[str, Any]] = []
+        self.group_step = 0
+        self.last_return = 0.0
+        self.timer: threading.Timer | None = None
         if self.pattern:
             self.seen = self._glob_state()
 
@@ -329,7 +344,10 @@ class Saves:
             stack = getattr(saves.local, "stack", None)
             if stack is None:
                 stack = saves.local.stack = []
-            lock = saves.lock_saves() if not stack else None
+            outermost = not stack
+            lock = saves.lock_saves() if outermost else None
+            if outermost:
+                saves.hold()  # another save of the checkpoint being taken: wait for its return
             try:
                 stack.append([])
                 try:
@@ -350,6 +368,8 @@ class Saves:
             finally:
                 if lock is not None:
                     os.close(lock)  # releases it
+                if outermost:
+                    saves.release()
             return result
 
         return save
@@ -372,28 +392,80 @@ class Saves:
             if self.done:
                 return
             step = self.rec.step
-            self.saves += 1
-            if len(self.reported) < 20:
-                self.reported.append(step)
-            due = self.stop_at is not None and step >= self.stop_at
-            record: dict[str, Any] = {"step": step, "path": path, "kind": kind,
-                                      "contents": contents or {}, "due": due}
-            if not due:
-                self.emit({"info": {"save": record}})
+            if self.group and step != self.group_step:
+                pass  # a step was recorded since the checkpoint's saves: it ended before this one
+            else:
+                self.saves += 1
+                if not self.group and len(self.reported) < 20:
+                    self.reported.append(step)
+                due = self.stop_at is not None and step >= self.stop_at
+                record: dict[str, Any] = {"step": step, "path": path, "kind": kind,
+                                          "contents": contents or {}, "due": due}
+                if not due:
+                    self.emit({"info": {"save": record}})
+                    return
+                if len(self.group) < MAX_FILES:
+                    record["copy"] = self._copy(path, record)
+                    self.group.append(record)
+                self.group_step = step
+                self.last_return = time.monotonic()
+                self._arm()
+                return
+        self.finish()
+
+    # -- the end of the checkpoint: the interrupted run stops ---------------------------------
+    def _arm(self) -> None:
+        """(Re)start the wait for another save of the checkpoint (called under the lock)."""
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = threading.Timer(GROUP_QUIET, self.finish)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def hold(self) -> None:
+        """A save starts: while the checkpoint is being taken, no stop until it returns."""
+        with self.lock:
+            if self.group and not self.done and self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+
+    def release(self) -> None:
+        """A save returned or raised: the wait for the checkpoint's end goes on."""
+        with self.lock:
+            if self.group and not self.done and self.timer is None:
+                self._arm()
+
+    def finish(self, *args: Any) -> None:
+        """The checkpoint is complete (the next optimizer step starts, no save for
+        :data:`GROUP_QUIET` seconds, or the target returned): report it and end the process."""
+        if not self.group:
+            return  # no checkpoint taken (the common case: every backward call asks)
+        with self.lock:
+            if self.done or not self.group:
                 return
             self.done = True
-            started = time.monotonic()
-            record["copy"] = self._copy(path, record)
-            record["stopped_after"] = round(time.monotonic() - started, 3)
-            self.rec.flush()
-            self.emit({"info": {"checkpoint": record}})
-            self.emit({"info": {"status": "stopped", "steps": step, "checkpointed": True}})
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            except Exception:  # noqa: BLE001 - exiting anyway
-                pass
-            self.exit(0)
+            if self.timer is not None and self.timer is not threading.current_thread():
+                self.timer.cancel()
+            group = list(self.group)
+        first = group[0]
+        record = {k: v for k, v in first.items() if k != "error"}
+        errors = [r["error"] for r in group if r.get("error")]
+        if errors:
+            record["error"] = errors[0]
+        if len(group) > 1:
+            record["files"] = [{"path": r["path"], "copy": r.get("copy")} for r in group]
+            described = [(r["path"], r["contents"]) for r in group if r.get("contents")]
+            record["contents"] = merge_descriptions(described) if described else {}
+        record["stopped_after"] = round(time.monotonic() - self.last_return, 3)
+        self.rec.flush()
+        self.emit({"info": {"checkpoint": record}})
+        self.emit({"info": {"status": "stopped", "steps": record["step"], "checkpointed": True}})
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+        self.exit(0)
 
     def _copy(self, path: str, record: dict[str, Any]) -> str | None:
         """The save copied into the trace folder, where nothing the other runs write reaches."""
@@ -401,7 +473,8 @@ class Saves:
             return None
         try:
             os.makedirs(self.copy_dir, exist_ok=True)
-            dest = os.path.join(self.copy_dir, os.path.basename(path.rstrip(os.sep)) or "ckpt")
+            dest = os.path.join(self.copy_dir, self._copy_name(path))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
             if os.path.isdir(path):
                 shutil.copytree(path, dest, symlinks=True)
             else:
@@ -410,6 +483,22 @@ class Saves:
         except OSError as e:
             record["error"] = f"the checkpoint {path} could not be copied: {e.strerror or e}"
             return None
+
+    def _copy_name(self, path: str) -> str:
+        """Where a file of the checkpoint goes in the copy folder: the first by its own name,
+        the others by their path from the first one's folder (so a script that finds them beside
+        the first finds the copies there too), or numbered when outside it."""
+        name = os.path.basename(path.rstrip(os.sep)) or "ckpt"
+        if not self.group:
+            return name
+        base = os.path.dirname(self.group[0]["path"].rstrip(os.sep))
+        rel = os.path.relpath(path, base)
+        if rel.startswith(os.pardir) or os.path.isabs(rel):
+            rel = os.path.join(f"elsewhere-{len(self.group)}", name)
+        taken = {os.path.relpath(r["copy"], self.copy_dir) for r in self.group if r.get("copy")}
+        if rel in taken:  # the same file saved twice in one checkpoint: the last one counts
+            shutil.rmtree(os.path.join(self.copy_dir or "", rel), ignore_errors=True)
+        return rel
 
     def lock_saves(self) -> int | None:
         """The runs of a resume save one at a time (an exclusive lock on a file of the trace
@@ -448,15 +537,18 @@ class Saves:
         return out
 
     def poll(self, *args: Any) -> None:
-        """Before each optimizer step: a file of ``--checkpoint`` that changed since the last
-        look was written after the previous step (by a save repro-check does not see)."""
-        if not self.pattern or self.done or os.getpid() != self.owner:
+        """Before each backward call and optimizer step: a file of ``--checkpoint`` that changed
+        since the last look was written after the previous step (by a save repro-check does not
+        see); a checkpoint taken is complete, and the run ends."""
+        if self.done or os.getpid() != self.owner:
             return
-        now = self._glob_state()
-        changed = sorted(p for p, st in now.items() if self.seen.get(p) != st)
-        self.seen = now
-        if changed:
-            self.taken("file", changed[0], None)
+        if self.pattern:
+            now = self._glob_state()
+            changed = sorted(p for p, st in now.items() if self.seen.get(p) != st)
+            self.seen = now
+            for path in changed[:MAX_FILES]:
+                self.taken("file", path, None)
+        self.finish()  # a checkpoint taken ends as the next step starts
 
 
 # ---- installing --------------------------------------------------------------------------------
@@ -568,10 +660,11 @@ class Checkpoints:
                 self.recorder.signals.lazy = True
             self._torch_saves(self.saves)
             self.frameworks = FrameworkSaves(self.recorder, self.saves).install()
-            if self.saves.pattern:
-                registry.hook("checkpoint.saves",
-                              "torch.optim.optimizer.register_optimizer_step_pre_hook",
-                              register_optimizer_step_pre_hook, self.saves.poll, token=self)
+            # before each backward call and optimizer step: --checkpoint's files are looked at,
+            # and a checkpoint taken is complete
+            self.recorder.starting.append(self.saves.poll)
+        global _ACTIVE
+        _ACTIVE = self
         return self
 
     def _torch_saves(self, saves: Saves) -> None:
@@ -600,11 +693,28 @@ class Checkpoints:
                 registry.wrap("checkpoint.saves", st, name, saving(what), token=self)
 
     def uninstall(self) -> None:
+        global _ACTIVE
+        if _ACTIVE is self:
+            _ACTIVE = None
+        if self.saves is not None and self.saves.poll in self.recorder.starting:
+            self.recorder.starting.remove(self.saves.poll)
         if self.frameworks is not None:
             self.frameworks.uninstall()
         patches.PATCHES.release(self)
         if self.signals.take in self.recorder.extra_signals:
             self.recorder.extra_signals.remove(self.signals.take)
+
+
+#: this process's hooks (None: not installed): :func:`target_returned` ends a checkpoint taken
+_ACTIVE: Checkpoints | None = None
+
+
+def target_returned() -> None:
+    """The target returned or raised: a checkpoint being taken is complete, and the interrupted
+    run stops as it would have at its next step."""
+    active = _ACTIVE
+    if active is not None and active.saves is not None:
+        active.saves.finish()
 
 
 def install(recorder: Any, emit: Emit, settings: ResumeSettings | None) -> Checkpoints:

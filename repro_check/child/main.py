@@ -134,6 +134,10 @@ def main() -> int:
         return EXIT_RESOLVE
     shown = _debug_patches(emit)
     status = _call(run, target, emit, recorder)
+    # imports torch: loaded once the run is tied to its supervisor (by now it is)
+    from repro_check.child import checkpoint
+
+    checkpoint.target_returned()  # a checkpoint being taken ends here: the interrupted run stops
     _debug_patches(emit, shown)  # hooks put in as the target imported a library
     if isinstance(status, int):
         return status

@@ -488,7 +488,7 @@ def _resume_section(report: Report) -> list[str]:
     out = ["<h2>Resume</h2>"]
     ck = part.checkpoint
     if ck is not None:
-        out.append(f"<p id=\"checkpoint\"><b>Checkpoint:</b> {_e(ck.path)} ({_e(ck.kind)}), "
+        out.append(f"<p id=\"checkpoint\"><b>Checkpoint:</b> {_e(ck.where)} ({_e(ck.kind)}), "
                    f"written after step {ck.step}; copied to {_e(ck.copy)}<br>"
                    f"{_e(ck.summary)}</p>")
     if part.reference_reproducible is False:

@@ -394,6 +394,14 @@ class ReportCore(JsonRecord):
 
 
 @dataclass
+class CheckpointFile(JsonRecord):
+    """One file of a checkpoint written by several saves in a row, and its copy."""
+
+    path: str
+    copy: str | None = None
+
+
+@dataclass
 class CheckpointInfo(JsonRecord):
     """The checkpoint the interrupted run wrote: where, after which step, what it holds (as the
     save call in the run saw it)."""
@@ -410,6 +418,18 @@ class CheckpointInfo(JsonRecord):
     rng: list[str] = field(default_factory=list)
     #: seconds from the save's return to the interrupted run's end (the copy), as it measured
     stopped_after: float | None = json_field(default=None, key="stopped_after_s")
+    #: every file of a checkpoint written by several saves in a row (``path`` is the first);
+    #: None for one save
+    files: list[CheckpointFile] | None = json_field(default=None, omit_none=True)
+
+    @property
+    def where(self) -> str:
+        """``path`` and the other files of the checkpoint, for the reports."""
+        others = [f.path for f in self.files or [] if f.path != self.path]
+        if not others:
+            return self.path
+        shown = ", ".join(others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
+        return f"{self.path} (with {shown})"
 
     @property
     def summary(self) -> str:

@@ -40,7 +40,7 @@ def summary(report: Report) -> Group:
                               border_style=verdict_style(report)),
                         *failure_parts(report, lambda r: RUN_NAMES.get(r.index, f"run {r.index}"))]
     if ck is not None:
-        parts.append(Text.assemble(("Checkpoint: ", "bold"), f"{ck.path} ({ck.kind}), written "
+        parts.append(Text.assemble(("Checkpoint: ", "bold"), f"{ck.where} ({ck.kind}), written "
                                    f"after step {ck.step}; copied to {ck.copy}"))
         parts.append(Text(f"  {ck.summary}"))
     cmp = report.comparison

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ def test_a_save_inside_another_is_part_of_it_and_a_failed_copy_is_reported(
 
     outer = saves.wrap("trainer", outer_save, lambda a, k: (None, a[0]))
     outer(str(tmp_path / "checkpoint-5"))
+    saves.poll()  # the next step starts: the checkpoint is complete
     (record,) = [e["info"]["checkpoint"] for e in events if "checkpoint" in e.get("info", {})]
     assert record["step"] == 5 and record["kind"] == "trainer"
     assert record["contents"]["kinds"] == {"model.pt": "model", "optimizer.pt": "optimizer",
@@ -98,5 +100,85 @@ def test_a_save_inside_another_is_part_of_it_and_a_failed_copy_is_reported(
                                            copy_dir=str(tmp_path / "copy2")))
     gone.exit = exits.append
     gone.taken("torch.save", str(tmp_path / "vanished.pt"), None)
+    gone.finish()
     (record,) = [e["info"]["checkpoint"] for e in events if "checkpoint" in e.get("info", {})]
     assert record["copy"] is None and "could not be copied" in record["error"]
+
+
+def test_a_checkpoint_of_several_saves_in_a_row_is_one_and_ends_at_the_next_step(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A script that writes the model, then the optimizer, then its counters, each with a save
+    of its own: the three are one checkpoint (copied side by side, described together), and the
+    run stops only when the next step starts, not after the first file."""
+    monkeypatch.setattr(checkpoint, "GROUP_QUIET", 600.0)  # only the next step ends it here
+    events: list[dict[str, Any]] = []
+    exits: list[int] = []
+    saves = checkpoint.Saves(FakeRecorder(), events.append,
+                             ResumeSettings("interrupted", stop_at=5,
+                                            copy_dir=str(tmp_path / "copy")))
+    saves.exit = exits.append
+    save = saves.wrap("torch.save", torch.save,
+                      lambda a, k: (a[0], checkpoint._path_of(a[1])))  # noqa: SLF001
+    model, opt, _ = model_and_opt()
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    save(model.state_dict(), str(out / "model.pt"))
+    save(opt.state_dict(), str(out / "opt.pt"))
+    save({"step": 5, "torch": torch.get_rng_state()}, str(out / "sub" / "meta.pt"))
+    save({"other": 1}, str(tmp_path / "elsewhere.pt"))
+    assert exits == [] and not [e for e in events if "checkpoint" in e.get("info", {})]
+    saves.poll()  # the optimizer's next step
+    (record,) = [e["info"]["checkpoint"] for e in events if "checkpoint" in e.get("info", {})]
+    assert exits == [0] and record["step"] == 5 and record["path"] == str(out / "model.pt")
+    assert [f["path"] for f in record["files"]] == [
+        str(out / "model.pt"), str(out / "opt.pt"), str(out / "sub" / "meta.pt"),
+        str(tmp_path / "elsewhere.pt")]
+    copies = [Path(f["copy"]) for f in record["files"]]
+    top = tmp_path / "copy"
+    assert copies[:3] == [top / "model.pt", top / "opt.pt", top / "sub" / "meta.pt"]
+    assert copies[3].parent.parent == top and copies[3].name == "elsewhere.pt"
+    assert all(c.is_file() for c in copies)
+    kinds = record["contents"]["kinds"]
+    assert kinds["model.pt"] == "model" and kinds["opt.pt"] == "optimizer"
+    assert kinds["torch"] == "rng" and record["contents"]["rng"] == ["torch"]
+    saves.poll()
+    assert exits == [0]  # once
+
+
+def test_a_checkpoint_with_no_step_after_it_ends_when_no_save_follows(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """After its last file the script evaluates (no step for a while) or returns: the run stops
+    :data:`GROUP_QUIET` after the last save returned, and never while a save is running."""
+    monkeypatch.setattr(checkpoint, "GROUP_QUIET", 0.05)
+    events: list[dict[str, Any]] = []
+    ended = threading.Event()
+    saves = checkpoint.Saves(FakeRecorder(), events.append,
+                             ResumeSettings("interrupted", stop_at=5,
+                                            copy_dir=str(tmp_path / "copy")))
+    saves.exit = lambda code: ended.set()
+    running: list[Any] = []
+
+    def slow_save(obj: Any, path: str) -> None:
+        running.append(saves.timer)  # no stop can come while this save runs
+        torch.save(obj, path)
+
+    save = saves.wrap("torch.save", slow_save, lambda a, k: (a[0], str(a[1])))
+    save({"a": 1}, str(tmp_path / "a.pt"))
+    save({"b": 2}, str(tmp_path / "b.pt"))
+    assert ended.wait(30), "the run did not stop after its checkpoint"
+    (record,) = [e["info"]["checkpoint"] for e in events if "checkpoint" in e.get("info", {})]
+    assert running == [None, None] and len(record["files"]) == 2
+    assert record["stopped_after"] >= 0.05
+    assert {"info": {"status": "stopped", "steps": 5, "checkpointed": True}} in events
+
+    events.clear()
+    returned = checkpoint.Saves(FakeRecorder(), events.append,
+                                ResumeSettings("interrupted", stop_at=5,
+                                               copy_dir=str(tmp_path / "copy2")))
+    exits: list[int] = []
+    returned.exit = exits.append
+    monkeypatch.setattr(checkpoint, "GROUP_QUIET", 600.0)
+    returned.taken("torch.save", str(tmp_path / "a.pt"), None)
+    assert exits == []
+    returned.finish()  # what the target's return does (checkpoint.target_returned)
+    assert exits == [0] and "files" not in events[0]["info"]["checkpoint"]

@@ -23,8 +23,12 @@ def resume(tmp: Path, at: int, resume_args: str, *script: str) -> object:
 def test_exact_resume_with_shuffling_from_the_restored_global_rng(tmp_path: Path) -> None:
     """The script saves and restores torch's global RNG state and shuffles from it: the resume
     is exact (a DataLoader generator of repro-check's would restart the order and look like a
-    checkpoint that left the data order out)."""
-    r = resume(tmp_path, 5, "--resume {checkpoint}", "--loader", "global", "--save-every", "8")
+    checkpoint that left the data order out). Its checkpoint is three files written one after
+    the other (model.pt, opt.pt, meta.pt): all three are the checkpoint, copied side by side,
+    described together and put back before the resumed run (the reference wrote all three again
+    after step 8: a resume that read its opt.pt or meta.pt would start from step 12's state)."""
+    r = resume(tmp_path, 5, "--split --resume {checkpoint}", "--loader", "global",
+               "--save-every", "4", "--split")
     assert r.code == 0, r.stdout + r.stderr
     rep = r.report
     assert rep is not None
@@ -33,11 +37,17 @@ def test_exact_resume_with_shuffling_from_the_restored_global_rng(tmp_path: Path
     assert rep["steps"] == [12, 8, 4]
     assert rep["not_restored"] == [] and rep["first_divergent_step"] is None
     ck = rep["checkpoint"]
-    assert ck["kind"] == "torch.save" and ck["path"] == str(tmp_path / "out" / "ckpt.pt")
+    out = tmp_path / "out"
+    assert ck["kind"] == "torch.save" and ck["path"] == str(out / "model.pt")
     assert Path(ck["copy"]).is_file() and Path(ck["copy"]).is_relative_to(rep["trace_dir"])
-    assert ck["kinds"] == {"model": "model", "step": "other", "opt": "optimizer",
-                           "sched": "scheduler", "rng": "rng"}
+    assert [f["path"] for f in ck["files"]] == [str(out / n) for n in
+                                                ("model.pt", "opt.pt", "meta.pt")]
+    copies = [Path(f["copy"]) for f in ck["files"]]
+    assert all(c.is_file() and c.parent == copies[0].parent for c in copies), copies
+    assert ck["kinds"] == {"model.pt": "model", "opt": "optimizer", "sched": "scheduler",
+                           "step": "other", "rng": "rng"}
     assert ck["rng"] == ["python", "numpy", "torch"]
+    assert "with " + str(out / "opt.pt") in r.stdout.replace("\n", "")
     assert "RESUMES EXACTLY" in r.stdout and "cost: 3 runs" in r.stdout
     assert "repro-check resume resume/train.py:main" in rep["replay"]
     # the interrupted run ended as its save returned: it recorded no step after it, and it
