@@ -422,6 +422,31 @@ class Saves:
         self.timer.daemon = True
         self.timer.start()
 
+    def renaming(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``os.replace``/``os.rename`` wrapped: a file of the checkpoint being taken that the
+        script moves into place (saved to ``ckpt.pt.tmp``, then renamed to ``ckpt.pt``: an atomic
+        save) is put back, before the resumed run, where it was moved to."""
+        saves = self
+
+        @functools.wraps(original)
+        def rename(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(src, dst, *args, **kwargs)
+            if saves.group and not saves.done and not args and not kwargs:
+                saves.moved(src, dst)
+            return result
+
+        return rename
+
+    def moved(self, src: Any, dst: Any) -> None:
+        try:
+            old, new = (os.path.abspath(os.fsdecode(p)) for p in (src, dst))
+        except TypeError:
+            return  # a descriptor, not a path
+        with self.lock:
+            for record in self.group:
+                if record["path"].rstrip(os.sep) == old.rstrip(os.sep):
+                    record["path"] = new
+
     def hold(self) -> None:
         """A save starts: while the checkpoint is being taken, no stop until it returns."""
         with self.lock:
@@ -663,6 +688,8 @@ class Checkpoints:
             # before each backward call and optimizer step: --checkpoint's files are looked at,
             # and a checkpoint taken is complete
             self.recorder.starting.append(self.saves.poll)
+            for name in ("replace", "rename"):  # a checkpoint file moved into place
+                registry.wrap("checkpoint.saves", os, name, self.saves.renaming, token=self)
         global _ACTIVE
         _ACTIVE = self
         return self

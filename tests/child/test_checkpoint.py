@@ -182,3 +182,26 @@ def test_a_checkpoint_with_no_step_after_it_ends_when_no_save_follows(
     assert exits == []
     returned.finish()  # what the target's return does (checkpoint.target_returned)
     assert exits == [0] and "files" not in events[0]["info"]["checkpoint"]
+
+
+def test_a_checkpoint_file_moved_into_place_is_known_by_where_it_went(tmp_path: Path,
+                                                                       monkeypatch: Any) -> None:
+    """An atomic save (``torch.save`` to ``ckpt.pt.tmp``, then ``os.replace`` to ``ckpt.pt``):
+    the checkpoint is where the file went, which is where the resumed run's script reads it."""
+    monkeypatch.setattr(checkpoint, "GROUP_QUIET", 600.0)
+    events: list[dict[str, Any]] = []
+    saves = checkpoint.Saves(FakeRecorder(), events.append,
+                             ResumeSettings("interrupted", stop_at=5,
+                                            copy_dir=str(tmp_path / "copy")))
+    saves.exit = lambda code: None
+    save = saves.wrap("torch.save", torch.save, lambda a, k: (a[0], str(a[1])))
+    replace = saves.renaming(os.replace)
+    replace_before = tmp_path / "unrelated"  # a move before any checkpoint: nothing to follow
+    replace_before.write_text("x")
+    replace(str(replace_before), str(tmp_path / "moved"))
+    save({"w": torch.ones(1)}, str(tmp_path / "ckpt.pt.tmp"))
+    replace(str(tmp_path / "ckpt.pt.tmp"), tmp_path / "ckpt.pt")
+    saves.finish()
+    (record,) = [e["info"]["checkpoint"] for e in events if "checkpoint" in e.get("info", {})]
+    assert record["path"] == str(tmp_path / "ckpt.pt") and (tmp_path / "ckpt.pt").is_file()
+    assert Path(record["copy"]).name == "ckpt.pt.tmp" and Path(record["copy"]).is_file()
