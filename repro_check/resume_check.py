@@ -45,6 +45,8 @@ from repro_check.verdict import finished_report
 CURVE_POINTS = 2000
 #: the placeholder in ``--resume-args``
 PLACEHOLDER = "{checkpoint}"
+#: the reference's later checkpoints moved aside before the resumed run, at most
+MAX_MOVED = 1000
 
 
 class Collector:
@@ -61,6 +63,8 @@ class Collector:
         self.metrics: dict[int, dict[int | None, dict[str, Any]]] = {}
         self.checkpoint: dict[int, dict[str, Any]] = {}
         self.saves: dict[int, list[int]] = {}
+        #: path -> the last step the reference saved there after (bounded)
+        self.reference_saves: dict[str, int] = {}
         self.uses_dataloader = False
 
     def run_started(self, index: int) -> None:
@@ -80,6 +84,10 @@ class Collector:
                 step = event.save.get("step")
                 if isinstance(step, int) and len(self.saves.setdefault(index, [])) < 20:
                     self.saves[index].append(step)
+                path = event.save.get("path")
+                if index == 1 and isinstance(step, int) and isinstance(path, str) and (
+                        path in self.reference_saves or len(self.reference_saves) < MAX_MOVED):
+                    self.reference_saves[path] = step
         self.listener.event(index, event)
 
     def run_finished(self, result: RunResult) -> None:
@@ -194,6 +202,28 @@ def _put_back(copy: str, path: str) -> None:
         pass  # the resumed run reads what is there; a failure to read shows as its own
 
 
+def move_aside(feed: Collector, info: CheckpointInfo, folder: Path) -> list[str]:
+    """The checkpoints the reference saved after the checkpoint's step, at other paths than its
+    files (``out/checkpoint-8`` beside ``out/checkpoint-4``), moved into ``folder``: a script
+    that finds its own checkpoint (the HF Trainer's ``resume_from_checkpoint=True``, Lightning's
+    ``ckpt_path="last"``, "the newest file in out/") would take one of those, written by this
+    command's reference, for the one to resume from. Returns the paths moved."""
+    keep = {info.path.rstrip(os.sep)} | {f.path.rstrip(os.sep) for f in info.files or []}
+    later = sorted(p for p, step in feed.reference_saves.items()
+                   if step > info.step and p.rstrip(os.sep) not in keep)
+    moved = []
+    for i, path in enumerate(later):
+        if not os.path.lexists(path) or any(path.startswith(k + os.sep) for k in keep):
+            continue
+        try:
+            os.makedirs(folder, exist_ok=True)
+            shutil.move(path, folder / f"{i + 1}-{os.path.basename(path.rstrip(os.sep))}")
+        except OSError:
+            continue  # left where it is: the resumed run may find it
+        moved.append(path)
+    return moved
+
+
 def _told(spec: RunSpec, resume: ResumeSettings, **changes: Any) -> RunSpec:
     """``spec`` with its run told its part in the resume (and ``changes`` to what it is told)."""
     return dataclasses.replace(spec, told=spec.told.replace(resume=resume, **changes))
@@ -294,6 +324,7 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                                "run could start")
     if options.resume_args is None or PLACEHOLDER not in options.resume_args:
         _put_back(info.copy, info.path)
+        part.moved_aside = move_aside(feed, info, session.folder / "later-checkpoints")
     for other in info.files or []:  # the checkpoint's other files, where the script wrote them
         if other.copy is not None and other.path != info.path:
             _put_back(other.copy, other.path)

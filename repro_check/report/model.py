@@ -479,6 +479,9 @@ class ResumePart(JsonRecord):
     curves: dict[str, list[tuple[int, float]]] = json_field(default_factory=dict, skip=True)
     #: saves seen before the one taken: the steps they followed
     earlier_saves: list[int] = json_field(default_factory=list, skip=True)
+    #: checkpoints the reference saved after the checkpoint's step, at other paths, moved into
+    #: the trace folder before the resumed run (``--resume-args`` without ``{checkpoint}``)
+    moved_aside: list[str] = json_field(default_factory=list, key="moved_aside")
 
     @property
     def not_restored_names(self) -> list[str]:

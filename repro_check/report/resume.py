@@ -43,6 +43,13 @@ def summary(report: Report) -> Group:
         parts.append(Text.assemble(("Checkpoint: ", "bold"), f"{ck.where} ({ck.kind}), written "
                                    f"after step {ck.step}; copied to {ck.copy}"))
         parts.append(Text(f"  {ck.summary}"))
+    if part.moved_aside:
+        shown = ", ".join(part.moved_aside[:4]) + (
+            f" and {len(part.moved_aside) - 4} more" if len(part.moved_aside) > 4 else "")
+        parts.append(Text(f"  moved into the trace folder (later-checkpoints/) before the resumed "
+                          f"run: {shown}, saved by the reference after step "
+                          f"{ck.step if ck else '?'}, so that a script finding its own checkpoint "
+                          f"finds this one", style="dim"))
     cmp = report.comparison
     if part.reference_reproducible is False and cmp is not None and cmp.divergence is not None:
         div = cmp.divergence

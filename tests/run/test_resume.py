@@ -139,16 +139,23 @@ def test_lightning_fit_from_ckpt_path_names_the_rng_state_it_does_not_save(
 def test_hf_trainer_resumes_every_step_but_not_its_train_loss_average(tmp_path: Path) -> None:
     """The HF Trainer's checkpoint folder holds what its steps need (the steps are exact: the
     skipped batches and the RNG state it restores after its first fetch are measured where the
-    reference's are); its final train_loss averages only the resumed process's steps."""
+    reference's are); its final train_loss averages only the resumed process's steps.
+    The Trainer finds its own checkpoint (``resume_from_checkpoint=True``: the newest
+    checkpoint-N folder): the reference's later ones (checkpoint-8, checkpoint-12) are moved
+    into the trace folder first, and it resumes from the interrupted run's checkpoint-4."""
     import pytest
 
     pytest.importorskip("transformers", reason="transformers is not installed (make test-frameworks installs it and runs this test)")
+    out = tmp_path / "out"
     r = run_cli("resume", "resume/hf_resume.py", "--at", "3", "--resume-args",
-                "--resume {checkpoint}", "--", "--out", str(tmp_path / "out"), tmp=tmp_path)
+                "--resume last", "--", "--out", str(out), tmp=tmp_path)
     rep = r.report
     assert rep is not None, r.stdout + r.stderr
     ck = rep["checkpoint"]
-    assert ck["kind"] == "transformers.Trainer" and ck["path"].endswith("checkpoint-4")
+    assert ck["kind"] == "transformers.Trainer" and ck["path"] == str(out / "checkpoint-4")
+    assert rep["moved_aside"] == [str(out / "checkpoint-12"), str(out / "checkpoint-8")]
+    assert (Path(rep["trace_dir"]) / "later-checkpoints").is_dir()
+    assert "moved into the trace folder" in r.stdout
     assert {"optimizer.pt": "optimizer", "scheduler.pt": "scheduler",
             "rng_state.pth": "rng"}.items() <= ck["kinds"].items()
     assert rep["steps"] == [12, 4, 8] and rep["steps_compared"] == 12
