@@ -185,6 +185,8 @@ def run_across(options: RunOptions, listener: Listener | None = None,
     shas = {v: revisions.resolve(root, v) for v in rev_axis.values}  # before any run
     with revisions.Checkouts(root) as checkouts:
         folders = {v: checkouts.checkout(sha) for v, sha in shas.items()}
+        if options.target:
+            revisions.check_target(options.target, root, folders)  # before any run
         return _run_across(options, listener, log, root, folders)
 
 

@@ -197,6 +197,14 @@ def test_rev_outside_a_repository_and_unknown_revisions_are_usage_errors(tmp_pat
     commit(root, "one", {"t.py": "def main():\n    pass\n"})
     res = run_plain("t.py:main", "--across", "rev=HEAD,nope", cwd=root)
     assert res.code == 2 and "unknown git revision 'nope'" in res.stderr
+    # a TARGET only the working tree has (untracked) names the revision that lacks it
+    (root / "u.py").write_text("def main():\n    pass\n")
+    res = run_plain("u.py:main", "--across", "rev=HEAD,WORKTREE", cwd=root)
+    lines = res.stderr.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1, res.stderr
+    assert "--across rev=HEAD: u.py does not exist there" in lines[0]
+    assert not (root / ".repro-check").exists()  # nothing ran
+    assert git(root, "worktree", "list").count("\n") == 1  # the checkout removed
 
 
 def test_ctrl_c_mid_run_of_a_revision_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
