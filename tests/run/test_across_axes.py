@@ -276,9 +276,34 @@ def test_a_worker_side_draw_from_an_unseeded_source_differs_across_worker_counts
     assert pair["b"] == "workers=2" and pair["identical"] is False
     assert pair["batches_identical"] is False and pair["first_batch_step"] == 1
     assert pair["worker_draw"] == ["Python's random"]
-    assert "draws from it" in pair["loading_note"]
-    assert "the batches differ from step 1 with workers=2" in res.stdout
+    note = pair["loading_note"]
+    assert "the data loading draws from Python's random" in note
+    assert ("with workers=0: Python's random in the main process; with workers=2: Python's "
+            "random in the workers") in note
+    assert "the batches differ from step 1 with workers=2" in " ".join(res.stdout.split())
     assert 'class="loading"' in html.read_text()
+
+
+@pytest.fixture(scope="module")
+def in_workers(loaders: Path, tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+    """The unseeded augmentation with workers on both sides: workers=1,2."""
+    return run_cli("loaders.py:main", "--across", "workers=1,2", "--", "--augment", "global",
+                   "--steps", "3", tmp=tmp_path_factory.mktemp("workers-both"), cwd=loaders)
+
+
+def test_a_draw_made_only_inside_the_workers_is_named(in_workers: CliResult) -> None:
+    """No stream of the main process differs (both sides draw in their workers), yet the
+    report names the stream the workers draw from: each worker's fetches are watched. Worker 0
+    fetches the first batch with either count (its stream seeded alike), so the batches part
+    at step 2, where the second worker's first batch comes."""
+    res = in_workers
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None
+    (pair,) = res.report["across"]["pairs"]
+    assert pair["batches_identical"] is False and pair["first_batch_step"] == 2
+    assert pair["worker_draw"] == ["Python's random"]
+    assert ("with workers=1: Python's random in the workers; with workers=2: Python's random "
+            "in the workers") in pair["loading_note"]
 
 
 def test_a_seeded_augmentation_gives_the_same_batches_for_any_worker_count(seeded: CliResult) -> None:
