@@ -389,10 +389,12 @@ def drawn(run: RunResult) -> dict[str, list[str]]:
     return out
 
 
-def _where_drawn(seen: dict[str, list[str]], streams: Sequence[str]) -> str:
-    """``Python's random in the workers``, for each of ``streams`` one side was seen drawing."""
-    said = [f"{n} in the {' and '.join(seen[n])}" for n in streams if n in seen]
-    return ", ".join(said) or "no draw seen"
+def _where_drawn(seen: dict[str, list[str]], streams: Sequence[str], label: str) -> str:
+    """``in the workers with workers=2``: where one side was seen drawing each of ``streams``
+    (each named when there are several)."""
+    said = [(f"{n} " if len(streams) > 1 else "") + f"in the {' and '.join(seen[n])}"
+            for n in streams if n in seen]
+    return f"{', '.join(said) or 'no draw seen'} with {label}"
 
 
 def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
@@ -431,14 +433,14 @@ def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
         note = f"the batches differ from step {pair.first_batch_step} with {what}"
         fetched = [n for n in pair.worker_draw if n in seen_a or n in seen_b]
         if fetched:
-            sides = "; ".join(f"with {label}: {_where_drawn(seen, fetched)}"
+            sides = "; ".join(_where_drawn(seen, fetched, label)
                               for label, seen in ((pair.a, seen_a), (pair.b, seen_b)))
-            note += (f"; the data loading draws from {' and '.join(fetched)} (the Dataset or "
-                     f"the collate function: {sides}): without workers it draws from the main "
-                     "process's stream, with workers each worker from its own copy, seeded "
-                     "from the worker's id, so a sample's numbers depend on the worker count "
-                     "and on which worker fetches it: draw from a generator seeded by the "
-                     "sample's index instead")
+            note += (f"; the data loading (the Dataset or its collate function) draws from "
+                     f"{' and '.join(fetched)}: {sides}. Without workers it draws from the main "
+                     "process's stream; with workers each worker draws from its own copy, "
+                     "seeded from the worker's id, so a sample's numbers depend on the worker "
+                     "count and on which worker fetches it: draw from a generator seeded by "
+                     "the sample's index instead")
         elif main:
             at = min(firsts[s] for s in STREAMS if STREAMS[s] in main)
             note += (f"; {' and '.join(main)} of the main process also differs from "

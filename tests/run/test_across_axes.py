@@ -181,6 +181,7 @@ def test_rev_compares_revisions_and_the_uncommitted_change(revs: tuple[CliResult
     assert across["revisions"]["HEAD~1"]["sha"] == shas[3]
     assert across["revisions"]["HEAD"]["subject"] == "five: a readme"
     assert "Revisions" in res.stdout and shas[3][:12] in res.stdout
+    assert "WORKTREE: the working tree, uncommitted changes included" in res.stdout
     assert before == after
 
 
@@ -277,9 +278,9 @@ def test_a_worker_side_draw_from_an_unseeded_source_differs_across_worker_counts
     assert pair["batches_identical"] is False and pair["first_batch_step"] == 1
     assert pair["worker_draw"] == ["Python's random"]
     note = pair["loading_note"]
-    assert "the data loading draws from Python's random" in note
-    assert ("with workers=0: Python's random in the main process; with workers=2: Python's "
-            "random in the workers") in note
+    assert "the data loading (the Dataset or its collate function) draws from Python's random" in note
+    assert ("draws from Python's random: in the main process with workers=0; in the workers "
+            "with workers=2.") in note
     assert "the batches differ from step 1 with workers=2" in " ".join(res.stdout.split())
     assert 'class="loading"' in html.read_text()
 
@@ -302,8 +303,8 @@ def test_a_draw_made_only_inside_the_workers_is_named(in_workers: CliResult) -> 
     (pair,) = res.report["across"]["pairs"]
     assert pair["batches_identical"] is False and pair["first_batch_step"] == 2
     assert pair["worker_draw"] == ["Python's random"]
-    assert ("with workers=1: Python's random in the workers; with workers=2: Python's random "
-            "in the workers") in pair["loading_note"]
+    assert ("draws from Python's random: in the workers with workers=1; in the workers with "
+            "workers=2.") in pair["loading_note"]
 
 
 def test_a_seeded_augmentation_gives_the_same_batches_for_any_worker_count(seeded: CliResult) -> None:
