@@ -119,6 +119,8 @@ def main() -> int:
     recorder, overrides = _install(config, emit, header, done)
     if overrides_module.imposes(config):  # an --across environment's workers, start, compile
         overrides_module.install(config, lambda text: emit({"warning": text}))
+    if overrides_module.loading(config):  # which global streams the data loading draws from
+        overrides.watch_draws()
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target leaves is collected at exit by one collection of our

@@ -49,6 +49,13 @@ def imposes(config: RunConfig) -> bool:
         or config.compile is False
 
 
+def loading(config: RunConfig) -> bool:
+    """Whether ``config`` changes how the data is loaded (workers, start method): then the run
+    also notes which global random streams its DataLoader fetches draw from
+    (:meth:`repro_check.child.watch.SeedingWatch.watch_draws`)."""
+    return config.num_workers is not None or config.start_method is not None
+
+
 def loader_arguments(given: dict[str, Any], workers: int | None, start: str | None) -> None:
     """A DataLoader's arguments by name (``given``, changed in place) with ``workers`` and
     ``start`` imposed."""

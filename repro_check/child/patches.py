@@ -61,6 +61,7 @@ ORDER: tuple[str, ...] = (
     "pin.generators",        # torch.Generator, random.Random, numpy.random.default_rng
     "watch.loaders",         # DataLoader.__init__: worker_init_fn watched in spawned workers
     "watch.seeding",         # the global seeding calls: the script's own seeding, reported
+    "watch.draws",           # DataLoader fetchers' fetch: the global streams a fetch draws from
     "capture.step_hooks",    # torch's global optimizer step hooks (registered, not wrapped)
     "capture.backward",      # torch.autograd.backward
     "capture.batches",       # the DataLoader iterator's __next__

@@ -31,6 +31,14 @@ pickled into the worker with its arguments, installs the watch there as it is un
 torch seeds the worker): it carries the run's trace descriptor and the shared page's file, which
 multiprocessing passes to the new interpreter (``reduction.DupFd``, as it passes its own pipes),
 so the records take the same way, in the same shape, once a run as from forked workers.
+
+Draws of DataLoader fetches (:meth:`SeedingWatch.watch_draws`, ``--across workers=`` and
+``start=`` runs only): which global random stream (Python's ``random``, numpy's, torch's) a
+fetch advances, the Dataset's ``__getitem__`` and the collate function drawing from it, in the
+run's process or in a DataLoader worker (forked, or spawned: :func:`arrive` installs it there
+too). Each stream is noted once a run for the process and once for all its workers, as
+``{"info": {"draw": {"stream": "python", "worker": true}}}`` (read by ``--across``'s report:
+an augmentation whose numbers depend on the worker count).
 """
 
 from __future__ import annotations
@@ -53,6 +61,11 @@ Emit = Callable[[dict[str, Any]], None]
 
 #: the streams whose unseeded draws can be seen (their state before any seeding is entropy)
 _DRAWN = {"python": rngstate.python_state, "numpy": rngstate.numpy_state}
+#: the global streams a DataLoader fetch is watched drawing from (:meth:`SeedingWatch.watch_draws`)
+_FETCH_STREAMS = {"python": rngstate.python_state, "numpy": rngstate.numpy_state,
+                  "torch": rngstate.torch_state}
+#: torch's DataLoader fetchers (private: skipped with the reason where this torch lacks one)
+_FETCHERS = ("_MapDatasetFetcher", "_IterableDatasetFetcher")
 
 
 def _plain(value: Any) -> Any:
@@ -111,6 +124,8 @@ class SeedingWatch:
         #: the shared page's file descriptor (kept open), passed to spawned workers
         self.page_fd: int | None = None
         self.numpy_wrapped = False
+        #: which global streams DataLoader fetches draw from is noted (:meth:`watch_draws`)
+        self.draws = False
 
     def warn(self, component: str, key: str, value: Any, text: str, *, where: str | None = None,
              source: str | None = None, once: str | None = None, override: bool = True,
@@ -209,7 +224,7 @@ class SeedingWatch:
             return None
         page = reduction.DupFd(self.page_fd) if self.page_fd is not None else None
         return {"emit": reduction.DupFd(fd), "page": page, "applied": dict(self.applied),
-                "seed": self.seed, "pid": self.pid}
+                "seed": self.seed, "pid": self.pid, "draws": self.draws}
 
     # ---- seeding calls -------------------------------------------------------------------
     def install(self, page_fd: int | None = None) -> SeedingWatch:
@@ -232,6 +247,54 @@ class SeedingWatch:
     def uninstall(self) -> None:
         """Take this watch's wrappers out again."""
         patches.PATCHES.release(self)
+
+    # ---- draws of DataLoader fetches ----------------------------------------------------------
+    def watch_draws(self) -> None:
+        """Note which global random streams DataLoader fetches draw from, here and in the
+        workers (forked ones inherit the wrapped fetchers, spawned ones get them as the watch
+        arrives, before their fetcher is made)."""
+        self.draws = True
+        fetchers: Any = None
+        try:
+            from torch.utils.data._utils import fetch as fetchers
+        except ImportError:
+            pass
+        for name in _FETCHERS:
+            cls = getattr(fetchers, name, None)
+            if cls is None or not callable(vars(cls).get("fetch")):
+                patches.PATCHES.skip("watch.draws", f"torch.utils.data._utils.fetch.{name}.fetch",
+                                     f"this torch has no {name} with its own fetch")
+                continue
+            self._wrap(cls, "fetch", self._drawing, feature="watch.draws")
+
+    def _drawing(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def fetch(fetcher: Any, *args: Any, **kwargs: Any) -> Any:
+            before = {name: read() for name, read in _FETCH_STREAMS.items()}
+            result = original(fetcher, *args, **kwargs)
+            for name, read in _FETCH_STREAMS.items():
+                if read() != before[name]:
+                    self._drew(name)
+            return result
+
+        return fetch
+
+    def _drew(self, stream: str) -> None:
+        """A fetch advanced ``stream``: noted once a run here, and once for all workers."""
+        once = f"draw:{stream}"
+        emit: Emit | None
+        if os.getpid() != self.pid:
+            worker = _worker_id()
+            if worker is None or not self._worker_first(once):
+                return
+            emit = self._emitter()
+        elif once in self.reported:
+            return
+        else:
+            self.reported.add(once)
+            worker, emit = None, self.emit
+        if emit is not None:
+            emit({"info": {"draw": {"stream": stream, "worker": worker is not None}}})
 
     def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any],
               feature: str = "watch.seeding") -> None:
@@ -487,6 +550,8 @@ def arrive(user_fn: Any, carry: dict[str, Any] | None) -> WorkerWatch:
             spawned = SeedingWatch(emit, carry["applied"], carry["seed"])
             spawned.pid = carry["pid"]  # the run's process: this one is its worker
             _SPAWNED = spawned.install(page)
+            if carry.get("draws"):
+                _SPAWNED.watch_draws()
         except Exception as e:  # noqa: BLE001 - the worker runs unwatched, never fails
             try:
                 sys.stderr.write(f"repro-check: a DataLoader worker's seeding is not watched: "

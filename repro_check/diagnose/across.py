@@ -185,6 +185,8 @@ def run_across(options: RunOptions, listener: Listener | None = None,
     shas = {v: revisions.resolve(root, v) for v in rev_axis.values}  # before any run
     with revisions.Checkouts(root) as checkouts:
         folders = {v: checkouts.checkout(sha) for v, sha in shas.items()}
+        if options.target:
+            revisions.check_target(options.target, root, folders)  # before any run
         return _run_across(options, listener, log, root, folders)
 
 
@@ -374,12 +376,34 @@ STREAMS = {"rng.python": "Python's random", "rng.numpy": "numpy's global random"
            "rng.torch": "torch's global generator"}
 
 
+def drawn(run: RunResult) -> dict[str, list[str]]:
+    """The global streams the run's DataLoader fetches drew from (the Dataset, the collate
+    function), as users know them, each with where: ``main process``, ``workers``."""
+    out: dict[str, list[str]] = {}
+    for stream, worker in run.draws:
+        name = STREAMS.get(f"rng.{stream}")
+        if name is not None:
+            where = "workers" if worker else "main process"
+            if where not in out.setdefault(name, []):
+                out[name].append(where)
+    return out
+
+
+def _where_drawn(seen: dict[str, list[str]], streams: Sequence[str], label: str) -> str:
+    """``in the workers with workers=2``: where one side was seen drawing each of ``streams``
+    (each named when there are several)."""
+    said = [(f"{n} " if len(streams) > 1 else "") + f"in the {' and '.join(seen[n])}"
+            for n in streams if n in seen]
+    return f"{', '.join(said) or 'no draw seen'} with {label}"
+
+
 def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
                    policy: Policy) -> None:
     """For each pair whose environments load data differently (workers, start method): whether
-    the batches themselves are identical, the first step whose batch differs, and which of the
-    main process's random streams the loading draws from (it advances in one environment and
-    not the other: with workers the draws happen in the workers, each from its own copy)."""
+    the batches themselves are identical, the first step whose batch differs, and the global
+    random streams the data loading draws from: those its fetches were seen drawing from, in
+    the main process or in the workers (each worker from its own copy, seeded by torch from
+    the worker's id), and those of the main process that differ between the two."""
     first = plan.cells[0]
     for pair in part.pairs:
         cell = plan.cells[pair.cell - 1]
@@ -397,24 +421,37 @@ def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
             continue
         pair.batches_identical = "batch" not in firsts
         pair.first_batch_step = firsts.get("batch")
-        pair.worker_draw = [STREAMS[s] for s in STREAMS if s in firsts and policy.compares(s)]
+        seen_a, seen_b = drawn(a), drawn(b)
+        main = [STREAMS[s] for s in STREAMS if s in firsts and policy.compares(s)]
+        pair.worker_draw = [n for n in STREAMS.values() if n in seen_a or n in seen_b
+                            or n in main]
         what = " and ".join(f"{k}={cell.value(k)}" for k in varied)
         if pair.batches_identical:
             pair.loading_note = (f"the batches are identical at every one of {steps} steps "
                                  f"with {what}")
             continue
         note = f"the batches differ from step {pair.first_batch_step} with {what}"
-        if pair.worker_draw:
-            at = min(firsts[s] for s in STREAMS if STREAMS[s] in pair.worker_draw)
-            note += (f"; {' and '.join(pair.worker_draw)} of the main process also differs from "
+        fetched = [n for n in pair.worker_draw if n in seen_a or n in seen_b]
+        if fetched:
+            sides = "; ".join(_where_drawn(seen, fetched, label)
+                              for label, seen in ((pair.a, seen_a), (pair.b, seen_b)))
+            note += (f"; the data loading (the Dataset or its collate function) draws from "
+                     f"{' and '.join(fetched)}: {sides}. Without workers it draws from the main "
+                     "process's stream; with workers each worker draws from its own copy, "
+                     "seeded from the worker's id, so a sample's numbers depend on the worker "
+                     "count and on which worker fetches it: draw from a generator seeded by "
+                     "the sample's index instead")
+        elif main:
+            at = min(firsts[s] for s in STREAMS if STREAMS[s] in main)
+            note += (f"; {' and '.join(main)} of the main process also differs from "
                      f"step {at}: the data loading draws from it (an augmentation in the "
                      "Dataset), in the main process without workers and in each worker, from "
                      "that worker's own copy, with workers: draw from a generator seeded by "
                      "the sample's index instead")
         else:
-            note += ("; no random stream of the main process differs: the draw is made inside "
-                     "the workers (random, numpy or torch in a worker, or a generator of the "
-                     "Dataset's), or the workers deliver in another order")
+            note += ("; no global random stream is seen drawn from in the data loading: the "
+                     "workers deliver in another order, or the Dataset draws from a generator "
+                     "of its own")
         pair.loading_note = note
 
 

@@ -4,7 +4,8 @@
 GOOD's run is recorded once as the reference (unless ``--golden`` gives one). Then ``git bisect``
 runs in a checkout of its own (``git worktree add``; its bisect state is that worktree's, not the
 user's): each commit it picks is run once and compared with the reference, and marked good
-(same), bad (differs) or skipped (the target fails to run there: ``git bisect run``'s exit 125).
+(same), bad (differs) or skipped (the target fails to run there, its TARGET not resolving
+included: ``git bisect run``'s exit 125).
 BAD itself is only run when the search ends on it. At the first commit that differs, a probe run
 of each side records every op of the first divergent step, to name the op and module. The bisect
 log is kept beside the traces; the checkouts are removed however the command ends.
@@ -15,6 +16,7 @@ Runs: one for GOOD, about log2(commits) for the search, two probes.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Literal
 from repro_check.compare.drift import loss_drift
 from repro_check.diagnose.diagnosis import Collector
 from repro_check.diagnose.localize import compare
-from repro_check.errors import TraceFileError, UsageError
+from repro_check.errors import TargetNotFound, TraceFileError, UsageError
 from repro_check.gate.record import record_golden
 from repro_check.gate.verify import prepare, verify_golden
 from repro_check.report.model import BisectCommit, BisectPart, Report, JudgedCommit
@@ -78,13 +80,18 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
                       candidates=len(between))
     say(f"bisect: {len(between)} commit(s) after {good_sha[:12]} up to {bad_sha[:12]}, about "
         f"{max(1, len(between) - 1).bit_length()} run(s) to test them")
+    #: GOOD's golden, and the bisect log when the report's run kept no trace folder
+    home = make_trace_dir(options.trace_dir)
     with revisions.Checkouts(root) as checkouts:
         if golden is None:
             good_dir = checkouts.checkout(good_sha)
-            reference = str(make_trace_dir(options.trace_dir) / "good.golden.jsonl")
+            reference = str(home / "good.golden.jsonl")
             say(f"recording GOOD {good_sha[:12]}")
-            recorded = record_golden(options, reference, listener,
-                                     InternalSettings(checkout=(str(root), str(good_dir))))
+            try:
+                recorded = record_golden(options, reference, listener,
+                                         InternalSettings(checkout=(str(root), str(good_dir))))
+            except TargetNotFound as e:  # TARGET resolves here, but not at GOOD
+                recorded = unresolved(options, e, good_dir)
             part.runs += 1
             if recorded.error is not None or recorded.interrupted or \
                     recorded.gate is None or recorded.gate.golden is None:
@@ -106,7 +113,10 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
 
         def test(sha: str) -> Report:
             say(f"testing {sha[:12]} ({len(part.tested) + 1})")
-            rep = verify_golden(options, reference, listener, at_search)
+            try:
+                rep = verify_golden(options, reference, listener, at_search)
+            except TargetNotFound as e:  # a commit without it (or broken there) is skipped
+                rep = unresolved(options, e, search_dir)
             part.runs += 1
             reports[sha] = rep
             verdict: Verdict = "skip" if rep.error is not None else \
@@ -126,15 +136,15 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
         found, part.undecided, part.log = search(search_dir, good_sha, bad_sha, verdict_of)
         interrupted = next((r for r in reports.values() if r.interrupted), None)
         if interrupted is not None:
-            return _finish(interrupted, part, started)
+            return _finish(interrupted, part, started, home)
         if found is not None and found not in reports:  # BAD, which git takes as bad untested
             search_at(search_dir, found)
             rep = test(found)
             if rep.interrupted:
-                return _finish(rep, part, started)
+                return _finish(rep, part, started, home)
             if part.tested[-1].verdict == "good":
                 part.matches = True
-                return _finish(rep, part, started)
+                return _finish(rep, part, started, home)
             if part.tested[-1].verdict == "skip":
                 part.undecided = [found]
                 found = None
@@ -143,7 +153,7 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
             last.error = ("the first commit that differs is one of "
                           f"{', '.join(s[:12] for s in part.undecided)}: the target does not run "
                           "there")
-            return _finish(last, part, started)
+            return _finish(last, part, started, home)
         report = reports[found]
         part.first_bad = commit_of(root, found)
         part.step, part.signal = report.first_divergent_step, report.divergent_signal
@@ -153,7 +163,19 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
             good_dir = checkouts.checkout(good_sha)
             search_at(search_dir, found)
             _localize(part, options, part.step, root, good_dir, search_dir, say)
-        return _finish(report, part, started)
+        return _finish(report, part, started, home)
+
+
+def unresolved(options: RunOptions, error: TargetNotFound, checkout: Path) -> Report:
+    """The report of a run whose TARGET does not resolve at a commit (no such file or function
+    there, a syntax error): the target fails to run there (exit 3), which ``git bisect run``
+    skips, not a usage error of the command (TARGET resolved in the current checkout). Paths
+    in the temporary ``checkout`` are said relative to it (it is removed afterwards)."""
+    said = str(error).replace(f"{checkout}{os.sep}", "")
+    return Report(target=options.target or "", args=options.target_args,
+                  seed=options.run_seed, components=options.components, runs=1, results=[],
+                  comparison=None, max_steps=options.max_steps, threads=options.run_threads,
+                  error=f"TARGET does not resolve at this commit: {said}")
 
 
 def commit_of(root: Path, sha: str) -> BisectCommit:
@@ -237,11 +259,12 @@ def _localize(part: BisectPart, options: RunOptions, step: int,
         part.op, part.module = loc.op, loc.module
 
 
-def _finish(report: Report, part: BisectPart, started: float) -> Report:
+def _finish(report: Report, part: BisectPart, started: float, home: Path) -> Report:
     part.seconds = time.monotonic() - started
     report.bisect = part
-    if part.log and report.trace_dir:
-        path = Path(report.trace_dir) / "bisect.log"
+    if part.log:  # beside the report's run, or in the bisect's own folder (a run that
+        # did not resolve kept none)
+        path = Path(report.trace_dir or home) / "bisect.log"
         try:
             path.write_text(part.log)
             part.log_path = str(path)

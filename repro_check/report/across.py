@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.contents import PriceRow
-from repro_check.report.model import AcrossPair, AcrossPart, Report
+from repro_check.report.model import AcrossPair, AcrossPart, BisectCommit, Report
 from repro_check.report.terminal import (
     SPARK_EQUAL,
     SPARK_LEVELS,
@@ -24,6 +24,8 @@ from repro_check.report.terminal import (
 )
 from repro_check.report.text import diff_text, verdict_style
 
+#: the revision that stands for the working tree (:data:`repro_check.run.revisions.WORKTREE`)
+WORKTREE = "WORKTREE"
 #: cells of a pair's drift sparkline
 SPARK_CELLS = 12
 #: version columns, shown when the environments differ in them (or an axis is about them)
@@ -196,14 +198,21 @@ def price_lines(part: AcrossPart) -> list[Any]:
     return out
 
 
+def revision_text(c: BisectCommit) -> str:
+    """A revision's commit (hash, subject, date), or the working tree as it is."""
+    if c.sha == WORKTREE:
+        return c.subject
+    when = f" ({c.date})" if c.date else ""
+    return f"{c.sha[:12]} {c.subject}{when}"
+
+
 def revision_lines(part: AcrossPart) -> list[Any]:
     """With a rev axis: the commit each revision names."""
     if not part.revisions:
         return []
     out: list[Any] = [Text("Revisions", style="bold")]
     for name, c in part.revisions.items():
-        when = f" ({c.date})" if c.date else ""
-        out.append(Text(f"  {name}: {c.sha[:12]} {c.subject}{when}"))
+        out.append(Text(f"  {name}: {revision_text(c)}"))
     return out
 
 

@@ -47,6 +47,8 @@ def _failure_text(report: Report) -> str | None:
         return f"{report.target}: interrupted"
     if report.error is not None:
         return f"{report.target}: target failed: {report.error}"
+    if report.bisect is not None and report.bisect.first_bad is not None:
+        return _bisect_failure(report)
     cmp = report.comparison
     div = cmp.divergence if cmp else None
     if div is None:
@@ -67,6 +69,21 @@ def _failure_text(report: Report) -> str | None:
     if note:
         text += f"; {note}"
     return text
+
+
+def _bisect_failure(report: Report) -> str:
+    """``bisect``: the first commit that differs (hash, subject, date) and where it parts, not
+    only that commit's comparison with the reference."""
+    part = report.bisect
+    assert part is not None and part.first_bad is not None
+    c = part.first_bad
+    when = f" ({c.date})" if c.date else ""
+    where = f"step {part.step}, signal {part.signal}" if part.step is not None \
+        else f"signal {part.signal}"
+    if part.op:
+        where += f", op {part.op}" + (f" in module {part.module!r}" if part.module else "")
+    return (f"{report.target}: the first commit that differs from {part.reference} is "
+            f"{c.sha[:12]} {c.subject}{when}: {where}")
 
 
 def _resume_failure(report: Report, div: Any) -> str:

@@ -208,8 +208,9 @@ class AcrossPair(JsonRecord):
     metrics: list[MetricPair] = field(default_factory=list)
     environment_differences: list[str] = field(default_factory=list)
     #: with a workers or start axis: whether every step's batch has the same fingerprint, the
-    #: first step whose batch differs, the main process's random streams that differ (what the
-    #: data loading draws from), and the reading of it in words
+    #: first step whose batch differs, the global random streams the data loading draws from
+    #: (seen drawn from by a DataLoader fetch on either side, in the main process or a worker,
+    #: or of the main process and differing), and the reading of it in words
     batches_identical: bool | None = None
     first_batch_step: int | None = None
     worker_draw: list[str] = field(default_factory=list)

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from repro_check.errors import UsageError
+from repro_check import targets
+from repro_check.errors import TargetNotFound, UsageError
 
 if TYPE_CHECKING:
     from repro_check.run.runner import RunSpec
@@ -180,3 +181,27 @@ def relocate(spec: RunSpec, root: Path, checkout: Path, cwd: str | None = None) 
             target = dataclasses.replace(target, path=str(checkout / inside))
     return dataclasses.replace(spec, told=spec.told.replace(target=target),
                                cwd=str(checkout / rel))
+
+
+def check_target(text: str, root: Path, folders: dict[str, Path], cwd: str | None = None) -> None:
+    """A file TARGET exists and parses in every revision's checkout (``folders``: each revision
+    as written -> its checkout), checked before any run: a revision without it is a usage error
+    that names the revision, not a run's failure to find a file the user can see."""
+    target = targets.parse(text)
+    targets.check(target)  # here first: a TARGET missing here too is the usual error
+    if target.path is None:
+        return  # a module: the run finds it on its checkout's path
+    here = Path(cwd or os.getcwd()).resolve()
+    try:
+        inside = (here / target.path).resolve().relative_to(root)
+    except ValueError:
+        return  # outside the repository: relocate() says so
+    for name, folder in folders.items():
+        there = folder / inside
+        try:
+            targets.check(dataclasses.replace(target, path=str(there)))
+        except TargetNotFound as e:
+            said = str(e).replace(str(there), target.path)
+            if not there.exists():
+                said = f"{target.path} does not exist there"
+            raise UsageError(f"--across rev={name}: {said}") from None

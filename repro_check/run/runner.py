@@ -202,6 +202,10 @@ def fresh_compile_caches(env: dict[str, str], given: dict[str, str],
     return folder
 
 
+#: the global streams a run notes its DataLoader fetches drawing from
+DRAWN_STREAMS = ("python", "numpy", "torch")
+
+
 def apply_event(res: Any, ev: Record) -> bool:
     """Fold one trace record of a run (or a rank) into its result; True when it is the record
     saying the target returned (its final status)."""
@@ -225,6 +229,12 @@ def apply_event(res: Any, ev: Record) -> bool:
         rec = cause.loader_record(ev.info["loader"])
         if rec is not None and len(res.loaders) < cause.MAX_GENERATOR_RECORDS:
             res.loaders.append(rec)
+    elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("draw"), dict):
+        drawn = ev.info["draw"]
+        entry = (str(drawn.get("stream")), drawn.get("worker") is True)
+        if isinstance(getattr(res, "draws", None), list) and entry[0] in DRAWN_STREAMS \
+                and entry not in res.draws:
+            res.draws.append(entry)
     elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("patches"), list):
         if os.environ.get(DEBUG_VAR):  # --debug: what the run patched, shown as it starts
             name = f"run {res.index}" if isinstance(getattr(res, "index", None), int) else "a run"

@@ -116,6 +116,9 @@ class RunResult:
     #: the DataLoaders the target made and the epochs they started
     #: (:func:`repro_check.compare.cause.loader_record`)
     loaders: list[dict[str, Any]] = field(default_factory=list)
+    #: the global random streams its DataLoader fetches drew from (``--across workers=``,
+    #: ``start=``): (stream, whether in a worker), once each, as the run noted them
+    draws: list[tuple[str, bool]] = field(default_factory=list)
     #: metrics picked from the run's output (``printed:NAME``), encoded
     printed_metrics: dict[str, Any] = field(default_factory=dict)
     #: the processes the target started, in index order (with ``RunSpec.processes``)

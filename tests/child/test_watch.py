@@ -430,3 +430,36 @@ def test_constant_seeds_are_never_a_clock_seed() -> None:
     assert clock.shared_field([["hour"], ["hour", "second"]], [13, 14]) == "hour"
     assert clock.shared_field([["hour"], ["minute"]], [13, 14]) is None
     assert clock.shared_field([["hour"], None], [13, 14]) is None
+
+
+class _Augmented(torch.utils.data.Dataset):
+    """Each sample drawn from one global stream (``stream``) or from none."""
+
+    def __init__(self, stream: str | None) -> None:
+        self.stream = stream
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        noise = {"python": lambda: random.random(), "numpy": lambda: float(np.random.rand()),
+                 "torch": lambda: float(torch.rand(()))}.get(self.stream or "", lambda: 0.0)()
+        return torch.tensor([i + 0.01 * noise])
+
+
+def test_the_global_streams_a_fetch_draws_from_are_noted_once_a_run(seeded: dict[str, Any]) -> None:
+    """With ``watch_draws`` (``--across workers=``/``start=`` runs), a DataLoader fetch that
+    advances a global stream is noted once a stream, in the main process here (no workers);
+    a loader drawing from none notes nothing, and without ``watch_draws`` nothing is noted."""
+    w = Watched(seeded)
+    for batch in torch.utils.data.DataLoader(_Augmented("python"), batch_size=2):
+        pass
+    assert not any("draw" in r.get("info", {}) for r in w.records)  # not asked
+    w.watch.watch_draws()
+    rows = {row.target: row.features for row in patches.PATCHES.listing()}
+    assert rows["torch.utils.data._utils.fetch._MapDatasetFetcher.fetch"] == ("watch.draws",)
+    for stream in (None, "python", "python", "numpy", "torch"):
+        for batch in torch.utils.data.DataLoader(_Augmented(stream), batch_size=2):
+            pass
+    draws = [r["info"]["draw"] for r in w.records if "draw" in r.get("info", {})]
+    assert draws == [{"stream": s, "worker": False} for s in ("python", "numpy", "torch")]

@@ -218,3 +218,46 @@ def test_the_api_returns_the_typed_bisect_and_bad_that_matches_good_is_exit_0(
     assert "matches GOOD: no commit differs" in text
     assert re.search(r"2 run\(s\) .* in \d+\.\d s", text)  # the count and the time
     assert state(root) == before
+
+
+@pytest.fixture(scope="module")
+def unresolved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """Three commits; the second breaks model.py's syntax: TARGET does not resolve there."""
+    root = tmp_path_factory.mktemp("unresolved") / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    return root, [commit(root, "one: the model", {"model.py": light_script()}),
+                  commit(root, "two: a syntax error", {"model.py": "def main(:\n"}),
+                  commit(root, "three: scale the output", {"model.py": light_script("1.001")})]
+
+
+def test_a_commit_where_the_target_does_not_resolve_is_skipped(
+        unresolved: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """TARGET resolves in the checkout but not at the second commit: git bisect run's skip
+    (125), not a usage error of the command. Between it and BAD only skipped commits are left:
+    undecided, exit 3, the two named."""
+    root, shas = unresolved
+    before = state(root)
+    res = run_cli("bisect", "HEAD~2", "HEAD", "model.py:main", "--max-steps", "1", tmp=tmp_path,
+                  cwd=root)
+    assert res.code == 3, res.stdout + res.stderr
+    assert res.report is not None
+    b = res.report["bisect"]
+    assert b["skipped"] == [shas[1]] and set(b["undecided"]) == {shas[1], shas[2]}
+    (skipped,) = b["tested"]
+    assert skipped["verdict"] == "skip" and "SyntaxError" in skipped["error"]
+    assert "does not resolve at this commit: importing model.py failed" in skipped["error"]
+    assert f"git bisect skip {shas[1]}" in Path(b["log"]).read_text()  # the log kept
+    assert "undecided" in res.stdout and "Traceback" not in res.stderr
+    assert state(root) == before
+
+
+def test_a_good_where_the_target_does_not_resolve_is_exit_3(
+        unresolved: tuple[Path, list[str]], tmp_path: Path) -> None:
+    root, shas = unresolved
+    res = run_cli("bisect", "HEAD~1", "HEAD", "model.py:main", tmp=tmp_path, cwd=root)
+    assert res.code == 3, res.stdout + res.stderr
+    assert res.report is not None
+    assert f"GOOD {shas[1][:12]} cannot run" in res.report["error"]
+    assert "importing model.py failed: SyntaxError" in res.report["error"]
+    assert res.report["bisect"]["tested"] == [] and res.report["bisect"]["runs"] == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
 from repro_check.report import ci
 from repro_check.report.html import render_html
 from repro_check.compare.drift import Drift
@@ -64,3 +66,18 @@ def test_json_html_and_ci_carry_the_bisect() -> None:
     report = _report()
     report.bisect = matched
     assert "matches GOOD: no commit differs" in ci.plain_summary(report)
+
+
+def test_ci_failure_line_names_the_first_commit_that_differs() -> None:
+    """The one line of JUnit's failure message, GitHub's annotation and step summary names the
+    commit, its step, signal, op and module (not only that commit's run against the reference)."""
+    report = _report()
+    report.comparison = None  # the line comes from the bisect part, whatever the run compared
+    line = ci.failure_message(report) or ""
+    assert line == (f"model.py:main: the first commit that differs from GOOD is {SHA[:12]} "
+                    "four: scale the output (2026-12-01T10:00:00+00:00): step 1, signal loss, "
+                    "op aten::mul in module 'Net'")
+    failure = ET.fromstring(ci.junit_xml([report], "bisect")).find(".//failure")
+    assert failure is not None and failure.get("message") == line
+    assert SHA[:12] in (ci.annotation(report, "bisect") or "")
+    assert SHA[:12] in ci.markdown([report], "bisect")

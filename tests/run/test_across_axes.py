@@ -181,6 +181,7 @@ def test_rev_compares_revisions_and_the_uncommitted_change(revs: tuple[CliResult
     assert across["revisions"]["HEAD~1"]["sha"] == shas[3]
     assert across["revisions"]["HEAD"]["subject"] == "five: a readme"
     assert "Revisions" in res.stdout and shas[3][:12] in res.stdout
+    assert "WORKTREE: the working tree, uncommitted changes included" in res.stdout
     assert before == after
 
 
@@ -197,6 +198,14 @@ def test_rev_outside_a_repository_and_unknown_revisions_are_usage_errors(tmp_pat
     commit(root, "one", {"t.py": "def main():\n    pass\n"})
     res = run_plain("t.py:main", "--across", "rev=HEAD,nope", cwd=root)
     assert res.code == 2 and "unknown git revision 'nope'" in res.stderr
+    # a TARGET only the working tree has (untracked) names the revision that lacks it
+    (root / "u.py").write_text("def main():\n    pass\n")
+    res = run_plain("u.py:main", "--across", "rev=HEAD,WORKTREE", cwd=root)
+    lines = res.stderr.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1, res.stderr
+    assert "--across rev=HEAD: u.py does not exist there" in lines[0]
+    assert not (root / ".repro-check").exists()  # nothing ran
+    assert git(root, "worktree", "list").count("\n") == 1  # the checkout removed
 
 
 def test_ctrl_c_mid_run_of_a_revision_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
@@ -268,9 +277,34 @@ def test_a_worker_side_draw_from_an_unseeded_source_differs_across_worker_counts
     assert pair["b"] == "workers=2" and pair["identical"] is False
     assert pair["batches_identical"] is False and pair["first_batch_step"] == 1
     assert pair["worker_draw"] == ["Python's random"]
-    assert "draws from it" in pair["loading_note"]
-    assert "the batches differ from step 1 with workers=2" in res.stdout
+    note = pair["loading_note"]
+    assert "the data loading (the Dataset or its collate function) draws from Python's random" in note
+    assert ("draws from Python's random: in the main process with workers=0; in the workers "
+            "with workers=2.") in note
+    assert "the batches differ from step 1 with workers=2" in " ".join(res.stdout.split())
     assert 'class="loading"' in html.read_text()
+
+
+@pytest.fixture(scope="module")
+def in_workers(loaders: Path, tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+    """The unseeded augmentation with workers on both sides: workers=1,2."""
+    return run_cli("loaders.py:main", "--across", "workers=1,2", "--", "--augment", "global",
+                   "--steps", "3", tmp=tmp_path_factory.mktemp("workers-both"), cwd=loaders)
+
+
+def test_a_draw_made_only_inside_the_workers_is_named(in_workers: CliResult) -> None:
+    """No stream of the main process differs (both sides draw in their workers), yet the
+    report names the stream the workers draw from: each worker's fetches are watched. Worker 0
+    fetches the first batch with either count (its stream seeded alike), so the batches part
+    at step 2, where the second worker's first batch comes."""
+    res = in_workers
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None
+    (pair,) = res.report["across"]["pairs"]
+    assert pair["batches_identical"] is False and pair["first_batch_step"] == 2
+    assert pair["worker_draw"] == ["Python's random"]
+    assert ("draws from Python's random: in the workers with workers=1; in the workers with "
+            "workers=2.") in pair["loading_note"]
 
 
 def test_a_seeded_augmentation_gives_the_same_batches_for_any_worker_count(seeded: CliResult) -> None:
