@@ -1,5 +1,5 @@
-"""A model compiled with ``torch.compile`` while inductor's own determinism settings stay off
-(RC117).
+"""A model compiled with ``torch.compile`` (or ``model.compile()``) while inductor's own
+determinism settings stay off (RC117).
 
 Inductor may pick kernels by timing them (autotuning), reorder reductions, and draw random
 numbers differently from eager mode; ``torch._inductor.config.deterministic`` (or
@@ -20,9 +20,15 @@ ENV = "TORCHINDUCTOR_DETERMINISTIC"
 
 
 def _compiles(ev: Evaluator, node: ast.AST) -> bool:
-    """``torch.compile(...)`` or a ``@torch.compile`` decorator."""
+    """``torch.compile(...)``, a ``@torch.compile`` decorator, or ``model.compile(...)``
+    (``nn.Module.compile``, which compiles the module in place): a ``compile`` method called on
+    a variable, not on an imported module (``re.compile``)."""
     target = node.func if isinstance(node, ast.Call) else node
-    return (ev.qualname(target) or "") == "torch.compile"
+    if (ev.qualname(target) or "") == "torch.compile":
+        return True
+    return isinstance(node, ast.Call) and isinstance(target, ast.Attribute) \
+        and target.attr == "compile" and ev.module_of(target.value) is None \
+        and not isinstance(target.value, ast.Constant)
 
 
 def _inductor(ev: Evaluator, expr: ast.AST) -> bool:
