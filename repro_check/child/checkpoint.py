@@ -24,8 +24,9 @@ as a preemption would end it.
 
 Every hook goes through the process's patch registry (:mod:`repro_check.child.patches`):
 ``checkpoint.signals`` (the optimizer pre-step hook, ``GradScaler.__init__``) and
-``checkpoint.saves`` (the save functions, the optimizer pre-step look at ``--checkpoint``'s files,
-and the import hook that wraps a framework's save once it is imported); :func:`install` returns
+``checkpoint.saves`` (the save functions and the import hook that wraps a framework's save
+once it is imported; ``--checkpoint``'s files are looked at before every backward call and
+optimizer step, through the recorder's ``step_starting``); :func:`install` returns
 the object whose :meth:`Checkpoints.uninstall` takes them all out.
 """
 
@@ -44,7 +45,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from repro_check.child import metric_hooks, patches
+from repro_check.child import clock, metric_hooks, patches
 from repro_check.trace import fingerprint
 from repro_check.trace.protocol import ResumeSettings
 
@@ -340,6 +341,11 @@ class Saves:
                 parts = stack.pop()
                 try:
                     obj, path = where(args, kwargs)
+                    if obj is not None:
+                        # what was handed to it describes it: the saves inside are its own
+                        # workings (safetensors' save_model calls save_file on the same file,
+                        # torch.distributed.checkpoint torch.saves its pieces to buffers)
+                        parts = []
                     parts.insert(0, (path, describe(obj) if obj is not None else None))
                 except Exception:  # noqa: BLE001 - where it went cannot be told
                     path = None
@@ -367,7 +373,10 @@ class Saves:
             return
         self.taken(kind, path, merge_descriptions(described) if described else None)
 
-    def taken(self, kind: str, path: str, contents: dict[str, Any] | None) -> None:
+    def taken(self, kind: str, path: str, contents: dict[str, Any] | None,
+              written_ns: int | None = None) -> None:
+        """A save of ``path`` returned (``written_ns``: when, on the real wall clock, for a
+        file noticed later; else now)."""
         with self.lock:
             if self.done:
                 return
@@ -384,7 +393,10 @@ class Saves:
             self.done = True
             started = time.monotonic()
             record["copy"] = self._copy(path, record)
-            record["stopped_after"] = round(time.monotonic() - started, 3)
+            took = time.monotonic() - started
+            if written_ns is not None:  # the file was noticed at the step after its save
+                took = max(took, clock.real_time() - written_ns / 1e9)
+            record["stopped_after"] = round(took, 3)
             self.rec.flush()
             self.emit({"info": {"checkpoint": record}})
             self.emit({"info": {"status": "stopped", "steps": step, "checkpointed": True}})
@@ -447,16 +459,17 @@ class Saves:
             out[p] = (st.st_mtime_ns, st.st_size)
         return out
 
-    def poll(self, *args: Any) -> None:
-        """Before each optimizer step: a file of ``--checkpoint`` that changed since the last
-        look was written after the previous step (by a save repro-check does not see)."""
+    def poll(self) -> None:
+        """Before each backward call and optimizer step: a file of ``--checkpoint`` that changed
+        since the last look was written after the previous step (by a save repro-check does not
+        see). Its stop is measured from the file's modification time: the save returned then."""
         if not self.pattern or self.done or os.getpid() != self.owner:
             return
         now = self._glob_state()
         changed = sorted(p for p, st in now.items() if self.seen.get(p) != st)
         self.seen = now
         if changed:
-            self.taken("file", changed[0], None)
+            self.taken("file", changed[0], None, written_ns=now[changed[0]][0])
 
 
 # ---- installing --------------------------------------------------------------------------------
@@ -501,7 +514,8 @@ class FrameworkSaves(metric_hooks.ImportHooks):
         def where(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, Any]:
             state = a[0] if a else k.get("state_dict")
             cid = k.get("checkpoint_id")
-            writer = k.get("storage_writer")
+            # save_state_dict (the older name) takes its storage writer by position too
+            writer = k.get("storage_writer", a[1] if len(a) > 1 else None)
             path = cid if cid is not None else getattr(writer, "path", None)
             return state, os.path.abspath(os.fspath(path)) if path is not None else None
 
@@ -568,10 +582,8 @@ class Checkpoints:
                 self.recorder.signals.lazy = True
             self._torch_saves(self.saves)
             self.frameworks = FrameworkSaves(self.recorder, self.saves).install()
-            if self.saves.pattern:
-                registry.hook("checkpoint.saves",
-                              "torch.optim.optimizer.register_optimizer_step_pre_hook",
-                              register_optimizer_step_pre_hook, self.saves.poll, token=self)
+            if self.saves.pattern:  # before every step, with or without torch.optim
+                self.recorder.step_starting.append(self.saves.poll)
         return self
 
     def _torch_saves(self, saves: Saves) -> None:
@@ -605,6 +617,8 @@ class Checkpoints:
         patches.PATCHES.release(self)
         if self.signals.take in self.recorder.extra_signals:
             self.recorder.extra_signals.remove(self.signals.take)
+        if self.saves is not None and self.saves.poll in self.recorder.step_starting:
+            self.recorder.step_starting.remove(self.saves.poll)
 
 
 def install(recorder: Any, emit: Emit, settings: ResumeSettings | None) -> Checkpoints:
