@@ -287,6 +287,10 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
         return report_of(None, str(record.get("error") or "the checkpoint was not copied"))
     c = info.step
     ref_steps = results[0].steps
+    if c >= ref_steps:  # a save after the last step: a resume from it would compare nothing
+        return report_of(None, f"the script's first checkpoint at or after step {at} was written "
+                               f"after step {c}, its last ({ref_steps} steps): nothing is left "
+                               "to resume (give a smaller --at, or save during training)")
     prefix, rank = compare_by_rank(feed, 2, first=1, last_ref=c, offset=0,
                             other_steps=min(results[1].steps, c), policy=policy, metrics=False)
     part.reference_reproducible = prefix.divergence is None

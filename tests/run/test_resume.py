@@ -179,6 +179,20 @@ def test_a_script_with_no_save_repro_check_sees_is_one_line_and_exit_3(tmp_path:
     assert "Traceback" not in r.stderr
 
 
+def test_a_first_save_after_the_last_step_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    """The only save at or after --at follows the script's last step: there is nothing left to
+    resume, so no resumed run starts (it would compare no step)."""
+    r = resume(tmp_path, 5, "--resume {checkpoint}", "--steps", "8", "--save-every", "8",
+               "--no-optim")
+    assert r.code == 3, r.stdout + r.stderr
+    assert r.report is not None and r.report["checkpoint_step"] == 8
+    assert r.report["error"] == (
+        "the script's first checkpoint at or after step 5 was written after step 8, its last "
+        "(8 steps): nothing is left to resume (give a smaller --at, or save during training)")
+    assert len(r.report["run_results"]) == 2 and "no resumed run" in r.stdout
+    assert "Traceback" not in r.stderr + r.stdout
+
+
 def test_a_reference_that_is_not_reproducible_blames_no_checkpoint(tmp_path: Path) -> None:
     r = resume(tmp_path, 4, "--resume {checkpoint}", "--noise", "--no-optim")
     assert r.code == 1
