@@ -231,6 +231,12 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                           lock=str(session.folder / "saves.lock"))
     jobs = dist.jobs(options.jobs, session.default_jobs(dist.local_ranks)) if dist is not None \
         else options.jobs or session.default_jobs()
+    serial = "one job" if jobs < 2 else None
+    if options.checkpoint:
+        # a --checkpoint file is noticed only as the next step starts, and its write is no save
+        # repro-check sees (so none the runs take in turn): the reference, going in step, could
+        # write the same file meanwhile. The reference goes first, then the interrupted run.
+        jobs, serial = 1, "--checkpoint: the reference could write the file taken meanwhile"
     reference, interrupted = session.specs(jobs)
     specs = [dataclasses.replace(_told(reference, base),
                                  trace_path=session.folder / "run-1-reference.jsonl"),
@@ -238,7 +244,7 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                  base, role="interrupted", stop_at=at, copy_dir=str(copy_dir))),
                  trace_path=session.folder / "run-2-interrupted.jsonl")]
     feed = Collector(listener)
-    part = ResumePart(at=at, resume_args=options.resume_args, parallel=jobs >= 2)
+    part = ResumePart(at=at, resume_args=options.resume_args, serial=serial)
     # a torchrun job whose saving rank ended is stopped whole: its other ranks would wait in
     # their next collective for the one that ended
     outcome = session.run(feed, jobs, specs=specs,

@@ -459,9 +459,9 @@ class ResumePart(JsonRecord):
     curves: dict[str, list[tuple[int, float]]] = json_field(default_factory=dict, skip=True)
     #: saves seen before the one taken: the steps they followed
     earlier_saves: list[int] = json_field(default_factory=list, skip=True)
-    #: the reference and the interrupted run went at once (two jobs); one after the other with
-    #: one job (``--jobs 1``, or a CPU too few)
-    parallel: bool = json_field(default=True, skip=True)
+    #: why the reference and the interrupted run went one after the other (None: in parallel):
+    #: one job (``--jobs 1``, or a CPU too few), or a ``--checkpoint`` file
+    serial: str | None = json_field(default=None, skip=True)
 
     @property
     def not_restored_names(self) -> list[str]:

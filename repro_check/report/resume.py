@@ -61,7 +61,8 @@ def summary(report: Report) -> Group:
 
 def _together(report: Report) -> str:
     part = report.resume
-    return "in parallel" if part is None or part.parallel else "one after the other (one job)"
+    return "in parallel" if part is None or part.serial is None \
+        else f"one after the other ({part.serial})"
 
 
 def cost(report: Report) -> str:

@@ -275,6 +275,9 @@ def test_checkpoint_names_a_file_whose_save_is_not_seen(tmp_path: Path) -> None:
     assert isinstance(took, float) and took >= 0
     assert (f"ended {took:.2f} s after its save returned (the file was noticed at the step "
             "after it was written)") in flat(r.stdout)
+    # the reference first: its writes of the same files cannot reach the one taken
+    assert ("cost: 3 runs, the reference and the interrupted one one after the other "
+            "(--checkpoint: the reference could write the file taken meanwhile)") in flat(r.stdout)
 
 
 def test_under_torchrun_each_rank_is_compared_and_the_first_to_diverge_is_taken() -> None:
