@@ -187,6 +187,20 @@ def _curve(steps: dict[int, dict[str, Any]], offset: int = 0) -> list[tuple[int,
     return out
 
 
+def no_checkpoint(at: int, steps: int, saves: list[int], pattern: str | None) -> str:
+    """Why there is nothing to resume from: the steps the saves seen followed, or that none was
+    seen (with ``--checkpoint``: no file matching it changed after a step)."""
+    head = f"the script wrote no checkpoint at or after step {at} in {steps} steps"
+    if saves:
+        return f"{head}: it saved after step(s) {', '.join(map(str, sorted(set(saves))[:10]))}"
+    if pattern:
+        return (f"{head}: no file matching --checkpoint {pattern!r} was written after a step "
+                "(a relative one is read from the folder the runs start in)")
+    return (f"{head}: it saved none that repro-check could see (torch.save, safetensors, "
+            "torch.distributed.checkpoint, Lightning, the HF Trainer; name the file with "
+            "--checkpoint PATH_OR_GLOB)")
+
+
 def _put_back(copy: str, path: str) -> None:
     """The copy put back where the script saved it, for a script that finds its own checkpoint
     (the reference may have written that path since)."""
@@ -252,6 +266,12 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                           lock=str(session.folder / "saves.lock"))
     jobs = dist.jobs(options.jobs, session.default_jobs(dist.local_ranks)) if dist is not None \
         else options.jobs or session.default_jobs()
+    serial = "one job" if jobs < 2 else None
+    if options.checkpoint:
+        # a --checkpoint file is noticed only as the next step starts, and its write is no save
+        # repro-check sees (so none the runs take in turn): the reference, going in step, could
+        # write the same file meanwhile. The reference goes first, then the interrupted run.
+        jobs, serial = 1, "--checkpoint: the reference could write the file taken meanwhile"
     reference, interrupted = session.specs(jobs)
     specs = [dataclasses.replace(_told(reference, base),
                                  trace_path=session.folder / "run-1-reference.jsonl"),
@@ -259,7 +279,7 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                  base, role="interrupted", stop_at=at, copy_dir=str(copy_dir))),
                  trace_path=session.folder / "run-2-interrupted.jsonl")]
     feed = Collector(listener)
-    part = ResumePart(at=at, resume_args=options.resume_args)
+    part = ResumePart(at=at, resume_args=options.resume_args, serial=serial)
     # a torchrun job whose saving rank ended is stopped whole: its other ranks would wait in
     # their next collective for the one that ended
     outcome = session.run(feed, jobs, specs=specs,
@@ -299,19 +319,19 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                          .replace("run 2", "the interrupted run (run 2)"))
     record = feed.checkpoint.get(2)
     if record is None:
-        saves = feed.saves.get(2, []) + feed.saves.get(1, [])
-        seen = (f"it saved after step(s) {', '.join(map(str, sorted(set(saves))[:10]))}"
-                if saves else "it saved none that repro-check could see (torch.save, "
-                "safetensors, torch.distributed.checkpoint, Lightning, the HF Trainer; name "
-                "the file with --checkpoint PATH_OR_GLOB)")
-        return report_of(None, f"the script wrote no checkpoint at or after step {at} in "
-                               f"{results[1].steps} steps: {seen}")
+        return report_of(None, no_checkpoint(at, results[1].steps,
+                                             feed.saves.get(2, []) + feed.saves.get(1, []),
+                                             options.checkpoint))
     part.checkpoint = info = _checkpoint_info(record)
     part.earlier_saves = feed.saves.get(2, [])
     if record.get("error") or info.copy is None:
         return report_of(None, str(record.get("error") or "the checkpoint was not copied"))
     c = info.step
     ref_steps = results[0].steps
+    if c >= ref_steps:  # a save after the last step: a resume from it would compare nothing
+        return report_of(None, f"the script's first checkpoint at or after step {at} was written "
+                               f"after step {c}, its last ({ref_steps} steps): nothing is left "
+                               "to resume (give a smaller --at, or save during training)")
     prefix, rank = compare_by_rank(feed, 2, first=1, last_ref=c, offset=0,
                             other_steps=min(results[1].steps, c), policy=policy, metrics=False)
     part.reference_reproducible = prefix.divergence is None

@@ -130,14 +130,15 @@ def repro_check_cli(argv: list[str], cwd: Path = FIXTURES, timeout: float = 300,
 
 
 def run_cli(*args: str, tmp: Path, cwd: Path = FIXTURES, traces: bool = True,
-            timeout: float = 300) -> CliResult:
-    """``python -m repro_check ARGS --json <tmp>/report.json [--trace-dir <tmp>/traces]``."""
+            timeout: float = 300, env: dict[str, str] | None = None) -> CliResult:
+    """``python -m repro_check ARGS --json <tmp>/report.json [--trace-dir <tmp>/traces]``
+    (``env``: the environment, default :func:`cli_env`)."""
     tmp.mkdir(parents=True, exist_ok=True)
     report_path = tmp / f"report-{len(list(tmp.glob('report-*.json')))}.json"
     options = ["--json", str(report_path)]
     if traces:
         options += ["--trace-dir", str(tmp / "traces")]
-    proc = repro_check_cli(with_options(args, options), cwd=cwd, timeout=timeout)
+    proc = repro_check_cli(with_options(args, options), cwd=cwd, timeout=timeout, env=env)
     report = json.loads(report_path.read_text()) if report_path.exists() else None
     return CliResult(proc.returncode, proc.stdout, proc.stderr, report)
 

@@ -500,9 +500,9 @@ class Recorder:
         self.progress = Progress(emit)
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
-        #: called as a backward call or an optimizer step is about to run (the interrupted run of
-        #: a resume ends there once its checkpoint is taken: :mod:`repro_check.child.checkpoint`)
-        self.starting: list[Callable[[], None]] = []
+        #: called before every backward call and optimizer step, whatever updates the weights
+        #: (a resume's look at ``--checkpoint``'s files: :mod:`repro_check.child.checkpoint`)
+        self.step_starting: list[Callable[[], None]] = []
         #: signals of the step that just ended taken elsewhere (the optimizer's ``lr``, ``opt``:
         #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
         self.extra_signals: list[Callable[[], dict[str, Any]]] = []
@@ -576,7 +576,7 @@ class Recorder:
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)
-        for starting in self.starting:
+        for starting in self.step_starting:
             starting()
         if self.signals is not None:
             self.signals.idle_fetch = False

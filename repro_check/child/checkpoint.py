@@ -30,7 +30,7 @@ Every hook goes through the process's patch registry (:mod:`repro_check.child.pa
 ``checkpoint.signals`` (the optimizer pre-step hook, ``GradScaler.__init__``) and
 ``checkpoint.saves`` (the save functions, and the import hook that wraps a framework's save once
 it is imported); the look at ``--checkpoint``'s files and the end of a checkpoint taken ride on
-the recorder's ``starting`` callbacks (before each backward call and optimizer step).
+the recorder's ``step_starting`` callbacks (before each backward call and optimizer step).
 :func:`install` returns the object whose :meth:`Checkpoints.uninstall` takes them all out.
 """
 
@@ -49,7 +49,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from repro_check.child import metric_hooks, patches
+from repro_check.child import clock, metric_hooks, patches
 from repro_check.trace import fingerprint
 from repro_check.trace.protocol import ResumeSettings
 
@@ -358,6 +358,11 @@ class Saves:
                 parts = stack.pop()
                 try:
                     obj, path = where(args, kwargs)
+                    if obj is not None:
+                        # what was handed to it describes it: the saves inside are its own
+                        # workings (safetensors' save_model calls save_file on the same file,
+                        # torch.distributed.checkpoint torch.saves its pieces to buffers)
+                        parts = []
                     parts.insert(0, (path, describe(obj) if obj is not None else None))
                 except Exception:  # noqa: BLE001 - where it went cannot be told
                     path = None
@@ -387,7 +392,10 @@ class Saves:
             return
         self.taken(kind, path, merge_descriptions(described) if described else None)
 
-    def taken(self, kind: str, path: str, contents: dict[str, Any] | None) -> None:
+    def taken(self, kind: str, path: str, contents: dict[str, Any] | None,
+              written_ns: int | None = None) -> None:
+        """A save of ``path`` returned (``written_ns``: when, on the real wall clock, for a
+        file noticed later; else now)."""
         with self.lock:
             if self.done:
                 return
@@ -409,6 +417,8 @@ class Saves:
                     self.group.append(record)
                 self.group_step = step
                 self.last_return = time.monotonic()
+                if written_ns is not None:  # the file was noticed at the step after its save
+                    self.last_return -= max(0.0, clock.real_time() - written_ns / 1e9)
                 self._arm()
                 return
         self.finish()
@@ -561,7 +571,7 @@ class Saves:
             out[p] = (st.st_mtime_ns, st.st_size)
         return out
 
-    def poll(self, *args: Any) -> None:
+    def poll(self) -> None:
         """Before each backward call and optimizer step: a file of ``--checkpoint`` that changed
         since the last look was written after the previous step (by a save repro-check does not
         see); a checkpoint taken is complete, and the run ends."""
@@ -572,7 +582,7 @@ class Saves:
             changed = sorted(p for p, st in now.items() if self.seen.get(p) != st)
             self.seen = now
             for path in changed[:MAX_FILES]:
-                self.taken("file", path, None)
+                self.taken("file", path, None, written_ns=now[path][0])
         self.finish()  # a checkpoint taken ends as the next step starts
 
 
@@ -618,7 +628,8 @@ class FrameworkSaves(metric_hooks.ImportHooks):
         def where(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, Any]:
             state = a[0] if a else k.get("state_dict")
             cid = k.get("checkpoint_id")
-            writer = k.get("storage_writer")
+            # save_state_dict (the older name) takes its storage writer by position too
+            writer = k.get("storage_writer", a[1] if len(a) > 1 else None)
             path = cid if cid is not None else getattr(writer, "path", None)
             return state, os.path.abspath(os.fspath(path)) if path is not None else None
 
@@ -687,7 +698,7 @@ class Checkpoints:
             self.frameworks = FrameworkSaves(self.recorder, self.saves).install()
             # before each backward call and optimizer step: --checkpoint's files are looked at,
             # and a checkpoint taken is complete
-            self.recorder.starting.append(self.saves.poll)
+            self.recorder.step_starting.append(self.saves.poll)
             for name in ("replace", "rename"):  # a checkpoint file moved into place
                 registry.wrap("checkpoint.saves", os, name, self.saves.renaming, token=self)
         global _ACTIVE
@@ -723,8 +734,8 @@ class Checkpoints:
         global _ACTIVE
         if _ACTIVE is self:
             _ACTIVE = None
-        if self.saves is not None and self.saves.poll in self.recorder.starting:
-            self.recorder.starting.remove(self.saves.poll)
+        if self.saves is not None and self.saves.poll in self.recorder.step_starting:
+            self.recorder.step_starting.remove(self.saves.poll)
         if self.frameworks is not None:
             self.frameworks.uninstall()
         patches.PATCHES.release(self)

@@ -483,6 +483,9 @@ class ResumePart(JsonRecord):
     #: checkpoints the reference saved after the checkpoint's step, at other paths, moved into
     #: the trace folder before the resumed run (``--resume-args`` without ``{checkpoint}``)
     moved_aside: list[str] = json_field(default_factory=list, key="moved_aside")
+    #: why the reference and the interrupted run went one after the other (None: in parallel):
+    #: one job (``--jobs 1``, or a CPU too few), or a ``--checkpoint`` file
+    serial: str | None = json_field(default=None, skip=True)
 
     @property
     def not_restored_names(self) -> list[str]:

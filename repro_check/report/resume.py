@@ -29,8 +29,8 @@ def summary(report: Report) -> Group:
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
     steps = ", ".join(f"{name} {n}" for name, n in part.steps.items())
-    head.append(f"\n{seed} · 3 runs: the reference and the interrupted one in parallel, then "
-                f"the resumed one")
+    head.append(f"\n{seed} · the reference and the interrupted run {_together(report)}, then "
+                f"the resumed run")
     head.append(f"\n--at {part.at}" + (f" · checkpoint after step {ck.step}" if ck else "")
                 + (f" · steps: {steps}" if steps else "") + f" · {report.policy.describe()}")
     comps = ", ".join(f"threads={report.threads}" if c == "threads" and report.threads else c
@@ -61,12 +61,32 @@ def summary(report: Report) -> Group:
     elif report.error is None and not report.interrupted and cmp is not None:
         parts += _outcome(report)
     parts += _metrics(report)
-    ended = (f"{ck.stopped_after:.2f} s after its save returned (the copy)"
-             if ck is not None and ck.stopped_after is not None else "as its save returned")
-    parts.append(Text(f"cost: 3 runs, the reference and the interrupted one in parallel; the "
-                      f"interrupted run ended {ended}", style="dim"))
+    parts.append(Text(cost(report), style="dim"))
     parts += footer_parts(report)
     return Group(*parts)
+
+
+def _together(report: Report) -> str:
+    part = report.resume
+    return "in parallel" if part is None or part.serial is None \
+        else f"one after the other ({part.serial})"
+
+
+def cost(report: Report) -> str:
+    """The runs made (three when the resumed run started), whether the first two went in
+    parallel, and how long after its save returned the interrupted run ended, as it measured."""
+    part = report.resume
+    assert part is not None
+    n = len(report.results)
+    text = (f"cost: {n} run{'s' if n != 1 else ''}, the reference and the interrupted one "
+            f"{_together(report)}" + (", then the resumed one" if n >= 3 else "; no resumed run"))
+    ck = part.checkpoint
+    if ck is not None and ck.stopped_after is not None:
+        how = ("the file was noticed at the step after it was written" if ck.kind == "file"
+               else "the copy")
+        text += (f"; the interrupted run ended {ck.stopped_after:.2f} s after its save "
+                 f"returned ({how})")
+    return text
 
 
 def _outcome(report: Report) -> list[Any]:
@@ -101,16 +121,18 @@ def _outcome(report: Report) -> list[Any]:
     return parts
 
 
-def _side_by_side(report: Report) -> Table:
-    """The reference's and the resumed run's losses around the resume point."""
+def _side_by_side(report: Report) -> Group:
+    """The reference's and the resumed run's losses around the resume point (its title a line
+    of its own: as the table's title it would wrap at the narrow table's width)."""
     part = report.resume
     assert part is not None and part.checkpoint is not None
     c = part.checkpoint.step
     ref = dict(part.curves.get("reference", []))
     mine = dict(part.curves.get("resumed", []))
     div = report.first_divergent_step
-    t = Table(title=f"Loss around the resume point (after step {c})", box=box.SIMPLE_HEAD,
-              title_justify="left", show_edge=False)
+    title = Text(f"Loss around the resume point (after step {c}; ▶ the first resumed step, ≠ "
+                 "a loss that differs)")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False)
     t.add_column("")
     t.add_column("step", justify="right")
     t.add_column("reference", justify="right")
@@ -118,11 +140,11 @@ def _side_by_side(report: Report) -> Table:
     last = max(list(ref) + list(mine) + [c])
     for step in range(max(1, c - BEFORE + 1), min(last, c + AFTER) + 1):
         a, b = ref.get(step), mine.get(step)
-        mark = "▶" if step == c + 1 else ("≠" if a != b and step > c else "")
+        mark = ("▶" if step == c + 1 else "") + ("≠" if a != b and step > c else "")
         t.add_row(mark, str(step), "—" if a is None else f"{a:.8g}",
                   "—" if b is None else f"{b:.8g}",
                   style="red" if div is not None and step >= div and step > c else None)
-    return t
+    return Group(title, t)
 
 
 def _metrics(report: Report) -> list[Any]:

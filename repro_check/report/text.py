@@ -83,6 +83,15 @@ _EXTENSION_MODULES = re.compile(r"\n*^Extension modules: .*?\(total: \d+\)[ \t]*
 def failure_output(r: RunResult, lines: int = 30, chars: int = 6000) -> str:
     """What a failed run left to read: its traceback, else the last lines of its output (a
     crash's line and stack kept, the fault handler's list of extension modules left out)."""
+    if r.error and r.error.get("kind") == "exit":
+        # sys.exit(N): what the script said before it (argparse's usage and error), as Python
+        # shows it, not the traceback of a SystemExit (the run writes it after that output)
+        said = r.output_tail.rstrip()
+        tb = str(r.error.get("traceback") or "").rstrip()
+        if tb and said.endswith(tb):
+            said = said[: -len(tb)].rstrip()
+        if said:
+            return "\n".join(said.splitlines()[-lines:])[-chars:]
     if r.error and r.error.get("traceback"):
         return str(r.error["traceback"]).rstrip()[-chars:]
     tail = _EXTENSION_MODULES.sub("", r.output_tail)

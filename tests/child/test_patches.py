@@ -234,7 +234,8 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     assert rows["time.time"] == ("clock",) and rows["datetime.datetime"] == ("clock",)
     assert rows["multiprocessing.process.BaseProcess._bootstrap"] == ("processes.bootstrap",)
     assert rows["torch.as_tensor"] == ("probe.factories",)  # armed for step 1
-    # (the look at --checkpoint's files rides on the recorder's own callbacks, not a hook)
+    # --checkpoint's files are looked at through the recorder (before every step, with or
+    # without torch.optim), not through an optimizer hook of their own
     assert rows["torch.optim.optimizer.register_optimizer_step_pre_hook"] == (
         "capture.step_hooks", "checkpoint.signals")
     assert rows["torch.save"] == ("checkpoint.saves",)

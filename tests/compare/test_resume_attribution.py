@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from repro_check.compare.resume import PARAMS_IN, RESUME_STATES, attribute
+import pytest
+
+from repro_check.compare.resume import FIXES, PARAMS_IN, RESUME_STATES, STATE_OF, attribute
 
 
 def steps(n: int, **change: dict[int, dict[str, str]]) -> dict[int, dict[str, str]]:
@@ -69,3 +71,43 @@ def test_more_or_fewer_steps_than_the_reference_had_left() -> None:
     found = attribute(ref, mine, 4, 10, 7)
     assert [n.state for n in found] == ["steps"]
     assert "made 7 steps where the reference had 6 left" in found[0].fix
+
+
+def _planted(state: str) -> tuple[list[str], str, int]:
+    """One resume from step 4 of 10 with ``state`` alone not restored: the names found, the
+    sentence given for ``state`` and its detail."""
+    ref, c = steps(10), 4
+    for s in ref.values():  # every stream and signal recorded, as a real run's steps are
+        s.update({"rng.python": "py", "rng.numpy": "np", "rng.cuda": "cu", "scaler": "1.0/0"})
+    mine = resumed_from(ref, c, 10)
+    made, generators = 6, []
+    signal = {v: k for k, v in STATE_OF.items()}.get(state)
+    if state == "params":
+        mine[1][PARAMS_IN] = "other"
+    elif signal is not None:
+        mine[1][signal] = "restarted"
+    elif state == "data_order":
+        mine[1]["batch"] = ref[2]["batch"]
+    elif state == "generator":
+        mine[1]["batch"] = "new"
+        generators = [{"created": True, "location": {"file": "train.py", "line": 12}}]
+    elif state == "steps":
+        mine[7] = dict(ref[10])
+        made = 7
+    found = attribute(ref, mine, c, 10, made, generators=generators)
+    (named,) = [n for n in found if n.state == state]
+    return [n.state for n in found], named.fix, len(named.detail)
+
+
+@pytest.mark.parametrize("state", RESUME_STATES)
+def test_every_state_of_the_vocabulary_is_named_with_one_sentence(state: str) -> None:
+    """Each word of ``not_restored`` (rng.cuda and grad_scaler too), planted alone, is named,
+    with one plain sentence on what to add to the checkpoint (its fields filled in)."""
+    names, fix, detail = _planted(state)
+    assert names == ([state] if state != "generator" else ["generator", "data_order"])
+    assert fix.endswith(".") and fix.count(". ") == 0 and "{" not in fix and detail
+    if state == "generator":
+        assert "made at train.py:12" in fix
+    if state == "lr":
+        assert "from step 4" in fix
+    assert set(FIXES) == set(RESUME_STATES)

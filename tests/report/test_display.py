@@ -98,3 +98,19 @@ def test_a_crash_shows_its_line_and_stack_without_the_extension_module_list() ->
     assert "Fatal Python error: Segmentation fault" in shown
     assert 'crash.py", line 29 in main' in shown and shown.endswith("in main")
     assert "Extension modules" not in shown and "pkg30" not in shown
+
+
+def test_a_sys_exit_shows_what_the_script_said_not_the_traceback_of_its_system_exit() -> None:
+    """A script whose argparse rejects its arguments (a resume's --resume-args, say): its usage
+    and error lines, as Python shows them; a sys.exit with nothing said: its traceback."""
+    from repro_check.report.text import failure_output
+    from repro_check.run.runner import RunResult
+
+    tb = ("Traceback (most recent call last):\n  File \"/u/train.py\", line 13, in <module>\n"
+          "    a = p.parse_args()\nSystemExit: 2\n")
+    said = "usage: train.py [-h] [--resume RESUME]\ntrain.py: error: unrecognized arguments: --x\n"
+    error = {"kind": "exit", "message": "the target called sys.exit(2)", "traceback": tb}
+    shown = failure_output(RunResult(3, status="failed", error=error, output_tail=said + tb))
+    assert shown == said.rstrip()
+    quiet = failure_output(RunResult(3, status="failed", error=error, output_tail=tb))
+    assert quiet == tb.rstrip()

@@ -3,8 +3,8 @@ recorded in ``report_keys.json``.
 
 The keys of ``--json`` are a public API. Each report kind is built once (a check that diverges,
 a reproducible check, a record and a verify through the public API; a diff, a diagnosis, a
-distributed check, one with processes and an ``--across`` grid in-process, from small traces
-and the builders the commands use) and flattened to its key paths (list items merged, ``[]``).
+distributed check, one with processes, an ``--across`` grid and a resume in-process, from small
+traces and the builders the commands use) and flattened to its key paths (list items merged, ``[]``).
 Keys whose names are data, not schema (metric names, environment entries, signal names, ranks),
 are one opaque path each, so the tree does not depend on the machine.
 
@@ -33,8 +33,10 @@ from repro_check.diagnose.localize import Localization
 from repro_check.diagnose.sources import find_sources
 from repro_check.distributed.compare import RankComparison
 from repro_check.distributed.launch import Distributed, DistOptions, JobResult, RankResult
+from repro_check.compare.resume import NotRestored
 from repro_check.report.model import (AcrossCell, AcrossPair, AcrossPart, BisectCommit,
-                                      BisectPart, DiagnosisPart, JudgedCommit, Report)
+                                      BisectPart, CheckpointInfo, DiagnosisPart, JudgedCommit,
+                                      Report, ResumePart)
 from repro_check.run import axes as ax
 from repro_check.diagnose.across import metrics_side_by_side, price_of_determinism
 from repro_check.run.options import InternalSettings, options_of
@@ -51,7 +53,7 @@ KEYS_FILE = Path(__file__).with_name("report_keys.json")
 #: paths whose keys are data (names of metrics, signals, environment entries, ranks, settings)
 OPAQUE = {
     "environment", "metrics[]", "judged", "rank_desync.fingerprints", "across.cells[].settings",
-    "across.cells[].versions", "across.revisions",
+    "across.cells[].versions", "across.revisions", "checkpoint.kinds",
 }
 
 
@@ -248,6 +250,21 @@ def _bisect(tmp: Path) -> Report:
     return report
 
 
+def _resume(tmp: Path) -> Report:
+    """A resume whose resumed run differs at step 5: the checkpoint, what it holds, the state
+    not restored and each run's steps."""
+    report = _check_like(tmp, "resume")
+    report.resume = ResumePart(
+        at=3, resume_args="--resume {checkpoint}", reference_reproducible=True,
+        checkpoint=CheckpointInfo(step=4, path="out/ckpt.pt", copy="traces/checkpoint/ckpt.pt",
+                                  kind="torch.save", keys=["model", "opt", "step"],
+                                  kinds={"model": "model", "opt": "optimizer", "step": "other"},
+                                  stopped_after=0.01),
+        not_restored=[NotRestored("rng.torch", "save torch.get_rng_state().", "it differs")],
+        steps={"reference": 6, "interrupted": 4, "resumed": 2})
+    return report
+
+
 # ---- the test --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -268,6 +285,7 @@ def key_trees(diverging_check: Any, same_check: Any, golden: Golden, verify_othe
             "processes": _processes(tmp),
             "across": _across(tmp),
             "bisect": _bisect(tmp),
+            "resume": _resume(tmp),
         }
     return {name: sorted(key_paths(json.loads(r.to_json()))) for name, r in built.items()}
 
