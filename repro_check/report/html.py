@@ -48,7 +48,7 @@ FIG_W, FIG_H, DPI = 960, 380, 100
 def require_matplotlib() -> None:
     """Exit 2 with one line when the plotting library is missing."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401 - optional: its absence is said in one line
     except ImportError:
         raise UsageError(
             "--report needs matplotlib, which is not installed "
@@ -72,6 +72,7 @@ def read_curve(path: str | os.PathLike[str], signal: str = "loss",
 
 # ---- plots ---------------------------------------------------------------------------------------
 def _figure() -> Any:
+    # matplotlib on use: only the HTML report draws
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(FIG_W / DPI, FIG_H / DPI), dpi=DPI)
