@@ -204,7 +204,7 @@ class RankComparison(StreamComparison):
                 key = (d.step, _signal_order(d.signal), rank)
                 current = per_run.get(k)
                 if current is None or key < (current.step, _signal_order(current.signal),
-                                             getattr(current, "rank", 0)):
+                                             current.rank or 0):
                     per_run[k] = _on_rank(d, rank)
                 if best is None or key + (k,) < best[0]:
                     best = (key + (k,), _on_rank(d, rank), res)
@@ -305,7 +305,7 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
             ranks=sorted(comparison.by_rank), ddp_model_seen=comparison.params_seen,
             cross_rank_steps=comparison.cross_rank_steps,
             **dataclasses.asdict(dist.options)),
-        first_divergent_rank=getattr(div, "rank", None),
+        first_divergent_rank=div.rank if div is not None else None,
         rank_values=rank_values(report, comparison),
         rank_desync=None if desync is None else RankDesync(
             run=desync.run,

@@ -34,7 +34,7 @@ from typing import Any
 
 from repro_check.child import runconfig
 from repro_check.distributed.compare import RankComparison, RankFeed, finish_report
-from repro_check.errors import TraceFileError
+from repro_check.errors import TraceFileError, UsageError
 from repro_check.run import procs
 from repro_check.run.exitstatus import Status, classify_exit
 from repro_check.run.options import DistOptions
@@ -107,6 +107,8 @@ class Job:
         self.result = JobResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.open_streams = 2
+        #: a torchrun job's output is not scanned for ``--metric`` rules
+        self.scan_error: UsageError | None = None
         self.started = time.monotonic()
         self.killed_for: Status | None = None
         self.dropped: dict[int, int] = {}  # lines of each rank that could not be taken

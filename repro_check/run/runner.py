@@ -43,7 +43,7 @@ from repro_check.trace.protocol import (DEBUG_VAR, ErrorRecord, HeaderRecord, In
                                         MetricsRecord, patch_line,
                                         ProtocolError, Record, RunConfig, StepRecord,
                                         WarningRecord, record_of)
-from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
+from repro_check.trace.results import PRINTED_STATUSES, Listener, RankResult, RunResult
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
                                        dropped_warning, dumps, read_record)
 
@@ -103,6 +103,9 @@ class LiveRun(Protocol):
     spec: RunSpec
     #: streams of the run whose ``("eof", run)`` has not arrived yet
     open_streams: int
+    #: a ``--metric`` rule that took too long on the run's output (set by :meth:`finish`): the
+    #: check stops with it as a usage error
+    scan_error: UsageError | None
 
     @property
     def ready(self) -> bool:
@@ -202,7 +205,7 @@ def fresh_compile_caches(env: dict[str, str], given: dict[str, str],
     return folder
 
 
-def apply_event(res: Any, ev: Record) -> bool:
+def apply_event(res: RunResult | RankResult, ev: Record) -> bool:
     """Fold one trace record of a run (or a rank) into its result; True when it is the record
     saying the target returned (its final status)."""
     if isinstance(ev, HeaderRecord):
@@ -213,7 +216,7 @@ def apply_event(res: Any, ev: Record) -> bool:
         res.error = ev.error
     elif isinstance(ev, WarningRecord):
         res.warnings.append(ev.warning)
-        if ev.incomplete and isinstance(getattr(res, "incomplete", None), list):
+        if ev.incomplete:
             res.incomplete.append(ev.warning)
         if ev.override is not None:
             res.overrides.append(ev.override)
@@ -227,7 +230,7 @@ def apply_event(res: Any, ev: Record) -> bool:
             res.loaders.append(rec)
     elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("patches"), list):
         if os.environ.get(DEBUG_VAR):  # --debug: what the run patched, shown as it starts
-            name = f"run {res.index}" if isinstance(getattr(res, "index", None), int) else "a run"
+            name = f"run {res.index}" if isinstance(res, RunResult) else "a run"
             for row in ev.info["patches"]:
                 if isinstance(row, dict):
                     sys.stderr.write(f"repro-check: {name} patched {patch_line(row)}\n")
@@ -236,7 +239,7 @@ def apply_event(res: Any, ev: Record) -> bool:
     elif isinstance(ev, InfoRecord) and ev.status is not None:
         res.status = status_of(ev.status)
         held = ev.info.get("held_metrics")
-        if isinstance(held, list) and hasattr(res, "held_metrics"):
+        if isinstance(held, list):
             res.held_metrics = [str(n) for n in held]
         return True
     return False
@@ -647,9 +650,8 @@ class _Runs:
                 continue
             result = self.results[idx] = run.finish()
             del self.live[idx]
-            error = getattr(run, "scan_error", None)
-            if error is not None:
-                raise error  # the other runs are stopped on the way out (run_all)
+            if run.scan_error is not None:
+                raise run.scan_error  # the other runs are stopped on the way out (run_all)
             if result.printed_metrics:  # compared like the metrics the run itself recorded
                 self.listener.event(idx, MetricsRecord({"metrics": result.printed_metrics},
                                                        result.printed_metrics))
