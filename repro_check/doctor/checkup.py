@@ -32,6 +32,7 @@ from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
 from repro_check.doctor_codes import CODES, parse_codes
 from repro_check.doctor.scan import FileScan, Hit, program_hits, scan_tree
+from repro_check.trace.jsonfields import JsonRecord, json_field
 
 
 #: the comment that silences findings on its line: ``ignore`` alone silences every code
@@ -41,14 +42,17 @@ ALL = "*"
 
 
 @dataclass(frozen=True)
-class Finding:
-    """A hazard at a place in a file; ``end_line`` is the last line of the code it points at."""
+class Finding(JsonRecord):
+    """A hazard at a place in a file; ``end_line`` is the last line of the code it points at
+    (not in the JSON, which has why and how to fix it instead)."""
+
+    JSON_PROPERTIES = ("why", "fix")
 
     code: str
     file: str
     line: int
     message: str
-    end_line: int = 0
+    end_line: int = json_field(default=0, skip=True)
 
     @property
     def why(self) -> str:
@@ -57,10 +61,6 @@ class Finding:
     @property
     def fix(self) -> str:
         return CODES[self.code].fix
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "file": self.file, "line": self.line, "message": self.message,
-                "why": self.why, "fix": self.fix}
 
 
 @dataclass
