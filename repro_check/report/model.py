@@ -656,7 +656,7 @@ class Report:
         parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes,
                  self.bisect)
         resume = [] if self.resume is None else [
-            {"resumes_exactly": self.reproducible, **self.resume.to_dict()}]
+            {"resumes_exactly": self.reproducible}, self.resume.to_dict()]
         return merge([self.core().to_dict(),
                       *(part.to_dict() for part in parts if part is not None), *resume])
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from repro_check.report.model import GatePart, Report
+from repro_check.report.model import GatePart, Report, ResumePart
 from repro_check.trace.jsonfields import JsonRecord, json_field, merge, to_dict
 
 
@@ -57,6 +57,23 @@ def test_a_report_part_that_overwrites_a_key_of_the_body_raises() -> None:
     assert report.to_dict()["runs"] == 2
     report.gate = ClashingGate("diff")
     with pytest.raises(ValueError, match="runs"):
+        report.to_dict()
+
+
+class ClashingResume(ResumePart):
+    """A resume part that writes the verdict key the report adds beside it."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "resumes_exactly": False}
+
+
+def test_a_resume_part_that_writes_the_reports_verdict_key_raises() -> None:
+    """``resumes_exactly`` is the report's verdict, written beside the resume part's keys: a part
+    that wrote it too would be silently overwritten by a ``**`` merge."""
+    report = Report("t:main", [], 0, [], 2, [], None, resume=ResumePart(at=3))
+    assert report.to_dict()["resumes_exactly"] is False and report.to_dict()["resume_at"] == 3
+    report.resume = ClashingResume(at=3)
+    with pytest.raises(ValueError, match="resumes_exactly"):
         report.to_dict()
 
 
