@@ -30,6 +30,7 @@ from repro_check.report.contents import (DesyncRankValue, DistributedLaunch, Fai
 from repro_check.report.model import DistributedPart, RankDesync, RankRun, Report
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import MetricsRecord, StepRecord
+from repro_check.trace.results import RunResult
 from repro_check.trace import signals
 
 #: signal name of a desync between the ranks of one run
@@ -239,7 +240,7 @@ class RankFeed(Feed):
     def add_metrics(self, index: int, event: MetricsRecord) -> None:
         self.comparison.set_metrics(index, event.rank or 0, event.metrics)
 
-    def end(self, result: Any) -> None:
+    def end(self, result: RunResult) -> None:
         steps = {r.rank: r.steps for r in result.rank_results()}
         self.comparison.end(result.index, steps, complete=result.status != "cancelled")
 
