@@ -63,15 +63,24 @@ class Finding(JsonRecord):
         return CODES[self.code].fix
 
 
-@dataclass
-class DoctorReport:
-    """What ``repro-check doctor`` found; ``findings`` are the ones left after silencing."""
+def _silenced_json(silenced: list[tuple[Finding, str]]) -> list[dict[str, Any]]:
+    return [{"code": f.code, "file": f.file, "line": f.line, "by": by} for f, by in silenced]
 
-    target: str | None
-    environment: dict[str, Any] | None
+
+@dataclass
+class DoctorReport(JsonRecord):
+    """What ``repro-check doctor`` found; ``findings`` are the ones left after silencing. Its
+    JSON (``--json``) is written from its fields, then ``clean``."""
+
+    JSON_PROPERTIES = ("clean",)
+
+    #: the environment table's entries (None with ``--no-env``)
+    environment: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
-    silenced: list[tuple[Finding, str]] = field(default_factory=list)
+    target: str | None = None
     files: list[str] = field(default_factory=list)
+    #: each silenced finding and what silenced it (comment, option, config)
+    silenced: list[tuple[Finding, str]] = json_field(default_factory=list, convert=_silenced_json)
     skipped: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     config: str | None = None
@@ -84,20 +93,6 @@ class DoctorReport:
     def exit_code(self) -> ExitCode:
         """0 when nothing is left to fix, 1 when a finding remains (the codes ``check`` uses)."""
         return ExitCode.REPRODUCIBLE if self.clean else ExitCode.NOT_REPRODUCIBLE
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "environment": self.environment,
-            "findings": [f.to_dict() for f in self.findings],
-            "clean": self.clean,
-            "target": self.target,
-            "files": self.files,
-            "silenced": [{"code": f.code, "file": f.file, "line": f.line, "by": by}
-                         for f, by in self.silenced],
-            "skipped": self.skipped,
-            "warnings": self.warnings,
-            "config": self.config,
-        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str) + "\n"

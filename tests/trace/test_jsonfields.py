@@ -127,3 +127,25 @@ def test_each_gate_mode_writes_its_own_keys(mode: str, keys: set[str]) -> None:
     if mode == "record":
         written = GatePart("record", golden="g.json").to_dict()
         assert {"band", "spread_steps", "widest_spread"} <= set(written)
+
+
+def test_no_record_of_a_report_writes_its_json_by_hand() -> None:
+    """Every record a report (check, gate, diagnose, torchrun, across, resume, bisect, doctor)
+    is written from derives its JSON from its fields; only the report itself joins its parts
+    (:func:`merge`, a key written twice refused)."""
+    import importlib
+    import pkgutil
+
+    import repro_check
+
+    names = [m.name for m in pkgutil.walk_packages(repro_check.__path__, "repro_check.")
+             if m.name.split(".")[1] in ("report", "compare", "diagnose", "gate", "distributed",
+                                         "doctor", "trace")]
+    by_hand = sorted(
+        f"{value.__module__}.{value.__qualname__}"
+        for name in names for value in vars(importlib.import_module(name)).values()
+        if isinstance(value, type) and value.__module__ == name and "to_dict" in vars(value)
+        and value is not JsonRecord)
+    assert by_hand == ["repro_check.report.model.Report",  # joins its parts with merge()
+                       # a run's configuration (the protocol), no report's record
+                       "repro_check.trace.protocol.ResumeSettings"]
