@@ -217,7 +217,7 @@ class AcrossPair(JsonRecord):
     loading_note: str | None = None
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Literal["bit-identical", "agrees", "differs"]:
         """``bit-identical``, ``agrees`` (within the tolerances, or in the signals compared, but
         not in every bit) or ``differs``."""
         if self.bit_identical:
