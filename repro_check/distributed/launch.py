@@ -101,6 +101,8 @@ class Job:
     the per-rank trace files are ``<trace stem>.rank-<R>.jsonl`` beside the run's trace path.
     """
 
+    scan_error: UsageError | None
+
     def __init__(self, spec: RunSpec, events: Events, options: DistOptions) -> None:
         self.spec = spec
         self.options = options
@@ -108,7 +110,7 @@ class Job:
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.open_streams = 2
         #: a torchrun job's output is not scanned for ``--metric`` rules
-        self.scan_error: UsageError | None = None
+        self.scan_error = None
         self.started = time.monotonic()
         self.killed_for: Status | None = None
         self.dropped: dict[int, int] = {}  # lines of each rank that could not be taken

@@ -282,6 +282,8 @@ class _Pacer:
 class _LiveRun:
     """One plain run: the run entry under its supervisor, with a reader thread per pipe."""
 
+    scan_error: UsageError | None
+
     def __init__(self, spec: RunSpec, events: Events, pacer: _Pacer | None = None) -> None:
         self.spec = spec
         self.events = events
@@ -289,7 +291,7 @@ class _LiveRun:
         self.result = RunResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         #: set when a --metric rule did not finish in time: raised once the run is finished
-        self.scan_error: UsageError | None = None
+        self.scan_error = None
         self.streams = streams.ProcessStreams(spec.index, spec.trace_path, events) \
             if spec.processes else None
         self.open_streams = 2 if self.streams is None else 3
