@@ -125,6 +125,7 @@ def _toml_loads(text: str, path: Path) -> dict[str, Any]:
         import tomllib  # Python 3.11+
     except ImportError:  # pragma: no cover - Python 3.10
         try:
+            # tomli: the optional TOML reader of Python 3.10, asked for only here
             import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
         except ImportError:
             raise UsageError(f"{path}: reading [tool.{SECTION}] needs Python 3.11 or the tomli "

@@ -83,7 +83,7 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
             options.printed_metrics,
             [r.printed_metrics for r in outcome.results if r.status in PRINTED_STATUSES])
     div = result.divergence
-    seen = evidence(outcome.results, getattr(div, "rank", None))
+    seen = evidence(outcome.results, div.rank if div is not None else None)
     report.cause, why, report.cause_location = cause.classify(
         reproducible=report.reproducible,
         failed=report.error is not None or outcome.interrupted,

@@ -102,6 +102,7 @@ def _quiet(fn: Callable[[], Any]) -> Any:
 
 def _numpy_version() -> str | None:
     try:
+        # numpy on use (it may be absent): import repro_check and a run's start never load it
         import numpy
 
         return numpy.__version__
@@ -136,6 +137,7 @@ def collect() -> Facts:
                    for name in (*THREAD_VARIABLES, *DETERMINISM_VARIABLES)},
     )
     try:
+        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
     except Exception:  # noqa: BLE001 - torch missing or broken
         return facts

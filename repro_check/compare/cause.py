@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 from repro_check.child import clock
 from repro_check.child.seeding import STREAM_NAMES
+from repro_check.trace.results import Location
 
 CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "metrics", "environment", "none")
 
@@ -171,14 +172,14 @@ def _step_of(rec: Mapping[str, Any]) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def where_location(where: Any) -> dict[str, Any] | None:
-    """``{"file", "line", "function": None}`` of a seeding record's ``file:line``."""
+def where_location(where: Any) -> Location | None:
+    """The location (no function) of a seeding record's ``file:line``."""
     if not isinstance(where, str):
         return None
     file, _, line = where.rpartition(":")
     if not file or not line.isdigit():
         return None
-    return {"file": file[:4096], "line": int(line), "function": None}
+    return Location(file[:4096], int(line))
 
 
 @dataclass
@@ -186,7 +187,7 @@ class SeedingCall:
     """A seeding call that explains a divergence: the text, and where the call was made."""
 
     detail: str
-    location: dict[str, Any] | None
+    location: Location | None
     worker: bool = False
     #: the step in progress when the call was made (None: not recorded)
     step: int | None = None
@@ -254,13 +255,10 @@ MAX_GENERATOR_RECORDS = 2000
 
 
 def _location(value: Any) -> dict[str, Any] | None:
-    if not isinstance(value, dict):
-        return None
-    file, line, function = value.get("file"), value.get("line"), value.get("function")
-    if not isinstance(file, str) or not isinstance(line, int) or isinstance(line, bool):
-        return None
-    return {"file": file[:4096], "line": line,
-            "function": function[:200] if isinstance(function, str) else None}
+    """A record's location checked and cut to size (:meth:`Location.of`), kept in the record as
+    the plain object it is in the trace."""
+    loc = Location.of(value)
+    return loc.to_dict() if loc is not None else None
 
 
 def generator_record(body: Any) -> dict[str, Any] | None:
@@ -281,9 +279,8 @@ def generator_record(body: Any) -> dict[str, Any] | None:
         return None
     out.update(event=event, kind=kind, fp=fp[:64], created=body.get("created") is True,
                how=str(body.get("how"))[:40], location=_location(body.get("location")))
-    stack = body.get("stack")
-    if isinstance(stack, list):
-        out["stack"] = [loc for loc in map(_location, stack[-8:]) if loc is not None]
+    if isinstance(body.get("stack"), list):
+        out["stack"] = [loc.to_dict() for loc in Location.stack_of(body["stack"])]
     return out
 
 
@@ -294,8 +291,8 @@ class GeneratorSource:
     key: str
     kind: str
     detail: str
-    location: dict[str, Any] | None
-    stack: list[dict[str, Any]] | None
+    location: Location | None
+    stack: list[Location]
 
 
 def private_generator(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]],
@@ -319,14 +316,14 @@ def private_generator(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, A
                "manual_seed": "seeded with a value that differs between runs (the clock?)",
                "seed": "seeded with a value that differs between runs (the clock?)",
                "default": "seeded differently"}.get(str(rec.get("how")), str(rec.get("how")))
-        loc = first.get("location") or {}
-        seeded = rec.get("location") or {}
-        where = f" at {seeded.get('file')}:{seeded.get('line')}" if seeded != loc else ""
-        made = f"{loc.get('file')}:{loc.get('line')}" if loc else "an unknown place"
+        loc = Location.of(first.get("location"))
+        seeded = Location.of(rec.get("location"))
+        where = f" at {seeded.site}" if seeded is not None and seeded != loc else ""
+        made = loc.site if loc is not None else "an unknown place"
         first_draw = drawn.get(key)
         detail = (f"a {kind} made at {made}, {how}{where}; first drawn from at step "
                   f"{first_draw if first_draw else 'the start'}")
-        return GeneratorSource(key, kind, detail, loc or None, first.get("stack"))
+        return GeneratorSource(key, kind, detail, loc, Location.stack_of(first.get("stack")))
     return None
 
 
@@ -349,8 +346,7 @@ def loader_record(body: Any) -> dict[str, Any] | None:
     return {"loader": n, "made": made, "dataset": str(body.get("dataset"))[:200],
             "workers": workers if isinstance(workers, int) and not isinstance(workers, bool)
             else 0, "location": _location(body.get("location")),
-            "stack": [loc for loc in map(_location, stack[-8:]) if loc is not None]
-            if isinstance(stack, list) else []}
+            "stack": [loc.to_dict() for loc in Location.stack_of(stack)]}
 
 
 def loader_at(records: Sequence[Mapping[str, Any]], step: int) -> Mapping[str, Any] | None:
@@ -397,7 +393,7 @@ def classify(
     generators: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
     divergence: tuple[int, int] | None = None,
     loaders: Sequence[Mapping[str, Any]] | None = None,
-) -> tuple[Cause | None, str, dict[str, Any] | None]:
+) -> tuple[Cause | None, str, Location | None]:
     """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules.
 
     ``seedings``: each run's seeding-watch records (``component``, ``key``, ``value``,
@@ -444,10 +440,9 @@ def classify(
                                  else call.step == divergence[1]):
             if call.worker and loaders:
                 loader = loader_at(loaders, divergence[1])
-                if loader is not None and loader.get("location"):
-                    made = loader["location"]
-                    call.detail += (f"; the batches come from the DataLoader made at "
-                                    f"{made['file']}:{made['line']}")
+                made = Location.of(loader.get("location")) if loader is not None else None
+                if made is not None:
+                    call.detail += f"; the batches come from the DataLoader made at {made.site}"
             return "rng", call.detail, call.location
     elif cause == "init":
         why = init_detail(models, seedings)
@@ -458,9 +453,9 @@ def classify(
     where = None
     if cause == "data" and loaders and divergence is not None:
         loader = loader_at(loaders, divergence[1])
-        if loader is not None and loader.get("location"):
-            where = dict(loader["location"])
+        where = Location.of(loader.get("location")) if loader is not None else None
+        if loader is not None and where is not None:
             workers = f", {loader['workers']} workers" if loader.get("workers") else ""
-            why += (f"; the batches come from the DataLoader made at {where['file']}:"
-                    f"{where['line']} (dataset {loader.get('dataset')}{workers})")
+            why += (f"; the batches come from the DataLoader made at {where.site} "
+                    f"(dataset {loader.get('dataset')}{workers})")
     return cause, why, where

@@ -22,6 +22,7 @@ from typing import Any
 from repro_check.compare.feed import Feed
 from repro_check.compare.perstream import StreamComparison, located
 from repro_check.trace.protocol import MetricsRecord, Record, StepRecord
+from repro_check.trace.results import RunResult
 from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy, settled
 
 #: the stream of the run's main process
@@ -128,7 +129,7 @@ class ProcessFeed(Feed):
         elif isinstance(event, MetricsRecord):
             self.comparison.set_metrics(index, event.proc, event.metrics)
 
-    def end(self, result: Any) -> None:
+    def end(self, result: RunResult) -> None:
         # a run that failed or was stopped by us is cut short: its missing steps are no divergence,
         # nor are those of a process that was killed because the run stopped (--max-steps)
         cut_short = result.failed or result.status == "cancelled"

@@ -17,17 +17,17 @@ from typing import Any
 
 from dataclasses import dataclass
 
+from repro_check.trace.jsonfields import JsonRecord
+
+
 @dataclass
-class NotRestored:
+class NotRestored(JsonRecord):
     """One piece of state a resume did not restore (``state`` from :data:`RESUME_STATES`), with
     what to add to the checkpoint (``fix``) and what was seen (``detail``)."""
 
     state: str
     fix: str
     detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "fix": self.fix, "detail": self.detail}
 
 
 #: what ``not_restored`` may name, in the order it is listed

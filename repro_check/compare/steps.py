@@ -159,6 +159,18 @@ class Divergence(JsonRecord):
     detail: str = ""
     policy: str = ""
 
+    # the stream it is in, for a comparison of several streams a run (their divergences hold
+    # it as a field: RankDivergence, ProcessDivergence); a plain run's is in neither
+    @property
+    def rank(self) -> int | None:
+        """The torchrun rank the divergence is on (None: not a torchrun check)."""
+        return None
+
+    @property
+    def process(self) -> int | None:
+        """The process of the run it is in (None: the run's processes were not compared)."""
+        return None
+
 
 def _finite(x: float | None) -> float | None:
     return None if x is None or math.isnan(x) or math.isinf(x) else x
@@ -195,7 +207,7 @@ def settled(pairs: Iterable[Any], slack: int = 1) -> bool:
 @dataclass
 class ComparisonResult:
     first_divergent_step: int | None
-    divergent_signal: str | None
+    divergent_signal: Signal | None
     divergence: Divergence | None
     per_run: dict[int, Divergence | None]
     metric_divergences: list[Divergence]

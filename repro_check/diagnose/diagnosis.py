@@ -175,9 +175,9 @@ def _localizable(report: Report) -> bool:
 def _seeding_call(report: Report) -> bool:
     """Whether the cause's location is a seeding call the watch saw (a global stream reseeded
     from the clock or entropy): the source is known to its line, no op needs naming."""
-    loc = report.cause_location or {}
-    where = f"{loc.get('file')}:{loc.get('line')}"
-    return any(o.get("where") == where for r in report.results for o in r.overrides)
+    loc = report.cause_location
+    return loc is not None and any(o.get("where") == loc.site
+                                   for r in report.results for o in r.overrides)
 
 
 def _ablation(report: Report, part: DiagnosisPart, components: Sequence[str],
@@ -275,7 +275,7 @@ def _localize(step: int, folder: Path, common: RunOptions, internal: InternalSet
         # a compute divergence: the batch agreed (it is compared before the loss); under
         # torchrun, on the rank where the difference entered
         div = rep.comparison.divergence if rep.comparison else None
-        rank = getattr(div, "rank", None) or 0
+        rank = (div.rank if div is not None else None) or 0
         loc = compare(step, collector.probes.get((1, rank), []),
                       collector.probes.get((2, rank), []), batch_agreed=True)
         if first is None or first > step:

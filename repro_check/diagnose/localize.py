@@ -33,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from repro_check.report.contents import Localization
+from repro_check.report.contents import EnvCall, Localization
+from repro_check.trace.results import Location
 
 
 #: ops that draw from a random generator (ATen names without the namespace)
@@ -225,17 +226,18 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
                               "or numpy numbers, OS entropy, an environment's observation, a "
                               "tensor built from them), not a nondeterministic op")
                 made = entered(records_a, records_b, a, loc.differing_inputs)
-                if made is not None and made.get("loc"):
-                    at = made["loc"]
+                at = Location.of(made.get("loc")) if made is not None else None
+                if made is not None and at is not None:
                     loc.entered, loc.entered_by = at, str(made.get("fn"))
-                    loc.detail += (f"; it entered at {at['file']}:{at['line']} ({made.get('fn')} "
+                    loc.detail += (f"; it entered at {at.site} ({made.get('fn')} "
                                    "of data from outside torch), and differs between the runs")
                 env = env_call(records_a, records_b, made) if made is not None else None
-                if env is not None and env.get("loc"):
-                    call, at = str(env.get("call")), env["loc"]
-                    loc.env_call = {"call": call, **at}
+                at = Location.of(env.get("loc")) if env is not None else None
+                if env is not None and at is not None:
+                    call = str(env.get("call"))
+                    loc.env_call = EnvCall(call, at)
                     loc.detail += (f"; the observation returned by env.{call}() at "
-                                   f"{at['file']}:{at['line']} differs between the runs: the "
+                                   f"{at.site} differs between the runs: the "
                                    "environment seeds itself from OS entropy when reset() gets "
                                    "no seed; pass env.reset(seed=...) and seed env.action_space "
                                    "(env.action_space.seed(...))")

@@ -29,6 +29,7 @@ from repro_check.report.contents import Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions
+from repro_check.trace.results import Location
 
 Log = Callable[[str], None]
 #: replays a pair to ``step`` recording every op there: (step, options, internal, folder)
@@ -74,13 +75,12 @@ def _stream(replay: Path, stream: str, step: int, rank: int = 0) -> Source:
                if r.get("stream") == stream and r.get("step", 0) <= step]
     last = reseeds[-1] if reseeds else None
     detail = f"the global {stream} stream differs at the start of step {step}"
+    loc = Location.of(last["location"]) if last is not None else None
     if last is not None:
-        loc = last["location"]
         how = "from entropy" if last["how"] == "entropy" else f"with {last['how']}()"
-        detail += f"; reseeded {how} at {loc['file']}:{loc['line']}"
-    return Source(step, f"rng.{stream}", "rng", detail=detail,
-                  location=last["location"] if last else None,
-                  stack=last["stack"] if last else None,
+        detail += f"; reseeded {how} at {loc.site if loc is not None else 'an unknown place'}"
+    return Source(step, f"rng.{stream}", "rng", detail=detail, location=loc,
+                  stack=Location.stack_of(last["stack"]) if last else [],
                   pin={"kind": "rng", "stream": stream, "step": step},
                   pinned_by=f"run 1's {stream} state at the start of step {step}")
 
@@ -101,11 +101,10 @@ def _reseed(report: Report, replay: Path, step: int, pins: list[dict[str, Any]],
         if stream in pinned or rec.get("step", 0) > step or rec.get("fp") is None \
                 or other.get((stream, rec["event"]), rec["fp"]) == rec["fp"]:
             continue
-        loc = rec["location"]
-        site = f"{loc['file']}:{loc['line']}"
+        loc = Location.of(rec["location"])
+        site = loc.site if loc is not None else "an unknown place"
         detail = report.cause_detail if report.cause == "rng" and report.cause_location and \
-            (report.cause_location.get("file"), report.cause_location.get("line")) == \
-            (loc["file"], loc["line"]) else None
+            loc is not None and report.cause_location.site == loc.site else None
         if detail is None:
             how = {"entropy": "from OS entropy", "clock": "from the clock"}.get(
                 rec["how"], f"with {rec['how']}() of a value that differs between runs")
@@ -113,7 +112,7 @@ def _reseed(report: Report, replay: Path, step: int, pins: list[dict[str, Any]],
                       f"{rec['step']}): every run draws other numbers after it; seed it with a "
                       "constant")
         return Source(step, report.divergent_signal, "rng", detail=detail, location=loc,
-                      stack=rec.get("stack"),
+                      stack=Location.stack_of(rec.get("stack")),
                       pin={"kind": "reseed", "stream": stream, "at": site},
                       pinned_by=f"run 1's {stream} state after each reseeding at {site}")
     return None
@@ -123,16 +122,15 @@ def _op_site(src: Source, replay: Path, rank: int = 0) -> None:
     """Where the script called the pinned op, as run 1 of the pinned pair saw it."""
     for rec in _records(replay, 1, rank):
         if rec.get("op_site") == src.culprit_op:
-            src.location, src.stack = rec.get("location"), rec.get("stack")
+            src.location = Location.of(rec.get("location"))
+            src.stack = Location.stack_of(rec.get("stack"))
             return
 
 
 def divergent_rank(report: Report) -> int:
     """The torchrun rank where a pair's difference entered (0 without torchrun)."""
-    comparison = getattr(report, "comparison", None)
-    div = comparison.divergence if comparison is not None else None
-    rank = getattr(div, "rank", None)
-    return rank if isinstance(rank, int) else 0
+    div = report.comparison.divergence if report.comparison is not None else None
+    return (div.rank or 0) if div is not None else 0
 
 
 def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
@@ -150,10 +148,10 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     reseeded = _reseed(report, replay, step, pins, rank)  # a global stream first
     if reseeded is not None:
         return reseeded
-    location = getattr(report, "cause_location", None)
+    location = report.cause_location
     pinned_at = {p.get("at") for p in pins if p["kind"] == "reseed"}
     if cause == "rng" and location and signal and not signal.startswith("rng.") and \
-            f"{location.get('file')}:{location.get('line')}" in pinned_at:
+            location.site in pinned_at:
         # the check names a reseeding call this pair has pinned: what differs now is another
         # source, found by the signal as the check would without that call
         cause = from_signal(signal, uses_dataloader=True)

@@ -30,6 +30,7 @@ from repro_check.report.contents import (DesyncRankValue, DistributedLaunch, Fai
 from repro_check.report.model import DistributedPart, RankDesync, RankRun, Report
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import MetricsRecord, StepRecord
+from repro_check.trace.results import RunResult
 from repro_check.trace import signals
 
 #: signal name of a desync between the ranks of one run
@@ -204,7 +205,7 @@ class RankComparison(StreamComparison):
                 key = (d.step, _signal_order(d.signal), rank)
                 current = per_run.get(k)
                 if current is None or key < (current.step, _signal_order(current.signal),
-                                             getattr(current, "rank", 0)):
+                                             current.rank or 0):
                     per_run[k] = _on_rank(d, rank)
                 if best is None or key + (k,) < best[0]:
                     best = (key + (k,), _on_rank(d, rank), res)
@@ -239,7 +240,7 @@ class RankFeed(Feed):
     def add_metrics(self, index: int, event: MetricsRecord) -> None:
         self.comparison.set_metrics(index, event.rank or 0, event.metrics)
 
-    def end(self, result: Any) -> None:
+    def end(self, result: RunResult) -> None:
         steps = {r.rank: r.steps for r in result.rank_results()}
         self.comparison.end(result.index, steps, complete=result.status != "cancelled")
 
@@ -305,7 +306,7 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
             ranks=sorted(comparison.by_rank), ddp_model_seen=comparison.params_seen,
             cross_rank_steps=comparison.cross_rank_steps,
             **dataclasses.asdict(dist.options)),
-        first_divergent_rank=getattr(div, "rank", None),
+        first_divergent_rank=div.rank if div is not None else None,
         rank_values=rank_values(report, comparison),
         rank_desync=None if desync is None else RankDesync(
             run=desync.run,

@@ -34,7 +34,7 @@ from typing import Any
 
 from repro_check.child import runconfig
 from repro_check.distributed.compare import RankComparison, RankFeed, finish_report
-from repro_check.errors import TraceFileError
+from repro_check.errors import TraceFileError, UsageError
 from repro_check.run import procs
 from repro_check.run.exitstatus import Status, classify_exit
 from repro_check.run.options import DistOptions
@@ -101,12 +101,16 @@ class Job:
     the per-rank trace files are ``<trace stem>.rank-<R>.jsonl`` beside the run's trace path.
     """
 
+    scan_error: UsageError | None
+
     def __init__(self, spec: RunSpec, events: Events, options: DistOptions) -> None:
         self.spec = spec
         self.options = options
         self.result = JobResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         self.open_streams = 2
+        #: a torchrun job's output is not scanned for ``--metric`` rules
+        self.scan_error = None
         self.started = time.monotonic()
         self.killed_for: Status | None = None
         self.dropped: dict[int, int] = {}  # lines of each rank that could not be taken

@@ -32,6 +32,7 @@ from repro_check.child.environment import collect
 from repro_check.errors import ExitCode, UsageError
 from repro_check.doctor_codes import CODES, parse_codes
 from repro_check.doctor.scan import FileScan, Hit, program_hits, scan_tree
+from repro_check.trace.jsonfields import JsonRecord, json_field
 
 
 #: the comment that silences findings on its line: ``ignore`` alone silences every code
@@ -41,14 +42,17 @@ ALL = "*"
 
 
 @dataclass(frozen=True)
-class Finding:
-    """A hazard at a place in a file; ``end_line`` is the last line of the code it points at."""
+class Finding(JsonRecord):
+    """A hazard at a place in a file; ``end_line`` is the last line of the code it points at
+    (not in the JSON, which has why and how to fix it instead)."""
+
+    JSON_PROPERTIES = ("why", "fix")
 
     code: str
     file: str
     line: int
     message: str
-    end_line: int = 0
+    end_line: int = json_field(default=0, skip=True)
 
     @property
     def why(self) -> str:
@@ -58,20 +62,25 @@ class Finding:
     def fix(self) -> str:
         return CODES[self.code].fix
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "file": self.file, "line": self.line, "message": self.message,
-                "why": self.why, "fix": self.fix}
+
+def _silenced_json(silenced: list[tuple[Finding, str]]) -> list[dict[str, Any]]:
+    return [{"code": f.code, "file": f.file, "line": f.line, "by": by} for f, by in silenced]
 
 
 @dataclass
-class DoctorReport:
-    """What ``repro-check doctor`` found; ``findings`` are the ones left after silencing."""
+class DoctorReport(JsonRecord):
+    """What ``repro-check doctor`` found; ``findings`` are the ones left after silencing. Its
+    JSON (``--json``) is written from its fields, then ``clean``."""
 
-    target: str | None
-    environment: dict[str, Any] | None
+    JSON_PROPERTIES = ("clean",)
+
+    #: the environment table's entries (None with ``--no-env``)
+    environment: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
-    silenced: list[tuple[Finding, str]] = field(default_factory=list)
+    target: str | None = None
     files: list[str] = field(default_factory=list)
+    #: each silenced finding and what silenced it (comment, option, config)
+    silenced: list[tuple[Finding, str]] = json_field(default_factory=list, convert=_silenced_json)
     skipped: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     config: str | None = None
@@ -84,20 +93,6 @@ class DoctorReport:
     def exit_code(self) -> ExitCode:
         """0 when nothing is left to fix, 1 when a finding remains (the codes ``check`` uses)."""
         return ExitCode.REPRODUCIBLE if self.clean else ExitCode.NOT_REPRODUCIBLE
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "environment": self.environment,
-            "findings": [f.to_dict() for f in self.findings],
-            "clean": self.clean,
-            "target": self.target,
-            "files": self.files,
-            "silenced": [{"code": f.code, "file": f.file, "line": f.line, "by": by}
-                         for f, by in self.silenced],
-            "skipped": self.skipped,
-            "warnings": self.warnings,
-            "config": self.config,
-        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str) + "\n"
@@ -403,6 +398,7 @@ def _show(v: Any) -> str:
 
 def environment_table(env: dict[str, Any]) -> Any:
     """The environment as a two-column rich table, with remarks below it."""
+    # rich on use: import repro_check, --help and the run entry never load it
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -441,6 +437,7 @@ def environment_table(env: dict[str, Any]) -> Any:
 
 def summary(report: DoctorReport) -> Any:
     """The report as rich renderables: environment, findings, one verdict line."""
+    # rich on use: import repro_check, --help and the run entry never load it
     from rich.console import Group
     from rich.padding import Padding
     from rich.text import Text

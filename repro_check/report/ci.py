@@ -104,6 +104,7 @@ def _resume_failure(report: Report, div: Any) -> str:
 
 def plain_summary(report: Report, width: int = 100) -> str:
     """The terminal summary as plain text (for the body of a JUnit failure)."""
+    # rich on use: import repro_check, --help and the run entry never load it
     from rich.console import Console
 
     buf = io.StringIO()

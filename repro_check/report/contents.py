@@ -9,7 +9,8 @@ from typing import Any, Literal, Protocol
 
 from repro_check.compare.cause import Cause
 from repro_check.trace.jsonfields import JsonRecord, json_field
-from repro_check.trace.results import ProcessResult, Status
+from repro_check.trace.results import Location, ProcessResult, Status
+from repro_check.trace.signals import Signal
 
 
 @dataclass
@@ -17,8 +18,9 @@ class RunEnd(JsonRecord):
     """How one run ended, as ``run_results`` lists it."""
 
     run: int
-    status: str
+    status: Status
     returncode: int | None
+    #: the POSIX signal that killed it (``SIGKILL``), not a divergent signal
     signal: str | None
     steps: int
     seconds: float = json_field(digits=3)
@@ -44,16 +46,17 @@ class Source(JsonRecord):
     pair of runs (:mod:`repro_check.diagnose.sources`)."""
 
     step: int | None
-    signal: str | None
+    signal: Signal | None
     cause: Cause | None
     #: under torchrun: the rank where the difference entered
     rank: int | None = json_field(default=None)
     detail: str | None = None
     culprit: str | None = None
     culprit_op: str | None = None
-    #: where in the script: ``{"file", "line", "function"}``
-    location: dict[str, Any] | None = None
-    stack: list[dict[str, Any]] | None = json_field(default=None, convert=lambda s: s or [])
+    #: where in the script
+    location: Location | None = None
+    #: the calls that led there, outermost first
+    stack: list[Location] = field(default_factory=list)
     #: what the next pair pins (its replay plan), not in the JSON
     pin: dict[str, Any] | None = json_field(default=None, skip=True)
     pinned_by: str | None = None
@@ -92,7 +95,7 @@ class StepRankValue(JsonRecord):
     """A rank's value of the divergent signal at the divergent step, in run 1 and the other run."""
 
     rank: int
-    signal: str
+    signal: Signal
     reference: Any
     value: Any
     differs: bool
@@ -107,6 +110,16 @@ class FailedRank(JsonRecord):
 
     run: int
     rank: int
+
+
+@dataclass(frozen=True)
+class EnvCall(JsonRecord):
+    """An environment's call whose observation differs between the runs: which call and where
+    the script made it; its JSON is ``{"call", "file", "line", "function"}``."""
+
+    #: ``reset`` or ``step``
+    call: str
+    location: Location = json_field(flatten=True)
 
 
 @dataclass
@@ -128,20 +141,17 @@ class Localization(JsonRecord):
     #: ``"rng"`` when a random op drew different numbers from the same inputs, or a value from
     #: outside the recorded ops differs; else ``"compute"``
     cause: Literal["rng", "compute"] | None = None
-    #: where a differing value from outside torch entered: ``{"file", "line", "function"}``
-    entered: dict[str, Any] | None = None
+    #: where a differing value from outside torch entered
+    entered: Location | None = None
     #: the function that made it a tensor (``torch.as_tensor``)
     entered_by: str | None = None
-    #: the environment call that returned the differing observation:
-    #: ``{"call": "reset" | "step", "file", "line", "function"}``
-    env_call: dict[str, Any] | None = None
+    #: the environment call that returned the differing observation
+    env_call: EnvCall | None = None
 
     @property
-    def location(self) -> dict[str, Any] | None:
+    def location(self) -> Location | None:
         """Where to fix it: the environment call, else the line where the value entered."""
-        if self.env_call and self.env_call.get("file"):
-            return {k: self.env_call[k] for k in ("file", "line", "function")}
-        return dict(self.entered) if self.entered else None
+        return self.env_call.location if self.env_call is not None else self.entered
 
 
 class _Judged(Protocol):
@@ -154,7 +164,7 @@ class _Judged(Protocol):
     @property
     def first_divergent_step(self) -> int | None: ...
     @property
-    def divergent_signal(self) -> str | None: ...
+    def divergent_signal(self) -> Signal | None: ...
     @property
     def cause(self) -> Cause | None: ...
     @property
@@ -170,7 +180,7 @@ class PairResult(JsonRecord):
     reproducible: bool
     error: str | None = None
     first_divergent_step: int | None = None
-    divergent_signal: str | None = None
+    divergent_signal: Signal | None = None
     cause: Cause | None = None
     seconds: float = json_field(default=0.0, digits=3)
 

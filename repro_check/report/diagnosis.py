@@ -13,6 +13,7 @@ from repro_check.report.terminal import hanging, make_console, summary
 from repro_check.report.contents import AblationRow, Source, SourcesCost
 from repro_check.report.model import Report
 from repro_check.report.text import Visible
+from repro_check.trace.results import Location
 
 
 def ablation_table(rows: list[AblationRow], max_steps: int | None) -> Table:
@@ -94,8 +95,8 @@ def diagnosis(report: Report) -> Group:
     return Group(*parts)
 
 
-def _where(loc: dict[str, Any] | None) -> str:
-    return f"{loc.get('file')}:{loc.get('line')} in {loc.get('function')}" if loc else ""
+def _where(loc: Location | None) -> str:
+    return f"{loc.site} in {loc.function}" if loc else ""
 
 
 def sources_block(sources: list[Source], cost: SourcesCost | None,

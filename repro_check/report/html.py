@@ -34,6 +34,7 @@ from repro_check.report.diagnosis import ablation_outcome
 from repro_check.report.text import agreement, is_number, later_text, signal_sentence
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import StepRecord
+from repro_check.trace.results import Location
 
 #: points kept of each run's loss curve
 MAX_POINTS = 2000
@@ -48,7 +49,7 @@ FIG_W, FIG_H, DPI = 960, 380, 100
 def require_matplotlib() -> None:
     """Exit 2 with one line when the plotting library is missing."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401 - optional: its absence is said in one line
     except ImportError:
         raise UsageError(
             "--report needs matplotlib, which is not installed "
@@ -72,6 +73,7 @@ def read_curve(path: str | os.PathLike[str], signal: str = "loss",
 
 # ---- plots ---------------------------------------------------------------------------------------
 def _figure() -> Any:
+    # matplotlib on use: only the HTML report draws
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(FIG_W / DPI, FIG_H / DPI), dpi=DPI)
@@ -352,11 +354,11 @@ def _outcome_section(report: Report) -> list[str]:
     return out
 
 
-def _where(loc: dict[str, Any] | None) -> str:
+def _where(loc: Location | None) -> str:
     if not loc:
         return ""
-    func = f" in {loc.get('function')}" if loc.get("function") else ""
-    return f"{loc.get('file')}:{loc.get('line')}{func}"
+    func = f" in {loc.function}" if loc.function else ""
+    return f"{loc.site}{func}"
 
 
 def _diagnosis_section(report: Report) -> list[str]:

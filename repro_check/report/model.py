@@ -21,7 +21,8 @@ from repro_check.report.contents import (AblationRow, Cause, CompilePriceRow, Di
                                          ProcessRow, ProcessRun, RankValue, RunEnd, Source,
                                          SourcesCost)
 from repro_check.trace.jsonfields import JsonRecord, json_field, merge
-from repro_check.trace.results import RankResult, RunResult
+from repro_check.trace.results import Location, RankResult, RunResult
+from repro_check.trace.signals import Signal
 
 REPORT_VERSION = 1
 
@@ -199,7 +200,7 @@ class AcrossPair(JsonRecord):
     #: every recorded step and metric has the same bits (not merely within a tolerance)
     bit_identical: bool
     first_divergent_step: int | None = None
-    signal: str | None = None
+    signal: Signal | None = None
     culprit: str | None = None
     culprit_op: str | None = None
     localization: Localization | None = None
@@ -217,7 +218,7 @@ class AcrossPair(JsonRecord):
     loading_note: str | None = None
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Literal["bit-identical", "agrees", "differs"]:
         """``bit-identical``, ``agrees`` (within the tolerances, or in the signals compared, but
         not in every bit) or ``differs``."""
         if self.bit_identical:
@@ -291,7 +292,7 @@ class JudgedCommit(BisectCommit):
 
     verdict: Literal["good", "bad", "skip"] = "good"
     step: int | None = None
-    signal: str | None = None
+    signal: Signal | None = None
     error: str | None = json_field(default=None, omit_none=True)
 
 
@@ -299,6 +300,8 @@ class JudgedCommit(BisectCommit):
 class BisectPart(JsonRecord):
     """What ``bisect`` adds: GOOD and BAD, every commit tested (good, bad or skip), the first
     commit that differs and where (step, signal, op, module), the drift, runs and time."""
+
+    JSON_ENVELOPE = "bisect"
 
     good: BisectCommit
     bad: BisectCommit
@@ -313,7 +316,7 @@ class BisectPart(JsonRecord):
     #: BAD itself matches the reference: no commit differs
     matches: bool = False
     step: int | None = None
-    signal: str | None = None
+    signal: Signal | None = None
     op: str | None = None
     module: str | None = None
     localization: Localization | None = None
@@ -324,9 +327,6 @@ class BisectPart(JsonRecord):
     #: the bisect log's text (``git bisect log``); the JSON has where it is kept
     log: str = json_field(default="", skip=True)
     log_path: str | None = json_field(default=None, key="log")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"bisect": super().to_dict()}
 
 
 @dataclass
@@ -357,7 +357,7 @@ class ReportCore(JsonRecord):
     report_version: int
     reproducible: bool
     first_divergent_step: int | None
-    divergent_signal: str | None
+    divergent_signal: Signal | None
     #: steps each run recorded
     steps: list[int]
     #: each run's final metrics by name, as plain numbers
@@ -391,7 +391,7 @@ class ReportCore(JsonRecord):
     replay: str | None
     warnings: list[str]
     cause_detail: str | None
-    cause_location: dict[str, Any] | None
+    cause_location: Location | None
 
 
 @dataclass
@@ -521,8 +521,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     cause: Cause | None = None
     cause_detail: str | None = None
-    #: where in the script the cause was made, when known ({"file", "line", "function"})
-    cause_location: dict[str, Any] | None = None
+    #: where in the script the cause was made, when known
+    cause_location: Location | None = None
     gate: GatePart | None = None
     diagnosis: DiagnosisPart | None = None
     distributed: DistributedPart | None = None
@@ -588,7 +588,7 @@ class Report:
         return self.comparison.first_divergent_step if self.comparison else None
 
     @property
-    def divergent_signal(self) -> str | None:
+    def divergent_signal(self) -> Signal | None:
         return self.comparison.divergent_signal if self.comparison else None
 
     @property
@@ -683,7 +683,7 @@ class Report:
         parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes,
                  self.bisect)
         resume = [] if self.resume is None else [
-            {"resumes_exactly": self.reproducible, **self.resume.to_dict()}]
+            {"resumes_exactly": self.reproducible}, self.resume.to_dict()]
         return merge([self.core().to_dict(),
                       *(part.to_dict() for part in parts if part is not None), *resume])
 

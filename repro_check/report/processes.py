@@ -29,7 +29,7 @@ def finish_report(report: Report, comparison: ProcessComparison) -> None:
         ))
     started = {k for procs in by_run.values() for k in procs}
     report.processes = ProcessesPart(
-        first_divergent_process=getattr(div, "process", None),
+        first_divergent_process=div.process if div is not None else None,
         processes=rows,
         ignored=sorted(started - set(comparison.by_process)),
         results=[ProcessRun(run=r.index, processes=list(r.processes)) for r in report.results],

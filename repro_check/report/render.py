@@ -49,6 +49,7 @@ def _layout(report: Report) -> Any:
     from repro_check.report import terminal
 
     if report.diagnosis is not None:
+        # rich on use: import repro_check, --help and the run entry never load it
         from rich.console import Group
 
         # each renderer (and rich) only when its kind of report is shown

@@ -305,9 +305,9 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
         head = []
     line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
                          f", run {div.run} vs run 1")
-    if getattr(div, "rank", None) is not None:
+    if div.rank is not None:
         line.append(f", rank {div.rank}")
-    if getattr(div, "process", None) is not None:
+    if div.process is not None:
         line.append(f", {div.where}")
     parts: list[Any] = [*head, line]
     if div.detail:

@@ -43,7 +43,7 @@ from repro_check.trace.protocol import (DEBUG_VAR, ErrorRecord, HeaderRecord, In
                                         MetricsRecord, patch_line,
                                         ProtocolError, Record, RunConfig, StepRecord,
                                         WarningRecord, record_of)
-from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
+from repro_check.trace.results import PRINTED_STATUSES, Listener, RankResult, RunResult
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
                                        dropped_warning, dumps, read_record)
 
@@ -103,6 +103,9 @@ class LiveRun(Protocol):
     spec: RunSpec
     #: streams of the run whose ``("eof", run)`` has not arrived yet
     open_streams: int
+    #: a ``--metric`` rule that took too long on the run's output (set by :meth:`finish`): the
+    #: check stops with it as a usage error
+    scan_error: UsageError | None
 
     @property
     def ready(self) -> bool:
@@ -206,7 +209,7 @@ def fresh_compile_caches(env: dict[str, str], given: dict[str, str],
 DRAWN_STREAMS = ("python", "numpy", "torch")
 
 
-def apply_event(res: Any, ev: Record) -> bool:
+def apply_event(res: RunResult | RankResult, ev: Record) -> bool:
     """Fold one trace record of a run (or a rank) into its result; True when it is the record
     saying the target returned (its final status)."""
     if isinstance(ev, HeaderRecord):
@@ -217,7 +220,7 @@ def apply_event(res: Any, ev: Record) -> bool:
         res.error = ev.error
     elif isinstance(ev, WarningRecord):
         res.warnings.append(ev.warning)
-        if ev.incomplete and isinstance(getattr(res, "incomplete", None), list):
+        if ev.incomplete:
             res.incomplete.append(ev.warning)
         if ev.override is not None:
             res.overrides.append(ev.override)
@@ -232,12 +235,11 @@ def apply_event(res: Any, ev: Record) -> bool:
     elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("draw"), dict):
         drawn = ev.info["draw"]
         entry = (str(drawn.get("stream")), drawn.get("worker") is True)
-        if isinstance(getattr(res, "draws", None), list) and entry[0] in DRAWN_STREAMS \
-                and entry not in res.draws:
-            res.draws.append(entry)
+        if isinstance(res, RunResult) and entry[0] in DRAWN_STREAMS and entry not in res.draws:
+            res.draws.append(entry)  # a torchrun rank's are not read
     elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("patches"), list):
         if os.environ.get(DEBUG_VAR):  # --debug: what the run patched, shown as it starts
-            name = f"run {res.index}" if isinstance(getattr(res, "index", None), int) else "a run"
+            name = f"run {res.index}" if isinstance(res, RunResult) else "a run"
             for row in ev.info["patches"]:
                 if isinstance(row, dict):
                     sys.stderr.write(f"repro-check: {name} patched {patch_line(row)}\n")
@@ -246,7 +248,7 @@ def apply_event(res: Any, ev: Record) -> bool:
     elif isinstance(ev, InfoRecord) and ev.status is not None:
         res.status = status_of(ev.status)
         held = ev.info.get("held_metrics")
-        if isinstance(held, list) and hasattr(res, "held_metrics"):
+        if isinstance(held, list):
             res.held_metrics = [str(n) for n in held]
         return True
     return False
@@ -289,6 +291,8 @@ class _Pacer:
 class _LiveRun:
     """One plain run: the run entry under its supervisor, with a reader thread per pipe."""
 
+    scan_error: UsageError | None
+
     def __init__(self, spec: RunSpec, events: Events, pacer: _Pacer | None = None) -> None:
         self.spec = spec
         self.events = events
@@ -296,7 +300,7 @@ class _LiveRun:
         self.result = RunResult(spec.index)
         self.tail = procs.Tail(OUTPUT_TAIL_BYTES)
         #: set when a --metric rule did not finish in time: raised once the run is finished
-        self.scan_error: UsageError | None = None
+        self.scan_error = None
         self.streams = streams.ProcessStreams(spec.index, spec.trace_path, events) \
             if spec.processes else None
         self.open_streams = 2 if self.streams is None else 3
@@ -657,9 +661,8 @@ class _Runs:
                 continue
             result = self.results[idx] = run.finish()
             del self.live[idx]
-            error = getattr(run, "scan_error", None)
-            if error is not None:
-                raise error  # the other runs are stopped on the way out (run_all)
+            if run.scan_error is not None:
+                raise run.scan_error  # the other runs are stopped on the way out (run_all)
             if result.printed_metrics:  # compared like the metrics the run itself recorded
                 self.listener.event(idx, MetricsRecord({"metrics": result.printed_metrics},
                                                        result.printed_metrics))

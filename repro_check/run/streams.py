@@ -26,7 +26,7 @@ from typing import Any
 from repro_check.errors import TraceFileError
 from repro_check.run import procs
 from repro_check.trace.protocol import Record, record_of
-from repro_check.trace.results import ProcessResult
+from repro_check.trace.results import ProcessResult, RunResult
 from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
                                        parse_event)
 
@@ -162,7 +162,7 @@ class ProcessStreams:
                 self.folder / f"{self.stem}.proc-{index}.jsonl")
         writer.write_raw(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
 
-    def finish(self, result: Any) -> list[ProcessResult]:
+    def finish(self, result: RunResult) -> list[ProcessResult]:
         """Called once the run is over (its status known): close each trace with its end line
         (none for a process that recorded nothing), note the failures among the run's warnings;
         every process in index order."""
@@ -178,13 +178,12 @@ class ProcessStreams:
                                        f"{res.steps} steps): the target returned without waiting "
                                        "for it, or it died by a signal")
             result.warnings += [f"process {res.index}: {w}" for w in res.warnings]
-            if isinstance(getattr(result, "incomplete", None), list):
-                result.incomplete += [f"process {res.index}: {w}" for w in res.incomplete]
+            result.incomplete += [f"process {res.index}: {w}" for w in res.incomplete]
             self._close(res, result)
         shutil.rmtree(self.events_dir, ignore_errors=True)
         return out
 
-    def _close(self, res: ProcessResult, result: Any) -> None:
+    def _close(self, res: ProcessResult, result: RunResult) -> None:
         writer = self.writers.pop(res.index, None)
         if writer is None:
             return

@@ -154,6 +154,44 @@ class RunResult:
         return f"run {self.index} exited with status {self.returncode}"
 
 
+@dataclass(frozen=True)
+class Location(JsonRecord):
+    """A place in the target's code, as a run recorded it (where a seed, a generator, a
+    DataLoader or a value from outside torch was made). Its JSON is ``{"file", "line",
+    "function"}``, ``function`` null when the run did not record it."""
+
+    file: str
+    line: int
+    function: str | None = None
+
+    @classmethod
+    def of(cls, value: object) -> Location | None:
+        """The location a run's record holds (``{"file", "line", "function"}``, untrusted: it
+        comes from the target's process), cut to size; None when there is none or it is
+        malformed. A :class:`Location` is taken as it is."""
+        if isinstance(value, Location):
+            return value
+        if not isinstance(value, dict):
+            return None
+        file, line, function = value.get("file"), value.get("line"), value.get("function")
+        if not isinstance(file, str) or not isinstance(line, int) or isinstance(line, bool):
+            return None
+        return cls(file[:4096], line, function[:200] if isinstance(function, str) else None)
+
+    @classmethod
+    def stack_of(cls, value: object) -> list[Location]:
+        """The locations of a recorded stack (a list of them, outermost first), the last eight,
+        malformed frames left out."""
+        if not isinstance(value, list):
+            return []
+        return [loc for loc in map(cls.of, value[-8:]) if loc is not None]
+
+    @property
+    def site(self) -> str:
+        """``file:line``."""
+        return f"{self.file}:{self.line}"
+
+
 #: what a rank's error says when its collective failed because another rank went away
 _PEER_FAILURE = re.compile(
     r"closed by peer|reset by peer|remote worker|remote process|Broken pipe|"

@@ -61,6 +61,7 @@ _FAST_FLOATS: dict[Any, tuple[str, Any, str, str]] = {}
 
 
 def _fast_floats() -> dict[Any, tuple[str, Any, str, str]]:
+    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     _FAST_FLOATS.update({torch.float32: ("float32", torch.int32, ">i", ">f"),
@@ -78,6 +79,7 @@ def encode_tensor(t: Any) -> Encoded:
         packed = struct.pack(bits_format, t.detach().reshape(()).view(as_int).item())
         return {"dtype": name, "bits": packed.hex(),
                 "value": _readable(struct.unpack(float_format, packed)[0])}
+    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     t = t.detach().reshape(()).cpu()
@@ -108,6 +110,7 @@ def encode_tensors(items: list[Any]) -> list[Encoded | None]:
         else:
             groups.setdefault((t.device, t.dtype), []).append(i)
     if groups:
+        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         for index in groups.values():
@@ -135,6 +138,7 @@ def encode(x: Any) -> Encoded | None:
         return None
     if mod == "numpy":
         try:
+            # numpy on use (it may be absent): import repro_check and a run's start never load it
             import numpy as np
 
             if isinstance(x, np.ndarray) and x.size != 1:

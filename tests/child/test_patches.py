@@ -131,6 +131,46 @@ def test_a_skipped_feature_is_listed_with_its_reason() -> None:
     assert [row.as_dict()["skipped"] for row in reg.listing()] == ["gone", "another layout"]
 
 
+def test_an_argument_is_changed_by_name_whether_given_by_position_or_by_keyword() -> None:
+    """A DataLoader's arguments reach its wrappers by name (``inspect.signature``): a
+    ``worker_init_fn`` given by position is seen and replaced as one given by keyword is; a call
+    the signature does not take gets the original's own error; a signature without the
+    parameter (another version) skips the feature, listed with why, and patches nothing."""
+    class Loader:
+        def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False,
+                     worker_init_fn: Any = None) -> None:
+            self.args = (dataset, batch_size, shuffle, worker_init_fn)
+
+    reg = patches.PatchRegistry()
+    seen: list[Any] = []
+
+    def edit(arguments: dict[str, Any]) -> None:
+        seen.append(arguments.get("worker_init_fn"))
+        arguments["worker_init_fn"] = "watched"
+
+    assert reg.wrap_arguments("seeding.loaders", Loader, "__init__", ["worker_init_fn"], edit)
+    init = print  # the script's own worker_init_fn
+    assert Loader("ds", 4, True, init).args == ("ds", 4, True, "watched")
+    assert Loader("ds", worker_init_fn=init).args == ("ds", 1, False, "watched")
+    assert Loader("ds").args == ("ds", 1, False, "watched")
+    assert seen == [init, init, None]
+    with pytest.raises(TypeError):
+        Loader("ds", 4, True, init, "one argument too many")
+    reg.undo()
+    assert Loader("ds", 4, True, init).args == ("ds", 4, True, init)
+
+    class Older:
+        def __init__(self, dataset: Any, batch_size: int = 1) -> None:
+            self.args = (dataset, batch_size)
+
+    original = Older.__init__
+    assert not reg.wrap_arguments("seeding.loaders", Older, "__init__", ["worker_init_fn"], edit)
+    assert Older.__init__ is original
+    rows = reg.listing()
+    assert [(r.features, r.skipped) for r in rows] == [(("seeding.loaders",),
+                                                        "no parameter worker_init_fn")]
+
+
 def test_a_missing_private_internal_skips_its_feature_instead_of_failing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from multiprocessing.process import BaseProcess

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from repro_check.compare import cause
+from repro_check.trace.results import Location
 
 
 def classify(signal: str | None, reproducible: bool = False, envs: Any = None,
@@ -106,7 +107,7 @@ def test_a_private_generator_seeded_differently_is_rng_with_where_it_was_made(
     got, why, where = cause.classify(reproducible=False, failed=False, divergent_signal=signal,
                                      environments=[{}, {}], uses_dataloader=True,
                                      generators=gens, divergence=(2, 1))
-    assert got == "rng" and where == {"file": "t.py", "line": 5, "function": "main"}
+    assert got == "rng" and where == Location("t.py", 5, "main")
     assert "a torch.Generator made at t.py:5, seeded from OS entropy (no seed given) at t.py:6" \
         in why
 
@@ -165,7 +166,7 @@ def test_a_data_cause_names_the_dataloader_whose_epoch_delivered_the_step() -> N
     got, why, where = cause.classify(reproducible=False, failed=False, divergent_signal="batch",
                                      environments=[{}, {}], uses_dataloader=True,
                                      divergence=(2, 3), loaders=loaders)
-    assert got == "data" and where == {"file": "t.py", "line": 10, "function": "main"}
+    assert got == "data" and where == Location("t.py", 10, "main")
     assert why.endswith("the DataLoader made at t.py:10 (dataset Train, 2 workers)")
     assert cause.loader_record({"loader": 0, "iter": True}) is None
     assert cause.loader_record({"loader": "0", "made": 1}) is None
@@ -193,7 +194,7 @@ def test_a_coarse_clock_seed_is_the_clock_only_when_the_runs_agree_on_the_field(
     got, why, where = _why("rng.torch", _seeds("torch.manual_seed", values=[13, 14],
                                                clock_fields=["hour"], at_step=1))
     assert got == "rng" and "seeded from the clock" in why and "the hour of the time" in why
-    assert where == {"file": "t.py", "line": 7, "function": None}
+    assert where == Location("t.py", 7, None)
     # the same constant in both runs, equal to the hour by chance: no clock, no seeding cause
     got, why, where = _why("loss", _seeds("torch.manual_seed", values=[17, 17],
                                           clock_fields=["hour"], at_step=3))
@@ -205,7 +206,7 @@ def test_a_reseed_that_differs_during_the_divergent_step_is_the_cause() -> None:
     rng at the call, not compute; a call in an earlier step or a constant is not."""
     seeds = _seeds("torch.seed", values=[111, 222], source="entropy", at_step=3)
     got, why, where = _why("loss", seeds)
-    assert got == "rng" and "OS entropy" in why and where is not None and where["line"] == 7
+    assert got == "rng" and "OS entropy" in why and where is not None and where.line == 7
     assert _why("loss", seeds, step=4)[0] == "compute"
     assert _why("loss", _seeds("torch.manual_seed", values=[5, 5], at_step=3))[0] == "compute"
     # the main process's reseed does not explain a batch; one in the DataLoader's workers does
@@ -215,4 +216,4 @@ def test_a_reseed_that_differs_during_the_divergent_step_is_the_cause() -> None:
     for recs in worker.values():
         recs[0]["component"] = "numpy"
     got, why, where = _why("batch", worker, step=2)
-    assert got == "rng" and "DataLoader's workers" in why and where["line"] == 7
+    assert got == "rng" and "DataLoader's workers" in why and where is not None and where.line == 7

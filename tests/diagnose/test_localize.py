@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from repro_check.diagnose.localize import compare
+from repro_check.report.contents import EnvCall
+from repro_check.trace.results import Location
 
 
 def op(name: str, ins: list[str], outs: list[str], module: str | None = "enc.0",
@@ -47,7 +49,7 @@ def test_a_value_from_outside_is_traced_to_the_line_that_made_it_a_tensor() -> N
     loc = compare(1, run("o1"), run("o2"), batch_agreed=True)
     assert loc.found and loc.op == "aten::addmm" and loc.differing_inputs == [1]
     assert loc.cause == "rng" and "not a nondeterministic op" in loc.detail
-    assert loc.entered == {"file": "rl.py", "line": 9, "function": "main"}
+    assert loc.entered == Location("rl.py", 9, "main")
     assert loc.entered_by == "torch.as_tensor" and "env.reset(seed=" in loc.detail
     # a value whose making was not seen: still rng, without a line
     loc = compare(1, run("o1")[2:], run("o2")[2:], batch_agreed=True)
@@ -74,15 +76,16 @@ def test_the_environment_call_that_returned_the_observation_is_named() -> None:
         return recs
 
     loc = compare(1, run("o1", "s", "o1"), run("o2", "s", "o2"), batch_agreed=True)
-    assert loc.cause == "rng" and loc.entered == {"file": "rl.py", "line": 9, "function": "main"}
-    assert loc.env_call == {"call": "reset", "file": "rl.py", "line": 8, "function": "main"}
-    assert loc.location == {"file": "rl.py", "line": 8, "function": "main"}
+    assert loc.cause == "rng" and loc.entered == Location("rl.py", 9, "main")
+    assert loc.env_call == EnvCall("reset", Location("rl.py", 8, "main"))
+    assert loc.location == Location("rl.py", 8, "main")
     assert "env.reset() at rl.py:8 differs between the runs" in loc.detail
     assert "env.reset(seed=...)" in loc.detail and "env.action_space" in loc.detail
-    assert loc.to_dict()["env_call"] == loc.env_call
+    assert loc.to_dict()["env_call"] == {"call": "reset", "file": "rl.py", "line": 8,
+                                        "function": "main"}
     # no observation with the tensor's bytes: the first that differs, made before the tensor
     loc = compare(1, run("o1", "s1", "t1"), run("o2", "s2", "t2"), batch_agreed=True)
-    assert loc.env_call is not None and (loc.env_call["call"], loc.env_call["line"]) == ("step", 7)
+    assert loc.env_call is not None and (loc.env_call.call, loc.env_call.location.line) == ("step", 7)
     # every observation agrees: the value came from elsewhere, no environment call is named
     loc = compare(1, run("o", "s", "t1"), run("o", "s", "t2"), batch_agreed=True)
     assert loc.env_call is None and loc.location == loc.entered

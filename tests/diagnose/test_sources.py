@@ -151,12 +151,13 @@ def test_an_undrawn_generator_is_no_source(tmp_path: Path) -> None:
             "".join(json.dumps(r) + "\n" for r in recs))
     report: Any = SimpleNamespace(reproducible=False, error=None, interrupted=False,
                                   first_divergent_step=2, divergent_signal="batch",
-                                  cause="data", cause_detail=None)
+                                  cause="data", cause_detail=None, cause_location=None,
+                                  comparison=None)
     src = identify(report, replay, [], lambda step: None)
     assert src is not None and src.cause == "data" and src.pin == {"kind": "data", "step": 2}
     report.first_divergent_step = 4
     src = identify(report, replay, [], lambda step: None)
-    assert src is not None and src.cause == "rng" and src.location["line"] == 3
+    assert src is not None and src.cause == "rng" and src.location is not None and src.location.line == 3
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +193,7 @@ def test_torch_seed_is_one_source_at_its_line_and_covers_the_model_built_after(
     x = logged_seed.diagnosis
     assert x is not None
     assert summary(x.sources) == [(1, "rng.torch", "rng", "torch_seed_logged.py", 11)]
-    assert x.sources[0].location["function"] == "main"
+    assert x.sources[0].location is not None and x.sources[0].location.function == "main"
     assert "OS entropy" in x.sources[0].detail
     assert x.sources_note == "with the 1 source(s) above pinned, the runs agree"
     assert logged_seed.to_dict()["cause_location"]["line"] == 11

@@ -28,6 +28,7 @@ from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import RunResult
 from repro_check.child.seeding import COMPONENTS
 from repro_check.trace.format import TraceWriter, header_line, load_trace
+from repro_check.trace.results import Location
 
 from ..api_targets import Golden
 from ..conftest import FIXTURES, cli_env, run_cli
@@ -98,13 +99,13 @@ def diagnose_part() -> DiagnosisPart:
             {"step": 120, "signal": "loss", "cause": "compute", "rank": None,
              "detail": "aten::scatter_add_ returned different results", "culprit": "model.embed",
              "culprit_op": "aten::scatter_add_",
-             "location": {"file": "train.py", "line": 40, "function": "forward"},
-             "stack": [{"file": "train.py", "line": 88, "function": "main"},
-                       {"file": "train.py", "line": 40, "function": "forward"}],
+             "location": Location("train.py", 40, "forward"),
+             "stack": [Location("train.py", 88, "main"),
+                       Location("train.py", 40, "forward")],
              "pinned_by": "run 1's outputs of aten::scatter_add_ from step 120 on"},
             {"step": 130, "signal": "batch", "cause": "rng", "rank": None,
              "detail": "seeded from OS entropy (no seed given) at train.py:23",
-             "location": {"file": "train.py", "line": 22, "function": "main"}, "stack": [],
+             "location": Location("train.py", 22, "main"), "stack": [],
              "pinned_by": None},
         ]],
         sources_cost=SourcesCost(runs=4, seconds=31.5),
@@ -126,7 +127,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         [0.9463, 0.9459, 0.9463], cause="compute", diagnosis=diagnose_part(),
     )
     divergent.cause_detail = "nondeterministic scatter_add_ in the backward pass"
-    divergent.cause_location = {"file": "train.py", "line": 42, "function": "forward"}
+    divergent.cause_location = Location("train.py", 42, "forward")
     same = build_report(tmp / "same", [losses(300)] * 2, [0.9463] * 2)
     out = {"divergent": tmp / "divergent.html", "same": tmp / "same.html"}
     write_html(divergent, out["divergent"])

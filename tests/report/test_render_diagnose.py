@@ -14,6 +14,7 @@ from repro_check.diagnose.localize import Localization
 from repro_check.report.contents import AblationRow, FlaggedOp, PairResult, Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.runner import RunResult
+from repro_check.trace.results import Location
 
 
 def render(renderable: object) -> str:
@@ -74,11 +75,11 @@ def sources_report() -> Report:
     assert rep.diagnosis is not None
     rep.diagnosis.sources = [Source(**s) for s in [
         {"step": 1, "signal": "rng.numpy", "cause": "rng", "rank": None, "detail": long,
-         "location": {"file": "three_sources.py", "line": 16, "function": "main"},
+         "location": Location("three_sources.py", 16, "main"),
          "stack": [], "pinned_by": "run 1's numpy state at the start of step 1"},
         {"step": 1, "signal": "batch", "cause": "rng", "rank": None,
          "detail": "seeded from OS entropy (no seed given) at three_sources.py:23",
-         "location": {"file": "three_sources.py", "line": 22, "function": "main"},
+         "location": Location("three_sources.py", 22, "main"),
          "stack": [], "pinned_by": None},
     ]]
     rep.diagnosis.sources_cost = SourcesCost(runs=4, seconds=12.0)

@@ -30,6 +30,8 @@ from repro_check.report.processes import finish_report as finish_processes
 from repro_check.diagnose import diagnosis as diagnosis_mod
 from repro_check.diagnose.diagnosis import PairResult, explain_localization, flagged_ops
 from repro_check.diagnose.localize import Localization
+from repro_check.report.contents import EnvCall
+from repro_check.trace.results import Location
 from repro_check.diagnose.sources import find_sources
 from repro_check.distributed.compare import RankComparison
 from repro_check.distributed.launch import Distributed, DistOptions, JobResult, RankResult
@@ -102,10 +104,9 @@ def _diagnosis(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Report:
                        op_index=3, inputs_agree=True, differing_inputs=[1],
                        first_module_forward="net.fc", first_module_backward="net",
                        ops_compared=12, detail="the op differs", cause="compute",
-                       entered={"file": "train.py", "line": 3, "function": "main"},
+                       entered=Location("train.py", 3, "main"),
                        entered_by="torch.as_tensor",
-                       env_call={"call": "step", "file": "train.py", "line": 4,
-                                 "function": "main"})
+                       env_call=EnvCall("step", Location("train.py", 4, "main")))
     explain_localization(report, part, loc)
     # sources: the first divergence is the environment's (no pin): one source, no run
     env = copy.copy(report)

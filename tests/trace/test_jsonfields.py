@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from repro_check.report.model import GatePart, Report
+from repro_check.report.model import GatePart, Report, ResumePart
 from repro_check.trace.jsonfields import JsonRecord, json_field, merge, to_dict
 
 
@@ -57,6 +57,23 @@ def test_a_report_part_that_overwrites_a_key_of_the_body_raises() -> None:
     assert report.to_dict()["runs"] == 2
     report.gate = ClashingGate("diff")
     with pytest.raises(ValueError, match="runs"):
+        report.to_dict()
+
+
+class ClashingResume(ResumePart):
+    """A resume part that writes the verdict key the report adds beside it."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "resumes_exactly": False}
+
+
+def test_a_resume_part_that_writes_the_reports_verdict_key_raises() -> None:
+    """``resumes_exactly`` is the report's verdict, written beside the resume part's keys: a part
+    that wrote it too would be silently overwritten by a ``**`` merge."""
+    report = Report("t:main", [], 0, [], 2, [], None, resume=ResumePart(at=3))
+    assert report.to_dict()["resumes_exactly"] is False and report.to_dict()["resume_at"] == 3
+    report.resume = ClashingResume(at=3)
+    with pytest.raises(ValueError, match="resumes_exactly"):
         report.to_dict()
 
 
@@ -110,3 +127,25 @@ def test_each_gate_mode_writes_its_own_keys(mode: str, keys: set[str]) -> None:
     if mode == "record":
         written = GatePart("record", golden="g.json").to_dict()
         assert {"band", "spread_steps", "widest_spread"} <= set(written)
+
+
+def test_no_record_of_a_report_writes_its_json_by_hand() -> None:
+    """Every record a report (check, gate, diagnose, torchrun, across, resume, bisect, doctor)
+    is written from derives its JSON from its fields; only the report itself joins its parts
+    (:func:`merge`, a key written twice refused)."""
+    import importlib
+    import pkgutil
+
+    import repro_check
+
+    names = [m.name for m in pkgutil.walk_packages(repro_check.__path__, "repro_check.")
+             if m.name.split(".")[1] in ("report", "compare", "diagnose", "gate", "distributed",
+                                         "doctor", "trace")]
+    by_hand = sorted(
+        f"{value.__module__}.{value.__qualname__}"
+        for name in names for value in vars(importlib.import_module(name)).values()
+        if isinstance(value, type) and value.__module__ == name and "to_dict" in vars(value)
+        and value is not JsonRecord)
+    assert by_hand == ["repro_check.report.model.Report",  # joins its parts with merge()
+                       # a run's configuration (the protocol), no report's record
+                       "repro_check.trace.protocol.ResumeSettings"]
