@@ -68,14 +68,22 @@ class FakeRecorder:
         pass
 
 
+def interrupted(copy_dir: Path, events: list[dict[str, Any]], exit: Any,
+                stop_at: int = 5) -> checkpoint.Saves:
+    """The watch on saves of an interrupted run told to stop at ``stop_at``, its records going
+    to ``events`` and its end to ``exit`` (instead of ending this process)."""
+    saves = checkpoint.Saves(FakeRecorder(), events.append,
+                             ResumeSettings("interrupted", stop_at=stop_at,
+                                            copy_dir=str(copy_dir)))
+    saves.exit = exit
+    return saves
+
+
 def test_a_save_inside_another_is_part_of_it_and_a_failed_copy_is_reported(
         tmp_path: Path) -> None:
     events: list[dict[str, Any]] = []
     exits: list[int] = []
-    saves = checkpoint.Saves(FakeRecorder(), events.append,
-                             ResumeSettings("interrupted", stop_at=5,
-                                            copy_dir=str(tmp_path / "copy")))
-    saves.exit = exits.append
+    saves = interrupted(tmp_path / "copy", events, exits.append)
     inner = saves.wrap("torch.save", torch.save,
                        lambda a, k: (a[0], checkpoint._path_of(a[1])))  # noqa: SLF001
 
@@ -97,10 +105,7 @@ def test_a_save_inside_another_is_part_of_it_and_a_failed_copy_is_reported(
     assert Path(record["copy"], "model.pt").is_file() and exits == [0]
 
     events.clear()
-    gone = checkpoint.Saves(FakeRecorder(), events.append,
-                            ResumeSettings("interrupted", stop_at=1,
-                                           copy_dir=str(tmp_path / "copy2")))
-    gone.exit = exits.append
+    gone = interrupted(tmp_path / "copy2", events, exits.append, stop_at=1)
     gone.taken("torch.save", str(tmp_path / "vanished.pt"), None)
     gone.finish()
     (record,) = [e["info"]["checkpoint"] for e in events if "checkpoint" in e.get("info", {})]
@@ -115,10 +120,7 @@ def test_a_checkpoint_of_several_saves_in_a_row_is_one_and_ends_at_the_next_step
     monkeypatch.setattr(checkpoint, "GROUP_QUIET", 600.0)  # only the next step ends it here
     events: list[dict[str, Any]] = []
     exits: list[int] = []
-    saves = checkpoint.Saves(FakeRecorder(), events.append,
-                             ResumeSettings("interrupted", stop_at=5,
-                                            copy_dir=str(tmp_path / "copy")))
-    saves.exit = exits.append
+    saves = interrupted(tmp_path / "copy", events, exits.append)
     save = saves.wrap("torch.save", torch.save,
                       lambda a, k: (a[0], checkpoint._path_of(a[1])))  # noqa: SLF001
     model, opt, _ = model_and_opt()
@@ -154,10 +156,7 @@ def test_a_checkpoint_with_no_step_after_it_ends_when_no_save_follows(
     monkeypatch.setattr(checkpoint, "GROUP_QUIET", 0.05)
     events: list[dict[str, Any]] = []
     ended = threading.Event()
-    saves = checkpoint.Saves(FakeRecorder(), events.append,
-                             ResumeSettings("interrupted", stop_at=5,
-                                            copy_dir=str(tmp_path / "copy")))
-    saves.exit = lambda code: ended.set()
+    saves = interrupted(tmp_path / "copy", events, lambda code: ended.set())
     running: list[Any] = []
 
     def slow_save(obj: Any, path: str) -> None:
@@ -174,11 +173,8 @@ def test_a_checkpoint_with_no_step_after_it_ends_when_no_save_follows(
     assert {"info": {"status": "stopped", "steps": 5, "checkpointed": True}} in events
 
     events.clear()
-    returned = checkpoint.Saves(FakeRecorder(), events.append,
-                                ResumeSettings("interrupted", stop_at=5,
-                                               copy_dir=str(tmp_path / "copy2")))
     exits: list[int] = []
-    returned.exit = exits.append
+    returned = interrupted(tmp_path / "copy2", events, exits.append)
     monkeypatch.setattr(checkpoint, "GROUP_QUIET", 600.0)
     returned.taken("torch.save", str(tmp_path / "a.pt"), None)
     assert exits == []
@@ -192,10 +188,7 @@ def test_a_checkpoint_file_moved_into_place_is_known_by_where_it_went(tmp_path: 
     the checkpoint is where the file went, which is where the resumed run's script reads it."""
     monkeypatch.setattr(checkpoint, "GROUP_QUIET", 600.0)
     events: list[dict[str, Any]] = []
-    saves = checkpoint.Saves(FakeRecorder(), events.append,
-                             ResumeSettings("interrupted", stop_at=5,
-                                            copy_dir=str(tmp_path / "copy")))
-    saves.exit = lambda code: None
+    saves = interrupted(tmp_path / "copy", events, lambda code: None)
     save = saves.wrap("torch.save", torch.save, lambda a, k: (a[0], str(a[1])))
     replace = saves.renaming(os.replace)
     replace_before = tmp_path / "unrelated"  # a move before any checkpoint: nothing to follow
