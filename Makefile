@@ -1,6 +1,6 @@
 # make demo: install and run the reference workload.
 # Test tiers: make test (the fast suite, every area), make test-slow (the real workloads: the full
-# MNIST epoch), make test-frameworks (installs TensorBoard, Lightning, transformers, gymnasium,
+# MNIST epoch), make test-frameworks (installs TensorBoard, Lightning, transformers, gymnasium, safetensors,
 # never dependencies of repro-check, and runs the tests marked frameworks: what they log, resuming
 # from their checkpoints, the environment calls diagnose names), make test-all (all three).
 PYTHON ?= python3
@@ -36,7 +36,7 @@ test-slow: $(STAMP)
 	$(PYTEST) -m slow
 
 test-frameworks: $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium
+	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium safetensors
 	$(PYTEST) -m frameworks
 
 test-all: test test-slow test-frameworks
