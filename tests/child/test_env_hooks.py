@@ -15,7 +15,8 @@ from repro_check.child import env_hooks
 from repro_check.child.probe import StepProbe, arg_fingerprint
 
 pytestmark = pytest.mark.frameworks
-gym = pytest.importorskip("gymnasium", reason="gymnasium is not installed (pip install gymnasium)")
+gym = pytest.importorskip("gymnasium", reason="gymnasium is not installed (make test-frameworks "
+                         "installs it and runs these tests)")
 
 
 def test_env_calls_are_recorded_where_the_script_made_them_during_the_probed_step() -> None:

@@ -78,7 +78,8 @@ def test_an_unseeded_environment_is_named_where_its_observation_enters(
 
 @pytest.fixture(scope="module")
 def gym_env(tmp: Path) -> Report:
-    pytest.importorskip("gymnasium", reason="gymnasium is not installed (pip install gymnasium)")
+    pytest.importorskip("gymnasium", reason="gymnasium is not installed (make test-frameworks "
+                        "installs it and runs this test)")
     return diagnose(f"{FIXTURES / 'gym_env.py'}:main", ablate=[], max_sources=0, max_steps=2,
                     trace_dir=tmp / "gym")
 
