@@ -321,8 +321,6 @@ class Saves:
         self.lock_path: str | None = settings.lock
         self.owner = os.getpid()
         self.local = threading.local()
-        self.saves = 0
-        self.reported: list[int] = []
         self.done = False
         self.lock = threading.Lock()
         self.seen: dict[str, tuple[int, int]] = {}
@@ -405,12 +403,9 @@ class Saves:
             if self.done:
                 return
             step = self.rec.step
-            if self.group and step != self.group_step:
-                pass  # a step was recorded since the checkpoint's saves: it ended before this one
-            else:
-                self.saves += 1
-                if not self.group and len(self.reported) < 20:
-                    self.reported.append(step)
+            # a step recorded since the checkpoint's saves: it ended before this one
+            ended = bool(self.group) and step != self.group_step
+            if not ended:
                 due = self.stop_at is not None and step >= self.stop_at
                 record: dict[str, Any] = {"step": step, "path": path, "kind": kind,
                                           "contents": contents or {}, "due": due}
@@ -475,7 +470,7 @@ class Saves:
             if self.group and not self.done and self.timer is None:
                 self._arm()
 
-    def finish(self, *args: Any) -> None:
+    def finish(self) -> None:
         """The checkpoint is complete (the next optimizer step starts, no save for
         :data:`GROUP_QUIET` seconds, or the target returned): report it and end the process."""
         if not self.group:
@@ -707,8 +702,6 @@ class Checkpoints:
             self.recorder.step_starting.append(self.saves.poll)
             for name in ("replace", "rename"):  # a checkpoint file moved into place
                 registry.wrap("checkpoint.saves", os, name, self.saves.renaming, token=self)
-        global _ACTIVE
-        _ACTIVE = self
         return self
 
     def _torch_saves(self, saves: Saves) -> None:
@@ -737,10 +730,13 @@ class Checkpoints:
             if hasattr(st, name):
                 registry.wrap("checkpoint.saves", st, name, saving(what), token=self)
 
+    def target_returned(self) -> None:
+        """The target returned or raised: a checkpoint being taken is complete, and the
+        interrupted run stops as it would have at its next step."""
+        if self.saves is not None:
+            self.saves.finish()
+
     def uninstall(self) -> None:
-        global _ACTIVE
-        if _ACTIVE is self:
-            _ACTIVE = None
         if self.saves is not None and self.saves.poll in self.recorder.step_starting:
             self.recorder.step_starting.remove(self.saves.poll)
         if self.frameworks is not None:
@@ -748,18 +744,6 @@ class Checkpoints:
         patches.PATCHES.release(self)
         if self.signals.take in self.recorder.extra_signals:
             self.recorder.extra_signals.remove(self.signals.take)
-
-
-#: this process's hooks (None: not installed): :func:`target_returned` ends a checkpoint taken
-_ACTIVE: Checkpoints | None = None
-
-
-def target_returned() -> None:
-    """The target returned or raised: a checkpoint being taken is complete, and the interrupted
-    run stops as it would have at its next step."""
-    active = _ACTIVE
-    if active is not None and active.saves is not None:
-        active.saves.finish()
 
 
 def install(recorder: Any, emit: Emit, settings: ResumeSettings | None) -> Checkpoints:

@@ -116,7 +116,7 @@ def main() -> int:
         if config.seed is not None else {}
     target = config.target
     header = _header(config, target, done, started)
-    recorder, overrides = _install(config, emit, header, done)
+    recorder, overrides, checkpoints = _install(config, emit, header, done)
     if overrides_module.imposes(config):  # an --across environment's workers, start, compile
         overrides_module.install(config, lambda text: emit({"warning": text}))
     if overrides_module.loading(config):  # which global streams the data loading draws from
@@ -136,10 +136,7 @@ def main() -> int:
         return EXIT_RESOLVE
     shown = _debug_patches(emit)
     status = _call(run, target, emit, recorder)
-    # imports torch: loaded once the run is tied to its supervisor (by now it is)
-    from repro_check.child import checkpoint
-
-    checkpoint.target_returned()  # a checkpoint being taken ends here: the interrupted run stops
+    checkpoints.target_returned()  # a checkpoint being taken ends here: the interrupted run stops
     _debug_patches(emit, shown)  # hooks put in as the target imported a library
     if isinstance(status, int):
         return status
@@ -199,10 +196,10 @@ def _header(config: RunConfig, target: Any, done: dict[str, Any],
 
 
 def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
-             done: dict[str, Any]) -> tuple[Any, Any]:
+             done: dict[str, Any]) -> tuple[Any, Any, Any]:
     """Emit the header, then install the step recorder (a rank's under torchrun), the watch on the
-    seeding and, when asked, the recording of the processes the target starts; returns the first
-    two."""
+    seeding, the checkpoint signals (and a resume's watch on saves) and, when asked, the
+    recording of the processes the target starts; returns the first three."""
     # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
     from repro_check.child import checkpoint
@@ -237,13 +234,13 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     recorder.watchers.append(overrides.check)
     origin.SITES.install()
     clock.install(config.run)  # a seed taken from the clock differs in every run
-    checkpoint.install(recorder, emit, config.resume)  # lr, opt, scaler; a resume's saves
+    checkpoints = checkpoint.install(recorder, emit, config.resume)  # lr, opt, scaler; saves
     if config.processes:  # the processes the target starts record streams of their own
         # only when the target's processes are recorded
         from repro_check.child import processes
 
         processes.install(config, header, done)
-    return recorder, overrides
+    return recorder, overrides, checkpoints
 
 
 #: the environment variable that asks for repro-check's debugging output (here: the listing of

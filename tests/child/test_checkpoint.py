@@ -178,7 +178,7 @@ def test_a_checkpoint_with_no_step_after_it_ends_when_no_save_follows(
     monkeypatch.setattr(checkpoint, "GROUP_QUIET", 600.0)
     returned.taken("torch.save", str(tmp_path / "a.pt"), None)
     assert exits == []
-    returned.finish()  # what the target's return does (checkpoint.target_returned)
+    returned.finish()  # what the target's return does (Checkpoints.target_returned)
     assert exits == [0] and "files" not in events[0]["info"]["checkpoint"]
 
 
