@@ -16,19 +16,22 @@ from repro_check.report import processes
 from repro_check.report.model import Report
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run.replay import check_runs, replay_line
+from repro_check.run.runner import Launcher
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
 from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
 
 
 def run_check(options: RunOptions, listener: Listener | None = None,
-              internal: InternalSettings = PLAIN) -> Report:
+              internal: InternalSettings = PLAIN, launcher: Launcher | None = None) -> Report:
     """Run ``options.target`` ``options.runs`` times and compare the runs step by step.
 
     With ``options.distributed`` every run is a torchrun job, each rank compared across runs and
     the ranks of each run with each other. Raises :class:`~repro_check.errors.UsageError` (exit 2)
     for bad options or a TARGET that cannot be resolved; a target that fails is reported
     (``report.error``, exit 3), not raised. ``internal``: what ``diagnose`` (or the API's
-    ``policy=``) sets on the runs beside the options.
+    ``policy=``) sets on the runs beside the options. ``launcher``: starts each run some other
+    way than a process of its own (the tests replay recorded runs through it, so everything
+    after the runs' records is what a check does); not with ``options.distributed``.
     """
     require_two_runs(options.runs)
     policy = options.policy(internal.policy_override)
@@ -37,8 +40,8 @@ def run_check(options: RunOptions, listener: Listener | None = None,
         dist = Distributed(options.distributed, options.runs)
     # runs compared with each other go in parallel even without a fixed thread count; the
     # processes the target starts are compared across runs too (a stream each)
-    session = Session(options, launcher=dist, share_threads=True, processes=dist is None,
-                      internal=internal)
+    session = Session(options, launcher=dist or launcher, share_threads=True,
+                      processes=dist is None and launcher is None, internal=internal)
     comparison: Any
     if dist is None:
         comparison = ProcessComparison(options.runs, policy)

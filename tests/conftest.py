@@ -112,6 +112,14 @@ class _ForkServer:
 FORK_SERVER = _ForkServer()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background (``make test &`` in a script) inherits SIGINT ignored,
+    and every process it starts would too: the tests that press Ctrl-C need it handled as in a
+    terminal (an ignored signal stays ignored through exec; a handled one is reset)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     FORK_SERVER.stop()  # waited for: its CPU time (and its children's) counts in ours
 

@@ -108,6 +108,7 @@ def test_sessions_that_do_not_use_it_are_unaffected(pytester: pytest.Pytester) -
     markers.stdout.fnmatch_lines(["*@pytest.mark.reproducible(target=None*"])
 
 
+@pytest.mark.slow
 def test_assert_resumes_fails_naming_the_state_not_restored(pytester: pytest.Pytester) -> None:
     """The resume fixture in a session of its own (one resume: three runs): a checkpoint without
     the optimizer's state fails the test, naming what was not restored; a bad keyword is a

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from repro_check.report.model import Report
+
 from .conftest import SHARED_MNIST, run_cli
+from .recorded import BOTH, replayed_or_live
 
 
 def test_embedded_subset_reproduces(tmp_path: Path) -> None:
@@ -17,14 +20,19 @@ def test_embedded_subset_reproduces(tmp_path: Path) -> None:
     assert acc[0] == acc[1] and 0.7 < acc[0] < 1.0
 
 
-def test_unseeded_diverges_at_step_1(tmp_path: Path) -> None:
-    # the packaged workload: the MLP of fixtures/train.py without its torchvision imports
-    res = run_cli("repro_check.workloads.mnist:main", "--no-seed", "--max-steps", "3",
-                  tmp=tmp_path, cwd=tmp_path)
-    assert res.code == 1
+@pytest.fixture(params=BOTH)
+def unseeded(request: pytest.FixtureRequest, tmp_path: Path) -> Report:
+    """The packaged workload (the MLP of fixtures/train.py without its torchvision imports)
+    under --no-seed --max-steps 3."""
+    return replayed_or_live(request, "mnist_unseeded", tmp_path)
+
+
+def test_unseeded_diverges_at_step_1(unseeded: Report) -> None:
+    r = unseeded.to_dict()
+    assert r["exit_code"] == 1
     # model initialisation draws from torch's unseeded stream: its state differs before step 1
-    assert res.report["first_divergent_step"] == 1 and res.report["divergent_signal"] == "rng.torch"
-    assert res.report["cause"] == "rng"
+    assert r["first_divergent_step"] == 1 and r["divergent_signal"] == "rng.torch"
+    assert r["cause"] == "rng"
 
 
 @pytest.mark.slow

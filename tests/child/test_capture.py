@@ -45,6 +45,7 @@ def test_whole_script_runs_as_main_with_arguments(whole_script: tuple[CliResult,
     assert "ran 7 steps, __name__=__main__" in tr.end["output_tail"]
 
 
+@pytest.mark.slow
 def test_file_function_form_from_another_folder(golden: Golden, verify_same: Any) -> None:
     """FILE.py:FUNCTION with the file's path, run from elsewhere: the shared API record and
     verify of fixtures/tiny.py (tests/api_runs.py), started from this process's folder."""
@@ -435,6 +436,7 @@ def test_a_tensor_capture_can_not_read_does_not_stop_the_training(
     assert {w.split(": ")[1].split(" ")[0] for w in warnings} == {"Parameter", "Tensor"}
 
 
+@pytest.mark.slow
 def test_steps_from_several_threads_are_numbered_once_each_in_every_trace(tmp: Path) -> None:
     """Three models trained in three threads: whatever the interleaving, every trace is valid
     and numbered 1..30, and each step carries its own thread's loss (the same 30 losses in every

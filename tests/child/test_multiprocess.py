@@ -62,6 +62,7 @@ def _trace_files(report: Any) -> list[str]:
 
 # ---- Hogwild: shared parameters updated without locks ----------------------------------------
 
+@pytest.mark.slow
 def test_hogwild_is_not_reproducible_and_names_the_step_and_the_process(hogwild: CliResult) -> None:
     assert hogwild.code == 1, hogwild.stdout + hogwild.stderr
     r = hogwild.report
@@ -80,6 +81,7 @@ def test_hogwild_is_not_reproducible_and_names_the_step_and_the_process(hogwild:
         in " ".join(hogwild.stdout.replace("│", " ").split())
 
 
+@pytest.mark.slow
 def test_each_hogwild_process_has_a_valid_trace_that_shows_the_divergence(
         hogwild: CliResult) -> None:
     r = hogwild.report
@@ -138,6 +140,7 @@ def test_a_forked_process_counts_its_steps_from_one_and_the_main_trace_is_unchan
     assert "main_loss" in main.metrics
 
 
+@pytest.mark.slow
 def test_spawned_processes_reproduce_with_the_runs_seeding(spawned: repro_check.Report) -> None:
     """``torch.multiprocessing.spawn``: each process draws its targets' noise from Python's
     ``random``, with a scale drawn when the spawned interpreter imports the script again; only

@@ -292,6 +292,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return Project(root, cwd, check, junit, record, verify)
 
 
+@pytest.mark.slow
 def test_check_runs_every_configured_target(project: Project) -> None:
     res = project.check
     assert res.code == 1, res.stdout + res.stderr
@@ -315,6 +316,7 @@ def test_check_runs_every_configured_target(project: Project) -> None:
     assert not (project.cwd / ".repro-check").exists()
 
 
+@pytest.mark.slow
 def test_check_summary_names_both_targets(project: Project) -> None:
     out = project.check.stdout
     assert TARGETS[0] in out and TARGETS[1] in out
@@ -325,6 +327,7 @@ def test_check_summary_names_both_targets(project: Project) -> None:
     assert replay in out.splitlines()
 
 
+@pytest.mark.slow
 def test_check_junit_has_a_testcase_per_target(project: Project) -> None:
     suite = ET.fromstring(project.check_junit)
     cases = suite.findall(".//testcase")
@@ -336,6 +339,7 @@ def test_check_junit_has_a_testcase_per_target(project: Project) -> None:
     assert f"first divergent step {DIVERGING_AT}" in text
 
 
+@pytest.mark.slow
 def test_record_writes_a_golden_per_target(project: Project) -> None:
     res = project.record
     assert res.code == 0, res.stdout + res.stderr
@@ -351,6 +355,7 @@ def test_record_writes_a_golden_per_target(project: Project) -> None:
         assert rep["exit_code"] == 0 and rep["steps"] == [4]
 
 
+@pytest.mark.slow
 def test_verify_of_one_configured_target_against_its_recorded_golden(project: Project) -> None:
     res = project.verify
     assert res.code == 0, res.stdout + res.stderr

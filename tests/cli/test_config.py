@@ -175,6 +175,7 @@ def test_with_table_passes_over_files_without_one(tmp_path: Path) -> None:
     assert cfg.path == (root / "pyproject.toml").resolve() and cfg.doctor_ignore == {"RC107"}
 
 
+@pytest.mark.slow
 def test_diagnose_honours_the_config(tmp_path: Path) -> None:
     """``diagnose`` runs with the project's settings: the table's seed and max steps, the target
     entry's arguments and threads (here planting a divergence at step 2); not the table's

@@ -104,6 +104,7 @@ def _left_running(mark: str) -> list[int]:
     return left
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 def test_a_regex_that_backtracks_for_ever_ends_the_command_within_its_timeout(
         tmp_path: Path) -> None:

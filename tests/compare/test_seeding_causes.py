@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from repro_check.api import check
 from repro_check.child import clock
 from repro_check.report.model import Report
 from repro_check.run import session
 from repro_check.trace.format import load_trace
 
-from ..conftest import FIXTURES, CliResult, run_cli, run_plain
+from ..conftest import FIXTURES, CliResult, run_plain
+from ..recorded import BOTH, live, replay, replayed_or_live, terminal
 
 ZOO = FIXTURES / "zoo"
 
@@ -26,23 +26,32 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("seeding-causes")
 
 
-@pytest.fixture(scope="module")
-def clock_check(tmp: Path) -> Report:
+@pytest.fixture(scope="module", params=BOTH)
+def clock_check(request: pytest.FixtureRequest, tmp: Path) -> Report:
     """The clock-seeded check, its two runs in parallel (they start within the same second):
     the verdict must not depend on that. Run 2's clock is shifted (``clock_shift_ns`` in its
     header), so the seeds differ whenever the runs start; the header's shift is asserted, so one
     check shows it (repeating the check only drew more start times)."""
-    return check(f"{ZOO / 'clock_seeded.py'}:main", jobs=2, trace_dir=tmp / "clock")
+    return replayed_or_live(request, "clock_seeded", tmp)
 
 
 @pytest.fixture(scope="module")
-def built_before_seeding(tmp: Path) -> Report:
-    return check(f"{ZOO / 'model_before_seed.py'}:main", no_seed=True, trace_dir=tmp / "init")
+def before_seeding_live(tmp: Path) -> Report:
+    return live("model_before_seed", tmp / "model_before_seed-live")
 
 
-@pytest.fixture(scope="module")
-def randint_unseeded(tmp: Path) -> CliResult:
-    return run_cli("zoo/randint_seed.py:main", "--no-seed", tmp=tmp / "randint")
+@pytest.fixture(scope="module", params=BOTH)
+def built_before_seeding(request: pytest.FixtureRequest, tmp: Path) -> Report:
+    if request.param == "live":
+        return request.getfixturevalue("before_seeding_live")
+    return replay("model_before_seed", tmp / "model_before_seed-replayed")
+
+
+@pytest.fixture(scope="module", params=BOTH)
+def randint_unseeded(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
+    """The check as the command line shows it (exit status, JSON, terminal summary)."""
+    report = replayed_or_live(request, "randint_seed", tmp)
+    return CliResult(report.exit_code, terminal(report), "", report.to_dict())
 
 
 def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(
@@ -60,14 +69,17 @@ def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(
     assert d["cause_location"]["line"] == 15  # the seeding call
 
 
-@pytest.fixture(scope="module", params=["fork", "spawn"])
+@pytest.fixture(scope="module", params=[
+    pytest.param((way, how), id=f"{way}-{how}", marks=[pytest.mark.slow] if how == "live" else [])
+    for way in ("fork", "spawn") for how in ("replayed", "live")])
 def worker_reseed(request: pytest.FixtureRequest, tmp: Path) -> Report:
     """Forked workers inherit the watch; spawned ones get it through their worker_init_fn (here
     without the ``dataloader`` component, whose wrapper of it is then absent)."""
-    if request.param == "fork":
-        return check(f"{ZOO / 'worker_reseed.py'}:main", max_steps=2, trace_dir=tmp / "worker")
-    return check(f"{ZOO / 'worker_reseed.py'}:spawned", max_steps=2, without=["dataloader"],
-                 trace_dir=tmp / "worker-spawn")
+    way, how = request.param
+    name = f"worker_reseed_{way}"
+    if how == "live":
+        return live(name, tmp / f"{name}-live")
+    return replay(name, tmp / f"{name}-replayed")
 
 
 def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report) -> None:
@@ -92,9 +104,9 @@ def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report)
         assert [(r["where"], r["source"]) for r in records] == [(where, "entropy")], records
 
 
-@pytest.fixture(scope="module")
-def hour_check(tmp: Path) -> Report:
-    return check(f"{ZOO / 'clock_hour_seed.py'}:main", jobs=2, trace_dir=tmp / "hour")
+@pytest.fixture(scope="module", params=BOTH)
+def hour_check(request: pytest.FixtureRequest, tmp: Path) -> Report:
+    return replayed_or_live(request, "clock_hour_seed", tmp)
 
 
 def test_a_seed_from_the_hour_and_minute_is_the_clock(hour_check: Report) -> None:
@@ -123,9 +135,11 @@ def test_a_model_built_before_the_script_seeds_is_init(built_before_seeding: Rep
     assert any("seeds torch itself (torch.manual_seed(42)" in w for w in d["warnings"])
 
 
-def test_no_seed_runs_go_in_parallel_with_one_thread_count(built_before_seeding: Report) -> None:
+@pytest.mark.slow
+def test_no_seed_runs_go_in_parallel_with_one_thread_count(before_seeding_live: Report) -> None:
+    """(Live only: a replay's headers are what the recording's runs wrote.)"""
     cpus = len(os.sched_getaffinity(0))
-    traces = [load_trace(r.trace_path) for r in built_before_seeding.results]
+    traces = [load_trace(r.trace_path) for r in before_seeding_live.results]
     envs = [t.header["environment"] for t in traces]
     assert envs[0]["threads"] == envs[1]["threads"]
     if cpus >= 2 and "OMP_NUM_THREADS" not in os.environ:

@@ -338,6 +338,7 @@ def grid(targets: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[CliRe
     return res, html
 
 
+@pytest.mark.slow
 def test_threads_change_the_bits_and_the_culprit_op_is_named(grid: tuple[CliResult, Path]) -> None:
     res, _ = grid
     assert res.code == 1, res.stderr
@@ -352,6 +353,7 @@ def test_threads_change_the_bits_and_the_culprit_op_is_named(grid: tuple[CliResu
     assert report["threads"] is None  # each environment has its own
 
 
+@pytest.mark.slow
 def test_deterministic_flags_on_a_cpu_change_nothing(grid: tuple[CliResult, Path]) -> None:
     res, _ = grid
     assert res.report is not None
@@ -367,6 +369,7 @@ def test_deterministic_flags_on_a_cpu_change_nothing(grid: tuple[CliResult, Path
     assert all(c["seconds_per_step"] > 0 for c in cells)
 
 
+@pytest.mark.slow
 def test_grid_terminal_and_html(grid: tuple[CliResult, Path]) -> None:
     res, html = grid
     assert "bit-identical" in res.stdout and "Price of determinism" in res.stdout
@@ -399,6 +402,7 @@ def jitter(targets: Path, tmp_path_factory: pytest.TempPathFactory) -> Report:
                       tolerances=from_cli(["loss=1e-6"]), trace_dir=tmp)
 
 
+@pytest.mark.slow
 def test_an_environment_variable_gives_a_controlled_divergence(jitter: Report) -> None:
     assert jitter.exit_code == 1 and jitter.error is None
     part = jitter.across

@@ -57,6 +57,7 @@ def unseeded_env(tmp: Path) -> Report:
                     max_sources=0, max_steps=2, trace_dir=tmp / "env")
 
 
+@pytest.mark.slow
 def test_an_unseeded_environment_is_named_where_its_observation_enters(
         unseeded_env: Report) -> None:
     """An environment reset without a seed (gymnasium's way: OS entropy): the Q-network's first
@@ -140,6 +141,7 @@ def hash_order(tmp: Path) -> CliResult:
                    "--ablate", "hashseed,dataloader", tmp=tmp / "hash")
 
 
+@pytest.mark.slow
 def test_default_rng_in_the_data_pipeline_is_rng_with_its_line(default_rng: Report) -> None:
     d = default_rng.to_dict()
     assert d["cause"] == "rng" and d["divergent_signal"] == "batch"
@@ -147,6 +149,7 @@ def test_default_rng_in_the_data_pipeline_is_rng_with_its_line(default_rng: Repo
     assert Path(d["cause_location"]["file"]).name == "numpy_default_rng.py"
 
 
+@pytest.mark.slow
 def test_a_random_op_whose_generator_differs_is_rng_not_compute(own_generator: Report) -> None:
     d = own_generator.to_dict()
     assert d["divergent_signal"] == "loss" and d["first_divergent_step"] == 1
@@ -159,6 +162,7 @@ def test_a_random_op_whose_generator_differs_is_rng_not_compute(own_generator: R
     assert "random generator it draws from is in a different state" in loc["detail"]
 
 
+@pytest.mark.slow
 def test_workers_batches_are_not_the_culprit_and_modules_are_qualified(
         gan_workers: Report) -> None:
     """Two DataLoader workers deliver the batches; both models have a ``main.1``."""
@@ -184,6 +188,7 @@ def test_threads_are_named_when_every_op_agrees_and_threads_were_not_pinned() ->
     assert THREADS_HINT not in explained(1, [])
 
 
+@pytest.mark.slow
 def test_nondeterministic_evaluation_is_metrics(eval_noise: Report) -> None:
     d = eval_noise.to_dict()
     assert d["cause"] == "metrics" and d["first_divergent_step"] is None
@@ -200,6 +205,7 @@ def test_deterministic_control_is_none_with_no_source_and_no_pinned_run(control:
     assert d["sources"] == []
 
 
+@pytest.mark.slow
 def test_max_sources_bounds_the_runs(default_rng: Report) -> None:
     """``max_sources=1``: the first source is listed, no pinned pair goes on to look for more."""
     x = default_rng.diagnosis
@@ -218,6 +224,7 @@ def test_flagged_op_listed_with_its_first_step(unpool: Report) -> None:
     assert unpool.reproducible  # flagged is not the same as diverging
 
 
+@pytest.mark.slow
 def test_hash_order_needs_hashseed(hash_order: CliResult) -> None:
     assert hash_order.code == 0, hash_order.stdout + hash_order.stderr
     r = hash_order.report
@@ -235,6 +242,7 @@ def test_hash_order_needs_hashseed(hash_order: CliResult) -> None:
     assert any(line.split()[:2] == ["hashseed", "needed"] for line in out.splitlines())
 
 
+@pytest.mark.slow
 def test_global_numpy_without_its_seed_is_rng(tmp: Path) -> None:
     rep = check(target("global_numpy"), without=["numpy"], trace_dir=tmp / "gn")
     assert rep.cause == "rng" and rep.divergent_signal == "rng.numpy"

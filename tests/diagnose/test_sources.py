@@ -54,6 +54,7 @@ def compute(tmp_path_factory: Temp) -> Report:
                     trace_dir=tmp_path_factory.mktemp("compute"))
 
 
+@pytest.mark.slow
 def test_a_shuffle_generator_seeded_from_the_clock_is_rng_with_its_line(two: Report) -> None:
     """The first source of ``two_sources`` (a DataLoader shuffle generator seeded from the clock)
     is the check's cause: rng in the batch at step 1, at the generator's line, no culprit op; the
@@ -67,6 +68,7 @@ def test_a_shuffle_generator_seeded_from_the_clock_is_rng_with_its_line(two: Rep
     assert d["necessary_components"] is None and "ablation skipped" in d["ablation_note"]
 
 
+@pytest.mark.slow
 def test_a_clock_shuffle_hides_an_unseeded_default_rng(two: Report) -> None:
     x = two.diagnosis
     assert x is not None
@@ -86,6 +88,7 @@ def test_a_clock_shuffle_hides_an_unseeded_default_rng(two: Report) -> None:
     assert not list(Path(two.trace_dir or "").parent.glob("**/replay"))  # replays deleted
 
 
+@pytest.mark.slow
 def test_three_sources_at_the_same_step(three: CliResult) -> None:
     assert three.code == 1, three.stdout + three.stderr
     r = three.report
@@ -108,6 +111,7 @@ def test_three_sources_at_the_same_step(three: CliResult) -> None:
                                         "(replayed batches stand for everything")
 
 
+@pytest.mark.slow
 def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:
     x = compute.diagnosis
     assert x is not None
@@ -122,6 +126,7 @@ def test_a_compute_source_is_pinned_by_its_op(compute: Report) -> None:
     assert len(kept) == 3 and any(kept[1].glob("op-1-*.pt"))  # --keep-replay: on disk
 
 
+@pytest.mark.slow
 def test_urandom_module_is_named_where_the_entropy_enters(compute: Report) -> None:
     """Bytes of os.urandom made a tensor in a module (``compute_then_rng``'s first source): no op
     is nondeterministic; the value entered from outside torch, at the frombuffer line (cause rng,
@@ -172,6 +177,7 @@ def logged_seed(tmp_path_factory: Temp) -> Report:
                     trace_dir=tmp_path_factory.mktemp("logged"))
 
 
+@pytest.mark.slow
 def test_a_mid_step_reseed_from_the_clock_is_one_rng_source_at_its_line(midstep: Report) -> None:
     """torch reseeded from the clock during step 3, before a dropout: not the dropout's compute,
     and not a second source a step later: one source, pinned by run 1's state after the call."""
@@ -186,6 +192,7 @@ def test_a_mid_step_reseed_from_the_clock_is_one_rng_source_at_its_line(midstep:
     assert d["culprit_op"] is None and d["localization"] is None  # the line is known: no replay
 
 
+@pytest.mark.slow
 def test_torch_seed_is_one_source_at_its_line_and_covers_the_model_built_after(
         logged_seed: Report) -> None:
     """torch.seed() (to log the seed), then the model: one ``rng`` source at the call, whose pin

@@ -124,6 +124,7 @@ def test_one_trace_per_rank_with_params_fingerprints(clean: CliResult) -> None:
 
 # ---- divergence on one rank ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_entropy_seeded_generator_on_rank_1_names_rank_1_and_its_line(
         diagnosed: CliResult) -> None:
     """The check's part of the diagnosis: every rank's gradients differ after the all-reduce,
@@ -157,6 +158,7 @@ def assert_each_source_on_its_rank(res: CliResult) -> None:
     assert "2. rng · step 3 · loss · rank 0" in res.stdout
 
 
+@pytest.mark.slow
 def test_diagnose_under_torchrun_finds_each_source_on_its_rank(diagnosed: CliResult) -> None:
     """Source 1 (rank 1's generator, step 1) hides source 2 (rank 0's urandom noise, step 3):
     a value from outside torch, named where it became a tensor (the ``frombuffer`` line) as an
@@ -186,6 +188,7 @@ def test_with_both_sources_pinned_on_their_ranks_the_torchrun_runs_agree(tmp: Pa
 
 # ---- ranks out of sync -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rank_desync_fails_although_runs_agree(desynced: CliResult) -> None:
     assert desynced.code == 1, desynced.stdout + desynced.stderr
     r = desynced.report
@@ -204,6 +207,7 @@ def test_rank_desync_fails_although_runs_agree(desynced: CliResult) -> None:
 
 # ---- a failing rank --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_crashing_rank_is_exit_3_naming_the_rank(crashed: CliResult) -> None:
     assert crashed.code == 3, crashed.stdout + crashed.stderr
     r = crashed.report
@@ -217,6 +221,7 @@ def test_crashing_rank_is_exit_3_naming_the_rank(crashed: CliResult) -> None:
     assert_no_rank_left(r)
 
 
+@pytest.mark.slow
 def test_hung_rank_is_stopped_by_the_timeout_for_the_whole_job(tmp: Path) -> None:
     """A loaded machine may keep torchrun from starting its ranks within the limit: that job
     is timed out all the same (and checked as such), and is tried again with a limit three
@@ -235,6 +240,7 @@ def test_hung_rank_is_stopped_by_the_timeout_for_the_whole_job(tmp: Path) -> Non
     assert_no_rank_left(res.report)
 
 
+@pytest.mark.slow
 def test_kill_9_of_repro_check_stops_the_whole_torchrun_job(tmp: Path) -> None:
     """torchrun's agent, the rank supervisors and the ranks: none survives a ``kill -9`` of
     repro-check (each rank records its pids, then hangs at step 2)."""
@@ -305,6 +311,7 @@ def nodes(tmp: Path) -> Nodes:
     return Nodes([(p.returncode, out) for p, out in zip(procs, outs)], reports, caches)
 
 
+@pytest.mark.slow
 def test_two_nodes_meet_run_by_run_through_the_static_rendezvous(nodes: Nodes) -> None:
     for node, ((code, out), r) in enumerate(zip(nodes.outputs, nodes.reports)):
         assert code == 0, out
@@ -313,6 +320,7 @@ def test_two_nodes_meet_run_by_run_through_the_static_rendezvous(nodes: Nodes) -
         assert r["distributed"]["nnodes"] == "2"
 
 
+@pytest.mark.slow
 def test_every_torchrun_job_compiles_in_cache_folders_of_its_own_removed_after(
         nodes: Nodes) -> None:
     """Read off the two nodes' jobs (--nproc-per-node 1: one line a job): 2 runs of 2 nodes."""

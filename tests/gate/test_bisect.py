@@ -60,6 +60,7 @@ def found(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory
     return res, before, state(root)
 
 
+@pytest.mark.slow
 def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliResult, dict[str, str], dict[str, str]],
                                                              repo: tuple[Path, list[str]]) -> None:
     res, _, _ = found
@@ -83,6 +84,7 @@ def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliR
     assert re.search(r"\d run\(s\) .* in \d+\.\d s", res.stdout)  # the count and the time
 
 
+@pytest.mark.slow
 def test_bisect_reads_max_steps_from_the_config_but_not_its_runs(
         found: tuple[CliResult, dict[str, str], dict[str, str]]) -> None:
     """pyproject.toml says max-steps = 1 and runs = 5: every commit's run stops at step 1,
@@ -154,6 +156,7 @@ def test_not_a_git_repository_is_a_usage_error(tmp_path: Path) -> None:
     assert res.code == 2 and "not in a git repository" in res.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_run_leaves_the_checkout_as_it_was(tmp_path: Path) -> None:
     """Ctrl-C to the whole process group while the search runs a commit (GOOD recorded, the
     bisect's own worktree in the middle of ``git bisect``): exit 130, and the user's files,
@@ -193,6 +196,7 @@ def test_a_good_that_fails_is_exit_3(repo: tuple[Path, list[str]], tmp_path: Pat
     assert state(root) == before
 
 
+@pytest.mark.slow
 def test_the_api_returns_the_typed_bisect_and_bad_that_matches_good_is_exit_0(
         repo: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``repro_check.bisect``: the report with its typed part; usage errors raised before any
@@ -231,6 +235,7 @@ def unresolved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str
                   commit(root, "three: scale the output", {"model.py": light_script("1.001")})]
 
 
+@pytest.mark.slow
 def test_a_commit_where_the_target_does_not_resolve_is_skipped(
         unresolved: tuple[Path, list[str]], tmp_path: Path) -> None:
     """TARGET resolves in the checkout but not at the second commit: git bisect run's skip

@@ -260,6 +260,7 @@ def band(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 def test_record_runs_stores_the_spread_of_each_step(band: dict[str, Any]) -> None:
     assert band["record"].code == 0, band["record"].stdout + band["record"].stderr
     assert band["record_json"]["spread_steps"] == 6
@@ -271,6 +272,7 @@ def test_record_runs_stores_the_spread_of_each_step(band: dict[str, Any]) -> Non
     assert hi - lo == pytest.approx(1e-4, rel=0.01)  # runs 1 and 2 offset by 1e-4 and 2e-4
 
 
+@pytest.mark.slow
 def test_verify_accepts_values_inside_the_band(band: dict[str, Any]) -> None:
     """A run's losses between those of the recorded runs (a trace made from them) pass."""
     res, report = band["inside"], band["inside_json"]
@@ -279,6 +281,7 @@ def test_verify_accepts_values_inside_the_band(band: dict[str, Any]) -> None:
     assert report["divergence"] is None
 
 
+@pytest.mark.slow
 def test_verify_rejects_values_outside_the_band(band: dict[str, Any]) -> None:
     res, report = band["outside"], band["outside_json"]
     assert res.code == 1
@@ -286,6 +289,7 @@ def test_verify_rejects_values_outside_the_band(band: dict[str, Any]) -> None:
     assert "band [" in report["divergence"]["policy"]
 
 
+@pytest.mark.slow
 def test_a_widened_band_accepts_them(band: dict[str, Any]) -> None:
     trace = band["outside_json"]["run_results"][1]["trace"]
     golden = str(band["tmp"] / "goldens" / "band.json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import re
@@ -31,7 +32,10 @@ from repro_check.trace.format import TraceWriter, header_line, load_trace
 from repro_check.trace.results import Location
 
 from ..api_targets import Golden
+from repro_check.cli.plan import html_report
+
 from ..conftest import FIXTURES, cli_env, run_cli
+from ..recorded import BOTH, replayed_or_live, terminal
 
 # the shared API runs (golden, verify_other_seed): made once a session
 pytest_plugins = ["tests.api_runs"]
@@ -294,15 +298,26 @@ def test_browser_renders_the_plot_and_the_divergence_marker(pages: dict[str, Pat
 
 
 # ---- through the command line ------------------------------------------------------------------
-def test_cli_report_with_three_runs(tmp_path: Path) -> None:
+@pytest.fixture(params=BOTH)
+def three_runs(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Report, str, Path]:
+    """tiny.py --seed 5 --runs 3 with a difference planted in run 2 at step 7: the report,
+    the summary as printed and the page as ``--report`` writes it."""
+    report = replayed_or_live(request, "tiny_three_runs", tmp_path)
     page = tmp_path / "report.html"
-    res = run_cli("tiny:main", "--seed", "5", "--runs", "3", "--report", str(page), "--",
-                  "--diverge-at", "7", "--diverge-in-run", "2", tmp=tmp_path)
-    assert res.code == 1, res.stdout + res.stderr
-    assert res.report["identical_groups"] == [[1, 3], [2]]
-    assert res.report["first_divergent_step"] == 7
-    assert "Bit-identical groups: {1, 3}  {2}" in res.stdout
-    assert f"report: {page}" in res.stdout
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        html_report(report, str(page), None)
+    return report, terminal(report) + out.getvalue(), page
+
+
+def test_cli_report_with_three_runs(three_runs: tuple[Report, str, Path]) -> None:
+    report, stdout, page = three_runs
+    r = report.to_dict()
+    assert r["exit_code"] == 1, stdout
+    assert r["identical_groups"] == [[1, 3], [2]]
+    assert r["first_divergent_step"] == 7
+    assert "Bit-identical groups: {1, 3}  {2}" in stdout
+    assert f"report: {page}" in stdout
     html = page.read_text(encoding="utf-8")
     assert "<li>runs 1, 3</li><li>run 2</li>" in html
     assert pixels_near(images(page)["loss-plot"], MARKER_COLOR) > 300
@@ -337,6 +352,7 @@ def test_a_divergence_at_step_1_is_drawn_clear_of_the_axis(tmp_path: Path) -> No
         assert marker - axis >= 6, (name, marker, axis)
 
 
+@pytest.mark.slow
 def test_diff_and_diagnose_write_the_report(golden: Golden, verify_other_seed: Any,
                                                         tmp_path: Path) -> None:
     """diff and diagnose take --report as check does, each page with its own section (verify's

@@ -167,6 +167,7 @@ def revs(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, dict[str,
     return res, before, state(root), shas
 
 
+@pytest.mark.slow
 def test_rev_compares_revisions_and_the_uncommitted_change(revs: tuple[CliResult, dict[str, str], dict[str, str], list[str]]) -> None:
     res, before, after, shas = revs
     assert res.code == 1, res.stdout + res.stderr
@@ -292,6 +293,7 @@ def in_workers(loaders: Path, tmp_path_factory: pytest.TempPathFactory) -> CliRe
                    "--steps", "3", tmp=tmp_path_factory.mktemp("workers-both"), cwd=loaders)
 
 
+@pytest.mark.slow
 def test_a_draw_made_only_inside_the_workers_is_named(in_workers: CliResult) -> None:
     """No stream of the main process differs (both sides draw in their workers), yet the
     report names the stream the workers draw from: each worker's fetches are watched. Worker 0
@@ -307,6 +309,7 @@ def test_a_draw_made_only_inside_the_workers_is_named(in_workers: CliResult) -> 
             "workers=2.") in pair["loading_note"]
 
 
+@pytest.mark.slow
 def test_a_seeded_augmentation_gives_the_same_batches_for_any_worker_count(seeded: CliResult) -> None:
     res = seeded
     assert res.code == 0, res.stdout + res.stderr
@@ -368,6 +371,7 @@ def main():
 """
 
 
+@pytest.mark.slow
 def test_compile_on_a_script_that_never_compiles_runs_with_a_warning_each_run_in_cache_folders_of_its_own(
         tmp_path: Path) -> None:
     """compile=off,on on a script that never compiles: warned before the runs, and run. Each of

@@ -22,7 +22,8 @@ from repro_check.run.procs import is_alive
 from repro_check.run.runner import STOP_GRACE
 from repro_check.trace.format import load_trace
 
-from ..conftest import FIXTURES, cli_env, run_cli, run_plain
+from ..conftest import FIXTURES, CliResult, cli_env, run_cli, run_plain
+from ..recorded import BOTH, replayed_or_live, terminal
 
 FAIL = FIXTURES / "failures"
 LAUNCHER = Path(__file__).resolve().parents[1] / "launcher.py"
@@ -99,13 +100,15 @@ def write(folder: Path, name: str, text: str) -> Path:
         ({"job.py": "def main(:\n    pass\n"}, "job:main", "has a syntax error: ", "job.py\", line 1"),
         ({"job.py": "x = (\n"}, "job.py", "has a syntax error: ", "job.py\", line 1"),
         # the static check cannot see through a star import: the run resolves and reports
-        ({"job.py": "from os.path import *\n\ndef main():\n    pass\n"}, "job:mian",
-         "has no attribute 'mian' (did you mean 'main'", None),
+        pytest.param({"job.py": "from os.path import *\n\ndef main():\n    pass\n"}, "job:mian",
+                     "has no attribute 'mian' (did you mean 'main'", None,
+                     marks=pytest.mark.slow),
         ({"job.py": "import not_a_real_package_xyz\n\ndef main():\n    pass\n"}, "job.py:main",
          "importing", "not_a_real_package_xyz"),
         # a whole script whose imports fail never started training: a TARGET problem too
-        ({"job.py": "import not_a_real_package_xyz\n"}, "job.py",
-         "ModuleNotFoundError: No module named 'not_a_real_package_xyz'", "job.py\", line 1"),
+        pytest.param({"job.py": "import not_a_real_package_xyz\n"}, "job.py",
+                     "ModuleNotFoundError: No module named 'not_a_real_package_xyz'",
+                     "job.py\", line 1", marks=pytest.mark.slow),
     ],
     ids=["module", "file", "function", "syntax-module", "syntax-script", "dynamic-attribute",
          "import-error", "script-import-error"],
@@ -148,6 +151,7 @@ def test_crash_is_exit_3_naming_the_signal(tmp: Path) -> None:
 
 # ---- hangs and leftovers --------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_timeout_stops_the_run_its_workers_and_its_group(tmp: Path) -> None:
     """The run ignores SIGTERM, so it is killed after the grace period; run 2 (--jobs 1) is
     never started once run 1 timed out. Nothing here depends on how fast the machine is: a run
@@ -228,6 +232,7 @@ def kill_9_mid_run(args: list[str], tmp: Path, pid_file: Path, ready: int = 1,
         proc.communicate(timeout=60)
 
 
+@pytest.mark.slow
 def test_kill_9_of_repro_check_leaves_no_process_of_the_run(tmp: Path) -> None:
     """A helper subprocess, a daemon (double fork, setsid, closed fds), spawn-context DataLoader
     workers still starting and multiprocessing's resource tracker, the run entry and its
@@ -278,6 +283,7 @@ def test_interrupt_stops_everything_and_reports_what_was_recorded(tmp: Path, sig
 
 # ---- output ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_100_mb_of_output_bounded_memory_and_the_tail_shown(tmp: Path) -> None:
     rss_file = tmp / "maxrss.txt"
     folder = tmp / "loud"
@@ -303,12 +309,20 @@ def test_100_mb_of_output_bounded_memory_and_the_tail_shown(tmp: Path) -> None:
 
 # ---- leaving early is a shorter run, not a crash ------------------------------------------
 
-def test_early_exit_is_a_divergence_at_the_first_missing_step(tmp: Path) -> None:
-    """sys.exit(0) at step 4 in run 2, os._exit(0) at step 4 in run 3: both keep their steps."""
-    res = run_cli("early_exit.py:main", "--runs", "3", "--jobs", "2", "--", "--at", "4",
-                  "--sys-exit-in-run", "2", "--os-exit-in-run", "3", tmp=tmp / "exit", cwd=FAIL)
+@pytest.fixture(scope="module", params=BOTH)
+def early_exit(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
+    """sys.exit(0) at step 4 in run 2, os._exit(0) at step 4 in run 3 (three runs, two at a
+    time), as the command line shows it."""
+    report = replayed_or_live(request, "early_exit", tmp)
+    return CliResult(report.exit_code, terminal(report), "", report.to_dict())
+
+
+def test_early_exit_is_a_divergence_at_the_first_missing_step(early_exit: CliResult) -> None:
+    """Both keep their steps: a shorter run diverges where its steps end, no crash."""
+    res = early_exit
     assert res.code == 1, res.stdout + res.stderr
     r = res.report
+    assert r is not None
     assert r["error"] is None and r["steps"] == [8, 4, 4]
     assert r["first_divergent_step"] == 5 and r["divergent_signal"] == "steps"
     assert [d["step"] for d in r["divergences"]] == [5, 5]
@@ -375,6 +389,7 @@ def test_unusable_output_path_is_exit_2_before_any_run(tmp_path: Path, option: s
     assert not pid_file.exists(), "a run was started"
 
 
+@pytest.mark.slow
 def test_two_checks_in_one_folder_keep_to_their_own_files_even_with_closed_streams(
         tmp_path: Path) -> None:
     """Two checks at once in one folder, each in a trace folder of its own. The second is started
@@ -431,6 +446,7 @@ class _Collect:
         pass
 
 
+@pytest.mark.slow
 def test_a_target_that_takes_fds_signals_its_parent_or_has_huge_args(tmp_path: Path) -> None:
     """Run 1 signals its parent (the run's supervisor) with SIGUSR1 and SIGSTOP, leaves a process
     in a session of its own and gets 30,000 arguments and one of 100 KB (more than one

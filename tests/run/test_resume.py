@@ -105,6 +105,7 @@ def test_exact_resume_with_shuffling_from_the_restored_global_rng(
             in flat(r.stdout)), r.stdout
 
 
+@pytest.mark.slow
 def test_checkpoint_missing_optimizer_scheduler_rng_data_position_and_weights_read_not_loaded(
         missing: tuple[Path, CliResult]) -> None:
     """Each piece of state left out is named: a checkpoint without optimizer, scheduler or RNG
@@ -125,6 +126,7 @@ def test_checkpoint_missing_optimizer_scheduler_rng_data_position_and_weights_re
     assert "Not restored:" in r.stdout and "RESUME DIFFERS" in r.stdout
 
 
+@pytest.mark.slow
 def test_a_resume_that_differs_in_every_report(missing: tuple[Path, CliResult]) -> None:
     """The terminal's losses side by side (equal up to the checkpoint's step, the resumed run's
     from step 5 on, marked), the HTML page's curves with the resume point, JUnit's failure and
@@ -152,6 +154,7 @@ def test_a_resume_that_differs_in_every_report(missing: tuple[Path, CliResult]) 
     assert "| ❌ resume differs | 5 |" in summary and says in summary
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_the_scheduler_names_lr_where_the_schedules_part(
         tmp_path: Path) -> None:
     """Only the LR scheduler left out: the learning rate going in is right (it is restored with
@@ -168,6 +171,7 @@ def test_a_checkpoint_without_the_scheduler_names_lr_where_the_schedules_part(
     assert lr["detail"] == "lr differs going into step 7" and "scheduler" in lr["fix"]
 
 
+@pytest.mark.slow
 def test_one_ulp_in_one_weight_of_the_checkpoint_copy_is_found(tmp_path: Path) -> None:
     r = resume(tmp_path, 4, "--resume {checkpoint} --plant-ulp")
     assert r.code == 1, r.stdout + r.stderr
@@ -213,6 +217,7 @@ def test_a_reference_that_is_not_reproducible_blames_no_checkpoint(tmp_path: Pat
     assert "REFERENCE NOT REPRODUCIBLE" in r.stdout
 
 
+@pytest.mark.slow
 def test_resume_args_the_script_rejects_name_the_resumed_run(tmp_path: Path) -> None:
     r = resume(tmp_path, 4, "--resume {checkpoint} --bogus", "--no-optim")
     assert r.code == 3
@@ -270,6 +275,7 @@ def test_hf_trainer_resumes_every_step_but_not_its_train_loss_average(tmp_path: 
     assert rep["divergent_signal"] == "metric:hf:train_loss" and rep["not_restored"] == []
 
 
+@pytest.mark.slow
 def test_checkpoint_names_a_file_whose_save_is_not_seen(tmp_path: Path) -> None:
     """A script that writes its checkpoint with plain pickle (without --checkpoint: nothing to
     resume from, test_a_script_with_no_save_repro_check_sees_is_one_line_and_exit_3): with a

@@ -101,6 +101,7 @@ class _Events:
         self.finished.append(result)
 
 
+@pytest.mark.slow
 def test_a_run_that_does_not_exit_after_returning_is_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

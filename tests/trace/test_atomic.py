@@ -318,6 +318,7 @@ def _private_tmpfs(tmp_path: Path) -> list[str]:
     return [unshare, "-rm", "sh", "-c", script, "sh"]
 
 
+@pytest.mark.slow
 def test_a_full_disk_in_a_private_tmpfs(tmp_path: Path) -> None:
     from repro_check.trace.format import TraceWriter
 

@@ -106,6 +106,7 @@ def wide_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]
     return run_cli("wide.py:main", "--", "wide-differs", tmp=tmp / "out", cwd=tmp), tmp / "out"
 
 
+@pytest.mark.slow
 def test_a_real_run_records_and_compares_a_wide_metric(wide_run: tuple[CliResult, Path]) -> None:
     """End to end: the run's wide int reaches the trace as the documented ``bigint`` record (the
     one the synthetic traces below are written as), and the check compares it."""
