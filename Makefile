@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(PYTEST) -m "not slow and not frameworks"
 
 test-slow: $(STAMP)
-	$(PYTEST) -m slow
+	$(PYTEST) -m "slow and not frameworks"
 
 test-frameworks: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium safetensors

@@ -71,6 +71,7 @@ SCENARIOS: dict[str, Scenario] = {
     # the packaged workload unseeded, and tiny.py with a planted difference in run 2 of 3
     "mnist_unseeded": Scenario("repro_check.workloads.mnist:main",
                                {"no_seed": True, "max_steps": 3}),
+    "tiny_clean": Scenario(f"{PLACEHOLDER}/fixtures/tiny.py:main", {"seed": 5}),
     "tiny_three_runs": Scenario(f"{PLACEHOLDER}/fixtures/tiny.py:main",
                                 {"seed": 5, "runs": 3, "args": ["--diverge-at", "7",
                                                                 "--diverge-in-run", "2"]}),

@@ -45,7 +45,6 @@ def test_whole_script_runs_as_main_with_arguments(whole_script: tuple[CliResult,
     assert "ran 7 steps, __name__=__main__" in tr.end["output_tail"]
 
 
-@pytest.mark.slow
 def test_file_function_form_from_another_folder(golden: Golden, verify_same: Any) -> None:
     """FILE.py:FUNCTION with the file's path, run from elsewhere: the shared API record and
     verify of fixtures/tiny.py (tests/api_runs.py), started from this process's folder."""

@@ -15,11 +15,17 @@ from repro_check.child import env_hooks
 from repro_check.child.probe import StepProbe, arg_fingerprint
 
 pytestmark = pytest.mark.frameworks
-gym = pytest.importorskip("gymnasium", reason="gymnasium is not installed (make test-frameworks "
-                         "installs it and runs these tests)")
 
 
-def test_env_calls_are_recorded_where_the_script_made_them_during_the_probed_step() -> None:
+@pytest.fixture(scope="module")
+def gym() -> Any:
+    """gymnasium, looked for only when a test here runs (make test deselects them by their
+    marker; a module-level import skip would show as a skip there)."""
+    return pytest.importorskip("gymnasium", reason="gymnasium is not installed (make "
+                               "test-frameworks installs it and runs these tests)")
+
+
+def test_env_calls_are_recorded_where_the_script_made_them_during_the_probed_step(gym: Any) -> None:
     """The call before the probe arms is recorded when it arms (the observation a step starts
     from); a wrapped environment's call counts once, at the script's line, with the digest the
     probe gives the tensor made from its observation; nothing is recorded once disarmed, and

@@ -264,3 +264,12 @@ def test_diagnose_usage_errors() -> None:
         diagnose("tiny:main", no_seed=True)
     res = run_plain("diagnose", "tiny:main", "--ablate", "numpi")
     assert res.code == 2 and "did you mean 'numpy'" in res.stderr
+
+
+def test_a_negative_max_sources_is_a_usage_error_before_any_run(tmp_path: Path) -> None:
+    """(The bound itself, one source listed and no pinned pair, is asserted on a real
+    diagnose in the slow tier.)"""
+    with pytest.raises(UsageError):
+        diagnose(target("numpy_default_rng"), ablate=[], max_sources=-1,
+                 trace_dir=tmp_path / "none")
+    assert not (tmp_path / "none").exists()

@@ -15,7 +15,7 @@ import pytest
 from repro_check.compare.steps import Policy
 from repro_check.distributed.launch import DistOptions, RankResult
 from repro_check.distributed.compare import RANK_DESYNC, RankComparison
-from repro_check.run.runner import COMPILE_CACHE_VARS
+from repro_check.run.runner import COMPILE_CACHE_VARS, fresh_compile_caches
 
 from ..conftest import FIXTURES, CliResult, cli_env, run_cli, run_plain
 
@@ -453,3 +453,42 @@ def test_bad_distributed_options_are_usage_errors(args: list[str], message: str)
     res = run_plain("ddp/train.py:main", *args)
     assert res.code == 2 and message in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_two_nodes_with_a_static_rendezvous_meet_run_by_run() -> None:
+    """The torchrun options behind the two-node job (slow tier): run K of each node gets the
+    same rendezvous id, its node rank and the master's address and port, so runs go one at a
+    time and meet their twin on the other node."""
+    nodes = [DistOptions(nproc_per_node=1, nnodes="2", node_rank=n, master_addr="127.0.0.1",
+                         master_port=29511) for n in (0, 1)]
+    for n, opts in enumerate(nodes):
+        opts.validate()
+        assert opts.multi_node and opts.shared_rendezvous
+        for run in (1, 2):
+            args = opts.torchrun_args(run)
+            assert "--standalone" not in args
+            assert args[args.index("--nnodes") + 1] == "2"
+            assert args[args.index("--node-rank") + 1] == str(n)
+            assert args[args.index("--master-addr") + 1] == "127.0.0.1"
+            assert args[args.index("--master-port") + 1] == "29511"
+            assert args[args.index("--rdzv-id") + 1] == f"repro-check-run-{run}"
+    assert nodes[1].cli_args()[-6:] == ["--node-rank", "1", "--master-addr", "127.0.0.1",
+                                        "--master-port", "29511"]
+
+
+def test_each_run_gets_compile_cache_folders_of_its_own(tmp_path: Path) -> None:
+    """What every run and torchrun job gets (slow tier: asserted filled and removed on real
+    jobs): fresh inductor and Triton cache folders, apart from the other runs'; caches the
+    run's environment sets on purpose are kept."""
+    envs: list[dict[str, str]] = [{}, {}]
+    folders = [fresh_compile_caches(env, {}, under=tmp_path) for env in envs]
+    assert folders[0] and folders[1] and folders[0] != folders[1]
+    for env, folder in zip(envs, folders):
+        assert sorted(env) == sorted(COMPILE_CACHE_VARS)
+        assert all(Path(env[v]).parent == Path(folder or "") for v in COMPILE_CACHE_VARS)
+    given = {COMPILE_CACHE_VARS[0]: "/mine"}
+    env = dict(given)
+    folder = fresh_compile_caches(env, given, under=tmp_path)
+    assert env[COMPILE_CACHE_VARS[0]] == "/mine" and COMPILE_CACHE_VARS[1] in env
+    assert folder is not None
+    assert fresh_compile_caches({}, {v: "/x" for v in COMPILE_CACHE_VARS}) is None

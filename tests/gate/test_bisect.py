@@ -60,7 +60,6 @@ def found(repo: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory
     return res, before, state(root)
 
 
-@pytest.mark.slow
 def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliResult, dict[str, str], dict[str, str]],
                                                              repo: tuple[Path, list[str]]) -> None:
     res, _, _ = found
@@ -84,7 +83,6 @@ def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliR
     assert re.search(r"\d run\(s\) .* in \d+\.\d s", res.stdout)  # the count and the time
 
 
-@pytest.mark.slow
 def test_bisect_reads_max_steps_from_the_config_but_not_its_runs(
         found: tuple[CliResult, dict[str, str], dict[str, str]]) -> None:
     """pyproject.toml says max-steps = 1 and runs = 5: every commit's run stops at step 1,
@@ -266,3 +264,17 @@ def test_a_good_where_the_target_does_not_resolve_is_exit_3(
     assert f"GOOD {shas[1][:12]} cannot run" in res.report["error"]
     assert "importing model.py failed: SyntaxError" in res.report["error"]
     assert res.report["bisect"]["tested"] == [] and res.report["bisect"]["runs"] == 1
+
+
+def test_the_api_raises_usage_errors_before_any_run(repo: tuple[Path, list[str]],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``repro_check.bisect`` with a revision git does not know: UsageError, the repository
+    untouched (the typed report of a real search is asserted in the slow tier)."""
+    import repro_check
+
+    root, _ = repo
+    before = state(root)
+    monkeypatch.chdir(root)
+    with pytest.raises(UsageError, match="unknown git revision 'nope'"):
+        repro_check.bisect("nope", "HEAD", "model.py:main")
+    assert state(root) == before

@@ -164,7 +164,6 @@ def test_the_replay_line_is_whole_in_a_narrow_terminal(traces: dict[str, Path],
 
 
 # ---- verify and record, rendered from the API's reports ---------------------------------------
-@pytest.mark.slow
 def test_verify_that_matches(verify_same: Any, golden: Golden) -> None:
     out = render(verify_same)
     assert line_with(out, "MATCHES GOLDEN")
@@ -175,7 +174,6 @@ def test_verify_that_matches(verify_same: Any, golden: Golden) -> None:
     assert "Replay:" not in out and "First divergence" not in out
 
 
-@pytest.mark.slow
 def test_verify_that_diverges(verify_other_seed: Any) -> None:
     out = render(verify_other_seed)
     assert line_with(out, "NOT REPRODUCIBLE")
