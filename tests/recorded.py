@@ -35,6 +35,8 @@ from repro_check.trace.protocol import Record
 from repro_check.trace.results import RunResult
 from repro_check.verdict import run_check
 
+from .conftest import CliResult
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "recorded"
 PLACEHOLDER = "{ROOT}"
@@ -55,6 +57,7 @@ class Scenario:
 
 
 ZOO = f"{PLACEHOLDER}/fixtures/zoo"
+CLI_TINY = f"{PLACEHOLDER}/tests/cli/cli_tiny.py:main"
 
 #: every recorded scenario: the tests that read one say which
 SCENARIOS: dict[str, Scenario] = {
@@ -71,6 +74,13 @@ SCENARIOS: dict[str, Scenario] = {
     # the packaged workload unseeded, and tiny.py with a planted difference in run 2 of 3
     "mnist_unseeded": Scenario("repro_check.workloads.mnist:main",
                                {"no_seed": True, "max_steps": 3}),
+    # tests/cli/cli_tiny.py (tests/cli/test_cli.py's checks)
+    "cli_planted": Scenario(CLI_TINY, {"seed": 5, "args": ["--diverge-at", "7"]}),
+    "cli_nan": Scenario(CLI_TINY, {"max_steps": 5, "args": ["--nan-at", "3"]}),
+    "cli_metric_shifted": Scenario(CLI_TINY, {"max_steps": 5, "rtol": 0.01, "args": [
+        "--steps", "5", "--metric-shift-in-run", "2"]}),
+    "cli_tolerated": Scenario(CLI_TINY, {"atol": 0.06, "args": [
+        "--steps", "5", "--metric-shift-in-run", "2"]}),
     "tiny_clean": Scenario(f"{PLACEHOLDER}/fixtures/tiny.py:main", {"seed": 5}),
     "tiny_three_runs": Scenario(f"{PLACEHOLDER}/fixtures/tiny.py:main",
                                 {"seed": 5, "runs": 3, "args": ["--diverge-at", "7",
@@ -172,6 +182,12 @@ def replayed_or_live(request: pytest.FixtureRequest, name: str, tmp: Path) -> Re
     if request.param == "live":
         return live(name, tmp / f"{name}-live")
     return replay(name, tmp / f"{name}-replayed")
+
+
+def cli_result(report: Report) -> CliResult:
+    """The check as the command line shows it: its exit status, its summary as printed and its
+    JSON report (no stderr: nothing here writes one)."""
+    return CliResult(report.exit_code, terminal(report), "", report.to_dict())
 
 
 def terminal(report: Report) -> str:

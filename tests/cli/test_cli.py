@@ -3,7 +3,9 @@
 Each real check here serves every test that reads it (module-scoped fixtures): the target is
 tests/cli/cli_tiny.py, fixtures/tiny.py without torch.optim (whose first optimizer loads
 torch._dynamo, seconds a run) and with per-run failures, so that one check of four runs shows a
-raise, a SIGKILL and a sys.exit(4) at once."""
+raise, a SIGKILL and a sys.exit(4) at once. The planted, NaN, metric and tolerance checks are
+asserted in make test on their runs replayed from recorded traces (tests/recorded.py) and in
+the slow tier on live runs."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from ..conftest import CliResult, run_cli, run_plain
+from ..recorded import BOTH, cli_result, replayed_or_live
 from .test_commands import in_folder
 
 PUBLIC_KEYS = {"reproducible", "first_divergent_step", "divergent_signal", "steps", "metrics",
@@ -38,30 +41,28 @@ def clean(tmp: Path) -> CliResult:
     return check("--seed", "5", tmp=tmp / "clean")
 
 
-@pytest.fixture(scope="module")
-def planted(tmp: Path) -> CliResult:
-    return check("--seed", "5", "--", "--diverge-at", "7", tmp=tmp / "planted")
+@pytest.fixture(scope="module", params=BOTH)
+def planted(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
+    return cli_result(replayed_or_live(request, "cli_planted", tmp))
 
 
-@pytest.fixture(scope="module")
-def stopped_with_nan(tmp: Path) -> CliResult:
+@pytest.fixture(scope="module", params=BOTH)
+def stopped_with_nan(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """Runs cut by --max-steps 5, the loss NaN from step 3 on in both."""
-    return check("--max-steps", "5", "--", "--nan-at", "3", tmp=tmp / "max")
+    return cli_result(replayed_or_live(request, "cli_nan", tmp))
 
 
-@pytest.fixture(scope="module")
-def metric_shifted(tmp: Path) -> CliResult:
+@pytest.fixture(scope="module", params=BOTH)
+def metric_shifted(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """--max-steps equal to the script's own 5 steps, run 2's final metric 0.05 higher, a 1 %
     relative tolerance: steps all agree, the final metric does not."""
-    return check("--max-steps", "5", "--rtol", "0.01", "--", "--steps", "5",
-                 "--metric-shift-in-run", "2", tmp=tmp / "max-own")
+    return cli_result(replayed_or_live(request, "cli_metric_shifted", tmp))
 
 
-@pytest.fixture(scope="module")
-def tolerated(tmp: Path) -> CliResult:
+@pytest.fixture(scope="module", params=BOTH)
+def tolerated(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """Run 2's final metric 0.05 higher, under an absolute tolerance above that."""
-    return check("--atol", "0.06", "--", "--steps", "5", "--metric-shift-in-run", "2",
-                 tmp=tmp / "tol")
+    return cli_result(replayed_or_live(request, "cli_tolerated", tmp))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from repro_check.run import session
 from repro_check.trace.format import load_trace
 
 from ..conftest import FIXTURES, CliResult, run_plain
-from ..recorded import BOTH, live, replay, replayed_or_live, terminal
+from ..recorded import BOTH, cli_result, live, replay, replayed_or_live
 
 ZOO = FIXTURES / "zoo"
 
@@ -50,8 +50,7 @@ def built_before_seeding(request: pytest.FixtureRequest, tmp: Path) -> Report:
 @pytest.fixture(scope="module", params=BOTH)
 def randint_unseeded(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """The check as the command line shows it (exit status, JSON, terminal summary)."""
-    report = replayed_or_live(request, "randint_seed", tmp)
-    return CliResult(report.exit_code, terminal(report), "", report.to_dict())
+    return cli_result(replayed_or_live(request, "randint_seed", tmp))
 
 
 def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(

@@ -23,7 +23,7 @@ from repro_check.run.runner import STOP_GRACE
 from repro_check.trace.format import load_trace
 
 from ..conftest import FIXTURES, CliResult, cli_env, run_cli, run_plain
-from ..recorded import BOTH, replayed_or_live, terminal
+from ..recorded import BOTH, cli_result, replayed_or_live
 
 FAIL = FIXTURES / "failures"
 LAUNCHER = Path(__file__).resolve().parents[1] / "launcher.py"
@@ -250,7 +250,8 @@ def test_kill_9_of_repro_check_leaves_no_process_of_the_run(tmp: Path) -> None:
 
 # ---- Ctrl-C and SIGTERM to repro-check -------------------------------------------------------
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+                         ids=["SIGINT", "SIGTERM"])
 def test_interrupt_stops_everything_and_reports_what_was_recorded(tmp: Path, sig: int) -> None:
     """Ctrl-C (both runs going) and SIGTERM, as a cancelled CI job gets (--jobs 1: run 2 waiting)."""
     name = signal.Signals(sig).name
@@ -313,8 +314,7 @@ def test_100_mb_of_output_bounded_memory_and_the_tail_shown(tmp: Path) -> None:
 def early_exit(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """sys.exit(0) at step 4 in run 2, os._exit(0) at step 4 in run 3 (three runs, two at a
     time), as the command line shows it."""
-    report = replayed_or_live(request, "early_exit", tmp)
-    return CliResult(report.exit_code, terminal(report), "", report.to_dict())
+    return cli_result(replayed_or_live(request, "early_exit", tmp))
 
 
 def test_early_exit_is_a_divergence_at_the_first_missing_step(early_exit: CliResult) -> None:
