@@ -29,8 +29,10 @@ lint: $(STAMP)
 # --durations: the slowest tests are printed, so the next slow one is seen when it lands
 PYTEST := $(BIN)/python -m pytest -q --durations=15
 
+# the fast suite in a worker per CPU (pytest-xdist), a test file each at a time: about a quarter
+# of one worker's time is a single run going or a test in this process, which leaves a core idle
 test: $(STAMP)
-	$(PYTEST) -m "not slow and not frameworks"
+	$(PYTEST) -n auto --dist loadfile -m "not slow and not frameworks"
 
 test-slow: $(STAMP)
 	$(PYTEST) -m "slow and not frameworks"

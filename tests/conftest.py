@@ -107,6 +107,8 @@ class _ForkServer:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
             self.proc.wait(timeout=60)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 FORK_SERVER = _ForkServer()

@@ -424,6 +424,7 @@ def test_a_printed_accuracy_that_differs_alone_is_not_reproducible(argparse_chec
     assert "--metric" in replay and f"pct={PCT}" in replay, replay
 
 
+@pytest.mark.slow
 def test_a_run_stopped_early_compares_no_printed_metric(tmp_path: Path) -> None:
     res = run_cli(MNIST_STYLE, "--max-steps", "2", tmp=tmp_path)
     r = res.report
@@ -432,6 +433,7 @@ def test_a_run_stopped_early_compares_no_printed_metric(tmp_path: Path) -> None:
     assert "All 2 steps agree; no metric was compared:" in " ".join(res.stdout.split())
 
 
+@pytest.mark.slow
 def test_wandb_and_mlflow_logs_are_compared(tmp_path: Path) -> None:
     res = run_cli(str(METRICS / "loggers" / "log_to_trackers.py"), tmp=tmp_path)
     r = res.report
