@@ -1,6 +1,7 @@
 # make demo: install and run the reference workload.
-# Test tiers: make test (the fast suite, every area; frameworks' tests are theirs), make test-slow
-# (the slow end-to-end tests and the real workloads: the full MNIST epoch), make test-frameworks (installs TensorBoard, Lightning, transformers, gymnasium, safetensors,
+# Test tiers: make test (the fast suite, every area; the frameworks' tests are theirs), make
+# test-slow (the slow end-to-end tests and the real workloads: the full MNIST epoch), make
+# test-frameworks (installs TensorBoard, Lightning, transformers, gymnasium, safetensors,
 # never dependencies of repro-check, and runs the tests marked frameworks: what they log, resuming
 # from their checkpoints, the environment calls diagnose names), make test-all (all three).
 PYTHON ?= python3

@@ -28,7 +28,7 @@ import pytest
 from repro_check.report.model import Report
 from repro_check.report.terminal import make_console, print_summary
 from repro_check.run.exitstatus import status_of
-from repro_check.run.options import CHECK_RUNS, InternalSettings, build_options, keyword_values
+from repro_check.run.options import CHECK_RUNS, RunOptions, build_options, keyword_values
 from repro_check.run.runner import RunSpec, apply_event
 from repro_check.trace.format import TraceWriter, dumps, read_record
 from repro_check.trace.protocol import Record
@@ -49,9 +49,9 @@ class Scenario:
     target: str
     options: dict[str, Any] = field(default_factory=dict)
 
-    def run_options(self, trace_dir: Path, **more: Any) -> Any:
+    def run_options(self, trace_dir: Path) -> RunOptions:
         target = self.target.replace(PLACEHOLDER, str(ROOT))
-        given = {**self.options, **more, "trace_dir": str(trace_dir)}
+        given = {**self.options, "trace_dir": str(trace_dir)}
         return build_options(target, given=keyword_values(given), base=None,
                              defaults={"runs": CHECK_RUNS})
 
@@ -159,12 +159,9 @@ class Recorded:
         return _RecordedRun(spec, events, self.folder / f"run-{spec.index}.jsonl")
 
 
-def replay(name: str, trace_dir: Path, **more: Any) -> Report:
-    """The report of a check of scenario ``name`` replayed from its stored traces (``more``:
-    options beside the recorded ones that change only the parent's side, as tolerances do)."""
-    scenario = SCENARIOS[name]
-    return run_check(scenario.run_options(trace_dir, **more), None, InternalSettings(),
-                     launcher=Recorded(DATA / name))
+def replay(name: str, trace_dir: Path) -> Report:
+    """The report of a check of scenario ``name`` replayed from its stored traces."""
+    return run_check(SCENARIOS[name].run_options(trace_dir), launcher=Recorded(DATA / name))
 
 
 def live(name: str, trace_dir: Path) -> Report:
@@ -173,13 +170,14 @@ def live(name: str, trace_dir: Path) -> Report:
 
 
 #: a fixture's params for a test asserted on both: the replay in the fast tier, the real
-#: check in the slow one (``request.param``, see :func:`replayed_or_live`)
+#: check in the slow one (``request.param``, given to :func:`replayed_or_live`)
 BOTH = [pytest.param("replayed"), pytest.param("live", marks=pytest.mark.slow)]
 
 
-def replayed_or_live(request: pytest.FixtureRequest, name: str, tmp: Path) -> Report:
-    """The check of scenario ``name`` replayed or run for real, as ``request.param`` says."""
-    if request.param == "live":
+def replayed_or_live(how: str, name: str, tmp: Path) -> Report:
+    """The check of scenario ``name`` replayed or run for real, as ``how`` (a param of
+    :data:`BOTH`) says."""
+    if how == "live":
         return live(name, tmp / f"{name}-live")
     return replay(name, tmp / f"{name}-replayed")
 
@@ -209,7 +207,6 @@ def record(name: str, folder: Path) -> Report:
             assert r.trace_path is not None, f"{name}: run {r.index} kept no trace"
             text = Path(r.trace_path).read_text().replace(str(ROOT), PLACEHOLDER)
             (folder / f"run-{r.index}.jsonl").write_text(text)
-        report.trace_dir = str(folder)
     return report
 
 

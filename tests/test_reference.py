@@ -24,7 +24,7 @@ def test_embedded_subset_reproduces(tmp_path: Path) -> None:
 def unseeded(request: pytest.FixtureRequest, tmp_path: Path) -> Report:
     """The packaged workload (the MLP of fixtures/train.py without its torchvision imports)
     under --no-seed --max-steps 3."""
-    return replayed_or_live(request, "mnist_unseeded", tmp_path)
+    return replayed_or_live(request.param, "mnist_unseeded", tmp_path)
 
 
 def test_unseeded_diverges_at_step_1(unseeded: Report) -> None:

@@ -43,26 +43,26 @@ def clean(tmp: Path) -> CliResult:
 
 @pytest.fixture(scope="module", params=BOTH)
 def planted(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
-    return cli_result(replayed_or_live(request, "cli_planted", tmp))
+    return cli_result(replayed_or_live(request.param, "cli_planted", tmp))
 
 
 @pytest.fixture(scope="module", params=BOTH)
 def stopped_with_nan(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """Runs cut by --max-steps 5, the loss NaN from step 3 on in both."""
-    return cli_result(replayed_or_live(request, "cli_nan", tmp))
+    return cli_result(replayed_or_live(request.param, "cli_nan", tmp))
 
 
 @pytest.fixture(scope="module", params=BOTH)
 def metric_shifted(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """--max-steps equal to the script's own 5 steps, run 2's final metric 0.05 higher, a 1 %
     relative tolerance: steps all agree, the final metric does not."""
-    return cli_result(replayed_or_live(request, "cli_metric_shifted", tmp))
+    return cli_result(replayed_or_live(request.param, "cli_metric_shifted", tmp))
 
 
 @pytest.fixture(scope="module", params=BOTH)
 def tolerated(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """Run 2's final metric 0.05 higher, under an absolute tolerance above that."""
-    return cli_result(replayed_or_live(request, "cli_tolerated", tmp))
+    return cli_result(replayed_or_live(request.param, "cli_tolerated", tmp))
 
 
 @pytest.fixture(scope="module")

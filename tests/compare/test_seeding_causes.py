@@ -32,7 +32,7 @@ def clock_check(request: pytest.FixtureRequest, tmp: Path) -> Report:
     the verdict must not depend on that. Run 2's clock is shifted (``clock_shift_ns`` in its
     header), so the seeds differ whenever the runs start; the header's shift is asserted, so one
     check shows it (repeating the check only drew more start times)."""
-    return replayed_or_live(request, "clock_seeded", tmp)
+    return replayed_or_live(request.param, "clock_seeded", tmp)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def built_before_seeding(request: pytest.FixtureRequest, tmp: Path) -> Report:
 @pytest.fixture(scope="module", params=BOTH)
 def randint_unseeded(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """The check as the command line shows it (exit status, JSON, terminal summary)."""
-    return cli_result(replayed_or_live(request, "randint_seed", tmp))
+    return cli_result(replayed_or_live(request.param, "randint_seed", tmp))
 
 
 def test_a_clock_seed_is_never_reproducible_and_the_clock_is_the_cause(
@@ -75,10 +75,7 @@ def worker_reseed(request: pytest.FixtureRequest, tmp: Path) -> Report:
     """Forked workers inherit the watch; spawned ones get it through their worker_init_fn (here
     without the ``dataloader`` component, whose wrapper of it is then absent)."""
     way, how = request.param
-    name = f"worker_reseed_{way}"
-    if how == "live":
-        return live(name, tmp / f"{name}-live")
-    return replay(name, tmp / f"{name}-replayed")
+    return replayed_or_live(how, f"worker_reseed_{way}", tmp)
 
 
 def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report) -> None:
@@ -105,7 +102,7 @@ def test_a_reseed_in_dataloader_workers_is_seen_and_named(worker_reseed: Report)
 
 @pytest.fixture(scope="module", params=BOTH)
 def hour_check(request: pytest.FixtureRequest, tmp: Path) -> Report:
-    return replayed_or_live(request, "clock_hour_seed", tmp)
+    return replayed_or_live(request.param, "clock_hour_seed", tmp)
 
 
 def test_a_seed_from_the_hour_and_minute_is_the_clock(hour_check: Report) -> None:

@@ -302,7 +302,7 @@ def test_browser_renders_the_plot_and_the_divergence_marker(pages: dict[str, Pat
 def three_runs(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Report, str, Path]:
     """tiny.py --seed 5 --runs 3 with a difference planted in run 2 at step 7: the report,
     the summary as printed and the page as ``--report`` writes it."""
-    report = replayed_or_live(request, "tiny_three_runs", tmp_path)
+    report = replayed_or_live(request.param, "tiny_three_runs", tmp_path)
     page = tmp_path / "report.html"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

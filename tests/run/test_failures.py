@@ -314,7 +314,7 @@ def test_100_mb_of_output_bounded_memory_and_the_tail_shown(tmp: Path) -> None:
 def early_exit(request: pytest.FixtureRequest, tmp: Path) -> CliResult:
     """sys.exit(0) at step 4 in run 2, os._exit(0) at step 4 in run 3 (three runs, two at a
     time), as the command line shows it."""
-    return cli_result(replayed_or_live(request, "early_exit", tmp))
+    return cli_result(replayed_or_live(request.param, "early_exit", tmp))
 
 
 def test_early_exit_is_a_divergence_at_the_first_missing_step(early_exit: CliResult) -> None:
