@@ -39,7 +39,8 @@ test-slow: $(STAMP)
 	$(PYTEST) -m "slow and not frameworks"
 
 test-frameworks: $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium safetensors
+	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium safetensors \
+		pandas pyarrow scipy scikit-learn h5py numba polars
 	$(PYTEST) -m frameworks
 
 test-all: test test-slow test-frameworks

@@ -12,13 +12,18 @@ and time of day, in UTC and in local time across a daylight-saving change. That 
 any two of runs 1 to 5 (``shift_of`` checks it in the tests); later runs may repeat a field of
 run 1's, but run 2 already differs. Run 1 sees the real clock.
 
-What is moved: ``time.time``, ``time.time_ns``, ``time.localtime``/``gmtime``/``ctime``/
-``strftime``/``asctime`` without a time argument, ``datetime.datetime.now``/``utcnow``/``today``
-and ``datetime.date.today`` (the two classes are replaced by subclasses that accept every real
-instance in ``isinstance`` and pickle as the real ones). Durations (``time.monotonic``,
-``time.perf_counter``, ``time.process_time``) and the clock of code that took ``datetime`` before
-the run started (torch) are not moved. Processes started fresh by the run (a ``spawn``
-DataLoader worker) see the real clock.
+What is moved: ``time.time``, ``time.time_ns``, ``time.clock_gettime``/``clock_gettime_ns`` of
+``CLOCK_REALTIME``, ``time.localtime``/``gmtime``/``ctime``/``strftime``/``asctime`` without a
+time argument, ``datetime.datetime.now``/``utcnow``/``today`` and ``datetime.date.today`` (and so
+pandas' ``Timestamp.now``/``today``, which call them). No type is replaced: ``now`` and
+``utcnow`` are set in the namespace of the real ``datetime`` class, which compiled libraries
+check when they are imported (pandas' and pyarrow's modules crashed on a stand-in subclass), so
+``from datetime import datetime`` taken before the run started sees the moved clock too. Not
+moved: durations (``time.monotonic``, ``time.perf_counter``, ``time.process_time``), clocks read
+by compiled code itself (``numpy.datetime64('now')``, C++ ``std::chrono``, file times from
+``os.stat``), and processes started fresh by the run (a ``spawn`` DataLoader worker), which see
+the real clock. A seed taken from one of those is seen as differing between runs, not as a seed
+from the clock.
 
 :func:`clock_unit` says whether a value is the current (moved) time in seconds, milliseconds,
 microseconds or nanoseconds, give or take a day: the seeding watch calls such a seed "seeded
@@ -31,7 +36,6 @@ equals the same field in every one of them (a constant cannot differ).
 
 from __future__ import annotations
 
-import copyreg
 import datetime as _datetime
 import time
 from typing import Any
@@ -56,6 +60,8 @@ _real_gmtime = time.gmtime
 _real_ctime = time.ctime
 _real_strftime = time.strftime
 _real_asctime = time.asctime
+_real_clock_gettime = time.clock_gettime
+_real_clock_gettime_ns = time.clock_gettime_ns
 RealDatetime = _datetime.datetime
 RealDate = _datetime.date
 
@@ -182,6 +188,16 @@ def _time_ns() -> int:
     return _real_time_ns() + offset
 
 
+def _clock_gettime(clk_id: int) -> float:
+    moved = _real_clock_gettime(clk_id)
+    return moved + offset / 1e9 if clk_id == time.CLOCK_REALTIME else moved
+
+
+def _clock_gettime_ns(clk_id: int) -> int:
+    moved = _real_clock_gettime_ns(clk_id)
+    return moved + offset if clk_id == time.CLOCK_REALTIME else moved
+
+
 def _localtime(secs: float | None = None) -> time.struct_time:
     return _real_localtime(_time() if secs is None else secs)
 
@@ -202,66 +218,38 @@ def _asctime(t: Any = None) -> str:
     return _real_asctime(_localtime() if t is None else t)
 
 
-class _Real(type):
-    """The replaced ``datetime`` classes accept the real classes' instances and subclasses."""
-
-    def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, cls.real)  # type: ignore[attr-defined]
-
-    def __subclasscheck__(cls, sub: Any) -> bool:
-        return issubclass(sub, cls.real)  # type: ignore[attr-defined]
+def _now(cls: Any, tz: Any = None) -> Any:
+    """``datetime.now`` on the moved clock (``cls``: ``datetime`` or a subclass, pandas'
+    ``Timestamp`` among them)."""
+    return cls.fromtimestamp(_time(), tz)
 
 
-class date(RealDate, metaclass=_Real):  # noqa: N801 - stands in for datetime.date
-    real = RealDate
-
-    @classmethod
-    def today(cls) -> Any:
-        return cls.fromtimestamp(_time())
-
-
-class datetime(RealDatetime, metaclass=_Real):  # noqa: N801 - stands in for datetime.datetime
-    real = RealDatetime
-
-    @classmethod
-    def now(cls, tz: Any = None) -> Any:
-        return cls.fromtimestamp(_time(), tz)
-
-    @classmethod
-    def utcnow(cls) -> Any:
-        return cls.fromtimestamp(_time(), _datetime.timezone.utc).replace(tzinfo=None)
-
-    @classmethod
-    def today(cls) -> Any:
-        return cls.fromtimestamp(_time())
-
-
-for _cls in (date, datetime):
-    _cls.__module__ = "datetime"
-    _cls.__qualname__ = _cls.__name__
-
-
-def _reduce_as(stand_in: type) -> Any:
-    def reduce(obj: Any) -> Any:
-        return (stand_in, obj.__reduce__()[1])
-
-    return reduce
+def _utcnow(cls: Any) -> Any:
+    """``datetime.utcnow`` on the moved clock."""
+    return cls.fromtimestamp(_time(), _datetime.timezone.utc).replace(tzinfo=None)
 
 
 def install(run: int) -> int:
-    """Move this process's wall clock by run ``run``'s shift; returns the shift (ns)."""
+    """Move this process's wall clock by run ``run``'s shift; returns the shift (ns).
+
+    ``time``'s functions are replaced in the module. ``datetime.datetime.now`` and ``utcnow``
+    are replaced inside the real class's own namespace, the class itself kept: compiled code
+    (pandas, pyarrow) checks the ``datetime`` types it imports, and a stand-in subclass crashed
+    it. ``date.today`` and ``datetime.today`` read ``time.time``, so they follow. Where this
+    interpreter keeps the class's namespace out of reach, ``datetime.now`` keeps the real clock
+    and the patch listing says so."""
     global offset
     offset = shift_of(run)
     if offset == 0:
         return 0
     for name, moved in (("time", _time), ("time_ns", _time_ns), ("localtime", _localtime),
                         ("gmtime", _gmtime), ("ctime", _ctime), ("strftime", _strftime),
-                        ("asctime", _asctime)):
+                        ("asctime", _asctime), ("clock_gettime", _clock_gettime),
+                        ("clock_gettime_ns", _clock_gettime_ns)):
         patches.PATCHES.replace("clock", time, name, moved)
-    patches.PATCHES.replace("clock", _datetime, "datetime", datetime)
-    patches.PATCHES.replace("clock", _datetime, "date", date)
-    # pickle looks a real instance's class up as datetime.datetime, which is now the stand-in
-    for real, stand_in in ((RealDatetime, datetime), (RealDate, date)):
-        patches.PATCHES.replace("clock", copyreg.dispatch_table, real, _reduce_as(stand_in),
-                                item=True, label=f"copyreg.dispatch_table[{real.__qualname__}]")
+    for name, method in (("now", classmethod(_now)), ("utcnow", classmethod(_utcnow))):
+        try:
+            patches.PATCHES.replace("clock", RealDatetime, name, method)
+        except patches.SealedTypeError as e:
+            patches.PATCHES.skip("clock", f"datetime.datetime.{name}", f"real clock kept: {e}")
     return offset

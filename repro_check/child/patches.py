@@ -72,7 +72,7 @@ ORDER: tuple[str, ...] = (
     "checkpoint.saves",      # torch.save, safetensors, DCP, Lightning's and HF's saves (resume)
     "rank.models",           # DistributedDataParallel.__init__
     "origin.models",         # nn.Module.__init__: where each model is built
-    "clock",                 # time.time & co., datetime.datetime and date, their pickling
+    "clock",                 # time.time & co., datetime.datetime.now and utcnow (in place)
     "main.flush",            # os._exit: the held steps are handed over first
     "processes.end",         # os._exit in a recorded process: its stream ends first
     "processes.start",       # BaseProcess.start: each process the run starts is numbered
@@ -99,6 +99,43 @@ def label_of(owner: Any, name: Any) -> str:
         return f"{owner.__module__}.{owner.__qualname__}.{name}"
     module = getattr(owner, "__name__", None)
     return f"{module}.{name}" if isinstance(module, str) else f"{type(owner).__name__}[{name!r}]"
+
+
+def is_sealed(cls: type) -> bool:
+    """Whether ``cls`` refuses ``setattr`` on itself: a type of compiled code (``datetime``,
+    ``int``), whose attributes cannot be set from Python."""
+    return bool(cls.__flags__ & _IMMUTABLE_TYPE) or not (cls.__flags__ & _HEAP_TYPE)
+
+
+#: ``Py_TPFLAGS_HEAPTYPE`` and ``Py_TPFLAGS_IMMUTABLETYPE`` (CPython's ``object.h``)
+_HEAP_TYPE = 1 << 9
+_IMMUTABLE_TYPE = 1 << 8
+
+
+def write_sealed(cls: type, name: str, value: Any) -> None:
+    """Set (or with :data:`MISSING`, delete) ``name`` in the own namespace of a type compiled
+    code made, keeping the type itself: the object stays the one compiled libraries check (its
+    size, its identity), where a stand-in subclass would not (pandas' compiled modules crash
+    when ``datetime.datetime`` is a subclass). The type's attribute cache is then cleared.
+    Raises :class:`SealedTypeError` where this interpreter keeps no such namespace."""
+    import ctypes  # only for a sealed type: most runs never patch one
+    import gc  # likewise
+
+    namespaces = [d for d in gc.get_referents(cls.__dict__) if isinstance(d, dict)]
+    if len(namespaces) != 1 or namespaces[0].keys() != cls.__dict__.keys():
+        raise SealedTypeError(f"{cls.__qualname__}'s namespace cannot be reached")
+    namespace = namespaces[0]
+    if value is MISSING:
+        namespace.pop(name, None)
+    else:
+        namespace[name] = value
+    ctypes.pythonapi.PyType_Modified(ctypes.py_object(cls))
+    if (cls.__dict__.get(name, MISSING) is not value):
+        raise SealedTypeError(f"{cls.__qualname__}.{name} did not take the new value")
+
+
+class SealedTypeError(RuntimeError):
+    """A type of compiled code could not be patched in place on this interpreter."""
 
 
 class _Target:
@@ -137,6 +174,8 @@ class _Target:
                 self.owner.pop(self.name, None)
             else:
                 self.owner[self.name] = value
+        elif isinstance(self.owner, type) and is_sealed(self.owner):
+            write_sealed(self.owner, self.name, value)
         elif value is MISSING:
             if self.read() is not MISSING:
                 delattr(self.owner, self.name)
@@ -216,7 +255,13 @@ class PatchRegistry:
                 target = self._targets[key] = _Target(owner, name, item,
                                                       label or label_of(owner, name))
             target.features[feature] = (token, make)
-            target.compose(self.order)
+            try:
+                target.compose(self.order)
+            except SealedTypeError:  # left as it was: the caller skips the feature
+                del target.features[feature]
+                if not target.features:
+                    del self._targets[key]
+                raise
 
     def wrap_arguments(self, feature: str, owner: Any, name: str, names: Iterable[str],
                        edit: Callable[[dict[str, Any]], None], *, token: Any = None) -> bool:

@@ -18,7 +18,7 @@ from typing import IO, Any
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
-from repro_check.report.text import value_text, visible
+from repro_check.report.text import failed_runs_lines, value_text, visible
 
 #: GitHub refuses a step summary file larger than this
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -46,7 +46,8 @@ def _failure_text(report: Report) -> str | None:
     if report.interrupted:
         return f"{report.target}: interrupted"
     if report.error is not None:
-        return f"{report.target}: target failed: {report.error}"
+        said = failed_runs_lines(report)
+        return "; ".join([f"{report.target}: target failed: {report.error}", *said])
     if report.bisect is not None and report.bisect.first_bad is not None:
         return _bisect_failure(report)
     cmp = report.comparison

@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol
 
 from repro_check.compare.cause import Cause
 from repro_check.trace.jsonfields import JsonRecord, json_field
-from repro_check.trace.results import Location, ProcessResult, Status
+from repro_check.trace.results import FailurePoint, Location, ProcessResult, Status
 from repro_check.trace.signals import Signal
 
 
@@ -27,6 +27,8 @@ class RunEnd(JsonRecord):
     error: dict[str, Any] | None = None
     trace: str | None = None
     warnings: list[str] = field(default_factory=list)
+    #: where a failed run stopped: while importing a module, before the target's first line
+    failed_at: FailurePoint | None = json_field(default=None, omit_none=True)
 
 
 @dataclass

@@ -31,7 +31,8 @@ from repro_check.report.contents import SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.compare.cause import EXPLANATION
 from repro_check.report.diagnosis import ablation_outcome
-from repro_check.report.text import agreement, is_number, later_text, signal_sentence
+from repro_check.report.text import (agreement, failed_runs_lines, is_number, later_text,
+                                     signal_sentence)
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import StepRecord
 from repro_check.trace.results import Location
@@ -317,11 +318,12 @@ def _page_head(report: Report) -> list[str]:
 
 def _outcome_section(report: Report) -> list[str]:
     """The error, the first divergence in a sentence, or that everything agrees."""
-    cmp = report.comparison
+    cmp = report.verdict_comparison  # none when the target failed: no claim either way
     div = cmp.divergence if cmp else None
     out: list[str] = []
     if report.error:
         out.append(f"<p><b>Error:</b> {_e(report.error)}</p>")
+        out += [f"<p>{_e(line)}</p>" for line in failed_runs_lines(report)]
     if div is not None:
         where = f"step {div.step}" if div.step is not None else "the final metrics"
         if report.gate is not None:

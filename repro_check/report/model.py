@@ -584,12 +584,19 @@ class Report:
         )
 
     @property
+    def verdict_comparison(self) -> ComparisonResult | None:
+        """The comparison a verdict may rest on: none when the target failed (a run that crashed
+        or raised says nothing about reproducibility, and what it did not record is no
+        divergence)."""
+        return None if self.error is not None else self.comparison
+
+    @property
     def first_divergent_step(self) -> int | None:
-        return self.comparison.first_divergent_step if self.comparison else None
+        return self.verdict_comparison.first_divergent_step if self.verdict_comparison else None
 
     @property
     def divergent_signal(self) -> Signal | None:
-        return self.comparison.divergent_signal if self.comparison else None
+        return self.verdict_comparison.divergent_signal if self.verdict_comparison else None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -634,7 +641,7 @@ class Report:
 
     def core(self) -> ReportCore:
         """The keys every report has, read from this report as they are now."""
-        cmp = self.comparison
+        cmp, judged = self.comparison, self.verdict_comparison
         return ReportCore(
             report_version=REPORT_VERSION,
             reproducible=self.reproducible,
@@ -653,9 +660,9 @@ class Report:
             threads=self.threads,
             max_steps=self.max_steps,
             tolerance=self.policy.describe(),
-            divergence=cmp.divergence if cmp else None,
-            divergences=[d for d in (cmp.per_run.values() if cmp else []) if d],
-            metric_divergences=list(cmp.metric_divergences) if cmp else [],
+            divergence=judged.divergence if judged else None,
+            divergences=[d for d in (judged.per_run.values() if judged else []) if d],
+            metric_divergences=list(judged.metric_divergences) if judged else [],
             steps_compared=cmp.steps_compared if cmp else 0,
             metrics_compared=cmp.metrics_compared if cmp else 0,
             metrics_skipped=list(cmp.metrics_skipped) if cmp else [],
@@ -665,7 +672,7 @@ class Report:
             run_results=[
                 RunEnd(run=r.index, status=r.status, returncode=r.returncode, signal=r.signal,
                        steps=r.steps, seconds=r.seconds, error=r.error, trace=r.trace_path,
-                       warnings=r.warnings)
+                       warnings=r.warnings, failed_at=r.failed_at)
                 for r in self.results
             ],
             environment=(self.results[0].header or {}).get("environment") if self.results

@@ -19,6 +19,7 @@ from repro_check.trace import values
 from repro_check.report.contents import DesyncRankValue
 from repro_check.report.model import Report
 from repro_check.report.text import (
+    failed_runs_lines,
     Visible,
     agreement,
     diff_text,
@@ -264,6 +265,7 @@ def failure_parts(report: Report, label: Callable[[RunResult], str] | None = Non
     if report.error is None:
         return []
     parts: list[Any] = [Text(f"error: {report.error}", style="red")]
+    parts += [Text(line) for line in failed_runs_lines(report, label)]
     for r in report.results:
         tail = failure_output(r) if r.failed else ""
         if tail:
@@ -274,8 +276,8 @@ def failure_parts(report: Report, label: Callable[[RunResult], str] | None = Non
 
 
 def _outcome_parts(report: Report) -> list[Any]:
-    """The first divergence in detail, or what agreed."""
-    cmp = report.comparison
+    """The first divergence in detail, or what agreed (nothing when the target failed)."""
+    cmp = report.verdict_comparison
     div = cmp.divergence if cmp else None
     if div is not None and div.signal != "rank_desync":  # a desync is shown by rank_parts
         return _divergence_parts(report, div)
@@ -362,7 +364,9 @@ def _metrics_table(report: Report) -> list[Any]:
         names.update(dict.fromkeys(m))
     if not names:
         return []
-    differing = {d.signal.removeprefix("metric:") for d in (cmp.metric_divergences if cmp else [])}
+    judged = report.verdict_comparison  # a failed run's missing metric is no difference
+    differing = {d.signal.removeprefix("metric:")
+                 for d in (judged.metric_divergences if judged else [])}
     shown, note = metric_rows(names, differing)
     t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
     if differing:

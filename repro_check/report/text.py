@@ -74,6 +74,50 @@ def verdict_style(report: Report) -> str:
     return TONE_STYLE[report.verdict.tone]
 
 
+def _how_it_failed(r: RunResult) -> str:
+    if r.status == "crashed":
+        return f"killed by {r.signal}"
+    if r.status == "timeout":
+        return "timed out"
+    if r.error and r.error.get("kind") == "raised":
+        return f"raised {r.error.get('type')}"
+    if r.status == "unresolved":
+        return "could not resolve the target"
+    return f"exited with status {r.returncode}"
+
+
+def failed_runs_lines(report: Report, label: Any = None) -> list[str]:
+    """How each run ended when the target failed: which run, how, after how many steps and
+    where (while importing a module, before the target's first line); and, when a run failed
+    before its training began while another ran on, that this points at the environment or at
+    repro-check rather than at the training. Nothing about reproducibility."""
+    if report.error is None or not any(r.failed for r in report.results):
+        return []
+    lines: list[str] = []
+    early: list[RunResult] = []
+    for r in report.results:
+        name = label(r) if label else report.run_name(r.index)
+        steps = f"{r.steps} step{'' if r.steps == 1 else 's'}"
+        if not r.failed:
+            lines.append(f"{name}: {r.status}, {steps}")
+            continue
+        point = r.failed_at
+        where = f", {point.describe()}" if point is not None and point.describe() else ""
+        lines.append(f"{name}: {_how_it_failed(r)} after {steps}{where}")
+        if point is not None and r.steps == 0 and (point.before_target or point.importing):
+            early.append(r)
+    ran_on = [r for r in report.results if not r.failed and r.steps]
+    if early and ran_on:
+        names = ", ".join(label(r) if label else report.run_name(r.index) for r in early)
+        lines.append(
+            f"{names[0].upper()}{names[1:]} failed before its training began, while "
+            f"{'the other runs' if len(ran_on) > 1 else report.run_name(ran_on[0].index)} "
+            "went on: that points at the environment (a library that crashes when it is "
+            "imported) or at repro-check's hooks, not at the training. Run the script alone "
+            "with the same interpreter to tell which.")
+    return lines
+
+
 #: the list of loaded extension modules Python's fault handler prints after a crash's stack
 #: (one line of 30-odd names: nothing about the crash, and it pushes the stack off the screen)
 _EXTENSION_MODULES = re.compile(r"\n*^Extension modules: .*?\(total: \d+\)[ \t]*$",

@@ -7,8 +7,10 @@ them), so that none of them imports another's module for a type.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from repro_check.trace.jsonfields import JsonRecord, json_field
@@ -140,6 +142,15 @@ class RunResult:
         """The rank that failed first, for a run that was a torchrun job."""
         return None
 
+    @property
+    def failed_at(self) -> FailurePoint | None:
+        """Where a failed run stopped (while importing a module, before the target's first line,
+        or a line of the target), from its traceback or the fault handler's stack."""
+        if not self.failed or self.status == "timeout":
+            return None
+        tb = (self.error or {}).get("traceback")
+        return failure_point(tb if isinstance(tb, str) and tb else self.output_tail)
+
     def describe_failure(self) -> str:
         if self.status == "timeout":
             limit = (self.error or {}).get("limit")
@@ -190,6 +201,99 @@ class Location(JsonRecord):
     def site(self) -> str:
         """``file:line``."""
         return f"{self.file}:{self.line}"
+
+
+#: a frame of a traceback (``File "f", line 3, in g``) or of the fault handler's stack
+#: (``File "f", line 3 in g``)
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]+)", line (?P<line>\d+),? in (?P<function>\S+)',
+                    re.MULTILINE)
+#: where the fault handler's stack of the crashing thread starts
+_CURRENT_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ .*most recent call first\):",
+                             re.MULTILINE)
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+_MACHINERY = ("<frozen importlib", "<frozen runpy>", "<frozen zipimport>")
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where the standard library and installed packages live: a frame there is not the
+    target's own code."""
+    import sysconfig  # only to read a failed run's stack
+
+    dirs = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(str(Path(d).resolve()) + os.sep for d in dirs if d)
+
+
+@dataclass(frozen=True)
+class FailurePoint(JsonRecord):
+    """Where a failed run stopped, read from its traceback or the fault handler's stack: in
+    the target's own code (``at``), while importing a module (``importing``, and the target's
+    line that imported it, ``imported_at``), or before the target's first line ran
+    (``before_target``). Its JSON is ``run_results[].failed_at``."""
+
+    before_target: bool = False
+    importing: str | None = json_field(default=None, omit_none=True)
+    imported_at: Location | None = json_field(default=None, omit_none=True)
+    at: Location | None = json_field(default=None, omit_none=True)
+
+    def describe(self) -> str:
+        """``while importing pandas (imported at train.py:3)``, or where it stopped."""
+        if self.before_target:
+            return "before the target's first line ran"
+        if self.importing is not None:
+            where = f" (imported at {self.imported_at.site})" if self.imported_at else ""
+            return f"while importing {self.importing}{where}"
+        return f"at {self.at.site}" if self.at is not None else ""
+
+
+def _frames(text: str) -> list[Location]:
+    """The frames of the last traceback in ``text``, or of the crashing thread's stack the fault
+    handler wrote, outermost first."""
+    threads = list(_CURRENT_THREAD.finditer(text))
+    current = [m for m in threads if m[0].startswith("Current")] or threads
+    if current:  # the fault handler: most recent call first
+        block = text[current[-1].end():]
+        block = block.split("\n\n", 1)[0]
+        found = [Location(m["file"], int(m["line"]), m["function"]) for m in _FRAME.finditer(block)]
+        return found[::-1]
+    at = text.rfind("Traceback (most recent call last):")
+    if at < 0:
+        return []
+    return [Location(m["file"], int(m["line"]), m["function"]) for m in _FRAME.finditer(text[at:])]
+
+
+def _module_of(file: str) -> str:
+    """The importable name a file of a module most likely has: its top-level package where it is
+    installed (``site-packages/pandas/_libs/x.py`` -> ``pandas``), else its own name."""
+    parts = Path(file).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            rest = parts[parts.index(marker) + 1:]
+            if rest:
+                return rest[0].removesuffix(".py").split(".")[0]
+    path = Path(file)
+    return path.parent.name if path.name == "__init__.py" else path.stem
+
+
+def failure_point(text: str) -> FailurePoint | None:
+    """Where a failed run stopped, from its traceback or fault handler output (``text``); None
+    where ``text`` holds no stack."""
+    frames = _frames(text)
+    if not frames:
+        return None
+    ours = [i for i, f in enumerate(frames) if f.file.startswith(_PACKAGE_DIR)]
+    user = [f for f in frames[(ours[-1] + 1 if ours else 0):]]
+    if not [f for f in user if not f.file.startswith(_MACHINERY)]:
+        return FailurePoint(before_target=True)
+    code = [f for f in user if not f.file.startswith(_MACHINERY)]
+    libraries = _library_dirs()
+    at = next((f for f in reversed(code) if not f.file.startswith(libraries)), code[-1])
+    for i, frame in enumerate(user[:-1]):
+        if frame.file.startswith(_MACHINERY) or not user[i + 1].file.startswith("<frozen importlib"):
+            continue
+        imported = next((f for f in user[i + 1:] if not f.file.startswith(_MACHINERY)), None)
+        if imported is not None:
+            return FailurePoint(importing=_module_of(imported.file), imported_at=frame, at=at)
+    return FailurePoint(at=at)
 
 
 #: what a rank's error says when its collective failed because another rank went away

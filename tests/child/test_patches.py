@@ -121,6 +121,48 @@ def test_undo_deletes_what_a_class_only_inherited_and_restores_mapping_items() -
     assert table == {"kept": 1}
 
 
+def test_a_type_of_compiled_code_is_patched_in_place_and_restored_exactly() -> None:
+    """``datetime.timedelta`` refuses ``setattr``: its own namespace is written instead, the type
+    kept (what compiled libraries check), and undo puts back the exact original and deletes
+    what it only inherited."""
+    td = datetime.timedelta
+    with pytest.raises(TypeError):
+        td.total_seconds = lambda self: 0.0  # type: ignore[method-assign]
+    assert patches.is_sealed(td) and not patches.is_sealed(patches.PatchRegistry)
+    original = vars(td)["total_seconds"]
+    reg = patches.PatchRegistry()
+    reg.wrap("clock", td, "total_seconds", lambda inner: lambda self: inner(self) + 1.0)
+    reg.replace("clock", td, "__rc_added__", 7)
+    assert td(seconds=2).total_seconds() == 3.0 and td.__rc_added__ == 7  # type: ignore[attr-defined]
+    assert datetime.timedelta is td
+    reg.undo()
+    assert vars(td)["total_seconds"] is original and td(seconds=2).total_seconds() == 2.0
+    assert "__rc_added__" not in vars(td) and not hasattr(td, "__rc_added__")
+
+
+def test_a_type_that_cannot_be_patched_in_place_skips_the_clock_not_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where an interpreter keeps a compiled type's namespace out of reach, ``datetime.now`` keeps
+    the real clock (listed as skipped) and ``time.time`` is still moved."""
+    def refuse(cls: type, name: str, value: Any) -> None:
+        raise patches.SealedTypeError(f"{cls.__qualname__}'s namespace cannot be reached")
+
+    reg = patches.PatchRegistry()
+    monkeypatch.setattr(patches, "PATCHES", reg)
+    monkeypatch.setattr(patches, "write_sealed", refuse)
+    try:
+        assert clock.install(2) == clock.SHIFT_NS
+        assert time.time() - clock.real_time() > clock.SHIFT_NS / 2e9
+        assert datetime.datetime.now().year < 2100 and "now" in vars(datetime.datetime)
+        skipped = {r.target: r.skipped for r in reg.listing() if r.skipped}
+        assert set(skipped) == {"datetime.datetime.now", "datetime.datetime.utcnow"}
+        assert all("real clock kept" in why for why in skipped.values())
+    finally:
+        reg.undo()
+        clock.offset = 0
+    assert time.time is clock._real_time
+
+
 def test_a_skipped_feature_is_listed_with_its_reason() -> None:
     reg = patches.PatchRegistry()
     reg.skip("processes.bootstrap", "multiprocessing.process.BaseProcess._bootstrap", "gone")
@@ -271,7 +313,9 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     assert rows["os._exit"] == ("main.flush",)
     assert rows["torch.autograd.backward"] == ("capture.backward",)
     assert rows["torch.nn.modules.module.Module.__init__"] == ("origin.models",)
-    assert rows["time.time"] == ("clock",) and rows["datetime.datetime"] == ("clock",)
+    assert rows["time.time"] == ("clock",) and rows["datetime.datetime.now"] == ("clock",)
+    # no type is replaced: compiled libraries (pandas) check the ones they import
+    assert not [r for r in rows if r in ("datetime.datetime", "datetime.date")]
     assert rows["multiprocessing.process.BaseProcess._bootstrap"] == ("processes.bootstrap",)
     assert rows["torch.as_tensor"] == ("probe.factories",)  # armed for step 1
     # --checkpoint's files are looked at through the recorder (before every step, with or
@@ -308,6 +352,7 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
                          and (name in was or (id(owner), name) in patched))
         assert not changed, f"{owner!r}: {changed}"
     assert time.time is clock._real_time and datetime.datetime is clock.RealDatetime
+    assert "now" in vars(datetime.datetime) and datetime.datetime.now().year < 2100  # the real one
     assert "TORCHDYNAMO_DISABLE" not in os.environ
 
 

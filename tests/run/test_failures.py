@@ -149,6 +149,34 @@ def test_crash_is_exit_3_naming_the_signal(tmp: Path) -> None:
     assert "Segmentation fault" in res.stdout and "crash.py" in res.stdout
 
 
+def test_a_crash_while_importing_in_one_run_is_no_verdict_and_names_the_import(tmp: Path) -> None:
+    """Run 2 segfaults while ``native_ext`` is imported; run 1 trains and prints an accuracy.
+    The report says which run failed, how, after how many steps and in which import (a line
+    of the target), that this points at the environment or at repro-check, and nothing about
+    reproducibility: no step or metric "agrees" or differs (run 2's missing accuracy is no
+    divergence)."""
+    res = run_cli("import_crash.py", tmp=tmp / "import_crash", cwd=FAIL)
+    report: Any = res.report
+    assert res.code == 3 and report is not None, res.stdout + res.stderr
+    assert report["error"] == "run 2 was killed by SIGSEGV" and report["steps"] == [3, 0]
+    assert report["first_divergent_step"] is None and report["divergent_signal"] is None
+    assert report["divergence"] is None and report["metric_divergences"] == []
+    assert report["reproducible"] is False and report["cause"] is None
+    first, second = report["run_results"]
+    assert "failed_at" not in first and first["status"] == "completed"
+    assert second["failed_at"]["importing"] == "native_ext"
+    assert second["failed_at"]["before_target"] is False
+    assert second["failed_at"]["imported_at"]["file"].endswith("import_crash.py")
+    assert second["failed_at"]["imported_at"]["line"] == 5
+    assert second["failed_at"]["at"]["file"].endswith("native_ext.py")
+    text = " ".join(res.stdout.split())
+    assert "run 1: completed, 3 steps" in text
+    assert "run 2: killed by SIGSEGV after 0 steps, while importing native_ext (imported at" in text
+    assert "Run 2 failed before its training began, while run 1 went on" in text
+    for claim in ("agree", "reproducible", "First divergence", "≠"):
+        assert claim not in text.replace("NOT REPRODUCIBLE", ""), claim
+
+
 # ---- hangs and leftovers --------------------------------------------------------------------
 
 @pytest.mark.slow
