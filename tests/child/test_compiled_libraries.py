@@ -59,3 +59,17 @@ def test_every_common_compiled_library_survives_the_hooks(tmp_path: Path) -> Non
     and so this test, where one is missing: it is never skipped)."""
     assert_reproducible_in_every_run(
         run_cli(SCRIPT, "--seed", "1", "--", *ALL, tmp=tmp_path, timeout=600), 2)
+
+
+@pytest.mark.frameworks
+def test_diagnose_pins_a_clock_seed_with_every_library_imported(tmp_path: Path) -> None:
+    """diagnose's pinned runs add hooks of their own (the private generators' classes, the
+    reseeding pins): with the compiled libraries imported they still run, and the clock seed
+    read through pandas is the one source found, at its line."""
+    result = run_cli("diagnose", SCRIPT, "--", *ALL, "--seed-from-pandas-clock", tmp=tmp_path,
+                     traces=False, timeout=900)
+    report: Any = result.report
+    assert result.code == 1 and report is not None, result.stdout + result.stderr
+    assert [(s["cause"], s["signal"]) for s in report["sources"]] == [("rng", "rng.torch")]
+    assert report["sources"][0]["location"]["file"].endswith(SCRIPT)
+    assert "with the 1 source(s) above pinned, the runs agree" in " ".join(result.stdout.split())
