@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import clock, runconfig
+from repro_check.child import clock, isolation, runconfig
 from repro_check.child.emit import Emitter
 from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
                                      EXIT_TERMINATED)
@@ -136,6 +136,7 @@ def main() -> int:
         return EXIT_RESOLVE
     shown = _debug_patches(emit)
     status = _call(run, target, emit, recorder)
+    isolation.check(emit)  # a run at a git revision ran that revision's code only
     checkpoints.target_returned()  # a checkpoint being taken ends here: the interrupted run stops
     _debug_patches(emit, shown)  # hooks put in as the target imported a library
     if isinstance(status, int):

@@ -106,9 +106,9 @@ def _importable_at_start() -> bool:
     """Whether a new interpreter finds this package before multiprocessing gives it our
     ``sys.path``: the preparation data is unpickled first, and a failure there would be the
     child's end. Without it the child is seeded when its process object arrives."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # this package
     paths = (os.environ.get("PYTHONPATH") or "").split(os.pathsep)
-    return here in {os.path.realpath(p) for p in paths if p}
+    return here in {os.path.realpath(os.path.join(p, "repro_check")) for p in paths if p}
 
 
 def _apply_seeding(settings: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.errors import UsageError
+from repro_check.run import pathentry
 from repro_check.trace import fingerprint
 
 #: the axes, as users write them (``env:NAME`` stands for any environment variable)
@@ -44,8 +45,6 @@ DETERMINISTIC_COMPONENTS = ("cudnn", "deterministic_algorithms")
 PROBE_TIMEOUT = 120.0
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: the folder that holds repro_check/, put on every run's PYTHONPATH
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
@@ -281,7 +280,7 @@ class Probe:
 
 def _probe_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), PACKAGE_PARENT) if p)
+    env["PYTHONPATH"] = pathentry.with_package(env.get("PYTHONPATH"))
     return env
 
 
@@ -330,12 +329,12 @@ def probe_problem(probe: Probe, needs_gpu: bool, name: str) -> str | None:
     facts = probe.facts
     if "torch_error" in facts:
         return f"{what} cannot import torch: {facts['torch_error']}"
-    ours = os.path.join(PACKAGE_PARENT, "repro_check")
+    ours = os.path.join(pathentry.PACKAGE_PARENT, "repro_check")
     found = facts.get("package")
     if found and os.path.dirname(os.path.realpath(found)) != os.path.realpath(ours):
         return f"{what} imports another repro-check ({found}), not this one ({ours})"
     if "package_error" in facts:
-        return (f"{what} cannot import repro-check from {PACKAGE_PARENT}: "
+        return (f"{what} cannot import repro-check from {pathentry.PACKAGE_PARENT}: "
                 f"{facts['package_error']} (install its dependencies there: numpy, xxhash)")
     if facts.get("fingerprints") != fingerprint.ALGORITHM:
         return (f"{what} fingerprints with {facts.get('fingerprints')}, this interpreter with "

@@ -18,18 +18,21 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from repro_check import targets
 from repro_check.errors import TargetNotFound, UsageError
+from repro_check.trace.protocol import REVISION_VAR
 
 if TYPE_CHECKING:
     from repro_check.run.runner import RunSpec
 
 #: the revision that stands for the working tree as it is, uncommitted changes included
 WORKTREE = "WORKTREE"
+
 #: seconds a git command may take
 GIT_TIMEOUT = 300.0
 #: variables that would point git at another repository or index than the one asked
@@ -179,8 +182,85 @@ def relocate(spec: RunSpec, root: Path, checkout: Path, cwd: str | None = None) 
                              "another revision cannot change it") from None
         if os.path.isabs(target.path):
             target = dataclasses.replace(target, path=str(checkout / inside))
+    env = {**spec.extra_env, **isolating_environment(root, checkout, spec.extra_env)}
     return dataclasses.replace(spec, told=spec.told.replace(target=target),
-                               cwd=str(checkout / rel))
+                               cwd=str(checkout / rel), extra_env=env)
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _installed_here() -> list[Path]:
+    """Where this interpreter's own files are (a virtual environment inside the repository is
+    not the project's code)."""
+    return [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
+
+
+def import_folders(root: Path) -> list[Path]:
+    """The folders inside the repository this interpreter imports the project's code from, other
+    than a run's own folder: ``sys.path`` entries (``PYTHONPATH``, the ``.pth`` of an editable
+    install: hatch, setuptools' compat mode) and the folders holding the packages an editable
+    install's finder maps (setuptools: ``__editable___*_finder.MAPPING``); relative to ``root``.
+    A run at another revision must import them from that revision's checkout."""
+    ours = Path(__file__).resolve().parents[1]
+    installed = _installed_here()
+    found: list[Path] = []
+    entries = [p for p in sys.path if p]
+    entries += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for module in list(sys.modules.values()):
+        mapping = getattr(module, "MAPPING", None)
+        if getattr(module, "__name__", "").startswith("__editable__") and isinstance(mapping, dict):
+            entries += [str(Path(str(p)).parent) for p in mapping.values()]
+    entries += [str(p) for e in list(entries) for p in _link_tree_sources(Path(e), root)]
+    for entry in entries:
+        try:
+            folder = Path(entry).resolve()
+        except (OSError, RuntimeError):
+            continue
+        if not _under(folder, root) or any(_under(folder, i) for i in installed) \
+                or (folder / "repro_check").resolve() == ours:
+            continue
+        rel = folder.relative_to(root)
+        if rel not in found:
+            found.append(rel)
+    return found
+
+
+def _link_tree_sources(entry: Path, root: Path, most: int = 200) -> list[Path]:
+    """Where the modules of a link tree inside the repository really are (setuptools' strict
+    editable mode: ``build/__editable__.NAME/pkg/__init__.py`` is a link to ``src/pkg/...``): the
+    folders holding the linked packages and modules (``src``)."""
+    try:
+        if not _under(entry.resolve(), root) or not entry.is_dir():
+            return []
+        children = sorted(entry.iterdir())[:most]
+    except OSError:
+        return []
+    found: list[Path] = []
+    for child in children:
+        linked = child / "__init__.py" if child.is_dir() else child
+        if linked.suffix == ".py" and linked.is_symlink():
+            real = linked.resolve()
+            folder = real.parent.parent if child.is_dir() else real.parent
+            if folder not in found:
+                found.append(folder)
+    return found
+
+
+def isolating_environment(root: Path, checkout: Path, given: dict[str, str]) -> dict[str, str]:
+    """What a run at a revision's ``checkout`` needs in its environment to import the project
+    from there: ``PYTHONPATH`` with each folder of :func:`import_folders` taken from the checkout
+    (first, so an editable install's finder is never asked) and no entry inside the working tree;
+    and :data:`REVISION_VAR`, by which the run checks that nothing came from the working tree
+    all the same (:mod:`repro_check.child.isolation`)."""
+    kept = [p for p in (given.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")).split(os.pathsep)
+            if p and not _under(Path(p).resolve(), root)]
+    mapped = [str(checkout / rel) for rel in import_folders(root)]
+    env = {REVISION_VAR: os.pathsep.join((str(root), str(checkout.resolve())))}
+    if mapped or kept != [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]:
+        env["PYTHONPATH"] = os.pathsep.join(mapped + kept)
+    return env
 
 
 def check_target(text: str, root: Path, folders: dict[str, Path], cwd: str | None = None) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from repro_check.compare import cause, scanproc
-from repro_check.run import procs, streams
+from repro_check.run import pathentry, procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
 from repro_check.child.pin import PLAN_VAR
@@ -181,8 +181,7 @@ def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
     env[runconfig.RUN_VAR] = config_at
     env["REPRO_CHECK_RUN_INDEX"] = str(spec.index)
     env["PYTHONUNBUFFERED"] = "1"
-    pkg_parent = str(Path(__file__).resolve().parents[2])  # the folder that holds repro_check/
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), pkg_parent) if p)
+    env["PYTHONPATH"] = pathentry.with_package(env.get("PYTHONPATH"))
     return env
 
 

@@ -350,6 +350,9 @@ class InfoRecord(Record):
 
 #: the environment variable that asks for repro-check's debugging output (``--debug``)
 DEBUG_VAR = "REPRO_CHECK_DEBUG"
+#: tells a run at another git revision the repository's folder and that revision's checkout
+#: (``ROOT{os.pathsep}CHECKOUT``): nothing it imports may come from the working tree
+REVISION_VAR = "REPRO_CHECK_REVISION"
 
 
 def patch_line(row: Mapping[str, Any]) -> str:

@@ -280,7 +280,8 @@ def failure_point(text: str) -> FailurePoint | None:
     frames = _frames(text)
     if not frames:
         return None
-    ours = [i for i, f in enumerate(frames) if f.file.startswith(_PACKAGE_DIR)]
+    ours = [i for i, f in enumerate(frames)
+            if not f.file.startswith("<") and os.path.realpath(f.file).startswith(_PACKAGE_DIR)]
     user = [f for f in frames[(ours[-1] + 1 if ours else 0):]]
     if not [f for f in user if not f.file.startswith(_MACHINERY)]:
         return FailurePoint(before_target=True)

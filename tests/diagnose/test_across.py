@@ -24,6 +24,7 @@ import pytest
 from repro_check import api
 from repro_check.compare.drift import loss_drift
 from repro_check.compare.tolerances import from_cli
+from repro_check.run import pathentry
 from repro_check.diagnose.localize import Localization, compare
 from repro_check.errors import UsageError
 from repro_check.report.contents import MetricPair
@@ -153,7 +154,7 @@ def test_runs_go_together_only_where_their_threads_and_the_gpu_fit() -> None:
 # ---- the interpreter probe -----------------------------------------------------------------------
 def _facts(**over: Any) -> dict[str, Any]:
     facts = {"python": "3.11.7", "torch": "2.14.1", "cuda": None, "cuda_available": False,
-             "numpy": "2.4.6", "package": os.path.join(ax.PACKAGE_PARENT, "repro_check",
+             "numpy": "2.4.6", "package": os.path.join(pathentry.PACKAGE_PARENT, "repro_check",
                                                        "__init__.py"),
              "fingerprints": ax.fingerprint.ALGORITHM}
     facts.update(over)
