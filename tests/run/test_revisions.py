@@ -153,3 +153,34 @@ def test_a_revision_that_still_loads_the_working_trees_code_is_never_compared(
     assert res.code == 1 and report is not None, res.stdout + res.stderr
     assert report["incomplete"] and "toy_leak" in report["incomplete"][0]
     assert "INCOMPLETE" in res.stdout
+
+
+# ---- a run's path to this package ---------------------------------------------------------------
+
+def test_a_run_imports_this_package_and_nothing_else_from_where_it_is_installed(
+        tmp_path: Path) -> None:
+    """repro-check imported from a folder that holds other modules too (a site-packages): the
+    runs can import repro_check, but not the other modules (an interpreter of ``--across
+    python=`` imported the first interpreter's libraries, its torch included)."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "repro_check").symlink_to(Path(revisions.__file__).resolve().parents[1])
+    (site / "leakmod_rc.py").write_text("X = 1\n")
+    (tmp_path / "probe.py").write_text(
+        "import torch\n"
+        "try:\n    import leakmod_rc\n    leaked = 1\nexcept ImportError:\n    leaked = 0\n"
+        "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model(torch.ones(1, 2)).sum().backward()\nopt.step()\n"
+        "print(f'leaked: {leaked}')\n")
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
+    out = tmp_path / "report.json"
+    # installed there: on sys.path as a site folder is, not through PYTHONPATH (which the runs
+    # inherit, as the user set it)
+    start = (f"import sys, runpy; sys.path.insert(0, {str(site)!r}); sys.argv[0] = 'repro-check'; "
+             "runpy.run_module('repro_check', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", start, "probe.py", "--json", str(out),
+                           "--metric", r"leaked=leaked: (\d+)"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    metrics = json.loads(out.read_text())["metrics"]
+    assert [m["printed:leaked"] for m in metrics] == [0, 0]
