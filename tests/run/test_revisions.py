@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -164,7 +165,8 @@ def test_a_run_imports_this_package_and_nothing_else_from_where_it_is_installed(
     python=`` imported the first interpreter's libraries, its torch included)."""
     site = tmp_path / "site-packages"
     site.mkdir()
-    (site / "repro_check").symlink_to(Path(revisions.__file__).resolve().parents[1])
+    shutil.copytree(Path(revisions.__file__).resolve().parents[1], site / "repro_check",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # installed there, as pip does
     (site / "leakmod_rc.py").write_text("X = 1\n")
     (tmp_path / "probe.py").write_text(
         "import torch\n"
