@@ -20,6 +20,7 @@ from repro_check.config import Config, TargetEntry
 from repro_check.errors import ExitCode, UsageError
 from repro_check.report import ci
 from repro_check.report.model import Report
+from repro_check.run import retention
 from repro_check.run.options import RunOptions, build_options
 from repro_check.trace.atomic import STDOUT, check_distinct, check_writable, write_text_atomic
 
@@ -149,6 +150,8 @@ def finish(reports: list[Report], command: str, out: Outputs) -> ExitCode:
         except OSError as e:
             raise UsageError(f"cannot write --json {out.json_path!r}: {e.strerror}") from None
     ci.emit(reports, command, junit=out.junit_path)
+    for report in reports:  # their traces stay while these reports exist
+        retention.keep_for(report.trace_dir, [out.json_path, out.junit_path])
     return aggregate_exit(reports)
 
 
@@ -188,5 +191,6 @@ def html_report(report: Report, path: str, index: int | None) -> None:
         p = Path(path)
         path = str(p.with_name(f"{p.stem}-{index}{p.suffix}"))
     write_html(report, path)
+    retention.keep_for(report.trace_dir, [path])
     make_console(file=sys.stdout).print(Visible(Unwrapped(f"report: {path}", style="dim")),
                                         crop=False)

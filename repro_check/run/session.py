@@ -24,7 +24,7 @@ from repro_check import targets
 from repro_check.child import seeding, watch
 from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
-from repro_check.run import revisions, signals
+from repro_check.run import retention, revisions, signals
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.runner import RunSpec, run_all
 from repro_check.trace.results import RunResult
@@ -59,11 +59,13 @@ def _default_trace_dir(prefix: str) -> Path:
         with contextlib.suppress(FileExistsError):
             with open(Path(TRACE_ROOT) / ".gitignore", "x") as fh:
                 fh.write("# created by repro-check\n*\n")
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     except OSError:
         root = Path(tempfile.gettempdir()) / "repro-check" / "runs"
         root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    retention.prune(root, retention.keep_count(), current=folder)
+    return folder
 
 
 def _create_trace_root(root: Path) -> None:
