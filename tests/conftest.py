@@ -38,6 +38,9 @@ def cli_env(**extra: str) -> dict[str, str]:
     # tests that want them say so (REPRO_CHECK_MNIST would swap the embedded subset's 157 steps)
     for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "REPRO_CHECK_MNIST"):
         env.pop(name, None)
+    # checks in parallel test workers must not remove each other's traces before a test reads
+    # them (tests/run/test_retention.py sets a limit of its own)
+    env["REPRO_CHECK_KEEP_RUNS"] = "0"
     env.update(extra)
     return env
 
