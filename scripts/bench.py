@@ -1,17 +1,21 @@
 """``make bench``: what repro-check costs, against bare training runs, side by side.
 
-Every comparison runs its two sides alternately in one invocation, ``--reps`` times (default 3),
-and prints the medians and their ratio next to the target. Exits 1 when a target is missed.
+Two workloads: a small-step one (``scripts/bench_small_steps.py``: 3,752 Adam steps of about 2 ms,
+where a per-step cost shows) and the reference MNIST MLP (``repro_check.workloads.mnist:main``, on
+the full set from ``$REPRO_CHECK_MNIST`` or a ``shared/data/mnist`` folder beside the checkout,
+else the embedded subset). For each, the two sides of every comparison run alternately,
+``--reps`` times (default 5), and the medians, their ratio, the spread (min-max of each side) and
+the cost per step in microseconds are printed next to the target.
 
-Workload: the reference MNIST MLP (``repro_check.workloads.mnist:main``) on the full set from
-``$REPRO_CHECK_MNIST`` or a ``shared/data/mnist`` folder beside the checkout (the embedded
-subset when neither exists).
-A "bare" run is the same target under the same seeding, in a fresh interpreter, without capture.
+Like with like: a bare run is the same target under the same seeding and thread count (1), in a
+fresh interpreter, with the same exit path as a captured run (what is loaded before the target
+starts is frozen out of the garbage collector's reach, ``gc.freeze``, and one collection runs at
+exit, as in a run of repro-check). "one captured run" is ``record`` (a check needs two runs); the
+floor of a two-run check is two bare runs started together, on this machine's cores.
 
-Two rows explain others and have no limit of their own: "in the run" compares
-the time from a run's interpreter start to its target's return (no parent, no interpreter exit),
-so the capture's own cost is seen apart from how the processes start and end; "its floor" is a
-bare run that leaves right after step 37, the earliest anything could report a divergence there.
+Then the long and wide jobs, simulated (traces written by a generator, no training): ``diff`` of
+two traces of 100,000 and 1,000,000 steps, seconds and peak memory of the process. Exits 1 when
+a target is missed.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET = "repro_check.workloads.mnist:main"
+MNIST = "repro_check.workloads.mnist:main"
+SMALL = str(Path(__file__).resolve().parent / "bench_small_steps.py") + ":main"
+SEED = 123
 
 
 def data_args() -> list[str]:
@@ -41,72 +48,76 @@ def data_args() -> list[str]:
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), e.get("PYTHONPATH")) if p)
+    e["REPRO_CHECK_KEEP_RUNS"] = "0"
     return e
 
 
-def run(argv: Sequence[str], ok: Sequence[int] = (0,)) -> tuple[float, str]:
-    """Wall seconds of a command, and its stdout."""
-    start = time.perf_counter()
-    proc = subprocess.run(list(argv), env=env(), cwd=tempfile.gettempdir(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    took = time.perf_counter() - start
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    target: str
+    args: tuple[str, ...]
+    steps: int
+
+
+def popen(argv: Sequence[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(list(argv), env=env(), cwd=tempfile.gettempdir(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], ok: Sequence[int] = (0,)) -> str:
+    out, err = proc.communicate()
     if proc.returncode not in ok:
-        raise SystemExit(f"bench: {' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return took, proc.stdout
+        raise SystemExit(f"bench: {' '.join(map(str, proc.args))} exited {proc.returncode}:\n"
+                         f"{err[-2000:]}")
+    return out
 
 
-def timed(argv: Sequence[str], ok: Sequence[int] = (0,)) -> float:
-    return run(argv, ok)[0]
+def timed(*commands: Sequence[str], ok: Sequence[int] = (0,)) -> float:
+    """Wall seconds until every command (started together) has ended."""
+    start = time.perf_counter()
+    procs = [popen(c) for c in commands]
+    for p in procs:
+        finish(p, ok)
+    return time.perf_counter() - start
 
 
-def in_run_seconds(argv: Sequence[str]) -> float:
-    """Seconds from the run's interpreter start to the target's return, as the run itself saw
-    them: a check's from its trace (``info.seconds``), a bare run's from what it prints."""
-    took, out = run(argv)
-    if "--bare" in argv:
-        return float(json.loads(out.strip().splitlines()[-1])["seconds"])
-    trace_dir = Path(argv[argv.index("--trace-dir") + 1])
-    for line in next(trace_dir.glob("*/run-1.jsonl")).read_text().splitlines():
-        record = json.loads(line)
-        if "seconds" in record.get("info", {}):
-            return float(record["info"]["seconds"])
-    raise SystemExit(f"bench: no run time in the trace of {' '.join(argv)}")
-
-
-def check_cmd(*extra: str, target_args: Sequence[str] = ()) -> list[str]:
+def check_cmd(w: Workload, *extra: str, target_args: Sequence[str] = ()) -> list[str]:
     trace_dir = tempfile.mkdtemp(prefix="repro-check-bench-")
-    return [sys.executable, "-m", "repro_check", TARGET, "--seed", "123", "--quiet",
-            "--trace-dir", trace_dir, *extra, "--", *data_args(), *target_args]
+    return [sys.executable, "-m", "repro_check", w.target, "--seed", str(SEED), "--quiet",
+            "--threads", "1", "--trace-dir", trace_dir, *extra, "--", *w.args, *target_args]
 
 
-def record_cmd() -> list[str]:
-    """One captured run (a check needs two): ``record`` writes it as a golden too."""
+def record_cmd(w: Workload) -> list[str]:
     trace_dir = tempfile.mkdtemp(prefix="repro-check-bench-")
-    return [sys.executable, "-m", "repro_check", "record", TARGET, "--seed", "123", "--quiet",
-            "--trace-dir", trace_dir, "-o", os.path.join(trace_dir, "golden.json"), "--",
-            *data_args()]
+    return [sys.executable, "-m", "repro_check", "record", w.target, "--seed", str(SEED),
+            "--quiet", "--threads", "1", "--trace-dir", trace_dir, "-o",
+            os.path.join(trace_dir, "golden.json"), "--", *w.args]
 
 
-def bare_cmd(threads: int = 1, target_args: Sequence[str] = (), stop_at: int = 0) -> list[str]:
-    return [sys.executable, __file__, "--bare", str(threads), "--stop-at", str(stop_at), "--",
-            *data_args(), *target_args]
+def bare_cmd(w: Workload, target_args: Sequence[str] = (), stop_at: int = 0) -> list[str]:
+    return [sys.executable, __file__, "--bare", w.target, "--stop-at", str(stop_at), "--",
+            *w.args, *target_args]
 
 
-def bare(threads: int, stop_at: int, args: list[str]) -> None:
-    """One seeded run of the target without capture (re-executes itself with the seeded env).
-    Prints how long the run took, from interpreter start to the target's return. ``stop_at``:
-    leave at once after that optimizer step (the earliest a divergence there can be seen)."""
-    started = time.time()
+def bare(target_text: str, stop_at: int, args: list[str]) -> None:
+    """One seeded run of the target without capture, one thread, exiting as a captured run
+    does (re-executes itself with the seeded environment). ``stop_at``: leave at once after that
+    optimizer step (the earliest a divergence there can be seen)."""
     from repro_check.child import seeding
     from repro_check import targets
 
     if os.environ.get("_BENCH_BARE") != "1":
-        e = seeding.child_environment(env(), 123, seeding.COMPONENTS, threads)
+        e = seeding.child_environment(env(), SEED, seeding.COMPONENTS, 1)
         e["_BENCH_BARE"] = "1"
-        os.execve(sys.executable, [sys.executable, __file__, "--bare", str(threads), "--stop-at",
+        os.execve(sys.executable, [sys.executable, __file__, "--bare", target_text, "--stop-at",
                                    str(stop_at), "--", *args], e)
-    seeding.apply(123, seeding.COMPONENTS, threads)
-    target = targets.resolve(targets.parse(TARGET), args)
+    import atexit
+    import contextlib
+    import gc
+
+    seeding.apply(SEED, seeding.COMPONENTS, 1)
+    target = targets.resolve(targets.parse(target_text), args)
     if stop_at:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -118,111 +129,166 @@ def bare(threads: int, stop_at: int, args: list[str]) -> None:
                 os._exit(0)
 
         register_optimizer_step_post_hook(leave)
-    import contextlib
-
+    gc.freeze()  # as a captured run does before its target starts
+    atexit.register(gc.collect)
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
         target()
-    print(json.dumps({"seconds": time.time() - started}), flush=True)
 
 
-def side_by_side(reps: int, a: Callable[[], float], b: Callable[[], float]) -> tuple[float, float]:
+@dataclass
+class Row:
+    workload: str
+    what: str
+    a: list[float]
+    b: list[float]
+    limit: float | None
+    steps: int | None = None  # the per-step cost is shown when set
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.a) / statistics.median(self.b)
+
+    @property
+    def ok(self) -> bool:
+        return self.limit is None or self.ratio <= self.limit
+
+    def per_step_us(self) -> float | None:
+        if not self.steps:
+            return None
+        return (statistics.median(self.a) - statistics.median(self.b)) / self.steps * 1e6
+
+
+def side_by_side(reps: int, a: Callable[[], float], b: Callable[[], float]) -> tuple[list[float], list[float]]:
     ta, tb = [], []
     for _ in range(reps):
         ta.append(a())
         tb.append(b())
-    return statistics.median(ta), statistics.median(tb)
+    return ta, tb
 
 
-def fingerprint_rates(reps: int) -> list[tuple[int, float, float]]:
-    import torch
-
-    from repro_check.trace import fingerprint
-
+def workload_rows(w: Workload, reps: int) -> list[Row]:
     rows = []
-    fingerprint.tensors([("warm-up", torch.randn(1000))])
-    for n in (1_000_000, 10_000_000, 100_000_000):
-        chunk = min(n, 4_000_000)
-        params = [(f"p{i}", torch.randn(chunk)) for i in range(n // chunk)]
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fingerprint.tensors(params)
-            times.append(time.perf_counter() - start)
-        t = statistics.median(times)
-        rows.append((n, t, n * 4 / t / 1e9))
-        del params
+    a, b = side_by_side(reps, lambda: timed(record_cmd(w)), lambda: timed(bare_cmd(w)))
+    rows.append(Row(w.name, "one captured run (record) / one bare run", a, b, 1.05, w.steps))
+    a, b = side_by_side(reps, lambda: timed(check_cmd(w)),
+                        lambda: timed(bare_cmd(w), bare_cmd(w)))
+    rows.append(Row(w.name, "two-run check / two bare runs in parallel", a, b, 1.05, w.steps))
+    one = [timed(bare_cmd(w)) for _ in range(reps)]
+    rows.append(Row(w.name, "two-run check / one bare run", a, one, None))
     return rows
 
 
-def parent_peak_kib(steps: int) -> int:
-    """Peak RSS of a repro-check parent process checking a run of ``steps`` steps."""
-    code = (
-        "import repro_check, tempfile, os\n"
-        f"os.chdir({str(ROOT / 'fixtures')!r})\n"
-        f"r = repro_check.check('tiny:main', args=['--steps', '{steps}'], trace_dir=tempfile.mkdtemp())\n"
-        "assert r.exit_code == 0, r.error\n"
-        "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"bench: memory probe failed:\n{out.stderr[-2000:]}")
-    return int(out.stdout.strip().splitlines()[-1])
+def fail_fast_rows(w: Workload, reps: int) -> list[Row]:
+    planted = ["--perturb-at", "37"]
+    a, b = side_by_side(reps, lambda: timed(check_cmd(w, "--fail-fast", target_args=planted), ok=(1,)),
+                        lambda: timed(check_cmd(w, target_args=planted), ok=(1,)))
+    floor = [timed(bare_cmd(w, stop_at=37)) for _ in range(reps)]
+    return [Row(w.name, "divergence at step 37: --fail-fast / full check", a, b, None),
+            Row(w.name, "  its floor: bare run to step 37 / full check", floor, b, None)]
+
+
+# ---- long jobs, simulated ------------------------------------------------------------------------
+def write_trace(path: Path, steps: int, differ_at: int | None = None) -> None:
+    """A run trace of ``steps`` steps as a run writes it (header, one line a step, its end)."""
+    header = {"format": "repro-check-trace", "version": 2, "header": {
+        "target": "generated.py", "args": [], "run": 1, "seed": 0, "components": ["torch"]}}
+    with open(path, "w") as f:
+        f.write(json.dumps(header) + "\n")
+        for k in range(1, steps + 1):
+            bits = (0x3E000000 + k) if k != differ_at else (0x3E000000 + k + 1)
+            f.write(json.dumps({"step": k, "signals": {
+                "loss": {"dtype": "float32", "bits": f"{bits:08x}"},
+                "grads": f"{k:032x}", "params": f"{k * 7:032x}"}}) + "\n")
+        f.write(json.dumps({"info": {"status": "completed", "steps": steps, "backward_calls": steps,
+                                     "seconds": 1.0}}) + "\n")
+        f.write(json.dumps({"end": {"status": "completed", "returncode": 0, "signal": None,
+                                    "seconds": 1.0, "steps": steps, "output_tail": ""}}) + "\n")
+
+
+def diff_cost(steps: int) -> tuple[float, int]:
+    """Seconds and peak RSS (KiB) of ``repro-check diff`` of two traces of ``steps`` steps that
+    differ at the last step."""
+    folder = Path(tempfile.mkdtemp(prefix="repro-check-bench-long-"))
+    a, b = folder / "a.jsonl", folder / "b.jsonl"
+    write_trace(a, steps)
+    write_trace(b, steps, differ_at=steps)
+    code = ("import resource, runpy, sys\n"
+            f"sys.argv = ['repro-check', 'diff', {str(a)!r}, {str(b)!r}]\n"
+            "try:\n    runpy.run_module('repro_check', run_name='__main__')\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)\n")
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True)
+    took = time.perf_counter() - start
+    line = next((t for t in proc.stdout.splitlines() if t.startswith("PEAK")), None)
+    if line is None or line.split()[2] != "1":
+        raise SystemExit(f"bench: diff of {steps:,} steps did not find the difference:\n"
+                         f"{proc.stdout[-1000:]}{proc.stderr[-2000:]}")
+    for p in (a, b):
+        p.unlink()
+    folder.rmdir()
+    return took, int(line.split()[1])
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--bare", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--bare", default=None, help=argparse.SUPPRESS)
     p.add_argument("--stop-at", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--only", choices=["small", "mnist", "long"], action="append",
+                   help="run only these parts (default: all)")
     p.add_argument("--json", default=None, help="also write the results here")
     ns, rest = p.parse_known_args()
     if ns.bare is not None:
         bare(ns.bare, ns.stop_at, [a for a in rest if a != "--"])
         return 0
-    rows: list[tuple[str, str, float, float, float, float | None, bool]] = []
-
-    def add(name: str, what: str, a: float, b: float, limit: float | None) -> None:
-        rows.append((name, what, a, b, a / b, limit, limit is None or a / b <= limit))
-
-    data = " ".join(data_args()) or "embedded subset"
-    print(f"bench: {TARGET} ({data}), {ns.reps} repetitions, {os.cpu_count()} CPUs", flush=True)
-    a, b = side_by_side(ns.reps, lambda: timed(record_cmd()), lambda: timed(bare_cmd()))
-    add("capture overhead", "record (1 run) / bare run", a, b, 1.05)
-    a, b = side_by_side(ns.reps, lambda: in_run_seconds(record_cmd()),
-                        lambda: in_run_seconds(bare_cmd()))
-    add("  in the run", "start to target's return: check / bare", a, b, None)
-    a, b = side_by_side(ns.reps, lambda: timed(check_cmd()),
-                        lambda: timed(bare_cmd()) + timed(bare_cmd()))
-    add("two-run check", "check (2 runs) / 2 bare runs in sequence", a, b, 0.65)
-    planted = ["--perturb-at", "37"]
-    a, b = side_by_side(ns.reps, lambda: timed(check_cmd("--fail-fast", target_args=planted), ok=(1,)),
-                        lambda: timed(check_cmd(target_args=planted), ok=(1,)))
-    add("fail-fast", "divergence at step 37: --fail-fast / full check", a, b, 0.15)
-    full = b
-    floor = statistics.median(timed(bare_cmd(stop_at=37)) for _ in range(ns.reps))
-    add("  its floor", "bare run to step 37 / full check", floor, full, None)
-    small, large = parent_peak_kib(1_000), parent_peak_kib(20_000)
-    rows.append(("parent memory", "peak RSS, 20,000 steps / 1,000 steps", large, small,
-                 large / small, 1.10, large / small <= 1.10))
-
-    width = max(len(r[1]) for r in rows)
-    print(f"\n{'target':<18} {'comparison':<{width}} {'A':>9} {'B':>9} {'A/B':>6} {'limit':>6}  ok")
-    for name, what, x, y, ratio, limit, ok in rows:
-        unit = "s" if name != "parent memory" else "KiB"
-        shown = f"{limit:>6.2f}  {'yes' if ok else 'NO'}" if limit is not None else f"{'-':>6}  -"
-        print(f"{name:<18} {what:<{width}} {x:>8.2f}{unit[0]} {y:>8.2f}{unit[0]} {ratio:>6.3f} "
-              f"{shown}")
-    fp = fingerprint_rates(ns.reps)
-    print(f"\n{'fingerprint':<18} {'parameters':>12} {'seconds':>9} {'GB/s':>7}  ok (>= 4 GB/s)")
-    fp_ok = True
-    for n, t, rate in fp:
-        fp_ok &= rate >= 4.0
-        print(f"{'params (float32)':<18} {n:>12,} {t:>9.4f} {rate:>7.2f}  {'yes' if rate >= 4 else 'NO'}")
+    parts = set(ns.only or ["small", "mnist", "long"])
+    data = data_args()
+    mnist_steps = 938 if data else 157
+    workloads = [w for w in (Workload("small steps", SMALL, (), 3752),
+                             Workload("MNIST", MNIST, tuple(data), mnist_steps))
+                 if ("small" if w.target == SMALL else "mnist") in parts]
+    print(f"bench: {ns.reps} repetitions, {os.cpu_count()} CPUs, one thread a run; MNIST: "
+          f"{' '.join(data) or 'embedded subset'}", flush=True)
+    rows: list[Row] = []
+    for w in workloads:
+        rows += workload_rows(w, ns.reps)
+        if w.target == MNIST:
+            rows += fail_fast_rows(w, ns.reps)
+    if rows:
+        width = max(len(r.what) for r in rows)
+        print(f"\n{'workload':<12} {'comparison':<{width}} {'A s':>7} {'B s':>7} {'A/B':>6} "
+              f"{'us/step':>8} {'A spread':>12} {'B spread':>12} {'limit':>6}  ok")
+        for r in rows:
+            per = r.per_step_us()
+            shown = f"{r.limit:>6.2f}  {'yes' if r.ok else 'NO'}" if r.limit is not None else f"{'-':>6}  -"
+            print(f"{r.workload:<12} {r.what:<{width}} {statistics.median(r.a):>7.2f} "
+                  f"{statistics.median(r.b):>7.2f} {r.ratio:>6.3f} "
+                  f"{(f'{per:.0f}' if per is not None else '-'):>8} {spread(r.a):>12} "
+                  f"{spread(r.b):>12} {shown}")
+    long_rows: list[tuple[int, float, int]] = []
+    if "long" in parts:
+        print(f"\n{'diff of two traces':<20} {'steps':>10} {'seconds':>8} {'peak MiB':>9}")
+        for steps in (100_000, 1_000_000):
+            took, peak = diff_cost(steps)
+            long_rows.append((steps, took, peak))
+            print(f"{'':<20} {steps:>10,} {took:>8.1f} {peak / 1024:>9.1f}", flush=True)
+        if len(long_rows) == 2:
+            (s1, t1, m1), (s2, t2, m2) = long_rows
+            print(f"{'':<20} time x{t2 / t1:.1f} for x{s2 // s1} steps; memory x{m2 / m1:.2f}")
     if ns.json:
-        Path(ns.json).write_text(json.dumps({"rows": rows, "fingerprints": fp}, indent=2))
-    missed = [r[0] for r in rows if not r[6]] + ([] if fp_ok else ["fingerprint rate"])
+        Path(ns.json).write_text(json.dumps({
+            "rows": [{"workload": r.workload, "what": r.what, "a": r.a, "b": r.b,
+                      "ratio": r.ratio, "per_step_us": r.per_step_us(), "limit": r.limit,
+                      "ok": r.ok} for r in rows],
+            "diff": [{"steps": s, "seconds": t, "peak_kib": m} for s, t, m in long_rows]}, indent=2))
+    missed = [f"{r.workload}: {r.what}" for r in rows if not r.ok]
     if missed:
-        print(f"\nmissed: {', '.join(missed)}")
+        print("\nmissed: " + "; ".join(missed))
         return 1
     print("\nall targets met")
     return 0
