@@ -141,7 +141,7 @@ def add_report_option(p: argparse.ArgumentParser) -> None:
     """``--report``: every command that reaches a verdict writes the same HTML page."""
     p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
                    help="write a self-contained HTML report with loss curves to PATH "
-                        "(needs matplotlib: pip install 'repro-check[report]')")
+                        "(needs matplotlib: pip install 'torch-repro-check[report]')")
 
 
 def add_tolerance_options(p: argparse.ArgumentParser) -> None:

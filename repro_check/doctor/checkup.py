@@ -229,6 +229,8 @@ def environment() -> dict[str, Any]:
         "numpy": facts.numpy,
         "cpus": {"count": facts.cpu_count, "usable": facts.usable_cpus},
         "variables": dict(facts.variables),
+        #: the set variables that decide GPU numerics (NCCL_*, NVTE_*, CUBLAS_*, ...)
+        "numerics_variables": dict(facts.numerics),
     }
     if facts.torch is None:  # the scan still works
         env.update(torch=None, cuda=None, cudnn=None, devices=[], threads=None, flags=None)
@@ -236,6 +238,8 @@ def environment() -> dict[str, Any]:
     env["torch"] = facts.torch
     env["cuda"] = facts.cuda
     env["cudnn"] = facts.cudnn
+    env["nccl"] = facts.nccl
+    env["cublas"] = facts.cublas
     env["cuda_available"] = facts.cuda_available
     devices: list[dict[str, Any]] = [
         {"index": i, "type": "cuda", "name": name, "capability": capability}
@@ -416,6 +420,8 @@ def environment_table(env: dict[str, Any]) -> Any:
         t.add_row("CUDA", f"{_show(env.get('cuda'))} (available: "
                           f"{'yes' if env.get('cuda_available') else 'no'})")
         t.add_row("cuDNN", _show(env.get("cudnn")))
+        if env.get("nccl") or env.get("cublas"):
+            t.add_row("NCCL, cuBLAS", f"{_show(env.get('nccl'))}, {_show(env.get('cublas'))}")
     t.add_row("numpy", _show(env.get("numpy")))
     for d in env.get("devices") or []:
         name = f"{d['type']}:{d['index']}" if "index" in d else d["type"]
@@ -428,6 +434,9 @@ def environment_table(env: dict[str, Any]) -> Any:
         t.add_row("torch threads", f"intra-op {threads['intra_op']}, inter-op {threads['inter_op']}")
     for name, value in (env.get("variables") or {}).items():
         t.add_row(name, _show(value))
+    for name, value in (env.get("numerics_variables") or {}).items():
+        if name not in (env.get("variables") or {}):
+            t.add_row(name, _show(value))
     t.add_row("hash randomization", "on" if env.get("hash_randomization") else "off")
     for name, value in (env.get("flags") or {}).items():
         t.add_row(name, _show(value))
