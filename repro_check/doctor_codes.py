@@ -13,6 +13,10 @@ from typing import Any
 from repro_check.errors import UsageError
 
 
+#: where every code is documented, relative to the project's root (SARIF's rules link to it)
+DOCS_PAGE = "docs/doctor-codes.md"
+
+
 @dataclass(frozen=True)
 class Code:
     """One kind of hazard: what it is, why it matters, how to fix it."""

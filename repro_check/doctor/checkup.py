@@ -77,6 +77,7 @@ class DoctorReport(JsonRecord):
     #: the environment table's entries (None with ``--no-env``)
     environment: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
+    #: the TARGET, or the TARGETs joined with ", " when several were scanned
     target: str | None = None
     files: list[str] = field(default_factory=list)
     #: each silenced finding and what silenced it (comment, option, config)
@@ -84,6 +85,9 @@ class DoctorReport(JsonRecord):
     skipped: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     config: str | None = None
+    #: every TARGET scanned, each as a program of its own (a pre-commit hook passes the
+    #: changed files)
+    targets: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -369,29 +373,46 @@ class ProjectSettings(Protocol):
     def doctor_ignore(self) -> frozenset[str]: ...
 
 
-def doctor(target: str | None = None, *, ignore: Iterable[str] = (), env: bool = True,
-           project: Callable[[], ProjectSettings] | None = None) -> DoctorReport:
-    """The environment (when ``env``) and, with a TARGET, the static scan of its source;
-    ``project`` reads the project's settings (after the TARGET is checked: its errors first;
-    by default the nearest pyproject.toml with a ``[tool.repro-check]`` table).
+def doctor(target: str | Sequence[str] | None = None, *, ignore: Iterable[str] = (),
+           env: bool = True, project: Callable[[], ProjectSettings] | None = None) -> DoctorReport:
+    """The environment (when ``env``) and, with a TARGET (or several), the static scan of its
+    source; each TARGET is a program of its own, and a finding in a file that two of them read
+    is listed once. ``project`` reads the project's settings (after the TARGETs are checked:
+    their errors first; by default the nearest pyproject.toml with a ``[tool.repro-check]``
+    table).
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for an unresolvable TARGET, a
     target file that is not Python, a bad ``--ignore`` code or a bad pyproject.toml setting.
     """
     option_ignore = parse_codes(ignore, "--ignore")
-    tgt = None
-    if target is not None:
-        tgt = targets.parse(target)
+    names = [target] if isinstance(target, str) else list(target or [])
+    parsed = []
+    for name in names:
+        tgt = targets.parse(name)
         targets.check(tgt)
+        parsed.append(tgt)
     settings = project() if project is not None else config.load(with_table=True)
     source = str(settings.path) if settings is not None and settings.path is not None else None
-    report = DoctorReport(target=target, environment=None, config=source)
-    if tgt is not None:
-        scan(tgt, report, settings.doctor_ignore if settings is not None else frozenset(),
-             option_ignore)
+    report = DoctorReport(target=", ".join(names) if names else None, environment=None,
+                          config=source, targets=names)
+    silence = settings.doctor_ignore if settings is not None else frozenset()
+    for tgt in parsed:
+        scan(tgt, report, silence, option_ignore)
+    if len(parsed) > 1:
+        merge_programs(report)
     if env:
         report.environment = environment()
     return report
+
+
+def merge_programs(report: DoctorReport) -> None:
+    """Several programs scanned into one report: each file, finding and note once."""
+    report.files = list(dict.fromkeys(report.files))
+    report.findings = list({(f.code, f.file, f.line): f for f in report.findings}.values())
+    report.silenced = list({(f.code, f.file, f.line): (f, by)
+                            for f, by in report.silenced}.values())
+    report.skipped = list({s["file"]: s for s in report.skipped}.values())
+    report.warnings = list(dict.fromkeys(report.warnings))
 
 
 # ---- output -----------------------------------------------------------------------------------
