@@ -45,10 +45,20 @@ REDUCTIONS = {"sum", "mean", "prod", "max", "min", "amax", "amin", "std", "var",
               "logsumexp", "nansum", "nanmean", "median", "all", "any", "count_nonzero",
               "argmax", "argmin", "cumsum", "cumprod", "item", "tolist"}
 
-#: ops that nearly every model uses, nondeterministic on CUDA (atomic adds in their backward)
-#: unless deterministic algorithms are on
-COMMON_KERNELS = {"Embedding": True, "embedding": True, "gather": False, "take_along_dim": False,
-                  "index_select": False, "cumsum": False}
+#: ops that nearly every model uses, nondeterministic on CUDA unless deterministic algorithms
+#: are on: whether only their backward is (atomic adds), and whether a method call on a
+#: variable counts (``x.gather(...)``; ``df.cumsum()`` may be pandas')
+@dataclass(frozen=True)
+class Kernel:
+    backward: bool
+    method: bool
+
+
+COMMON_KERNELS = {"Embedding": Kernel(True, False), "embedding": Kernel(True, False),
+                  "gather": Kernel(True, True), "take_along_dim": Kernel(True, False),
+                  "index_select": Kernel(True, True), "cumsum": Kernel(False, False)}
+#: torch modules with dropout on unless told otherwise (dropout=0.1)
+DROPOUT_BY_DEFAULT = {"Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer"}
 #: calls of frameworks that turn deterministic algorithms on
 FRAMEWORK_DETERMINISM = {"enable_full_determinism"}
 
@@ -62,8 +72,8 @@ class GpuFacts:
     #: the file names CUDA (a "cuda" device, ``.cuda()``, ``torch.cuda``)
     cuda: bool = False
     #: uses of :data:`COMMON_KERNELS` (RC123 when the program never turns deterministic
-    #: algorithms on)
-    kernels: list[Hazard] = field(default_factory=list)
+    #: algorithms on), and whether only their backward pass is nondeterministic
+    kernels: list[tuple[Hazard, bool]] = field(default_factory=list)
     #: imports of Transformer Engine (RC121 unless the program sets NVTE_SWITCH to 0)
     te_imports: list[Hazard] = field(default_factory=list)
     sets_nvte: bool = False
@@ -78,8 +88,8 @@ def tf32_assignment(ev: Evaluator, node: ast.Assign | ast.AnnAssign,
     if not isinstance(target, ast.Attribute):
         return
     owner = ev.qualname(target.value) or ""
-    if not owner.startswith("torch") and not owner.endswith(("cudnn", "matmul", "conv", "rnn")):
-        return
+    if not owner.startswith("torch.backends"):
+        return  # self.allow_tf32, a config's field: not torch's switch
     value = ev.const(node.value)
     if target.attr == "allow_tf32" and value is True:
         yield ("RC118", node, f"{text(target)} = True runs float32 "
@@ -279,8 +289,8 @@ def uninitialized(ev: Evaluator) -> Iterator[Hazard]:
             how = _use(ev, n)
             if how == "inert":
                 continue
-            if how == "partial" and not _in_loop(ev, n, scope):
-                written = True
+            if how == "partial" and not written and not _in_loop(ev, n, scope):
+                written = True  # a second part written (out[mask], out[~mask]) may complete it
                 continue
             if how == "reduce":
                 what = "partly written" if written else "never written"
@@ -320,19 +330,21 @@ def names_cuda(ev: Evaluator, node: ast.AST) -> bool:
     return isinstance(node, ast.keyword) and node.arg == "device_map"
 
 
-def common_kernel(ev: Evaluator, call: ast.Call, q: str, last: str) -> Iterator[Hazard]:
+def common_kernel(ev: Evaluator, call: ast.Call, q: str,
+                  last: str) -> Iterator[tuple[Hazard, bool]]:
     """A use of :data:`COMMON_KERNELS`, a torch one (``nn.Embedding``, ``x.gather(...)``)."""
-    module_only = COMMON_KERNELS.get(last)
-    if module_only is None:
+    kernel = COMMON_KERNELS.get(last)
+    if kernel is None:
         return
     func = call.func
-    if q and not q.startswith("torch."):
-        if ev.module_of(func) is not None or not isinstance(func, ast.Attribute) or module_only:
-            return  # numpy's cumsum, a project's own embedding function
+    if not q.startswith("torch."):
+        if ev.module_of(func) is not None or not isinstance(func, ast.Attribute) \
+                or not kernel.method:
+            return  # numpy's cumsum, a project's own embedding function, df.cumsum()
     shown = q if q.startswith("torch.") else f".{last}()"
-    yield ("RC123", call, f"{shown} is nondeterministic on CUDA (atomic adds"
-                          f"{' in its backward' if last != 'cumsum' else ''}) while nothing "
-                          "turns deterministic algorithms on")
+    where = " in its backward" if kernel.backward else ""
+    yield (("RC123", call, f"{shown} is nondeterministic on CUDA (atomic adds{where}) while "
+                           "nothing turns deterministic algorithms on"), kernel.backward)
 
 
 def gpu_facts(ev: Evaluator) -> GpuFacts:
@@ -361,6 +373,12 @@ def draws_in_compiled_code(ev: Evaluator) -> bool:
         q = ev.qualname(node.func) or (node.func.attr if isinstance(node.func, ast.Attribute)
                                        else "")
         last = q.split(".")[-1]
+        rates = [k.value for k in node.keywords if k.arg is not None and (
+            "dropout" in k.arg or k.arg.endswith("pdrop"))]
+        if any(ev.const(r) not in (0, 0.0) for r in rates):
+            return True  # nn.MultiheadAttention(dropout=0.1), GPTConfig(attn_pdrop=0.1)
+        if last in DROPOUT_BY_DEFAULT and not rates:
+            return True
         if last == "scaled_dot_product_attention":
             rate = arg(node, "dropout_p", 4)
             if rate is not None and ev.const(rate) not in (0, 0.0):

@@ -178,14 +178,16 @@ def program_hazards(files: Sequence[Facts]) -> list[list[Hazard]]:
         if not nvte:
             hazards.extend(f.gpu.te_imports)
     if not deterministic and any(f.gpu.cuda for f in files):
-        common_kernels(files, out)
+        common_kernels(files, out, trains is not None)
     return out
 
 
-def common_kernels(files: Sequence[Facts], out: list[list[Hazard]]) -> None:
+def common_kernels(files: Sequence[Facts], out: list[list[Hazard]], trains: bool) -> None:
     """RC123 once for the program, at its first use of a common nondeterministic kernel (one
-    finding, not one per embedding and gather: they are in nearly every model)."""
-    uses = [(i, k) for i, f in enumerate(files) for k in f.gpu.kernels]
+    finding, not one per embedding and gather: they are in nearly every model); kernels
+    nondeterministic only in their backward count only in a program that trains."""
+    uses = [(i, k) for i, f in enumerate(files) for k, backward in f.gpu.kernels
+            if trains or not backward]
     if not uses:
         return
     i, (code, node, message) = min(uses, key=lambda u: (u[0], getattr(u[1][1], "lineno", 0)))
