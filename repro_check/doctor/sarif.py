@@ -64,7 +64,9 @@ def _result(f: Finding, index: dict[str, int], suppressed_by: str | None) -> dic
             "artifactLocation": location,
             "region": {"startLine": f.line, "endLine": max(f.end_line, f.line)},
         }}],
-        "partialFingerprints": {"reproCheck/v1": f"{f.code}:{f.file}:{f.message}"},
+        # stable when lines move: the code, the file and the message without line numbers
+        "partialFingerprints": {"reproCheck/v1": f"{f.code}:{f.file}:"
+                                                 f"{re.sub(r' [(]line [0-9]+[)]', '', f.message)}"},
     }
     if suppressed_by is not None:
         out["suppressions"] = [{"kind": SUPPRESSION_KINDS.get(suppressed_by, "external"),
