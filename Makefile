@@ -9,7 +9,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo lint test test-slow test-frameworks test-all bench clean
+.PHONY: install demo lint test test-slow test-frameworks test-all wheel-check bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ test-frameworks: $(STAMP)
 	$(PYTEST) -m frameworks
 
 test-all: test test-slow test-frameworks
+
+# the wheel installed into a fresh venv outside the checkout, then the demo and doctor from there
+wheel-check:
+	PYTHON=$(PYTHON) scripts/wheel_check.sh
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py

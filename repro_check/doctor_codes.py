@@ -13,6 +13,10 @@ from typing import Any
 from repro_check.errors import UsageError
 
 
+#: where every code is documented, relative to the project's root (SARIF's rules link to it)
+DOCS_PAGE = "docs/doctor-codes.md"
+
+
 @dataclass(frozen=True)
 class Code:
     """One kind of hazard: what it is, why it matters, how to fix it."""
@@ -116,8 +120,52 @@ CODES: dict[str, Code] = {c.code: c for c in (
          "timing (which can change from run to run, and with a fresh cache), and its random "
          "draws are not eager mode's unless fallback_random is on.",
          "Set torch._inductor.config.deterministic = True (or TORCHINDUCTOR_DETERMINISTIC=1) "
-         "and torch._inductor.config.fallback_random = True where the runs must reproduce; "
-         "compare eager and compiled with repro-check --across compile=off,on."),
+         "and torch._inductor.config.fallback_random = True where the runs must reproduce "
+         "(since PyTorch 2.10 torch.use_deterministic_algorithms(True) sets the first, not "
+         "fallback_random); compare eager and compiled with repro-check --across compile=off,on."),
+    Code("RC118", "TF32 (or bfloat16) for float32 matmuls or convolutions",
+         "TF32 keeps 10 bits of a float32's mantissa in matmuls and convolutions on Ampere and "
+         "newer GPUs, and not at all on older ones or the CPU: the results, and goldens "
+         "recorded with them, change with the GPU generation, and differ from a float32 run "
+         "by far more than rounding.",
+         "Leave TF32 off where results must carry across machines: "
+         "torch.backends.cuda.matmul.allow_tf32 = False, torch.backends.cudnn.allow_tf32 = "
+         "False, torch.set_float32_matmul_precision(\"highest\"); or record goldens per GPU "
+         "generation."),
+    Code("RC119", "flash-attn without deterministic=True",
+         "flash-attn's backward pass adds the key/value gradients of each block with atomic "
+         "adds unless deterministic=True (its default is False); "
+         "torch.use_deterministic_algorithms(True) does not reach it, so gradients differ "
+         "between runs on the same GPU.",
+         "Pass deterministic=True to flash_attn_func / flash_attn_varlen_func (and the packed "
+         "forms) in every run that must reproduce; it costs some backward speed."),
+    Code("RC120", "NCCL reductions in the network switch",
+         "With NCCL_ALGO naming NVLS, NVLSTree or CollNet (or NCCL_NVLS_ENABLE=1), all-reduce "
+         "sums in the NVLink or InfiniBand switch, in an order of its own that changes between "
+         "runs; ring and tree reductions add in a fixed order.",
+         "Set NCCL_ALGO to Ring or Tree, or exclude the switch algorithms (NCCL_ALGO=^NVLS,"
+         "CollNetDirect,CollNetChain), in every run that must reproduce."),
+    Code("RC121", "Transformer Engine with nondeterministic algorithms allowed",
+         "Transformer Engine picks fused attention and GEMM kernels that may be "
+         "nondeterministic unless NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; its default (1) allows "
+         "them, and torch.use_deterministic_algorithms(True) does not reach them.",
+         "Set NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 in the launch environment or in os.environ "
+         "before transformer_engine is imported (and silence this finding on the import when "
+         "the launch script sets it)."),
+    Code("RC122", "memory that nothing wrote is read by a reduction",
+         "torch.empty() (and empty_like, new_empty) returns memory as the allocator left it; "
+         "when only some elements are written before the tensor is summed, averaged or "
+         "reduced, the rest is whatever that memory held, which changes from run to run (and "
+         "may be NaN).",
+         "Create it with torch.zeros()/torch.full(), call .zero_() first, or reduce only the "
+         "written part (buf[:n].sum())."),
+    Code("RC123", "common ops with nondeterministic CUDA kernels, deterministic algorithms off",
+         "The backward passes of nn.Embedding, gather, index_select (and cumsum on CUDA) add "
+         "with atomic adds, whose order changes between runs; they switch to deterministic "
+         "kernels only under torch.use_deterministic_algorithms(True), which nothing in the "
+         "program calls (repro-check's runs do; a plain `python train.py` does not).",
+         "Call torch.use_deterministic_algorithms(True) at start-up (and set "
+         "CUBLAS_WORKSPACE_CONFIG=:4096:8) in every run that must reproduce."),
 )}
 
 

@@ -99,7 +99,7 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "repro-check diff A.jsonl B.jsonl": Synopsis("diff"),
     "repro-check diagnose TARGET [--max-sources N] [--no-localize] [--no-ablation]":
         Synopsis("diagnose"),
-    "repro-check doctor [TARGET]": Synopsis("doctor"),
+    "repro-check doctor [TARGET ...] [--sarif PATH]": Synopsis("doctor"),
     "repro-check resume TARGET --at K --resume-args 'ARGS'": Synopsis("resume"),
     "repro-check bisect GOOD BAD TARGET [--golden G]": Synopsis("bisect"),
     # ---- docs/resume.md
@@ -129,6 +129,14 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
             why="in a project whose [tool.repro-check] holds a target and its golden"),
     # ---- docs/debugging.md: doctor
     "repro-check doctor train.py:main": Run(codes=(0, 1)),
+    "repro-check doctor": Run(),
+    "repro-check doctor --no-env --sarif doctor.sarif train.py": Run(codes=(0, 1)),
+    "pip install torch-repro-check": Skip("installs from the package index (the network)"),
+    'pip install "torch-repro-check @ git+https://github.com/<owner>/repro-check@<tag>"':
+        Skip("installs from a git repository (the network)"),
+    "pip install dist/torch_repro_check-0.1.0-py3-none-any.whl":
+        Skip("needs a wheel built first: `make wheel-check` (run by .ci/run) builds one and "
+             "installs it into a fresh venv outside the checkout"),
     "repro-check doctor train.py --json doctor.json": Run(codes=(0, 1)),
     "repro-check doctor train.py --no-env --ignore RC107": Run(codes=(0, 1)),
     # ---- docs/debugging.md: diagnose

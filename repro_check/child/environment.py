@@ -29,6 +29,19 @@ DETERMINISM_VARIABLES = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISI
 ENV_VARS = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "CUDA_VISIBLE_DEVICES")
 
+#: prefixes of the variables that decide GPU numerics: collective algorithms and protocols
+#: (NCCL), Transformer Engine's kernels (NVTE), cuBLAS/cuBLASLt and cuDNN workspaces and
+#: algorithms; every variable set with one of them is recorded in the trace header
+NUMERICS_PREFIXES = ("NCCL_", "NVTE_", "CUBLAS_", "CUBLASLT_", "CUDNN_")
+#: torch's own variables that change numerics: determinism, TF32, inductor's random draws
+TORCH_NUMERICS_WORDS = ("DETERMINISTIC", "TF32", "FALLBACK_RANDOM", "CUBLAS", "CUDNN",
+                        "PRECISION")
+#: parts of a variable's name that say it only logs, dumps or locates files (no numerics)
+NOT_NUMERICS = ("DEBUG", "LOG", "DUMP", "FILE", "DIR", "PATH", "HOME", "TRACE", "SOCKET_IFNAME")
+#: fingerprint keys some machines cannot give (a library missing): compared only when both
+#: traces have them, so a trace from before they were recorded shows no difference
+OPTIONAL_KEYS = frozenset({"nccl", "cublas"})
+
 #: readable names of fingerprint keys, in the order differences are listed
 LABELS = {
     "target_sha256": "target source (sha256)",
@@ -38,6 +51,8 @@ LABELS = {
     "torch": "torch",
     "cuda": "CUDA",
     "cudnn": "cuDNN",
+    "nccl": "NCCL",
+    "cublas": "cuBLAS",
     "device": "device type",
     "device_name": "device",
     "device_count": "device count",
@@ -90,6 +105,12 @@ class Facts:
     interop_threads: int | None = None
     #: the determinism switches, by the names doctor shows them under
     flags: dict[str, Any] = field(default_factory=dict)
+    #: the NCCL version torch runs with, "2.27.3" (None: a build without NCCL)
+    nccl: str | None = None
+    #: the cuBLAS library's version, from its installed package (None: not installed so)
+    cublas: str | None = None
+    #: every set variable that decides GPU numerics (:func:`numerics_variables`), by name
+    numerics: dict[str, str] = field(default_factory=dict)
 
 
 def _quiet(fn: Callable[[], Any]) -> Any:
@@ -108,6 +129,43 @@ def _numpy_version() -> str | None:
         return numpy.__version__
     except Exception:  # noqa: BLE001 - a broken install is reported as missing
         return None
+
+
+def numerics_variable(name: str) -> bool:
+    """A variable that decides GPU numerics: NCCL's, Transformer Engine's, cuBLAS's, cuDNN's,
+    and torch's determinism, TF32 and inductor switches; not those that only log or locate."""
+    if any(part in name for part in NOT_NUMERICS):
+        return False
+    if name.startswith(NUMERICS_PREFIXES):
+        return True
+    return name.startswith(("TORCH_", "TORCHINDUCTOR_", "PYTORCH_")) and any(
+        word in name for word in TORCH_NUMERICS_WORDS)
+
+
+def numerics_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The set variables :func:`numerics_variable` keeps, sorted by name."""
+    env = os.environ if environ is None else environ
+    return {name: env[name] for name in sorted(env) if numerics_variable(name)}
+
+
+def _package_version(*names: str) -> str | None:
+    """The version of the first of these installed distributions (the CUDA libraries' wheels)."""
+    # on use: only a run's fingerprint and doctor read installed packages
+    import importlib.metadata
+
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except Exception:  # noqa: BLE001 - not installed, or broken metadata: none
+            continue
+    return None
+
+
+def _nccl_version(torch: Any) -> str | None:
+    version = _quiet(lambda: torch.cuda.nccl.version())
+    if isinstance(version, tuple):
+        return ".".join(map(str, version))
+    return str(version) if isinstance(version, int) else None
 
 
 def _capability(torch: Any, index: int) -> str | None:
@@ -135,6 +193,7 @@ def collect() -> Facts:
         else os.cpu_count(),
         variables={name: os.environ.get(name)
                    for name in (*THREAD_VARIABLES, *DETERMINISM_VARIABLES)},
+        numerics=numerics_variables(),
     )
     try:
         # torch on use: import repro_check, --help and a run's start before seeding never load it
@@ -154,6 +213,10 @@ def collect() -> Facts:
     facts.mps_available = bool(_quiet(lambda: torch.backends.mps.is_available()))
     facts.threads = torch.get_num_threads()
     facts.interop_threads = torch.get_num_interop_threads()
+    if facts.cuda is not None:  # a CUDA build: its NCCL and cuBLAS
+        facts.nccl = _nccl_version(torch)
+        facts.cublas = _package_version("nvidia-cublas-cu13", "nvidia-cublas-cu12",
+                                         "nvidia-cublas-cu11", "nvidia-cublas")
     facts.flags = {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -210,6 +273,13 @@ def fingerprint(
     env["seed"] = seed
     env["seed_components"] = list(components) if components is not None else None
     env["target_sha256"] = source_hash(target_source) if target_source else None
+    # the GPU numerics environment, where there is one (absent keys: not set, not installed)
+    if facts.nccl is not None:
+        env["nccl"] = facts.nccl
+    if facts.cublas is not None:
+        env["cublas"] = facts.cublas
+    for name, value in facts.numerics.items():
+        env.setdefault(name, value)
     return env
 
 
@@ -257,11 +327,13 @@ def _show(key: str, value: Any) -> str:
 
 
 def differences(reference: Mapping[str, Any] | None, other: Mapping[str, Any] | None) -> list[Difference]:
-    """Every key whose value differs (a key only one side has counts), best-known keys first."""
+    """Every key whose value differs (a key only one side has counts, but for
+    :data:`OPTIONAL_KEYS`), best-known keys first."""
     ref, oth = dict(reference or {}), dict(other or {})
     keys = [k for k in LABELS if k in ref or k in oth]
     keys += sorted(k for k in {*ref, *oth} if k not in LABELS)
-    return [Difference(k, ref.get(k), oth.get(k)) for k in keys if ref.get(k) != oth.get(k)]
+    return [Difference(k, ref.get(k), oth.get(k)) for k in keys if ref.get(k) != oth.get(k)
+            and (k not in OPTIONAL_KEYS or (k in ref and k in oth))]
 
 
 def run_settings(header: Mapping[str, Any]) -> dict[str, Any]:

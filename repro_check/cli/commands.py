@@ -299,11 +299,16 @@ def diff_command(argv: Sequence[str]) -> ExitCode:
 
 # ---- doctor and diagnose -----------------------------------------------------------------------
 def write_json(path: str | None, text: str) -> None:
+    write_output(path, "--json", text)
+
+
+def write_output(path: str | None, flag: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (``-``: standard output)."""
     if path:
         try:
             write_text_atomic(path, text)
         except OSError as e:
-            raise UsageError(f"cannot write --json {path!r}: {e.strerror}") from None
+            raise UsageError(f"cannot write {flag} {path!r}: {e.strerror}") from None
 
 
 def summary_stream(json_path: str | None) -> Any:
@@ -313,11 +318,17 @@ def summary_stream(json_path: str | None) -> Any:
 
 def doctor_command(argv: Sequence[str]) -> ExitCode:
     ns = parsers.build_doctor_parser().parse_args(list(argv))
-    if ns.no_env and ns.target is None:
+    if ns.no_env and not ns.target:
         raise UsageError("nothing to do: give a TARGET to scan, or leave out --no-env")
-    if ns.json_path:
-        check_distinct([("--json", ns.json_path)], [("TARGET", target_file(ns.target))])
-        check_writable(ns.json_path, "--json")
+    if ns.sarif_path and not ns.target:
+        raise UsageError("--sarif needs a TARGET to scan")
+    outputs = [("--json", ns.json_path), ("--sarif", ns.sarif_path)]
+    if ns.json_path == STDOUT and ns.sarif_path == STDOUT:
+        raise UsageError("--json and --sarif cannot both write to standard output")
+    check_distinct(outputs, [("TARGET", target_file(t)) for t in ns.target])
+    for flag, path in outputs:
+        if path:
+            check_writable(path, flag)
     # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.doctor.checkup import doctor, print_summary
 
@@ -326,8 +337,14 @@ def doctor_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.report.terminal import make_console
 
-    print_summary(report, make_console(file=summary_stream(ns.json_path)))
+    quiet = STDOUT in (ns.json_path, ns.sarif_path)
+    print_summary(report, make_console(file=sys.stderr if quiet else sys.stdout))
     write_json(ns.json_path, report.to_json())
+    if ns.sarif_path:
+        # loaded by the command that runs: only --sarif writes SARIF
+        from repro_check.doctor.sarif import sarif_text
+
+        write_output(ns.sarif_path, "--sarif", sarif_text(report))
     return report.exit_code
 
 

@@ -141,7 +141,7 @@ def add_report_option(p: argparse.ArgumentParser) -> None:
     """``--report``: every command that reaches a verdict writes the same HTML page."""
     p.add_argument("--report", dest="report_path", default=None, metavar="PATH",
                    help="write a self-contained HTML report with loss curves to PATH "
-                        "(needs matplotlib: pip install 'repro-check[report]')")
+                        "(needs matplotlib: pip install 'torch-repro-check[report]')")
 
 
 def add_tolerance_options(p: argparse.ArgumentParser) -> None:
@@ -281,10 +281,14 @@ def build_doctor_parser() -> argparse.ArgumentParser:
                "[tool.repro-check.doctor] ignore = [\"RC101\"] in pyproject.toml. "
                "Exit codes: 0 no hazard left, 1 a hazard found, 2 usage error.",
     )
-    p.add_argument("target", metavar="TARGET", nargs="?", default=None,
-                   help="module:function, path/to/file.py:function or path/to/file.py")
+    p.add_argument("target", metavar="TARGET", nargs="*", default=[],
+                   help="module:function, path/to/file.py:function or path/to/file.py; several "
+                        "are scanned each as a program of its own (a pre-commit hook passes "
+                        "the changed files)")
     p.add_argument("--json", dest="json_path", default=None, metavar="PATH",
                    help="write the environment and findings to PATH")
+    p.add_argument("--sarif", dest="sarif_path", default=None, metavar="PATH",
+                   help="write the findings as SARIF 2.1.0 to PATH (for GitHub code scanning)")
     p.add_argument("--ignore", type=components_list, default=[], metavar="CODES",
                    help="codes to silence, comma-separated (e.g. RC107,RC113)")
     p.add_argument("--no-env", action="store_true",

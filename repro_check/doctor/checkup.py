@@ -77,6 +77,7 @@ class DoctorReport(JsonRecord):
     #: the environment table's entries (None with ``--no-env``)
     environment: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
+    #: the TARGET, or the TARGETs joined with ", " when several were scanned
     target: str | None = None
     files: list[str] = field(default_factory=list)
     #: each silenced finding and what silenced it (comment, option, config)
@@ -84,6 +85,9 @@ class DoctorReport(JsonRecord):
     skipped: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     config: str | None = None
+    #: every TARGET scanned, each as a program of its own (a pre-commit hook passes the
+    #: changed files)
+    targets: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -229,6 +233,8 @@ def environment() -> dict[str, Any]:
         "numpy": facts.numpy,
         "cpus": {"count": facts.cpu_count, "usable": facts.usable_cpus},
         "variables": dict(facts.variables),
+        #: the set variables that decide GPU numerics (NCCL_*, NVTE_*, CUBLAS_*, ...)
+        "numerics_variables": dict(facts.numerics),
     }
     if facts.torch is None:  # the scan still works
         env.update(torch=None, cuda=None, cudnn=None, devices=[], threads=None, flags=None)
@@ -236,6 +242,8 @@ def environment() -> dict[str, Any]:
     env["torch"] = facts.torch
     env["cuda"] = facts.cuda
     env["cudnn"] = facts.cudnn
+    env["nccl"] = facts.nccl
+    env["cublas"] = facts.cublas
     env["cuda_available"] = facts.cuda_available
     devices: list[dict[str, Any]] = [
         {"index": i, "type": "cuda", "name": name, "capability": capability}
@@ -365,29 +373,46 @@ class ProjectSettings(Protocol):
     def doctor_ignore(self) -> frozenset[str]: ...
 
 
-def doctor(target: str | None = None, *, ignore: Iterable[str] = (), env: bool = True,
-           project: Callable[[], ProjectSettings] | None = None) -> DoctorReport:
-    """The environment (when ``env``) and, with a TARGET, the static scan of its source;
-    ``project`` reads the project's settings (after the TARGET is checked: its errors first;
-    by default the nearest pyproject.toml with a ``[tool.repro-check]`` table).
+def doctor(target: str | Sequence[str] | None = None, *, ignore: Iterable[str] = (),
+           env: bool = True, project: Callable[[], ProjectSettings] | None = None) -> DoctorReport:
+    """The environment (when ``env``) and, with a TARGET (or several), the static scan of its
+    source; each TARGET is a program of its own, and a finding in a file that two of them read
+    is listed once. ``project`` reads the project's settings (after the TARGETs are checked:
+    their errors first; by default the nearest pyproject.toml with a ``[tool.repro-check]``
+    table).
 
     Raises :class:`~repro_check.errors.UsageError` (exit 2) for an unresolvable TARGET, a
     target file that is not Python, a bad ``--ignore`` code or a bad pyproject.toml setting.
     """
     option_ignore = parse_codes(ignore, "--ignore")
-    tgt = None
-    if target is not None:
-        tgt = targets.parse(target)
+    names = [target] if isinstance(target, str) else list(target or [])
+    parsed = []
+    for name in names:
+        tgt = targets.parse(name)
         targets.check(tgt)
+        parsed.append(tgt)
     settings = project() if project is not None else config.load(with_table=True)
     source = str(settings.path) if settings is not None and settings.path is not None else None
-    report = DoctorReport(target=target, environment=None, config=source)
-    if tgt is not None:
-        scan(tgt, report, settings.doctor_ignore if settings is not None else frozenset(),
-             option_ignore)
+    report = DoctorReport(target=", ".join(names) if names else None, environment=None,
+                          config=source, targets=names)
+    silence = settings.doctor_ignore if settings is not None else frozenset()
+    for tgt in parsed:
+        scan(tgt, report, silence, option_ignore)
+    if len(parsed) > 1:
+        merge_programs(report)
     if env:
         report.environment = environment()
     return report
+
+
+def merge_programs(report: DoctorReport) -> None:
+    """Several programs scanned into one report: each file, finding and note once."""
+    report.files = list(dict.fromkeys(report.files))
+    report.findings = list({(f.code, f.file, f.line): f for f in report.findings}.values())
+    report.silenced = list({(f.code, f.file, f.line): (f, by)
+                            for f, by in report.silenced}.values())
+    report.skipped = list({s["file"]: s for s in report.skipped}.values())
+    report.warnings = list(dict.fromkeys(report.warnings))
 
 
 # ---- output -----------------------------------------------------------------------------------
@@ -416,6 +441,8 @@ def environment_table(env: dict[str, Any]) -> Any:
         t.add_row("CUDA", f"{_show(env.get('cuda'))} (available: "
                           f"{'yes' if env.get('cuda_available') else 'no'})")
         t.add_row("cuDNN", _show(env.get("cudnn")))
+        if env.get("nccl") or env.get("cublas"):
+            t.add_row("NCCL, cuBLAS", f"{_show(env.get('nccl'))}, {_show(env.get('cublas'))}")
     t.add_row("numpy", _show(env.get("numpy")))
     for d in env.get("devices") or []:
         name = f"{d['type']}:{d['index']}" if "index" in d else d["type"]
@@ -428,6 +455,9 @@ def environment_table(env: dict[str, Any]) -> Any:
         t.add_row("torch threads", f"intra-op {threads['intra_op']}, inter-op {threads['inter_op']}")
     for name, value in (env.get("variables") or {}).items():
         t.add_row(name, _show(value))
+    for name, value in (env.get("numerics_variables") or {}).items():
+        if name not in (env.get("variables") or {}):
+            t.add_row(name, _show(value))
     t.add_row("hash randomization", "on" if env.get("hash_randomization") else "off")
     for name, value in (env.get("flags") or {}).items():
         t.add_row(name, _show(value))

@@ -15,11 +15,15 @@ import ast
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from repro_check.doctor.gpu import GpuFacts, gpu_facts
 from repro_check.doctor.evaluate import ENTROPY_STREAM, STREAM_NAMES, Evaluator, Hazard, text
 from repro_check.doctor.seeds import Seeding, seedings
 
 #: codes a rule finds in one file that hold only while torch has no fixed seed
 WITHOUT_FIXED_TORCH = frozenset({"RC101"})
+#: codes a rule finds in one file that hold only while the program never turns deterministic
+#: algorithms on (wherever it does: at module level, in main, in an imported helper)
+WITHOUT_DETERMINISTIC = frozenset({"RC109"})
 #: methods a DataLoader worker runs: their draws come from streams seeded from torch's seed
 WORKER_METHODS = {"__getitem__", "__getitems__", "__iter__", "__next__"}
 #: package folders of optimizers (``torch.optim.AdamW``, ``bitsandbytes.optim.Adam8bit``)
@@ -35,15 +39,19 @@ class Facts:
     training: ast.AST | None = None
     loaders: list[Hazard] = field(default_factory=list)
     in_workers: set[ast.AST] = field(default_factory=set)  # draws made in DataLoader workers
+    #: RC109 hazards, held until the program is known not to turn deterministic algorithms on
+    nondeterministic: list[Hazard] = field(default_factory=list)
+    gpu: GpuFacts = field(default_factory=GpuFacts)
 
 
-def facts(ev: Evaluator, loaders: list[Hazard]) -> Facts:
-    """The program facts of one module, with the RC101 hazards its rules held back."""
+def facts(ev: Evaluator, loaders: list[Hazard], nondeterministic: list[Hazard]) -> Facts:
+    """The program facts of one module, with the RC101 and RC109 hazards its rules held back."""
     found = list(seedings(ev))
     signs = sorted(training_signs(ev), key=lambda n: (n.lineno, n.col_offset))
     workers = worker_functions(ev)
     in_workers: set[ast.AST] = {d[1] for s in found for d in s.draws if inside(ev, d[1], workers)}
-    return Facts(found, signs[0] if signs else None, loaders, in_workers)
+    return Facts(found, signs[0] if signs else None, loaders, in_workers, nondeterministic,
+                 gpu_facts(ev))
 
 
 def worker_functions(ev: Evaluator) -> set[ast.AST]:
@@ -159,8 +167,31 @@ def program_hazards(files: Sequence[Facts]) -> list[list[Hazard]]:
         i, sign = trains
         out[i].append(("RC114", sign, f"training ({text(sign, 40)}) never seeds torch: "
                                       "model init and shuffling differ between runs"))
+    deterministic = any(f.gpu.deterministic for f in files)
+    nvte = any(f.gpu.sets_nvte for f in files)
     for f, hazards in zip(files, out):
         if "torch" not in fixed:
             hazards.extend(f.loaders)
         hazards.extend(drawn_seeds(f, fixed))
+        if not deterministic:
+            hazards.extend(f.nondeterministic)
+        if not nvte:
+            hazards.extend(f.gpu.te_imports)
+    if not deterministic and any(f.gpu.cuda for f in files):
+        common_kernels(files, out, trains is not None)
     return out
+
+
+def common_kernels(files: Sequence[Facts], out: list[list[Hazard]], trains: bool) -> None:
+    """RC123 once for the program, at its first use of a common nondeterministic kernel (one
+    finding, not one per embedding and gather: they are in nearly every model); kernels
+    nondeterministic only in their backward count only in a program that trains."""
+    uses = [(i, k) for i, f in enumerate(files) for k, backward in f.gpu.kernels
+            if trains or not backward]
+    if not uses:
+        return
+    i, (code, node, message) = min(uses, key=lambda u: (u[0], getattr(u[1][1], "lineno", 0)))
+    named = {k[2].split(" is ", 1)[0] for _, k in uses}  # the op's name leads its message
+    more = sorted(named - {message.split(" is ", 1)[0]})
+    also = f" (also: {', '.join(more[:4])}{', ...' if len(more) > 4 else ''})" if more else ""
+    out[i].append((code, node, message + also))

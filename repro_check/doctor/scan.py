@@ -17,7 +17,7 @@ import ast
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from repro_check.doctor import compiled, loaders, ops, order, program, seeds, switches
+from repro_check.doctor import compiled, gpu, loaders, ops, order, program, seeds, switches
 from repro_check.doctor.evaluate import Evaluator, Hazard
 from repro_check.doctor.names import FUNCTIONS
 
@@ -47,6 +47,8 @@ def call_hazards(ev: Evaluator, call: ast.Call) -> Iterator[Hazard]:
         yield from loaders.dataloader(ev, call)
     yield from seeds.seed_call(ev, call, q, last)
     yield from switches.switch_call(ev, call, q)
+    yield from gpu.precision_call(ev, call, q)
+    yield from gpu.flash_call(ev, call, q)
     op = ops.OPS.get(last)
     if op is not None:
         yield from ops.op_call(ev, call, q, last, op)
@@ -63,12 +65,15 @@ def hazards(ev: Evaluator) -> Iterator[Hazard]:
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 yield from seeds.seed_assignment(ev, node, target)
                 yield from switches.cudnn_assignment(ev, node, target)
+                yield from gpu.tf32_assignment(ev, node, target)
         elif isinstance(node, FUNCTIONS):
             yield from seeds.seed_parameters(ev, node)
     yield from seeds.os_entropy(ev)  # after the seed rules: what they reported is not repeated
     yield from seeds.environments(ev)
     yield from order.order_hazards(ev)
     yield from compiled.compile_hazards(ev)
+    yield from gpu.nccl_hazards(ev)
+    yield from gpu.uninitialized(ev)
 
 
 @dataclass
@@ -94,9 +99,11 @@ def scan_tree(tree: ast.Module) -> FileScan:
     """The hazards in one parsed module, its imports and its program facts."""
     ev = Evaluator(tree)
     found = list(hazards(ev))
-    kept = [h for h in found if h[0] not in program.WITHOUT_FIXED_TORCH]
-    held = [h for h in found if h[0] in program.WITHOUT_FIXED_TORCH]
-    return FileScan(unique_hits(kept), ev.imports, program.facts(ev, held))
+    held = program.WITHOUT_FIXED_TORCH | program.WITHOUT_DETERMINISTIC
+    kept = [h for h in found if h[0] not in held]
+    return FileScan(unique_hits(kept), ev.imports, program.facts(
+        ev, [h for h in found if h[0] in program.WITHOUT_FIXED_TORCH],
+        [h for h in found if h[0] in program.WITHOUT_DETERMINISTIC]))
 
 
 def program_hits(scans: Sequence[FileScan]) -> list[list[Hit]]:

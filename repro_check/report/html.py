@@ -54,7 +54,7 @@ def require_matplotlib() -> None:
     except ImportError:
         raise UsageError(
             "--report needs matplotlib, which is not installed "
-            "(pip install 'repro-check[report]')"
+            "(pip install 'torch-repro-check[report]')"
         ) from None
 
 

@@ -60,7 +60,11 @@ def fake_cuda(monkeypatch) -> None:
 
 
 def test_fingerprint_keys_keep_the_trace_format() -> None:
-    assert list(fingerprint()) == HEADER_KEYS
+    keys = list(fingerprint())
+    assert keys[:len(HEADER_KEYS)] == HEADER_KEYS
+    # after them only the GPU numerics environment, where this machine has one
+    assert all(k in environment.OPTIONAL_KEYS or environment.numerics_variable(k)
+               for k in keys[len(HEADER_KEYS):]), keys
     env = fingerprint()
     assert env["device"] == "cpu" and env["device_count"] == 0 and env["device_capability"] is None
 
@@ -68,7 +72,7 @@ def test_fingerprint_keys_keep_the_trace_format() -> None:
 def test_fingerprint_of_cuda_devices(monkeypatch) -> None:
     fake_cuda(monkeypatch)
     env = fingerprint()
-    assert list(env) == HEADER_KEYS
+    assert list(env)[:len(HEADER_KEYS)] == HEADER_KEYS
     assert (env["device"], env["device_name"], env["device_count"], env["device_capability"]) \
         == ("cuda", "GPU 0", 2, "9.0")
 
@@ -92,3 +96,53 @@ def test_doctor_shows_what_the_fingerprint_records(monkeypatch) -> None:
         assert shown["flags"][flag] == env[flag], flag
     assert list(shown["variables"]) == [*environment.THREAD_VARIABLES,
                                         *environment.DETERMINISM_VARIABLES]
+
+
+#: set in the test's environment: what decides GPU numerics, and what does not
+NUMERICS = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0",
+            "CUBLASLT_WORKSPACE_SIZE": "1024", "CUDNN_LOGINFO_DBG": "1",
+            "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1", "TORCHINDUCTOR_DETERMINISTIC": "1",
+            "NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/tmp/nccl.log", "TORCH_HOME": "/tmp/t",
+            "TORCHINDUCTOR_CACHE_DIR": "/tmp/c", "TORCH_LOGS": "+dynamo", "NVTE_DEBUG": "1"}
+
+
+def test_fingerprint_records_the_gpu_numerics_variables(monkeypatch) -> None:
+    for name, value in NUMERICS.items():
+        monkeypatch.setenv(name, value)
+    env = fingerprint()
+    recorded = {k: env[k] for k in NUMERICS if k in env}
+    assert recorded == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple",
+                        "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0",
+                        "CUBLASLT_WORKSPACE_SIZE": "1024",
+                        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1",
+                        "TORCHINDUCTOR_DETERMINISTIC": "1"}
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    monkeypatch.delenv("NVTE_ALLOW_NONDETERMINISTIC_ALGO")
+    other = fingerprint()
+    assert [d.describe() for d in differences(env, other) if d.key.isupper()] == [
+        "golden recorded with NCCL_ALGO Ring, this run Tree",
+        "golden recorded with NVTE_ALLOW_NONDETERMINISTIC_ALGO 0, this run none"]
+
+
+def test_nccl_and_cublas_versions_where_present(monkeypatch) -> None:
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 3))
+    env = fingerprint()
+    assert env["nccl"] == "2.27.3"
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build: neither is recorded
+    assert "nccl" not in fingerprint() and "cublas" not in fingerprint()
+    old = {k: v for k, v in env.items() if k not in ("nccl", "cublas")}
+    # a trace from before the versions were recorded: not a difference; two versions are
+    assert [d.key for d in differences(old, env)] == []
+    assert [d.describe() for d in differences(env, {**env, "nccl": "2.21.5"})] == [
+        "golden recorded with NCCL 2.27.3, this run 2.21.5"]
+
+
+def test_doctor_shows_the_numerics_variables(monkeypatch) -> None:
+    from repro_check.doctor.checkup import environment as doctor_environment
+
+    monkeypatch.setenv("NCCL_ALGO", "Ring")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    shown = doctor_environment()
+    assert shown["numerics_variables"].get("NCCL_ALGO") == "Ring"
+    assert "NCCL_DEBUG" not in shown["numerics_variables"]

@@ -548,3 +548,15 @@ def test_cuda_without_a_gpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "built without CUDA" in str(e.value)
     ax.check_interpreters(ax.grid(ax.parse_axes(["device=cpu,cpu"])))  # no GPU needed: fine
     assert asked[-1] == {sys.executable: False}
+
+
+@pytest.mark.slow
+def test_a_gpu_numerics_variable_is_named_as_the_environment_difference(targets: Path,
+                                                                         tmp_path: Path) -> None:
+    """The trace header records NCCL_*, NVTE_*, CUBLAS_*, CUDNN_* and torch's determinism
+    variables, so an axis over one is named in the pair (on a CPU NCCL changes no bit)."""
+    report = api.across(f"{targets / 'tiny.py'}:main", ["env:NCCL_ALGO=Ring,Tree"],
+                        args=["--steps", "3"], trace_dir=tmp_path)
+    assert report.exit_code == 0 and report.across is not None
+    pair = report.across.pairs[0]
+    assert pair.bit_identical and pair.environment_differences == ["NCCL_ALGO: Ring vs Tree"]

@@ -341,3 +341,116 @@ def test_draws_in_a_worker_init_fn_count_as_torch_draws():
     """
     assert codes(src) == [(7, "RC115"), (11, "RC115")]
     assert codes(textwrap.dedent(src) + "torch.manual_seed(0)\n") == []
+
+
+# ---- today's GPU stacks --------------------------------------------------------------------
+
+@pytest.mark.parametrize("switch, flagged", [
+    ("", True),
+    ("torch.use_deterministic_algorithms(True)", False),
+    ("torch.use_deterministic_algorithms(True, warn_only=True)", True),
+    ("torch.use_deterministic_algorithms(args.deterministic)", False),  # not shown: may be on
+    ("torch.set_deterministic_debug_mode('error')", False),
+    ("enable_full_determinism(42)", False),
+])
+def test_atomic_add_ops_count_only_while_deterministic_algorithms_stay_off(switch, flagged):
+    src = f"""
+        import torch
+        from transformers import enable_full_determinism
+        {switch}
+        def main():
+            out = torch.zeros(5, device="cuda")
+            out.index_add_(0, torch.tensor([0, 1]), torch.ones(2))
+            torch.nn.Embedding(3, 2)(torch.tensor([0])).sum().backward()
+    """
+    found = {c for _, c in codes(src)} - {"RC110", "RC114"}
+    assert found == ({"RC109", "RC123"} if flagged else set())
+
+
+def test_common_kernels_need_cuda_named_and_are_reported_once():
+    cpu = """
+        import numpy as np
+        import torch
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4)
+        x = torch.cumsum(torch.arange(3), 0)
+        frame_sum = frame.cumsum()
+    """
+    assert codes(cpu) == []
+    inference = cpu + """
+        y = emb.weight.cuda().gather(0, torch.zeros(2, 4, dtype=torch.long))
+        z = np.cumsum([1, 2])
+    """
+    found = scan_source(textwrap.dedent(inference))  # no backward: only cumsum's forward counts
+    assert [(f.line, f.code) for f in found] == [(6, "RC123")]
+    assert found[0].message.startswith("torch.cumsum is nondeterministic on CUDA (atomic adds)")
+    training = inference + """
+        y.sum().backward()
+    """
+    found = scan_source(textwrap.dedent(training))
+    assert [(f.line, f.code) for f in found] == [(5, "RC123")]
+    assert found[0].message.startswith("torch.nn.Embedding is nondeterministic on CUDA (atomic "
+                                       "adds in its backward)")
+    assert found[0].message.endswith("(also: .gather(), torch.cumsum)")
+
+
+@pytest.mark.parametrize("model, flagged", [
+    ("nn.Linear(4, 1)", False),
+    ("nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))", True),
+    ("nn.Sequential(nn.Linear(4, 4), nn.Dropout(p=0.0))", False),
+    ("Noisy()", True),
+    ("nn.TransformerEncoderLayer(8, 2)", True),  # dropout=0.1 by default
+    ("nn.TransformerEncoderLayer(8, 2, dropout=0.0)", False),
+])
+def test_compile_under_deterministic_algorithms_speaks_only_of_random_draws(model, flagged):
+    src = f"""
+        import torch
+        import torch.nn as nn
+        class Noisy(nn.Module):
+            def forward(self, x):
+                return x + torch.randn_like(x) if "{model}" == "Noisy()" else x
+        torch.use_deterministic_algorithms(True)
+        model = torch.compile({model})
+    """
+    found = scan_source(textwrap.dedent(src))
+    if "Noisy" not in model:  # the class draws only where it is the compiled model
+        src = src.replace("torch.randn_like(x)", "0")
+        found = scan_source(textwrap.dedent(src))
+    assert [f.code for f in found] == (["RC117"] if flagged else [])
+    if flagged:
+        assert "fallback_random" in found[0].message and "deterministic, " not in found[0].message
+
+
+def test_compile_without_deterministic_algorithms_still_names_both_settings():
+    found = scan_source("import torch\nm = torch.compile(torch.nn.Linear(2, 2))\n")
+    assert [f.code for f in found] == ["RC117"]
+    assert "deterministic, fallback_random" in found[0].message
+
+
+def test_nvte_switch_set_anywhere_in_the_program_clears_transformer_engine():
+    unset = "import transformer_engine.pytorch as te\nimport transformer_engine\n"
+    assert codes(unset) == [(1, "RC121")]
+    assert codes("import os\nos.environ['NVTE_ALLOW_NONDETERMINISTIC_ALGO'] = '0'\n" + unset) == []
+    assert codes("import os\nos.environ['NVTE_ALLOW_NONDETERMINISTIC_ALGO'] = '1'\n" + unset) \
+        == [(3, "RC121")]
+
+
+def test_uninitialized_memory_stops_at_what_it_cannot_follow():
+    src = """
+        import torch
+        def f(x, n, fill):
+            a = torch.empty(4)
+            fill(a)
+            s1 = a.sum()
+            b = torch.empty(4)
+            b[:n] = x
+            b = torch.zeros(4)
+            s2 = b.sum()
+            c = torch.empty(4)
+            c[:2] = x
+            d = torch.empty(4)
+            d[x > 0] = 1.0
+            d[x <= 0] = 0.0
+            return c.shape, torch.sum(c, dim=0), d.sum()
+    """
+    assert codes(src) == [(16, "RC122")]  # d: two parts written may be the whole

@@ -417,3 +417,23 @@ def test_a_golden_swapped_during_the_run_is_refused(tmp_path: Path) -> None:
         with pytest.raises(TraceFileError, match=why):
             feed.event(2, record_of({"step": 1, "signals": {"loss": f32(1.0)}}))
             feed.run_finished(RunResult(2, status="completed", steps=1))
+
+
+def test_diff_names_the_gpu_numerics_environment(tmp_path: Path) -> None:
+    """Two traces whose headers differ in NCCL's algorithm, Transformer Engine's switch and the
+    NCCL version: diff lists each as an environment difference and names them as the cause."""
+    from ..synthetic_traces import LOSSES, write_trace
+
+    a = write_trace(tmp_path / "a.jsonl", LOSSES,
+                    environment={"NCCL_ALGO": "Ring", "nccl": "2.27.3"})
+    changed = [*LOSSES[:2], LOSSES[2] + 1e-3, *LOSSES[3:]]
+    b = write_trace(tmp_path / "b.jsonl", changed,
+                    environment={"NCCL_ALGO": "Tree", "nccl": "2.30.7",
+                                 "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"})
+    report = diff(str(a), str(b))
+    assert report.exit_code == 1 and report.gate is not None
+    texts = [d.text for d in report.gate.environment_differences]
+    assert [d.key for d in report.gate.environment_differences] == [
+        "nccl", "NCCL_ALGO", "NVTE_ALLOW_NONDETERMINISTIC_ALGO"]
+    assert texts[1] == "a.jsonl recorded with NCCL_ALGO Ring, b.jsonl Tree"
+    assert "NCCL_ALGO" in (report.gate.environment_note or "")

@@ -336,7 +336,7 @@ def test_cli_report_without_matplotlib_is_exit_2_before_any_run(tmp_path: Path) 
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "repro-check: error: --report needs matplotlib, which is not installed "
-        "(pip install 'repro-check[report]')"]
+        "(pip install 'torch-repro-check[report]')"]
     assert not (tmp_path / "traces").exists() and not (tmp_path / "r.html").exists()
 
 
