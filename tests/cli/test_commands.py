@@ -378,7 +378,7 @@ import repro_check
 
 def main():
     with open(sys.argv[1], "w") as fh:
-        fh.write(os.path.dirname(os.path.abspath(repro_check.__file__)))
+        fh.write(os.path.dirname(os.path.realpath(repro_check.__file__)))  # runs get a link to it
     return 1.0
 """
 

@@ -69,6 +69,7 @@ def test_the_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
             retention.keep_count()
 
 
+@pytest.mark.slow
 def test_a_check_prunes_the_old_folders_and_keeps_the_one_its_report_names(tmp_path: Path) -> None:
     """Two real checks with REPRO_CHECK_KEEP_RUNS=1: the first writes --json, so its traces stay
     after the second; a third check without a report then removes the second's."""

@@ -117,6 +117,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return repo, src_layout(repo)
 
 
+@pytest.mark.slow
 def test_each_revision_imports_its_own_code_from_an_installed_src_layout(
         project: tuple[Path, list[str]], tmp_path: Path) -> None:
     """The project's ``src`` is on every process's path, as an editable install's ``.pth`` puts
@@ -135,6 +136,7 @@ def test_each_revision_imports_its_own_code_from_an_installed_src_layout(
     assert losses[0] != losses[1]
 
 
+@pytest.mark.slow
 def test_a_revision_that_still_loads_the_working_trees_code_is_never_compared(
         project: tuple[Path, list[str]], tmp_path: Path) -> None:
     """A start-up hook that loads the working tree's module by its path cannot be redirected:
@@ -158,6 +160,7 @@ def test_a_revision_that_still_loads_the_working_trees_code_is_never_compared(
 
 # ---- a run's path to this package ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_run_imports_this_package_and_nothing_else_from_where_it_is_installed(
         tmp_path: Path) -> None:
     """repro-check imported from a folder that holds other modules too (a site-packages): the
