@@ -31,7 +31,8 @@ from repro_check.report.contents import SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.compare.cause import EXPLANATION
 from repro_check.report.diagnosis import ablation_outcome
-from repro_check.report.text import agreement, is_number, later_text, signal_sentence
+from repro_check.report.text import (agreement, divergence_place, is_number, later_text,
+                                     saved_line, signal_sentence)
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import StepRecord
 from repro_check.trace.results import Location
@@ -323,7 +324,8 @@ def _outcome_section(report: Report) -> list[str]:
     if report.error:
         out.append(f"<p><b>Error:</b> {_e(report.error)}</p>")
     if div is not None:
-        where = f"step {div.step}" if div.step is not None else "the final metrics"
+        where = divergence_place(div) if div.step is not None or div.signal.startswith(
+            ("saved:", "state:")) else "the final metrics"
         if report.gate is not None:
             a_name, b_name = report.labels[0], report.labels[1]
         else:
@@ -351,6 +353,9 @@ def _outcome_section(report: Report) -> list[str]:
             out.append(f'<p class="sub">judged by {_e(div.policy)}</p>')
     elif cmp is not None and report.error is None and not report.interrupted:
         out.append(f"<p>{_e(agreement(cmp, report.results))}</p>")
+    left = saved_line(report)
+    if left is not None and report.error is None:
+        out.append(f'<p id="saved">{_e(left)}</p>')
     return out
 
 
