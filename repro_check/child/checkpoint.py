@@ -604,7 +604,9 @@ class FrameworkSaves(metric_hooks.ImportHooks):
     failure = "the checkpoints saved through {name} are not seen"
     feature = "checkpoint.saves"
 
-    def __init__(self, recorder: Any, saves: Saves) -> None:
+    def __init__(self, recorder: Any, saves: Any) -> None:
+        """``saves``: whose ``wrap(kind, original, where)`` wraps each save (:class:`Saves`, or
+        :class:`repro_check.child.saved.SavedFiles` for every run)."""
         super().__init__(recorder, {
             "torch.distributed.checkpoint": self.dcp,
             "lightning.pytorch.trainer.trainer": self.lightning,

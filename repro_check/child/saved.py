@@ -12,7 +12,9 @@ timestamp must not make two runs differ. The record goes to the parent as an ``i
 
 Saves watched (the function the script calls, or a library calls for it):
 
-* ``torch.save`` (a path, an open file or an in-memory buffer the script then writes out),
+* ``torch.save`` (a path, an open file, or an in-memory buffer the script then writes out: a
+  save into memory is described when the script's own code makes it, or a framework's save it
+  is part of; torch itself saves a tensor's storage into memory whenever a tensor is pickled),
   ``safetensors.torch.save_file`` and ``save_model``, ``safetensors.numpy.save_file``,
   ``numpy.save``, ``numpy.savez`` and ``numpy.savez_compressed``, ``torch.jit.save`` (a scripted
   model's parameters and buffers), ``pickle.dump`` to a file (a state dict pickled by hand),
@@ -77,7 +79,7 @@ def _is_tensor(x: Any) -> bool:
 
 def _join(prefix: str, key: Any) -> str:
     text = str(key)[:200]
-    return f"{prefix}.{text}" if prefix else text
+    return f"{prefix}.{text}" if prefix and text else prefix or text
 
 
 def walk(obj: Any) -> Iterator[tuple[str, Any]]:
@@ -230,6 +232,15 @@ def location(frame: Any) -> dict[str, Any] | None:
     return None
 
 
+def called_by_script(frame: Any) -> bool:
+    """Whether the call being made from ``frame`` (past repro-check's own wrappers) comes from
+    the target's own code, not from a library: torch saves a tensor's storage into memory each
+    time a tensor is pickled, which is no save of the script's."""
+    while frame is not None and origin.is_own(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame is not None and not origin.is_library(frame.f_code.co_filename)
+
+
 def shown_path(path: str | None, cwd: str) -> str | None:
     """A saved file's path as the reports show it: relative to the run's working folder when it
     is inside it, else as it is."""
@@ -295,6 +306,8 @@ class SavedFiles:
                 outer = next((o for o in reversed(stack) if o[2] is not None), None)
                 if path is None and outer is not None:
                     path, kind_shown = outer[2], f"{kind} ({outer[1]})"
+                elif path is None and not called_by_script(sys._getframe(1)):
+                    return result  # torch's own (pickling a tensor saves its storage to memory)
                 else:
                     kind_shown = kind
                 try:
@@ -430,6 +443,10 @@ class FrameworkSaves(checkpoint.FrameworkSaves):
     failure = "the files saved through {name} are not compared"
     feature = FEATURE
 
+    def install(self) -> FrameworkSaves:
+        super().install()
+        return self
+
 
 # ---- the modules' state ------------------------------------------------------------------------
 class ModuleState:
@@ -479,7 +496,7 @@ class ModuleState:
         it assigns it (``ema = copy.deepcopy(model)``: ``ema``), else by its class."""
         sites = origin.SITES.sites
         modules = {id(m): m for m in [*self.held, *list(sites.keys())]}
-        inner = set()
+        inner: set[int] = set()
         for m in modules.values():
             try:
                 inner.update(id(c) for c in m.children())

@@ -300,20 +300,20 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
     where = divergence_place(div)
     cmp = report.comparison
     left = signals.is_saved(div.signal) or signals.is_state(div.signal)
+    head: list[Any] = []
     if left and cmp is not None:
         # every step agrees: what the runs left differs, never hidden behind the steps
-        head: list[Any] = [Text.assemble(
-            (f"All {cmp.steps_compared} steps agree, but what the runs left differs.", "bold"))]
+        head = [Text.assemble(
+            (f"All {cmp.steps_compared} steps agree, but what the runs left differs."
+             if cmp.steps_compared else "What the runs left differs.", "bold"))]
     elif div.step is None and div.signal.startswith("metric:") and cmp is not None:
         # not a training divergence: say so before anything else
         names = list(dict.fromkeys(d.signal.removeprefix("metric:")
                                    for d in cmp.metric_divergences))
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        head: list[Any] = [Text.assemble(
+        head = [Text.assemble(
             (f"All {cmp.steps_compared} steps agree: the training is reproducible. ", "bold"),
             "Only final metrics differ: ", (shown, "bold"), ".")]
-    else:
-        head = []
     line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
                          f", run {div.run} vs run 1")
     if div.rank is not None:
