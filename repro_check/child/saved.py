@@ -15,8 +15,10 @@ Saves watched (the function the script calls, or a library calls for it):
 * ``torch.save`` (a path, an open file, or an in-memory buffer the script then writes out: a
   save into memory is described when the script's own code makes it, or a framework's save it
   is part of; torch itself saves a tensor's storage into memory whenever a tensor is pickled),
-  ``safetensors.torch.save_file`` and ``save_model``, ``safetensors.numpy.save_file``,
-  ``numpy.save``, ``numpy.savez`` and ``numpy.savez_compressed``, ``torch.jit.save`` (a scripted
+  ``torch.serialization.save``, ``safetensors.torch.save_file`` and ``save_model``,
+  ``safetensors.numpy.save_file``, safetensors' ``save`` (the bytes of a file, in memory),
+  ``numpy.save``, ``numpy.savetxt``, ``numpy.savez`` and ``numpy.savez_compressed``,
+  ``torch.jit.save`` (a scripted
   model's parameters and buffers), ``pickle.dump`` to a file (a state dict pickled by hand),
   ``torch.distributed.checkpoint.save``;
 * the framework saves built on them, Lightning's ``Trainer.save_checkpoint`` and the Hugging Face
@@ -355,9 +357,10 @@ class SavedFiles:
 
         registry = patches.PATCHES
         obj, to = checkpoint.first_arg(0, "obj"), checkpoint.first_arg(1, "f")
-        registry.wrap(FEATURE, torch, "save", lambda inner: self.wrap(
-            "torch.save", inner, lambda a, k: (obj(a, k), checkpoint.path_of(to(a, k)))),
-            token=self)
+        for owner in (torch, torch.serialization):  # torch.serialization.save called directly
+            registry.wrap(FEATURE, owner, "save", lambda inner: self.wrap(
+                "torch.save", inner, lambda a, k: (obj(a, k), checkpoint.path_of(to(a, k)))),
+                token=self)
         module, to = checkpoint.first_arg(0, "m"), checkpoint.first_arg(1, "f")
         registry.wrap(FEATURE, torch.jit, "save", lambda inner: self.wrap(
             "torch.jit.save", inner, lambda a, k: (module(a, k), checkpoint.path_of(to(a, k)))),
@@ -399,9 +402,16 @@ class SavedFiles:
             named.update({n: v for n, v in k.items() if n not in ("file", "allow_pickle")})
             return named, _numpy_path(file(a, k), ".npz")
 
+        text = checkpoint.first_arg(1, "X"), checkpoint.first_arg(0, "fname")
+
+        def txt(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, Any]:
+            return np.asanyarray(text[0](a, k)), _numpy_path(text[1](a, k), "")
+
         registry = patches.PATCHES
         registry.wrap(FEATURE, np, "save", lambda inner: self.wrap("numpy.save", inner, npy),
                       token=self)
+        registry.wrap(FEATURE, np, "savetxt", lambda inner: self.wrap(
+            "numpy.savetxt", inner, txt), token=self)
         for name in ("savez", "savez_compressed"):
             registry.wrap(FEATURE, np, name, functools.partial(
                 lambda label, inner: self.wrap(label, inner, npz), f"numpy.{name}"), token=self)
@@ -424,6 +434,10 @@ class SavedFiles:
                         lambda label, get, inner: self.wrap(
                             label, inner, lambda a, k: (get(a, k), checkpoint.path_of(
                                 filename(a, k)))), f"{module_name}.{name}", what), token=self)
+            if hasattr(module, "save"):  # the bytes of a file, which the script writes itself
+                registry.wrap(FEATURE, module, "save", functools.partial(
+                    lambda label, inner: self.wrap(label, inner, lambda a, k: (
+                        tensors(a, k), None)), f"{module_name}.save"), token=self)
 
     def uninstall(self) -> None:
         if self.frameworks is not None:

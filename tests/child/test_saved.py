@@ -200,3 +200,24 @@ def test_uninstall_puts_every_saver_back(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (torch.save, np.save, np.savez, pickle.dump, torch.jit.save,
             torch.nn.Module.__setstate__) == originals
     assert not any(row.features == ("saved.files",) for row in patches.PATCHES.listing())
+
+
+def test_the_attacker_round_other_ways_of_saving(
+        watched: tuple[Any, list[Any]], tmp_path: Path) -> None:
+    """Saves found trying to slip past: numpy.savetxt, torch.serialization.save called directly,
+    a pathlib path, a gzip file, safetensors' in-memory save whose bytes the script writes."""
+    import gzip
+
+    watch, events = watched
+    np.savetxt("preds.txt", np.ones((2, 2)))
+    torch.serialization.save({"w": torch.ones(1)}, tmp_path / "direct.pt")
+    with gzip.open("packed.pt.gz", "wb") as f:
+        torch.save({"w": torch.ones(1)}, f)
+    savers = [(r.saver, r.path) for r in records(events)]
+    assert savers == [("numpy.savetxt", "preds.txt"), ("torch.save", "direct.pt"),
+                      ("torch.save", "packed.pt.gz")]
+    st = pytest.importorskip("safetensors.torch")
+    events.clear()
+    Path("bytes.safetensors").write_bytes(st.save({"w": torch.ones(2)}))
+    assert [(r.saver, r.path, [t.key for t in r.tensors]) for r in records(events)] == [
+        ("safetensors.torch.save", None, ["w"])]
