@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import importlib.util
 import os
 import sys
@@ -339,6 +340,7 @@ class SavedFiles:
         if self.ended or os.getpid() != self.owner:
             return
         self.ended = True
+        gc.collect()  # a module left in a reference cycle is gone in every run alike
         try:
             with self.rec.quiet():
                 rows, count = describe(self.modules.tensors())

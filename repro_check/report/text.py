@@ -63,9 +63,9 @@ def saved_line(report: Report) -> str | None:
     if part is None or not part.files:
         return None
     saves = part.saves
-    what = (f"{saves} saved file(s)" if saves else "no saved file") + \
-        (" and the modules' state at the end" if any(f.kind == "state" for f in part.files)
-         else "")
+    state = any(f.kind == "state" for f in part.files)
+    what = " and ".join(([f"{saves} saved file(s)"] if saves else [])
+                        + (["the modules' state at the end"] if state else []))
     first = part.first
     if first is None:
         if not part.tensors_compared:

@@ -231,3 +231,13 @@ def test_its_twin_stays_reproducible(bn_twin: tuple[Report, dict[str, Any], str]
     report, js, _ = bn_twin
     assert report.exit_code == 0 and js["saved"][0]["agrees"] is True
     assert js["saved_tensors_compared"] == 9
+
+
+def test_the_html_report_names_the_saved_file_that_differs(
+        ema_entropy: tuple[Report, dict[str, Any], str]) -> None:
+    pytest.importorskip("matplotlib", reason="the HTML report needs the [report] extra")
+    from repro_check.report.html import render_html
+
+    page = render_html(ema_entropy[0])
+    assert "saved:ema.pt:0.weight" in page and 'id="saved"' in page
+    assert "saved file ema.pt (after step 8)" in page and "What the runs left differs" in page
