@@ -18,15 +18,15 @@ Saves watched (the function the script calls, or a library calls for it):
   ``torch.serialization.save``, ``safetensors.torch.save_file`` and ``save_model``,
   ``safetensors.numpy.save_file``, safetensors' ``save`` (the bytes of a file, in memory),
   ``numpy.save``, ``numpy.savetxt``, ``numpy.savez`` and ``numpy.savez_compressed``,
-  ``torch.jit.save`` (a scripted
-  model's parameters and buffers), ``pickle.dump`` to a file (a state dict pickled by hand),
-  ``torch.distributed.checkpoint.save``;
+  ``torch.jit.save`` (a scripted model's parameters and buffers), ``pickle.dump`` to a file (a
+  state dict pickled by hand), ``pickle.dumps`` called by the script of something that holds a
+  tensor or an array (bytes it writes itself), ``torch.distributed.checkpoint.save``;
 * the framework saves built on them, Lightning's ``Trainer.save_checkpoint`` and the Hugging Face
   ``Trainer._save_checkpoint``: the saves inside them are compared (a buffer Lightning writes to
   its file is named by that file).
 
 A save made inside another watched save (``save_model`` calls ``save_file``) is part of the
-outer one. What is not watched: ``pickle.dumps`` and ``pickle.Pickler`` (a pickle made in memory),
+outer one. What is not watched: ``pickle.Pickler`` and ``pickle.dumps`` of what holds no tensor,
 a file written by other means (``json``, ``open(...).write``, ``ndarray.tofile``, h5py, joblib),
 ``torch.export`` and ONNX exports, and anything saved by a process the target starts.
 
@@ -326,6 +326,8 @@ class SavedFiles:
     def saved(self, kind: str, obj: Any, path: str | None, frame: Any) -> None:
         with self.rec.quiet():
             rows, count = describe(walk(obj))
+        if kind == IN_MEMORY_PICKLE and not count:
+            return  # a pickle of anything but tensors (a config, a message) is no saved result
         with self.lock:
             self.order += 1
             order = self.order
@@ -375,8 +377,9 @@ class SavedFiles:
         return self
 
     def _pickle(self) -> None:
-        """``pickle.dump`` to a file (a state dict pickled by hand); a pickle made in memory is
-        not a file the run leaves, and is not described."""
+        """``pickle.dump`` to a file (a state dict pickled by hand), and ``pickle.dumps`` called by
+        the script (bytes it writes itself) of what holds a tensor; ``pickle.dump`` into memory
+        is not described."""
         import pickle  # the standard library's: loaded by torch anyway
 
         obj, file = checkpoint.first_arg(0, "obj"), checkpoint.first_arg(1, "file")
@@ -387,6 +390,9 @@ class SavedFiles:
 
         patches.PATCHES.wrap(FEATURE, pickle, "dump", lambda inner: self.wrap(
             "pickle.dump", inner, where), token=self)
+        # the bytes of a pickle the script writes itself: described when they hold a tensor
+        patches.PATCHES.wrap(FEATURE, pickle, "dumps", lambda inner: self.wrap(
+            IN_MEMORY_PICKLE, inner, lambda a, k: (obj(a, k), None)), token=self)
 
     def _numpy(self) -> None:
         if importlib.util.find_spec("numpy") is None:
@@ -446,6 +452,10 @@ class SavedFiles:
             self.frameworks.uninstall()
         self.modules.uninstall()
         patches.PATCHES.release(self)
+
+
+#: ``pickle.dumps`` called by the script: a save only when what it pickles holds a tensor
+IN_MEMORY_PICKLE = "pickle.dumps"
 
 
 #: the feature the save functions are wrapped as (:data:`repro_check.child.patches.ORDER`)

@@ -126,20 +126,22 @@ def test_every_watched_saver_is_described_where_it_is_called(
     np.savez(str(tmp_path / "many"), np.zeros(2), idx=np.arange(2))
     with open("weights.pkl", "wb") as f:
         pickle.dump(model.state_dict(), f)
-    pickle.dumps(model.state_dict())  # in memory: no file the run leaves
+    pickle.dump(model.state_dict(), io.BytesIO())  # into memory, by dump: not a saved file
+    pickle.dumps({"lr": 0.1, "name": "run"})  # no tensor: a config, no saved result
     with open("other.pkl", "wb") as f:
-        f.write(pickle.dumps({"w": torch.ones(1)}))  # written by other means: not seen
+        f.write(pickle.dumps({"w": torch.ones(1)}))  # bytes the script writes itself: seen
     torch.jit.save(torch.jit.script(model), "model.jit")
     recs = records(events)
     assert [(r.order, r.saver, r.path) for r in recs] == [
         (1, "torch.save", "ckpt.pt"), (2, "torch.save", None), (3, "numpy.save", "preds.npy"),
         (4, "numpy.savez", "many.npz"), (5, "pickle.dump", "weights.pkl"),
-        (6, "torch.jit.save", "model.jit")]
+        (6, "pickle.dumps", None), (7, "torch.jit.save", "model.jit")]
     assert all(r.kind == SAVED_FILE and r.step == 4 for r in recs)
     assert [t.key for t in recs[0].tensors] == ["model.weight", "model.bias"]
     assert recs[0].count == 2 and recs[0].tensors[0].shape == (2, 2)
     assert [t.key for t in recs[3].tensors] == ["arr_0", "idx"]
-    assert [t.key for t in recs[5].tensors] == ["weight", "bias"]
+    assert [t.key for t in recs[5].tensors] == ["w"]
+    assert [t.key for t in recs[6].tensors] == ["weight", "bias"]
     here = recs[0].location
     assert here is not None and here["file"] == __file__ and here["function"] == \
         "test_every_watched_saver_is_described_where_it_is_called"
