@@ -58,7 +58,7 @@ def agreement(cmp: ComparisonResult, results: Sequence[RunResult] = ()) -> str:
 def saved_line(report: Report) -> str | None:
     """What the runs left, in one sentence: the saved files and the modules' state at the end
     compared tensor by tensor, and the first that differs (file, key, step and line of the
-    save); None when the check compared none (nothing saved, no module with tensors)."""
+    save); None when there is nothing to say (nothing saved, no module with tensors)."""
     part = report.saved
     if part is None or not part.files:
         return None
@@ -68,8 +68,9 @@ def saved_line(report: Report) -> str | None:
                         + (["the modules' state at the end"] if state else []))
     first = part.first
     if first is None:
-        if not part.tensors_compared:
-            return f"What the runs left: {what}, holding no tensor to compare."
+        if not part.tensors_compared:  # no module with tensors, nothing saved: nothing to say
+            return f"What the runs left: {what}, holding no tensor to compare." if saves \
+                else None
         return f"What the runs left agrees: {what}, {part.tensors_compared} tensor(s) compared."
     diff = first.first_difference
     key = f" in {diff.key}" if diff is not None and diff.key else ""
