@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro_check.compare import cause, printed
+from repro_check.compare import cause, printed, saved
 from repro_check.compare.processes import ProcessComparison, ProcessFeed
 from repro_check.compare.steps import ComparisonResult, Policy
 from repro_check.distributed.launch import Distributed
 from repro_check.report import processes
-from repro_check.report.model import Report
+from repro_check.report.model import Report, SavedPart
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import Launcher
@@ -53,8 +53,10 @@ def run_check(options: RunOptions, listener: Listener | None = None,
         jobs = dist.jobs(options.jobs, session.default_jobs(dist.local_ranks))
     stop = comparison.settled_divergence if options.fail_fast else None
     outcome = session.run(feed, jobs, stop)
-    result = comparison.result()
+    left = feed.saved.result(options.runs)  # the files the runs saved, their end state
+    result = saved.merge(comparison.result(), left)
     report = finished_report(options, outcome, result, policy, feed.uses_dataloader)
+    report.saved = SavedPart.of(left)
     if not report.reproducible or report.error:
         report.replay = replay_line(options, upto=result.first_divergent_step or options.max_steps,
                                     runs=check_runs(options.runs),

@@ -58,6 +58,7 @@ class Scenario:
 
 ZOO = f"{PLACEHOLDER}/fixtures/zoo"
 CLI_TINY = f"{PLACEHOLDER}/tests/cli/cli_tiny.py:main"
+SAVED = f"{PLACEHOLDER}/fixtures/saved"
 
 #: every recorded scenario: the tests that read one say which
 SCENARIOS: dict[str, Scenario] = {
@@ -81,6 +82,14 @@ SCENARIOS: dict[str, Scenario] = {
         "--steps", "5", "--metric-shift-in-run", "2"]}),
     "cli_tolerated": Scenario(CLI_TINY, {"atol": 0.06, "args": [
         "--steps", "5", "--metric-shift-in-run", "2"]}),
+    # what the runs leave (fixtures/saved): every step agrees, a saved file or the end state
+    # differs, and the twins whose saves and state agree (timestamps and pids in them)
+    "saved_ema_entropy": Scenario(f"{SAVED}/ema.py", {"args": ["--decay-from-entropy"]}),
+    "saved_ema_twin": Scenario(f"{SAVED}/ema.py"),
+    "savers_differ": Scenario(f"{SAVED}/savers.py:main", {"args": ["--differ"]}),
+    "savers_twin": Scenario(f"{SAVED}/savers.py:main"),
+    "bn_perturbed": Scenario(f"{SAVED}/bn_buffers.py:main", {"args": ["--perturb"]}),
+    "bn_twin": Scenario(f"{SAVED}/bn_buffers.py:main"),
     "tiny_clean": Scenario(f"{PLACEHOLDER}/fixtures/tiny.py:main", {"seed": 5}),
     "tiny_three_runs": Scenario(f"{PLACEHOLDER}/fixtures/tiny.py:main",
                                 {"seed": 5, "runs": 3, "args": ["--diverge-at", "7",

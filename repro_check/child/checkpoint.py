@@ -295,7 +295,7 @@ def merge_descriptions(parts: Sequence[tuple[str | None, dict[str, Any]]]) -> di
 
 
 # ---- watching the saves ------------------------------------------------------------------------
-def _path_of(f: Any) -> str | None:
+def path_of(f: Any) -> str | None:
     """The file a save wrote: a path, or an open file's name; None for a buffer."""
     if isinstance(f, (str, os.PathLike)):
         return os.path.abspath(os.fspath(f))
@@ -587,7 +587,7 @@ class Saves:
 
 
 # ---- installing --------------------------------------------------------------------------------
-def _first_arg(i: int, name: str) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+def first_arg(i: int, name: str) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
     def get(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return args[i] if len(args) > i else kwargs.get(name)
     return get
@@ -604,7 +604,9 @@ class FrameworkSaves(metric_hooks.ImportHooks):
     failure = "the checkpoints saved through {name} are not seen"
     feature = "checkpoint.saves"
 
-    def __init__(self, recorder: Any, saves: Saves) -> None:
+    def __init__(self, recorder: Any, saves: Any) -> None:
+        """``saves``: whose ``wrap(kind, original, where)`` wraps each save (:class:`Saves`, or
+        :class:`repro_check.child.saved.SavedFiles` for every run)."""
         super().__init__(recorder, {
             "torch.distributed.checkpoint": self.dcp,
             "lightning.pytorch.trainer.trainer": self.lightning,
@@ -640,9 +642,9 @@ class FrameworkSaves(metric_hooks.ImportHooks):
     def lightning(self, module: Any) -> None:
         trainer = getattr(module, "Trainer", None)
         if trainer is not None and hasattr(trainer, "save_checkpoint"):
-            path = _first_arg(1, "filepath")
+            path = first_arg(1, "filepath")
             self.wrap("lightning", trainer, "save_checkpoint",
-                      lambda a, k: (None, _path_of(path(a, k))))
+                      lambda a, k: (None, path_of(path(a, k))))
 
     def hf(self, module: Any) -> None:
         trainer = getattr(module, "Trainer", None)
@@ -709,9 +711,9 @@ class Checkpoints:
         import torch
 
         registry = patches.PATCHES
-        obj, to = _first_arg(0, "obj"), _first_arg(1, "f")
+        obj, to = first_arg(0, "obj"), first_arg(1, "f")
         registry.wrap("checkpoint.saves", torch, "save", lambda inner: saves.wrap(
-            "torch.save", inner, lambda a, k: (obj(a, k), _path_of(to(a, k)))), token=self)
+            "torch.save", inner, lambda a, k: (obj(a, k), path_of(to(a, k)))), token=self)
         if importlib.util.find_spec("safetensors") is None:
             return
         try:
@@ -719,12 +721,12 @@ class Checkpoints:
         except Exception as e:  # noqa: BLE001 - an unusual safetensors: its saves go unseen
             registry.skip("checkpoint.saves", "safetensors.torch", f"{type(e).__name__}: {e}")
             return
-        tensors, model = _first_arg(0, "tensors"), _first_arg(0, "model")
-        filename = _first_arg(1, "filename")
+        tensors, model = first_arg(0, "tensors"), first_arg(0, "model")
+        filename = first_arg(1, "filename")
         def saving(what: Callable[[tuple[Any, ...], dict[str, Any]], Any]
                    ) -> Callable[[Any], Any]:
             return lambda inner: saves.wrap(
-                "safetensors", inner, lambda a, k: (what(a, k), _path_of(filename(a, k))))
+                "safetensors", inner, lambda a, k: (what(a, k), path_of(filename(a, k))))
 
         for name, what in (("save_file", tensors), ("save_model", model)):
             if hasattr(st, name):

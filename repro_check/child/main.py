@@ -116,7 +116,7 @@ def main() -> int:
         if config.seed is not None else {}
     target = config.target
     header = _header(config, target, done, started)
-    recorder, overrides, checkpoints = _install(config, emit, header, done)
+    recorder, overrides, checkpoints, saves = _install(config, emit, header, done)
     if overrides_module.imposes(config):  # an --across environment's workers, start, compile
         overrides_module.install(config, lambda text: emit({"warning": text}))
     if overrides_module.loading(config):  # which global streams the data loading draws from
@@ -138,6 +138,8 @@ def main() -> int:
     status = _call(run, target, emit, recorder)
     isolation.check(emit)  # a run at a git revision ran that revision's code only
     checkpoints.target_returned()  # a checkpoint being taken ends here: the interrupted run stops
+    if not isinstance(status, int):  # the modules' state at the end (a failed run: nothing)
+        saves.target_returned()
     _debug_patches(emit, shown)  # hooks put in as the target imported a library
     if isinstance(status, int):
         return status
@@ -197,14 +199,16 @@ def _header(config: RunConfig, target: Any, done: dict[str, Any],
 
 
 def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
-             done: dict[str, Any]) -> tuple[Any, Any, Any]:
+             done: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     """Emit the header, then install the step recorder (a rank's under torchrun), the watch on the
     seeding, the checkpoint signals (and a resume's watch on saves) and, when asked, the
-    recording of the processes the target starts; returns the first three."""
+    recording of the processes the target starts; returns the first three and the watch on
+    what the run saves."""
     # they import torch: loaded once the run is tied to its supervisor
     from repro_check.child import capture
     from repro_check.child import checkpoint
     from repro_check.child import origin
+    from repro_check.child import saved
     from repro_check.child import env_hooks
     from repro_check.child import metric_hooks
     from repro_check.child import watch
@@ -236,12 +240,13 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     origin.SITES.install()
     clock.install(config.run)  # a seed taken from the clock differs in every run
     checkpoints = checkpoint.install(recorder, emit, config.resume)  # lr, opt, scaler; saves
+    saves = saved.install(recorder, emit)  # every save, and the modules' state at the end
     if config.processes:  # the processes the target starts record streams of their own
         # only when the target's processes are recorded
         from repro_check.child import processes
 
         processes.install(config, header, done)
-    return recorder, overrides, checkpoints
+    return recorder, overrides, checkpoints, saves
 
 
 #: the environment variable that asks for repro-check's debugging output (here: the listing of

@@ -70,6 +70,8 @@ ORDER: tuple[str, ...] = (
     "capture.alerts",        # warnings._showwarnmsg: ops flagged nondeterministic
     "checkpoint.signals",    # the optimizer pre-step hook (lr, opt), GradScaler.__init__
     "checkpoint.saves",      # torch.save, safetensors, DCP, Lightning's and HF's saves (resume)
+    "saved.files",           # torch.save, safetensors, numpy.save/savez, DCP, Lightning, HF: compared
+    "saved.modules",         # nn.Module.__setstate__: copies of models (deepcopy), for the end state
     "rank.models",           # DistributedDataParallel.__init__
     "origin.models",         # nn.Module.__init__: where each model is built
     "clock",                 # time.time & co., datetime.datetime.now and utcnow (in place)

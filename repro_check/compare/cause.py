@@ -34,6 +34,12 @@ Rules, applied in this order:
     the RNG states, the batch and the parameters going into the step agree (the step before
     agreed on its parameters), and the step's loss, gradients or updated parameters differ: a
     nondeterministic computation. Also a shorter run without a DataLoader.
+``saved``
+    every step agrees and a file the run saved does not (``saved:FILE:KEY``): what the run
+    leaves behind, such as an EMA copy updated from a value that differs, is not reproducible.
+``state``
+    every step agrees and a tensor a module holds outside the optimizer differs at the end
+    (``state:KEY``): buffers such as BatchNorm statistics, or a shadow copy of the parameters.
 ``metrics``
     every step agrees and a final metric does not: the evaluation is not reproducible.
 ``none``
@@ -50,16 +56,19 @@ from typing import Any, Literal
 
 from repro_check.child import clock
 from repro_check.child.seeding import STREAM_NAMES
+from repro_check.trace import signals
 from repro_check.trace.results import Location
 
-CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "metrics", "environment", "none")
+CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "saved", "state", "metrics",
+                           "environment", "none")
 
 #: environment entries that may differ between runs of one check without meaning anything
 VOLATILE: frozenset[str] = frozenset({"pid", "started", "hostname", "time", "run"})
 
 #: signals recorded per step, and the cause their difference points to
 #: what a divergence is put down to (a report's ``cause``)
-Cause = Literal["rng", "init", "data", "compute", "metrics", "environment", "none"]
+Cause = Literal["rng", "init", "data", "compute", "saved", "state", "metrics", "environment",
+                "none"]
 
 SIGNAL_CAUSE: dict[str, Cause] = {
     "rng.python": "rng",
@@ -83,6 +92,11 @@ EXPLANATION: dict[str, str] = {
             "seeds itself, or from an unseeded generator)",
     "compute": "same RNG states, batch and parameters going into the step, yet the loss, "
                "gradients or update differ: a nondeterministic computation",
+    "saved": "every step agrees, a file the run saved does not: what it leaves behind (an EMA "
+             "or other copy of the weights, buffers, arrays) is not reproducible",
+    "state": "every step agrees, a tensor a module holds outside the optimizer (a buffer such "
+             "as BatchNorm statistics, an EMA or other shadow copy of the weights) differs at "
+             "the end of the run",
     "metrics": "every step agrees, the final metrics do not: the evaluation is not reproducible",
     "environment": "the runs recorded different environments",
     "none": "every step and metric agree",
@@ -117,6 +131,10 @@ def from_signal(signal: str | None, uses_dataloader: bool) -> Cause:
         return "none"
     if signal.startswith("metric:"):
         return "metrics"
+    if signals.is_saved(signal):
+        return "saved"
+    if signals.is_state(signal):
+        return "state"
     if signal == "steps":
         return "data" if uses_dataloader else "compute"
     if signal.startswith("rng."):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro_check.trace.protocol import MetricsRecord, Record, StepRecord
+from repro_check.compare.saved import SavedComparison
+from repro_check.trace.protocol import MetricsRecord, Record, SavedRecord, StepRecord
 from repro_check.trace.results import Listener, RunResult
 
 
@@ -32,12 +33,15 @@ class Feed:
 
     ``add_step``, ``add_metrics``, ``add_process_event`` and ``end`` are what a comparison of
     another shape (one per rank, one per process, the golden's) overrides; the rest is shared.
+    What the runs saved goes to :attr:`saved`, paired per torchrun rank (one stream without).
     """
 
     def __init__(self, comparison: Any, listener: Listener | None = None) -> None:
         self.comparison = comparison
         self.listener = listener or NullListener()
         self.uses_dataloader = False
+        #: the files the runs saved and their modules' state at the end
+        self.saved = SavedComparison()
 
     def run_started(self, index: int) -> None:
         self.listener.run_started(index)
@@ -52,10 +56,13 @@ class Feed:
             self.uses_dataloader = self.uses_dataloader or "batch" in event.signals
         elif isinstance(event, MetricsRecord):
             self.add_metrics(index, event)
+        elif isinstance(event, SavedRecord):
+            self.saved.add(index, event.rank or 0, event)
         self.listener.event(index, event)
 
     def run_finished(self, result: RunResult) -> None:
         self.end(result)
+        self.saved.end(result.index, complete=not (result.failed or result.status == "cancelled"))
         self.listener.run_finished(result)
 
     def add_step(self, index: int, event: StepRecord) -> None:

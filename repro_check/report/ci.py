@@ -18,7 +18,8 @@ from typing import IO, Any
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
-from repro_check.report.text import failed_runs_lines, value_text, visible
+from repro_check.report.text import divergence_place, failed_runs_lines, value_text, visible
+from repro_check.trace import signals
 
 #: GitHub refuses a step summary file larger than this
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -59,9 +60,15 @@ def _failure_text(report: Report) -> str | None:
     if report.resume is not None:
         return _resume_failure(report, div)
 
-    where = f"first divergent step {div.step}" if div.step is not None else "final metrics differ"
-    text = (f"{report.target}: not reproducible: {where} (signal {div.signal}): "
-            f"{labels[0]} {value_text(div.reference)}, {labels[1]} {value_text(div.value)}")
+    if signals.is_saved(div.signal) or signals.is_state(div.signal):
+        # every step agrees: a saved file or the end state differs (the detail says where)
+        text = f"{report.target}: not reproducible: {divergence_place(div)} differs " \
+               f"(signal {div.signal})"
+    else:
+        where = f"first divergent step {div.step}" if div.step is not None \
+            else "final metrics differ"
+        text = (f"{report.target}: not reproducible: {where} (signal {div.signal}): "
+                f"{labels[0]} {value_text(div.reference)}, {labels[1]} {value_text(div.value)}")
     if div.policy:
         text += f" [judged by {div.policy}]"
     if div.detail:

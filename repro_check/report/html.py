@@ -31,8 +31,8 @@ from repro_check.report.contents import SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.compare.cause import EXPLANATION
 from repro_check.report.diagnosis import ablation_outcome
-from repro_check.report.text import (agreement, failed_runs_lines, is_number, later_text,
-                                     signal_sentence)
+from repro_check.report.text import (agreement, divergence_place, failed_runs_lines, is_number,
+                                     later_text, saved_line, signal_sentence)
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import StepRecord
 from repro_check.trace.results import Location
@@ -325,7 +325,8 @@ def _outcome_section(report: Report) -> list[str]:
         out.append(f"<p><b>Error:</b> {_e(report.error)}</p>")
         out += [f"<p>{_e(line)}</p>" for line in failed_runs_lines(report)]
     if div is not None:
-        where = f"step {div.step}" if div.step is not None else "the final metrics"
+        where = divergence_place(div) if div.step is not None or div.signal.startswith(
+            ("saved:", "state:")) else "the final metrics"
         if report.gate is not None:
             a_name, b_name = report.labels[0], report.labels[1]
         else:
@@ -353,6 +354,9 @@ def _outcome_section(report: Report) -> list[str]:
             out.append(f'<p class="sub">judged by {_e(div.policy)}</p>')
     elif cmp is not None and report.error is None and not report.interrupted:
         out.append(f"<p>{_e(agreement(cmp, report.results))}</p>")
+    left = saved_line(report)
+    if left is not None and report.error is None:
+        out.append(f'<p id="saved">{_e(left)}</p>')
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from repro_check.trace import values
 from repro_check.compare.drift import Drift
 from repro_check.compare.resume import NotRestored
+from repro_check.compare.saved import SavedFile, SavedResult
 from repro_check.compare.steps import ComparisonResult, Divergence, Policy
 from repro_check.errors import ExitCode
 from repro_check.report.contents import (AblationRow, Cause, CompilePriceRow, DistributedLaunch,
@@ -350,6 +351,30 @@ class ProcessesPart(JsonRecord):
 
 
 @dataclass
+class SavedPart(JsonRecord):
+    """What a check adds about what the runs left (:mod:`repro_check.compare.saved`): every file
+    the runs saved and their modules' state at the end, each compared tensor by tensor, and how
+    many tensors were compared in all."""
+
+    files: list[SavedFile] = json_field(default_factory=list, key="saved")
+    tensors_compared: int = json_field(default=0, key="saved_tensors_compared")
+
+    @classmethod
+    def of(cls, result: SavedResult) -> SavedPart:
+        return cls(list(result.files), result.tensors_compared)
+
+    @property
+    def first(self) -> SavedFile | None:
+        """The first save (or end state) that differs."""
+        return next((f for f in self.files if not f.agrees), None)
+
+    @property
+    def saves(self) -> int:
+        """Files saved (the end state not counted), as run 1 made them."""
+        return sum(1 for f in self.files if f.kind == "file")
+
+
+@dataclass
 class ReportCore(JsonRecord):
     """The keys every JSON report has (the first eight, and ``exit_code``, are the public API
     the module's docstring names); a report's parts add theirs beside them."""
@@ -530,6 +555,8 @@ class Report:
     processes: ProcessesPart | None = None
     resume: ResumePart | None = None
     bisect: BisectPart | None = None
+    #: what the runs saved and their modules' state at the end, compared (a check's runs)
+    saved: SavedPart | None = None
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
@@ -589,6 +616,12 @@ class Report:
         or raised says nothing about reproducibility, and what it did not record is no
         divergence)."""
         return None if self.error is not None else self.comparison
+
+    @property
+    def saved_tensors_compared(self) -> int:
+        """Tensors of saved files and of the modules' end state compared between the runs (what
+        a verdict's evidence can cite; 0 when nothing was saved or compared)."""
+        return self.saved.tensors_compared if self.saved is not None else 0
 
     @property
     def first_divergent_step(self) -> int | None:
@@ -688,7 +721,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: the core keys and each part's, a key written twice refused."""
         parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes,
-                 self.bisect)
+                 self.bisect, self.saved)
         resume = [] if self.resume is None else [
             {"resumes_exactly": self.reproducible}, self.resume.to_dict()]
         return merge([self.core().to_dict(),

@@ -23,11 +23,14 @@ from repro_check.report.text import (
     Visible,
     agreement,
     diff_text,
+    divergence_place,
     failure_output,
     later_text,
+    saved_line,
     value_text,
     verdict_style,
 )
+from repro_check.trace import signals
 from repro_check.trace.protocol import InfoRecord, Record, StepRecord
 from repro_check.trace.results import RunResult
 
@@ -225,6 +228,9 @@ def summary(report: Report) -> Group:
     if report.distributed is not None:
         parts += rank_parts(report)
     parts += _outcome_parts(report)
+    left = saved_line(report)
+    if left is not None and report.error is None:
+        parts.append(Text(left, style="red" if report.saved and report.saved.first else ""))
     parts += _difference_line(report)
     groups = _groups_line(report)
     if groups is not None:
@@ -293,18 +299,23 @@ def _outcome_parts(report: Report) -> list[Any]:
 
 
 def _divergence_parts(report: Report, div: Any) -> list[Any]:
-    where = f"step {div.step}" if div.step is not None else "final metrics"
+    where = divergence_place(div)
     cmp = report.comparison
-    if div.step is None and div.signal.startswith("metric:") and cmp is not None:
+    left = signals.is_saved(div.signal) or signals.is_state(div.signal)
+    head: list[Any] = []
+    if left and cmp is not None:
+        # every step agrees: what the runs left differs, never hidden behind the steps
+        head = [Text.assemble(
+            (f"All {cmp.steps_compared} steps agree, but what the runs left differs."
+             if cmp.steps_compared else "What the runs left differs.", "bold"))]
+    elif div.step is None and div.signal.startswith("metric:") and cmp is not None:
         # not a training divergence: say so before anything else
         names = list(dict.fromkeys(d.signal.removeprefix("metric:")
                                    for d in cmp.metric_divergences))
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        head: list[Any] = [Text.assemble(
+        head = [Text.assemble(
             (f"All {cmp.steps_compared} steps agree: the training is reproducible. ", "bold"),
             "Only final metrics differ: ", (shown, "bold"), ".")]
-    else:
-        head = []
     line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
                          f", run {div.run} vs run 1")
     if div.rank is not None:
@@ -317,7 +328,9 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
     if div.policy and div.policy != "exact bits":  # the panel already says exact bits
         parts.append(Text(f"  judged by {div.policy}"))
     context = _context_table(report)
-    if context is None or div.signal != "loss":
+    if left:
+        pass  # fingerprints of a saved tensor say nothing more than the line above
+    elif context is None or div.signal != "loss":
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         t.add_column("")
         t.add_column("run 1", justify="right")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from repro_check.compare.printed import HOW_TO_GET_A_METRIC
+from repro_check.compare.saved import SavedDivergence
 from repro_check.compare.steps import ComparisonResult
 from repro_check.report.model import Report
 from repro_check.trace.results import RunResult
@@ -52,6 +53,42 @@ def agreement(cmp: ComparisonResult, results: Sequence[RunResult] = ()) -> str:
                 + left_out)
     head = f"All {cmp.steps_compared} steps agree; no metric was compared: "
     return head + (stopped_note(results) or f"{HOW_TO_GET_A_METRIC}.") + left_out
+
+
+def saved_line(report: Report) -> str | None:
+    """What the runs left, in one sentence: the saved files and the modules' state at the end
+    compared tensor by tensor, and the first that differs (file, key, step and line of the
+    save); None when there is nothing to say (nothing saved, no module with tensors)."""
+    part = report.saved
+    if part is None or not part.files:
+        return None
+    saves = part.saves
+    state = any(f.kind == "state" for f in part.files)
+    what = " and ".join(([f"{saves} saved file(s)"] if saves else [])
+                        + (["the modules' state at the end"] if state else []))
+    first = part.first
+    if first is None:
+        if not part.tensors_compared:  # no module with tensors, nothing saved: nothing to say
+            return f"What the runs left: {what}, holding no tensor to compare." if saves \
+                else None
+        return f"What the runs left agrees: {what}, {part.tensors_compared} tensor(s) compared."
+    diff = first.first_difference
+    key = f" in {diff.key}" if diff is not None and diff.key else ""
+    how = f" ({diff.detail}, run {diff.run} vs run 1)" if diff is not None else ""
+    return (f"What the runs left differs: {first.name}{key}{how}, saved by {first.where}; "
+            f"{what}, {part.tensors_compared} tensor(s) compared.") if first.kind == "file" else \
+        (f"What the runs left differs: the modules' state at the end{key}{how}; {what}, "
+         f"{part.tensors_compared} tensor(s) compared.")
+
+
+def divergence_place(div: Any) -> str:
+    """Where a first divergence is: ``step 7``, ``final metrics``, ``saved file ema.pt (after
+    step 30)``, ``the modules' state at the end``."""
+    if isinstance(div, SavedDivergence):
+        if div.file is None:
+            return f"the modules' state at the end (after step {div.save_step})"
+        return f"saved file {div.file} (after step {div.save_step})"
+    return f"step {div.step}" if div.step is not None else "final metrics"
 
 
 def stopped_note(results: Sequence[RunResult]) -> str | None:
@@ -198,6 +235,12 @@ def signal_sentence(signal: str | None, step: int | None) -> str:
         return "the runs differ"
     if signals.is_metric(signal):
         return f"the final metric {signal.removeprefix(signals.METRIC_PREFIX)} differs"
+    if signals.is_saved(signal):
+        file, _, key = signal.removeprefix(signals.SAVED_PREFIX).partition(":")
+        return f"the saved file {file} differs" + (f" in {key}" if key else "")
+    if signals.is_state(signal):
+        return (f"{signal.removeprefix(signals.STATE_PREFIX)}, held by a module outside the "
+                "optimizer, differs at the end of the run")
     if signal == "steps":
         return f"one run has no step {step}: it stopped earlier"
     if signals.is_rng(signal):

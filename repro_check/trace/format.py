@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from repro_check.trace import values
-from repro_check.trace.protocol import (COMPONENTS, FORMAT, MAX_SEED, VERSION, EndRecord,
+from repro_check.trace.protocol import (COMPONENTS, FORMAT, MAX_SEED, SAVED_KINDS, VERSION,
+                                        EndRecord,
                                         ErrorRecord, HeaderRecord, MetricsRecord, Record,
                                         StepRecord, WarningRecord, record_of)
 from repro_check.trace.atomic import AtomicWriter
@@ -210,8 +211,28 @@ ERROR_CHECKS: dict[str, Any] = {"kind": _TEXT, "type": _TEXT, "message": _TEXT,
 END_CHECKS: dict[str, Any] = {"status": _TEXT, "returncode": _optional(_is_int),
                               "signal": _TEXT, "seconds": _SECONDS, "steps": _COUNT,
                               "output_tail": _TEXT}
+
+
+def _saved_row(x: Any) -> bool:
+    """``[key, dtype, shape, fingerprint]`` of one saved tensor."""
+    return (isinstance(x, list) and len(x) == 4 and isinstance(x[0], str) and len(x[0]) <= 4096
+            and isinstance(x[1], str) and len(x[1]) <= 100 and isinstance(x[2], list)
+            and len(x[2]) <= 64 and all(_is_int(n) and 0 <= n < MAX_NUMBER for n in x[2])
+            and isinstance(x[3], str) and len(x[3]) <= 200)
+
+
+#: a save of the run, or its modules' state at its end (:class:`~repro_check.trace.protocol.SavedRecord`)
+_SAVED = _object_of({
+    "kind": lambda x: x in SAVED_KINDS, "order": _int_at_least(0, MAX_STEP),
+    "saver": lambda x: isinstance(x, str) and len(x) <= 200,
+    "path": _optional(lambda x: isinstance(x, str) and len(x) <= 4096),
+    "step": _int_at_least(0, MAX_STEP), "count": _int_at_least(0, MAX_STEP),
+    "location": _optional(_object_of({})),
+    "tensors": lambda x: isinstance(x, list) and all(_saved_row(r) for r in x),
+}, lambda x: True)
+
 INFO_CHECKS: dict[str, Any] = {"status": _TEXT, "steps": _COUNT, "backward_calls": _COUNT,
-                               "seconds": _SECONDS}
+                               "seconds": _SECONDS, "saved": _SAVED}
 
 
 def _bad_field(record: dict[str, Any], checks: dict[str, Any]) -> str | None:

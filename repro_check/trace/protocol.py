@@ -348,6 +348,63 @@ class InfoRecord(Record):
         return value if isinstance(value, dict) else None
 
 
+#: the kinds of a :class:`SavedRecord`: a file the run saved, the modules' state at its end
+SAVED_FILE = "file"
+SAVED_STATE = "state"
+SAVED_KINDS = (SAVED_FILE, SAVED_STATE)
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor or array of a save: its key path in the saved object, dtype, shape and the
+    fingerprint of its exact bytes."""
+
+    key: str
+    dtype: str
+    shape: tuple[int, ...]
+    digest: str
+
+
+@dataclass
+class SavedRecord(InfoRecord):
+    """What a run saved (``kind`` ``file``: the ``order``-th save of the run, by ``saver``, to
+    ``path`` relative to its working folder, after ``step`` optimizer steps, at ``location`` in the
+    script) or its modules' state at its end (``state``): ``count`` tensors, described one by one
+    in ``tensors`` (:mod:`repro_check.child.saved`). Written as ``{"info": {"saved": {...}}}``."""
+
+    kind: str = SAVED_FILE
+    order: int = 0
+    saver: str = ""
+    path: str | None = None
+    step: int = 0
+    #: ``{"file", "line", "function"}`` of the save's call in the script (None: not known)
+    location: dict[str, Any] | None = None
+    count: int = 0
+    tensors: tuple[SavedTensor, ...] = ()
+
+    @classmethod
+    def of(cls, raw: dict[str, Any], body: Mapping[str, Any]) -> SavedRecord:
+        """The record of a line whose ``info`` holds ``saved`` (checked by the trace reader;
+        malformed rows are left out here too)."""
+        rows = body.get("tensors")
+        tensors = tuple(
+            SavedTensor(r[0], r[1], tuple(r[2]), r[3]) for r in (rows if isinstance(rows, list)
+                                                                else ())
+            if isinstance(r, list) and len(r) == 4 and isinstance(r[0], str)
+            and isinstance(r[1], str) and isinstance(r[2], list) and isinstance(r[3], str))
+        place = body.get("location")
+        path = body.get("path")
+        return cls(raw, dict(raw["info"]),
+                   kind=str(body.get("kind", SAVED_FILE)),
+                   order=body["order"] if _is_int(body.get("order")) else 0,
+                   saver=str(body.get("saver", "")),
+                   path=path if isinstance(path, str) else None,
+                   step=body["step"] if _is_int(body.get("step")) else 0,
+                   location=place if isinstance(place, dict) else None,
+                   count=body["count"] if _is_int(body.get("count")) else len(tensors),
+                   tensors=tensors)
+
+
 #: the environment variable that asks for repro-check's debugging output (``--debug``)
 DEBUG_VAR = "REPRO_CHECK_DEBUG"
 #: tells a run at another git revision the repository's folder and that revision's checkout
@@ -410,6 +467,9 @@ def record_of(obj: Mapping[str, Any]) -> Record:
         error = raw["error"]
         return ErrorRecord(raw, error if isinstance(error, dict) else {"message": str(error)})
     if "info" in raw and isinstance(raw["info"], dict):
+        saved = raw["info"].get("saved")
+        if isinstance(saved, dict):
+            return SavedRecord.of(raw, saved)
         return InfoRecord(raw, raw["info"])
     if "probe" in raw:
         return ProbeRecord(raw, raw["probe"])

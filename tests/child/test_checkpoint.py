@@ -85,7 +85,7 @@ def test_a_save_inside_another_is_part_of_it_and_a_failed_copy_is_reported(
     exits: list[int] = []
     saves = interrupted(tmp_path / "copy", events, exits.append)
     inner = saves.wrap("torch.save", torch.save,
-                       lambda a, k: (a[0], checkpoint._path_of(a[1])))  # noqa: SLF001
+                       lambda a, k: (a[0], checkpoint.path_of(a[1])))
 
     def outer_save(folder: str) -> None:  # like the HF Trainer: several files in one folder
         os.makedirs(folder)
@@ -122,7 +122,7 @@ def test_a_checkpoint_of_several_saves_in_a_row_is_one_and_ends_at_the_next_step
     exits: list[int] = []
     saves = interrupted(tmp_path / "copy", events, exits.append)
     save = saves.wrap("torch.save", torch.save,
-                      lambda a, k: (a[0], checkpoint._path_of(a[1])))  # noqa: SLF001
+                      lambda a, k: (a[0], checkpoint.path_of(a[1])))
     model, opt, _ = model_and_opt()
     out = tmp_path / "out"
     (out / "sub").mkdir(parents=True)

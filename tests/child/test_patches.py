@@ -41,6 +41,7 @@ from repro_check.child import (  # noqa: E402
     pin,
     processes,
     rank,
+    saved,
     seeding,
     watch,
 )
@@ -249,6 +250,7 @@ def install_a_run(events: list[dict[str, Any]], tmp: Path) -> Any:
     resume = ResumeSettings(role="interrupted", stop_at=3, copy_dir=str(tmp / "copy"),
                             checkpoint=str(tmp / "*.npy"))
     checkpoint.install(recorder, events.append, resume)  # a resume's saves, lr and opt signals
+    saved.install(recorder, events.append)  # every save described, the modules' end state
     told = RunConfig(run=1, target=targets.parse("train.py"), seed=7, processes=str(tmp),
                      resume=resume, num_workers=0, start_method="spawn", compile=False)
     processes.install(told, {}, done)
@@ -322,10 +324,13 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     # without torch.optim), not through an optimizer hook of their own
     assert rows["torch.optim.optimizer.register_optimizer_step_pre_hook"] == (
         "capture.step_hooks", "checkpoint.signals")
-    assert rows["torch.save"] == ("checkpoint.saves",)
+    assert rows["torch.save"] == ("checkpoint.saves", "saved.files")
+    assert rows["numpy.save"] == ("saved.files",) and rows["pickle.dump"] == ("saved.files",)
+    assert rows["torch.nn.modules.module.Module.__setstate__"] == ("saved.modules",)
     assert rows["torch.amp.grad_scaler.GradScaler.__init__"] == ("checkpoint.signals",)
     # their import finders (checkpoint.saves: Lightning's, HF's and DCP's saves once imported)
-    assert rows["sys.meta_path"] == ("checkpoint.saves", "metric_hooks", "env_hooks")
+    assert rows["sys.meta_path"] == ("checkpoint.saves", "saved.files", "metric_hooks",
+                                     "env_hooks")
     assert all(len(features) == len(set(features)) for features in rows.values())
 
     # installing the watch and the recorder's hooks again changes nothing
