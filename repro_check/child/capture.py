@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro_check.trace import fingerprint
-from repro_check.child import initial, metricset, origin, patches, rngstate
+from repro_check.child import gradients, initial, metricset, origin, patches, rngstate
 from repro_check.trace import values
 
 Emit = Callable[[dict[str, Any]], None]
@@ -89,6 +89,12 @@ def log_metric(name: str, value: Any) -> Any:
         _ACTIVE.metric(str(name), value)
     return value
 
+
+#: the signal of a step without an optimizer: the tensors it trains, after the script's update
+UPDATED = "updated"
+
+#: ``Recorder._record_step``'s default loss: the one this thread last called backward on
+_THREADS_LOSS: Any = object()
 
 #: what ``Recorder.quiet`` returns when no probe is armed (reusable)
 _NO_PROBE = contextlib.nullcontext()
@@ -140,6 +146,7 @@ class Hooks:
             patches.PATCHES.hook("capture.step_hooks", f"torch.optim.optimizer.{register.__name__}",
                                  register, hook, token=self)
         self._backward()
+        gradients.install(self, self.rec)
         self._loader_next()
         self._optimizer_init()
         if flag_ops:
@@ -154,6 +161,11 @@ class Hooks:
         def make(original_backward: Any) -> Any:
             @functools.wraps(original_backward)
             def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+                if rec.computing_now():
+                    # a backward call inside another gradient computation (a reentrant
+                    # checkpoint's recomputation, a torch.func transform): part of that one
+                    rec.note_gradient()
+                    return original_backward(tensors, *args, **kwargs)
                 rec.before_step_work()
                 rec.on_step_activity()
                 leaves = None
@@ -167,7 +179,8 @@ class Hooks:
                 if probe is not None:
                     probe.phase = "backward"
                 try:
-                    result = original_backward(tensors, *args, **kwargs)
+                    with rec.computing():
+                        result = original_backward(tensors, *args, **kwargs)
                 finally:
                     if probe is not None:
                         probe.phase = "forward"
@@ -512,6 +525,9 @@ class Recorder:
         #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
         self.extra_signals: list[Callable[[], dict[str, Any]]] = []
         self._own = threading.local()
+        #: a step without an optimizer, held until the next starts: (step, signals, loss,
+        #: the tensors it trains)
+        self._pending: tuple[int, dict[str, Any], Any, list[tuple[str, Any]]] | None = None
 
     @property
     def expected_steps(self) -> int | None:
@@ -545,6 +561,8 @@ class Recorder:
         global _ACTIVE
         if self.probe is not None:
             self.probe.disarm()
+        with self.lock:
+            self._close_pending()
         self.hooks.undo()
         if _ACTIVE is self:
             _ACTIVE = None
@@ -621,7 +639,55 @@ class Recorder:
                     with self.quiet():
                         grads = fingerprint.tensors(
                             ((str(i), leaf.grad) for i, leaf in enumerate(leaves)), defer=True)
-                self._record_step(grads, None)
+                self._record_step(grads, None,
+                                  updated=[(str(i), leaf) for i, leaf in enumerate(leaves or ())])
+
+    # ---- gradients without an optimizer (see repro_check.child.gradients) -----------------
+    def counts_gradients(self) -> bool:
+        """Whether a gradient computation starting now is a step of its own: the run has made no
+        torch.optim optimizer (whose steps are the steps then) and this thread is not inside
+        another gradient computation already being recorded."""
+        return self.optimizers_made == 0 and not self.computing_now()
+
+    def computing_now(self) -> bool:
+        """Whether this thread is inside a gradient computation that is being recorded."""
+        return getattr(self._own, "computing", 0) > 0
+
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """A recorded gradient computation runs: the ones nested in it are part of it."""
+        self._own.computing = getattr(self._own, "computing", 0) + 1
+        try:
+            yield
+        finally:
+            self._own.computing -= 1
+
+    def note_gradient(self) -> None:
+        """A gradient was computed inside a function transform (``vmap`` of ``grad``): the
+        outermost transform's call is the step (:meth:`take_noted`)."""
+        self._own.noted = True
+
+    def take_noted(self) -> bool:
+        """Whether a gradient was computed inside since the last call; resets it."""
+        noted = getattr(self._own, "noted", False)
+        self._own.noted = False
+        return noted
+
+    def on_gradients(self, loss: Any, grads: list[tuple[str, Any]],
+                     trained: list[tuple[str, Any]]) -> None:
+        """A step without an optimizer ended in a gradient computation (``torch.autograd.grad``,
+        a ``torch.func`` transform): ``loss`` the scalar differentiated (None when unknown),
+        ``grads`` what it returned, ``trained`` the tensors it differentiated with respect to
+        (the step's ``updated`` signal, read when the next step starts)."""
+        try:
+            loss = loss.detach().clone() if loss is not None and loss.numel() == 1 else None
+        except (AttributeError, RuntimeError):
+            loss = None
+        with self.lock:
+            self.backward_calls += 1
+            with self.quiet():
+                fp = fingerprint.tensors(grads, defer=True) if grads else None
+            self._record_step(fp, None, loss=loss, updated=trained)
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Before the optimizer's step: its gradients (this thread's)."""
@@ -652,9 +718,17 @@ class Recorder:
 
     # ---- recording a step ----------------------------------------------------------------
     def _record_step(self, grads: fingerprint.Fingerprint | None,
-                     params: fingerprint.Fingerprint | None) -> None:
-        """Number the step that just ended and pass its record on (called under the lock)."""
+                     params: fingerprint.Fingerprint | None, loss: Any = _THREADS_LOSS,
+                     updated: list[tuple[str, Any]] | None = None) -> None:
+        """Number the step that just ended and pass its record on (called under the lock).
+
+        ``loss``: the step's loss tensor (None: it has none), by default the one this thread
+        last called backward on. ``updated``: the tensors a step without an optimizer trains;
+        the step is held until the next one starts or the run ends (:meth:`_close_pending`),
+        when they are fingerprinted as its ``updated`` signal: after the script's own update,
+        wherever and however it made it."""
         assert self.signals is not None
+        self._close_pending()
         self.step += 1
         self.progress.step_recorded()
         signals = self.signals.take()
@@ -666,9 +740,13 @@ class Recorder:
             signals["grads"] = grads
         if params is not None:
             signals["params"] = params
-        loss = getattr(self._local, "loss", None)
-        self.outbox.add(self.step, signals, self.last_loss if loss is None else loss,
-                        self.FLUSH_EVERY, self.FLUSH_SECONDS)
+        if loss is _THREADS_LOSS:
+            loss = getattr(self._local, "loss", None)
+            loss = self.last_loss if loss is None else loss
+        if updated is not None:
+            self._pending = (self.step, signals, loss, updated)
+        else:
+            self.outbox.add(self.step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
         for what in fingerprint.take_unreadable():
             self.emit({"warning": f"fingerprints count a tensor they could not read by its type "
                                   f"only: {what}"})
@@ -682,15 +760,32 @@ class Recorder:
         if probe is not None and probe.step == self.step:
             probe.disarm()
         if self.max_steps is not None and self.step >= self.max_steps:
-            self.flush()  # the run stops when it starts another step (see before_step_work)
+            # the run stops when it starts another step (see before_step_work); a held step
+            # without an optimizer is closed then, after the script's update
+            self.flush(close=False)
         if probe is not None and self.probe_step == self.step + 1:
             probe.arm(self.step + 1)
 
-    def flush(self) -> None:
+    def flush(self, close: bool = True) -> None:
         """Emit the steps still held on a device: their losses and fingerprints reach the host
-        together, one copy per device for the whole batch."""
+        together, one copy per device for the whole batch. ``close``: a step without an
+        optimizer still held for its ``updated`` signal ends here (the run stops or ends)."""
         with self.lock:
+            if close:
+                self._close_pending()
             self.outbox.flush()
+
+    def _close_pending(self) -> None:
+        """The held step without an optimizer ends: its trained tensors, as the script's update
+        left them, are its ``updated`` signal (called under the lock)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        step, signals, loss, updated = pending
+        if updated:
+            with self.quiet():
+                signals[UPDATED] = fingerprint.tensors(updated, defer=True)
+        self.outbox.add(step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
 
     # ---- metrics -------------------------------------------------------------------------
     def metric(self, name: str, value: Any, source: str = metricset.LOG_METRIC) -> None:

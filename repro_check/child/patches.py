@@ -64,6 +64,8 @@ ORDER: tuple[str, ...] = (
     "watch.draws",           # DataLoader fetchers' fetch: the global streams a fetch draws from
     "capture.step_hooks",    # torch's global optimizer step hooks (registered, not wrapped)
     "capture.backward",      # torch.autograd.backward
+    "gradients.autograd",    # torch.autograd.grad: a step without an optimizer
+    "gradients.func",        # torch.func.grad, grad_and_value, vjp, vmap: the same
     "capture.batches",       # the DataLoader iterator's __next__
     "capture.optimizers",    # Optimizer.__init__
     "capture.epochs",        # DataLoader.__iter__: the expected steps
