@@ -3,8 +3,9 @@
 Installs PyTorch's global optimizer step hooks and thin wrappers around
 ``torch.autograd.backward`` (which ``Tensor.backward`` calls) and the DataLoader iterator's
 ``__next__``, so every optimizer step of any script is recorded without an import of repro-check
-in user code. Step N is the N-th optimizer step; a run that builds no optimizer counts backward
-calls instead.
+in user code. Step N is the N-th optimizer step; a run that builds no optimizer counts its
+gradient computations instead: backward calls here, ``torch.autograd.grad`` and ``torch.func``
+transforms in :mod:`repro_check.child.gradients`, which says what such a step records.
 
 A step's signals, in the order the step happens:
 
@@ -33,8 +34,12 @@ A step's signals, in the order the step happens:
     the learning rates, the optimizer's state going into the step and a GradScaler's scale
     (taken by :mod:`repro_check.child.checkpoint` and placed here, before ``grads``).
 ``params``
-    the optimizer's parameters after its step (absent without an optimizer: a hand-written
-    update happens after the backward call that ends the step, out of sight).
+    the optimizer's parameters after its step.
+``updated``
+    without an optimizer, instead of ``params``: the tensors the step's gradient computation
+    differentiated with respect to (the leaves a backward call reached), fingerprinted when the
+    next step starts or the run ends, so after the script's own update: the step is held until
+    then.
 
 For the progress display, when a DataLoader of known length starts an epoch, the steps expected
 by the end of it are emitted as ``{"info": {"expected_steps": N}}``. The loader that counts is the

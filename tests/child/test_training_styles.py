@@ -107,6 +107,7 @@ def test_every_training_style_has_steps_and_its_planted_difference_is_seen_where
 def test_a_step_without_an_optimizer_records_the_tensors_it_trains_after_the_update(
         recorded: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
     steps = recorded[("autograd_grad", "main")]
+    assert len(steps) == 6
     assert all("updated" in s and "params" not in s for s in steps)
     assert len({s["updated"] for s in steps}) == len(steps)  # each after its own update
     assert all(s["loss"] is not None for s in steps)
