@@ -174,11 +174,11 @@ class Hooks:
                 rec.before_step_work()
                 rec.on_step_activity()
                 leaves = None
-                if rec.optimizers_made == 0:
+                if rec.optimizers_made == 0 or rec.shadowing():
                     inputs = kwargs.get("inputs", args[4] if len(args) > 4 else None)
                     with rec.quiet():
                         leaves = _leaves(tensors, inputs)
-                    if rec.step == 0:
+                    if rec.step == 0 and rec.optimizers_made == 0:
                         rec.initial.before_backward(leaves)
                 probe = rec.probe
                 if probe is not None:
@@ -498,6 +498,8 @@ class Recorder:
     FLUSH_EVERY = 64
     #: ...or once the oldest has waited this long (seconds), so slow steps still stream
     FLUSH_SECONDS = 0.5
+    #: gradient computations kept aside at most, while an optimizer made is never stepped
+    SHADOW_LIMIT = 100_000
 
     def __init__(self, emit: Emit, max_steps: int | None = None, probe_step: int | None = None,
                  flag_ops: bool = False) -> None:
@@ -533,6 +535,11 @@ class Recorder:
         #: a step without an optimizer, held until the next starts: (step, signals, loss,
         #: the tensors it trains)
         self._pending: tuple[int, dict[str, Any], Any, list[tuple[str, Any]]] | None = None
+        #: optimizer steps recorded; gradient computations kept aside until the first
+        #: (:meth:`shadowing`), and the one whose trained tensors are still to be read
+        self.optimizer_steps = 0
+        self._shadow: list[tuple[dict[str, Any], Any]] = []
+        self._shadow_pending: tuple[dict[str, Any], Any, list[tuple[str, Any]]] | None = None
 
     @property
     def expected_steps(self) -> int | None:
@@ -568,6 +575,7 @@ class Recorder:
             self.probe.disarm()
         with self.lock:
             self._close_pending()
+            self._finish_shadow()
         self.hooks.undo()
         if _ACTIVE is self:
             _ACTIVE = None
@@ -604,6 +612,11 @@ class Recorder:
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)
+        if self._pending is not None:
+            # the step held for its trained tensors ends where this one starts: before this
+            # one's gradient computation (whose hooks may update them again)
+            with self.lock:
+                self._close_pending()
         for starting in self.step_starting:
             starting()
         if self.signals is not None:
@@ -638,14 +651,17 @@ class Recorder:
             self.backward_calls += 1
             if loss is not None:
                 self.last_loss = self._local.loss = loss
-            if self.optimizers_made == 0:
+            if self.optimizers_made == 0 or self.shadowing():
                 grads = None
                 if leaves:
                     with self.quiet():
                         grads = fingerprint.tensors(
                             ((str(i), leaf.grad) for i, leaf in enumerate(leaves)), defer=True)
-                self._record_step(grads, None,
-                                  updated=[(str(i), leaf) for i, leaf in enumerate(leaves or ())])
+                updated = [(str(i), leaf) for i, leaf in enumerate(leaves or ())]
+                if self.optimizers_made == 0:
+                    self._record_step(grads, None, updated=updated)
+                else:
+                    self._shadow_step(loss, grads, updated)
 
     # ---- gradients without an optimizer (see repro_check.child.gradients) -----------------
     def counts_gradients(self) -> bool:
@@ -692,7 +708,50 @@ class Recorder:
             self.backward_calls += 1
             with self.quiet():
                 fp = fingerprint.tensors(grads, defer=True) if grads else None
-            self._record_step(fp, None, loss=loss, updated=trained)
+            if self.optimizers_made:
+                self._shadow_step(loss, fp, trained)
+            else:
+                self._record_step(fp, None, loss=loss, updated=trained)
+
+    # ---- an optimizer made but never stepped ---------------------------------------------
+    def shadowing(self) -> bool:
+        """Whether gradient computations are kept aside: the run made an optimizer and has not
+        stepped it yet. If it never does (it builds one, then updates by hand), they are its
+        steps, emitted when the run ends (:meth:`_finish_shadow`); the first optimizer step
+        drops them, so a run that steps its optimizer counts exactly its optimizer steps."""
+        return (self.optimizers_made > 0 and self.optimizer_steps == 0
+                and len(self._shadow) < self.SHADOW_LIMIT)
+
+    def _shadow_step(self, loss: Any, grads: fingerprint.Fingerprint | None,
+                     updated: list[tuple[str, Any]]) -> None:
+        """Keep one gradient computation aside (called under the lock). No RNG states and no
+        batch: taking them would move where the optimizer's first step takes its own."""
+        self._close_shadow()
+        signals: dict[str, Any] = {"loss": None}
+        if grads is not None:
+            signals["grads"] = grads
+        self._shadow_pending = (signals, loss, updated)
+
+    def _close_shadow(self) -> None:
+        pending, self._shadow_pending = self._shadow_pending, None
+        if pending is None:
+            return
+        signals, loss, updated = pending
+        if updated:
+            with self.quiet():
+                signals[UPDATED] = fingerprint.tensors(updated, defer=True)
+        self._shadow.append((signals, loss))
+
+    def _finish_shadow(self) -> None:
+        """The run ends without any optimizer step: the gradient computations kept aside are
+        its steps (called under the lock)."""
+        self._close_shadow()
+        shadow, self._shadow = self._shadow, []
+        if self.optimizer_steps or self.step:
+            return
+        for signals, loss in shadow:
+            self.step += 1
+            self.outbox.add(self.step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Before the optimizer's step: its gradients (this thread's)."""
@@ -710,6 +769,9 @@ class Recorder:
     def on_optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """After the optimizer's step: the step is recorded."""
         with self.lock:  # steps are numbered in the order they complete
+            if not self.optimizer_steps:
+                self._shadow, self._shadow_pending = [], None
+            self.optimizer_steps += 1
             if self.probe is not None:
                 self.probe.phase = "forward"
             with self.quiet():
@@ -778,6 +840,7 @@ class Recorder:
         with self.lock:
             if close:
                 self._close_pending()
+                self._finish_shadow()
             self.outbox.flush()
 
     def _close_pending(self) -> None:

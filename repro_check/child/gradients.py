@@ -1,7 +1,9 @@
 """Steps of a script that trains without a torch.optim optimizer.
 
-A run that makes a ``torch.optim`` optimizer counts its optimizer steps, whatever else it does.
-A run that makes none trains by hand: a meta-learning loop, a hand-written optimizer class, a
+A run that makes a ``torch.optim`` optimizer counts its optimizer steps, whatever else it does
+(a run that makes one and never steps it has its gradient computations as its steps, kept aside
+until it ends: :meth:`repro_check.child.capture.Recorder.shadowing`). A run that makes none
+trains by hand: a meta-learning loop, a hand-written optimizer class, a
 physics-informed net, a ``torch.func`` loop over a dict of parameters. Its steps are its gradient
 computations, each one step, numbered in the order they run:
 
@@ -47,7 +49,7 @@ def install(hooks: Any, rec: Any) -> None:
     def make_grad(original: Any) -> Any:
         @functools.wraps(original)
         def grad(outputs: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            if rec.optimizers_made:
+            if rec.optimizers_made and not rec.shadowing():
                 return original(outputs, inputs, *args, **kwargs)
             if rec.computing_now() or in_transform():
                 rec.note_gradient()
@@ -119,7 +121,10 @@ def _single(outputs: Any) -> Any:
 
 def _starts(rec: Any, trained: list[tuple[str, Any]]) -> None:
     """A step starts: ``--max-steps`` may stop the run here, the step's RNG states are taken,
-    and at the first step, the tensors it trains are the ``init`` signal."""
+    and at the first step, the tensors it trains are the ``init`` signal. Nothing, while the
+    run keeps its gradient computations aside for an optimizer it has not stepped yet."""
+    if rec.optimizers_made:
+        return
     rec.before_step_work()
     rec.on_step_activity()
     if rec.step == 0:
@@ -167,7 +172,7 @@ def _gradient_function(rec: Any, kind: str, made: Any, options: dict[str, Any]) 
 
     @functools.wraps(made)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if rec.optimizers_made:
+        if rec.optimizers_made and not rec.shadowing():
             return made(*args, **kwargs)
         if rec.computing_now() or in_transform():
             rec.note_gradient()
@@ -208,7 +213,7 @@ def _vjp(rec: Any, made: Any, options: dict[str, Any]) -> Any:
 
     @functools.wraps(vjp_fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if rec.optimizers_made:
+        if rec.optimizers_made and not rec.shadowing():
             return vjp_fn(*args, **kwargs)
         if rec.computing_now() or in_transform():
             rec.note_gradient()
