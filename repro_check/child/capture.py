@@ -152,6 +152,7 @@ class Hooks:
                                  register, hook, token=self)
         self._backward()
         gradients.install(self, self.rec)
+        gradients.install_no_grad(self, self.rec)
         self._loader_next()
         self._optimizer_init()
         if flag_ops:
@@ -540,6 +541,8 @@ class Recorder:
         self.optimizer_steps = 0
         self._shadow: list[tuple[dict[str, Any], Any]] = []
         self._shadow_pending: tuple[dict[str, Any], Any, list[tuple[str, Any]]] | None = None
+        #: parameters changed in place in a run without gradients (gradients.InPlaceWatch)
+        self.in_place = gradients.InPlaceWatch()
 
     @property
     def expected_steps(self) -> int | None:
@@ -742,13 +745,42 @@ class Recorder:
                 signals[UPDATED] = fingerprint.tensors(updated, defer=True)
         self._shadow.append((signals, loss))
 
+    # ---- parameters changed without any gradient -----------------------------------------
+    def watching_in_place(self) -> bool:
+        """Whether ``torch.no_grad`` blocks are watched for parameters changed in place: only
+        while nothing else could be a step (no optimizer made, no gradient computed)."""
+        return (self.optimizers_made == 0 and self.backward_calls == 0 and self.step == 0
+                and len(self.in_place.steps) < self.in_place.LIMIT)
+
+    def no_grad_entered(self, frame: Any) -> None:
+        """A ``torch.no_grad`` block starts (entered from ``frame``)."""
+        if self.watching_in_place() and not self.own_work:
+            with self.quiet():
+                self.in_place.entered(frame)
+
+    def no_grad_exited(self) -> None:
+        if not self.watching_in_place() or self.own_work:
+            if self.in_place.steps or self.in_place.versions:
+                self.in_place.drop()
+            return
+        with self.quiet():
+            changed = self.in_place.exited()
+            if changed:
+                fp = fingerprint.tensors(changed, defer=True)
+                with self.lock:
+                    self.in_place.steps.append({"loss": None, UPDATED: fp})
+
     def _finish_shadow(self) -> None:
         """The run ends without any optimizer step: the gradient computations kept aside are
-        its steps (called under the lock)."""
+        its steps; in a run without any gradient, the blocks that changed its parameters in
+        place (called under the lock)."""
         self._close_shadow()
         shadow, self._shadow = self._shadow, []
+        in_place, self.in_place.steps = self.in_place.steps, []
         if self.optimizer_steps or self.step:
             return
+        if not shadow and self.watching_in_place():
+            shadow = [(signals, None) for signals in in_place]
         for signals, loss in shadow:
             self.step += 1
             self.outbox.add(self.step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)

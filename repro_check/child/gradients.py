@@ -25,16 +25,24 @@ they are read after the script's own update, however it makes it (``p -= lr * g`
 ``no_grad``, ``p.data = ...``, ``p.copy_(...)``, ``torch.optim._functional``, a class with its
 own ``step()``). A functional update that makes new tensors leaves the old ones as they were:
 the difference shows in the next step's gradients and loss.
+
+A run that computes no gradient at all and makes no optimizer may still change its parameters
+in place (an evolution strategy): :class:`InPlaceWatch` makes its ``torch.no_grad`` blocks that
+did so its steps.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from repro_check.child import patches
+from repro_check.child import origin, patches
 
 #: the ``torch.func`` transforms whose functions are wrapped, and what each returns
 TRANSFORMS: tuple[str, ...] = ("grad", "grad_and_value", "vjp", "vmap")
@@ -77,6 +85,123 @@ def install(hooks: Any, rec: Any) -> None:
                                  f"this torch has no torch.func.{name}")
             continue
         hooks.replace("gradients.func", func, name, _transform(rec, name))
+
+
+def install_no_grad(hooks: Any, rec: Any) -> None:
+    """Wrap ``torch.no_grad``'s ``__enter__`` and ``__exit__`` (the decorator form goes through
+    them too): the outermost block of a thread tells ``rec`` where it starts and ends."""
+    # torch on use: import repro_check, --help and a run's start before seeding never load it
+    import torch
+
+    cls = torch.no_grad
+    if not all(name in vars(cls) for name in ("__enter__", "__exit__")):
+        patches.PATCHES.skip("gradients.no_grad", "torch.no_grad",
+                             "this torch's no_grad has no __enter__ and __exit__ of its own")
+        return
+
+    def make_enter(original: Any) -> Any:
+        @functools.wraps(original)
+        def __enter__(self: Any) -> Any:
+            rec.no_grad_entered(sys._getframe(1))
+            return original(self)
+
+        return __enter__
+
+    def make_exit(original: Any) -> Any:
+        @functools.wraps(original)
+        def __exit__(self: Any, *exc: Any) -> Any:
+            try:
+                return original(self, *exc)
+            finally:
+                rec.no_grad_exited()
+
+        return __exit__
+
+    hooks.replace("gradients.no_grad", cls, "__enter__", make_enter)
+    hooks.replace("gradients.no_grad", cls, "__exit__", make_exit)
+
+
+class InPlaceWatch:
+    """Steps of a run that computes no gradient at all and makes no optimizer, yet changes its
+    parameters (an evolution strategy, a Hebbian rule): each outermost ``torch.no_grad`` block
+    after which a parameter of a model the run built has changed in place (its version counter
+    moved) is one, its ``updated`` signal the parameters that changed. They are kept aside and
+    become the run's steps only if it ends without any other (a gradient computation or an
+    optimizer drops them), so no other script counts differently. A change through ``.data``
+    moves no version counter and is not seen here."""
+
+    #: steps kept aside at most
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        #: id of a parameter -> (a weak reference to it, its version when last looked at)
+        self.versions: dict[int, tuple[Any, int]] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.local = threading.local()
+
+    def _parameters(self) -> list[tuple[str, Any]]:
+        """Every parameter of every module built so far and still alive, named by the module's
+        place among them (in build order) and its own name."""
+        out: list[tuple[str, Any]] = []
+        for k, module in enumerate(list(origin.SITES.sites.keys())):
+            for name, p in list(getattr(module, "_parameters", {}).items()):
+                if p is not None:
+                    out.append((f"{k}.{name}", p))
+        return out
+
+    def _look(self) -> list[tuple[str, Any]]:
+        """The parameters whose version moved since last looked at (all noted again)."""
+        changed: list[tuple[str, Any]] = []
+        for name, p in self._parameters():
+            try:
+                version = p._version
+            except (AttributeError, RuntimeError):
+                continue
+            seen = self.versions.get(id(p))
+            if seen is not None and seen[0]() is p and seen[1] != version:
+                changed.append((name, p))
+            self.versions[id(p)] = (weakref.ref(p), version)
+        return changed
+
+    def entered(self, frame: Any) -> None:
+        """A block starts, entered from ``frame``: an outermost one written in the script's own
+        code is watched (a library's, such as ``torch.nn.init``'s, is not)."""
+        depth = getattr(self.local, "depth", 0)
+        self.local.depth = depth + 1
+        if depth == 0:
+            self.local.watched = _own_block(frame)
+            if self.local.watched:
+                self._look()
+
+    def exited(self) -> list[tuple[str, Any]]:
+        """The parameters a watched outermost block changed (none for any other block)."""
+        depth = getattr(self.local, "depth", 1) - 1
+        self.local.depth = max(depth, 0)
+        if depth == 0 and getattr(self.local, "watched", False):
+            self.local.watched = False
+            return self._look()
+        return []
+
+    def drop(self) -> None:
+        self.steps.clear()
+        self.versions.clear()
+
+
+def _own_block(frame: Any) -> bool:
+    """Whether a ``torch.no_grad`` block entered from ``frame`` is the script's own: written in
+    its code, or a function of its own decorated with ``@torch.no_grad()`` (entered from
+    torch's decorator, whose ``func`` is the script's)."""
+    if frame is None:
+        return False
+    path = frame.f_code.co_filename
+    if path.endswith(_DECORATOR):
+        code = getattr(frame.f_locals.get("func"), "__code__", None)
+        return code is not None and not origin.is_library(code.co_filename)
+    return not origin.is_library(path)
+
+
+#: the file of torch's context-manager decorator (``@torch.no_grad()`` enters from there)
+_DECORATOR = os.path.join("torch", "utils", "_contextlib.py")
 
 
 def in_transform() -> bool:

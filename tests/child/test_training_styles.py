@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from repro_check.child import capture
+from repro_check.child import capture, origin
 
 from ..conftest import FIXTURES, CliResult, run_cli
 
@@ -48,17 +48,22 @@ CASES: list[tuple[str, str, str, int, int, str]] = [
     ("by_hand", "autograd_functional", "autograd_functional_planted", 5, 3, "updated"),
     # ... a torch.optim optimizer made for its zero_grad() only, never stepped
     ("by_hand", "optimizer_unstepped", "optimizer_unstepped_planted", 5, 3, "updated"),
+    # no gradient and no optimizer: parameters changed in place in @torch.no_grad() functions
+    ("no_grad_only", "main", "planted", 5, 3, "updated"),
 ]
 
 
 @contextmanager
 def recording() -> Iterator[list[dict[str, Any]]]:
+    """A Recorder installed in this process, with the model sites a run notes."""
     events: list[dict[str, Any]] = []
+    origin.SITES.install()
     rec = capture.Recorder(events.append).install()
     try:
         yield events
     finally:
         rec.uninstall()
+        origin.SITES.uninstall()
 
 
 def record(script: str, function: str) -> list[dict[str, Any]]:
@@ -106,9 +111,9 @@ def test_every_training_style_has_steps_and_its_planted_difference_is_seen_where
     assert len(a) == len(again) == len(other) == steps
     assert first_divergence(a, again) is None  # the twin stays reproducible
     assert first_divergence(a, other) == (at, signal)
-    assert "grads" in a[0]
-    # the parameters going into step 1, except in steps kept aside for an unstepped optimizer
-    assert ("init" in a[0]) is (twin != "optimizer_unstepped")
+    assert ("grads" in a[0]) is (script != "no_grad_only")
+    # the parameters going into step 1, except in steps kept aside until the run ends
+    assert ("init" in a[0]) is (script != "no_grad_only" and twin != "optimizer_unstepped")
 
 
 def test_a_step_without_an_optimizer_records_the_tensors_it_trains_after_the_update(
