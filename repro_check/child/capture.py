@@ -748,9 +748,9 @@ class Recorder:
     # ---- parameters changed without any gradient -----------------------------------------
     def watching_in_place(self) -> bool:
         """Whether ``torch.no_grad`` blocks are watched for parameters changed in place: only
-        while nothing else could be a step (no optimizer made, no gradient computed)."""
-        return (self.optimizers_made == 0 and self.backward_calls == 0 and self.step == 0
-                and len(self.in_place.steps) < self.in_place.LIMIT)
+        while nothing else could be a step (no optimizer made, no gradient computed); once
+        something else can, never again."""
+        return self.optimizers_made == 0 and self.backward_calls == 0 and self.step == 0
 
     def no_grad_entered(self, frame: Any) -> None:
         """A ``torch.no_grad`` block starts (entered from ``frame``)."""
@@ -759,13 +759,15 @@ class Recorder:
                 self.in_place.entered(frame)
 
     def no_grad_exited(self) -> None:
-        if not self.watching_in_place() or self.own_work:
-            if self.in_place.steps or self.in_place.versions:
+        if not self.watching_in_place():
+            if self.in_place.steps or self.in_place.params:
                 self.in_place.drop()
+            return
+        if self.own_work:
             return
         with self.quiet():
             changed = self.in_place.exited()
-            if changed:
+            if changed and len(self.in_place.steps) < self.in_place.LIMIT:
                 fp = fingerprint.tensors(changed, defer=True)
                 with self.lock:
                     self.in_place.steps.append({"loss": None, UPDATED: fp})

@@ -123,44 +123,46 @@ def install_no_grad(hooks: Any, rec: Any) -> None:
 
 class InPlaceWatch:
     """Steps of a run that computes no gradient at all and makes no optimizer, yet changes its
-    parameters (an evolution strategy, a Hebbian rule): each outermost ``torch.no_grad`` block
-    after which a parameter of a model the run built has changed in place (its version counter
-    moved) is one, its ``updated`` signal the parameters that changed. They are kept aside and
-    become the run's steps only if it ends without any other (a gradient computation or an
-    optimizer drops them), so no other script counts differently. A change through ``.data``
-    moves no version counter and is not seen here."""
+    parameters (an evolution strategy, a Hebbian rule): each outermost ``torch.no_grad`` block of
+    the script's own code after which a parameter of a model the run built has changed in place
+    (its version counter moved since the last block) is one, its ``updated`` signal the
+    parameters that changed. They are kept aside and become the run's steps only if it ends
+    without any other (a gradient computation or an optimizer drops them), so no other script
+    counts differently. A change through ``.data`` moves no version counter and is not seen.
+
+    The parameters are listed again only when a model was built since (a block then takes their
+    versions as it starts); otherwise a block costs one read of each version as it ends."""
 
     #: steps kept aside at most
     LIMIT = 100_000
 
     def __init__(self) -> None:
-        #: id of a parameter -> (a weak reference to it, its version when last looked at)
-        self.versions: dict[int, tuple[Any, int]] = {}
+        #: the parameters (weak references) with their names and versions when last read
+        self.params: list[tuple[str, Any, int]] = []
+        #: how many modules had been built when they were listed
+        self.modules = -1
         self.steps: list[dict[str, Any]] = []
         self.local = threading.local()
 
-    def _parameters(self) -> list[tuple[str, Any]]:
-        """Every parameter of every module built so far and still alive, named by the module's
-        place among them (in build order) and its own name."""
-        out: list[tuple[str, Any]] = []
-        for k, module in enumerate(list(origin.SITES.sites.keys())):
+    def _listed(self) -> None:
+        """List the parameters of every module built so far and still alive, named by the
+        module's place among them (in build order) and their own name, with their versions."""
+        params: list[tuple[str, Any, int]] = []
+        modules = list(origin.SITES.sites.keys())
+        for k, module in enumerate(modules):
             for name, p in list(getattr(module, "_parameters", {}).items()):
                 if p is not None:
-                    out.append((f"{k}.{name}", p))
-        return out
+                    params.append((f"{k}.{name}", weakref.ref(p), p._version))
+        self.params, self.modules = params, len(modules)
 
-    def _look(self) -> list[tuple[str, Any]]:
-        """The parameters whose version moved since last looked at (all noted again)."""
+    def _changed(self) -> list[tuple[str, Any]]:
+        """The parameters whose version moved since last read (each read again)."""
         changed: list[tuple[str, Any]] = []
-        for name, p in self._parameters():
-            try:
-                version = p._version
-            except (AttributeError, RuntimeError):
-                continue
-            seen = self.versions.get(id(p))
-            if seen is not None and seen[0]() is p and seen[1] != version:
+        for i, (name, ref, version) in enumerate(self.params):
+            p = ref()
+            if p is not None and p._version != version:
                 changed.append((name, p))
-            self.versions[id(p)] = (weakref.ref(p), version)
+                self.params[i] = (name, ref, p._version)
         return changed
 
     def entered(self, frame: Any) -> None:
@@ -170,8 +172,8 @@ class InPlaceWatch:
         self.local.depth = depth + 1
         if depth == 0:
             self.local.watched = _own_block(frame)
-            if self.local.watched:
-                self._look()
+            if self.local.watched and len(origin.SITES.sites) != self.modules:
+                self._listed()
 
     def exited(self) -> list[tuple[str, Any]]:
         """The parameters a watched outermost block changed (none for any other block)."""
@@ -179,12 +181,12 @@ class InPlaceWatch:
         self.local.depth = max(depth, 0)
         if depth == 0 and getattr(self.local, "watched", False):
             self.local.watched = False
-            return self._look()
+            return self._changed()
         return []
 
     def drop(self) -> None:
         self.steps.clear()
-        self.versions.clear()
+        self.params, self.modules = [], -1
 
 
 def _own_block(frame: Any) -> bool:
