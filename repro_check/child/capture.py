@@ -35,11 +35,13 @@ A step's signals, in the order the step happens:
     (taken by :mod:`repro_check.child.checkpoint` and placed here, before ``grads``).
 ``params``
     the optimizer's parameters after its step.
+
+and, in a step without an optimizer, before ``loss``:
+
 ``updated``
-    without an optimizer, instead of ``params``: the tensors the step's gradient computation
-    differentiated with respect to (the leaves a backward call reached), fingerprinted when the
-    next step starts or the run ends, so after the script's own update: the step is held until
-    then.
+    the tensors the previous step's gradient computation differentiated with respect to (the
+    leaves a backward call reached), fingerprinted as this step's starts: after the script's
+    own update of them, however it made it (absent at step 1, whose ``init`` they are).
 
 For the progress display, when a DataLoader of known length starts an epoch, the steps expected
 by the end of it are emitted as ``{"info": {"expected_steps": N}}``. The loader that counts is the
@@ -535,12 +537,14 @@ class Recorder:
         self._own = threading.local()
         #: a step without an optimizer, held until the next starts: (step, signals, loss,
         #: the tensors it trains)
-        self._pending: tuple[int, dict[str, Any], Any, list[tuple[str, Any]]] | None = None
+        #: the tensors the last step without an optimizer trained, and their fingerprint as
+        #: the next step's gradient computation starts: that step's ``updated`` signal
+        self._trained: list[tuple[str, Any]] | None = None
+        self._trained_in: fingerprint.Fingerprint | None = None
         #: optimizer steps recorded; gradient computations kept aside until the first
         #: (:meth:`shadowing`), and the one whose trained tensors are still to be read
         self.optimizer_steps = 0
         self._shadow: list[tuple[dict[str, Any], Any]] = []
-        self._shadow_pending: tuple[dict[str, Any], Any, list[tuple[str, Any]]] | None = None
         #: parameters changed in place in a run without gradients (gradients.InPlaceWatch)
         self.in_place = gradients.InPlaceWatch()
 
@@ -577,7 +581,6 @@ class Recorder:
         if self.probe is not None:
             self.probe.disarm()
         with self.lock:
-            self._close_pending()
             self._finish_shadow()
         self.hooks.undo()
         if _ACTIVE is self:
@@ -615,11 +618,12 @@ class Recorder:
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)
-        if self._pending is not None:
-            # the step held for its trained tensors ends where this one starts: before this
-            # one's gradient computation (whose hooks may update them again)
-            with self.lock:
-                self._close_pending()
+        if self._trained is not None and (self.optimizers_made == 0 or self.shadowing()):
+            # what the last step without an optimizer trained, as the script's update left
+            # it: read before this step's gradient computation (whose hooks may update it)
+            with self.lock, self.quiet():
+                trained, self._trained = self._trained, None
+                self._trained_in = fingerprint.tensors(trained, defer=True) if trained else None
         for starting in self.step_starting:
             starting()
         if self.signals is not None:
@@ -702,7 +706,7 @@ class Recorder:
         """A step without an optimizer ended in a gradient computation (``torch.autograd.grad``,
         a ``torch.func`` transform): ``loss`` the scalar differentiated (None when unknown),
         ``grads`` what it returned, ``trained`` the tensors it differentiated with respect to
-        (the step's ``updated`` signal, read when the next step starts)."""
+        (read as the next step starts: its ``updated`` signal)."""
         try:
             loss = loss.detach().clone() if loss is not None and loss.numel() == 1 else None
         except (AttributeError, RuntimeError):
@@ -726,23 +730,17 @@ class Recorder:
                 and len(self._shadow) < self.SHADOW_LIMIT)
 
     def _shadow_step(self, loss: Any, grads: fingerprint.Fingerprint | None,
-                     updated: list[tuple[str, Any]]) -> None:
+                     trained: list[tuple[str, Any]]) -> None:
         """Keep one gradient computation aside (called under the lock). No RNG states and no
         batch: taking them would move where the optimizer's first step takes its own."""
-        self._close_shadow()
-        signals: dict[str, Any] = {"loss": None}
+        signals: dict[str, Any] = {}
+        trained_in, self._trained_in = self._trained_in, None
+        if trained_in is not None:
+            signals[UPDATED] = trained_in
+        signals["loss"] = None
         if grads is not None:
             signals["grads"] = grads
-        self._shadow_pending = (signals, loss, updated)
-
-    def _close_shadow(self) -> None:
-        pending, self._shadow_pending = self._shadow_pending, None
-        if pending is None:
-            return
-        signals, loss, updated = pending
-        if updated:
-            with self.quiet():
-                signals[UPDATED] = fingerprint.tensors(updated, defer=True)
+        self._trained = trained
         self._shadow.append((signals, loss))
 
     # ---- parameters changed without any gradient -----------------------------------------
@@ -776,7 +774,6 @@ class Recorder:
         """The run ends without any optimizer step: the gradient computations kept aside are
         its steps; in a run without any gradient, the blocks that changed its parameters in
         place (called under the lock)."""
-        self._close_shadow()
         shadow, self._shadow = self._shadow, []
         in_place, self.in_place.steps = self.in_place.steps, []
         if self.optimizer_steps or self.step:
@@ -804,7 +801,7 @@ class Recorder:
         """After the optimizer's step: the step is recorded."""
         with self.lock:  # steps are numbered in the order they complete
             if not self.optimizer_steps:
-                self._shadow, self._shadow_pending = [], None
+                self._shadow, self._trained, self._trained_in = [], None, None
             self.optimizer_steps += 1
             if self.probe is not None:
                 self.probe.phase = "forward"
@@ -824,12 +821,10 @@ class Recorder:
         """Number the step that just ended and pass its record on (called under the lock).
 
         ``loss``: the step's loss tensor (None: it has none), by default the one this thread
-        last called backward on. ``updated``: the tensors a step without an optimizer trains;
-        the step is held until the next one starts or the run ends (:meth:`_close_pending`),
-        when they are fingerprinted as its ``updated`` signal: after the script's own update,
-        wherever and however it made it."""
+        last called backward on. ``updated``: the tensors a step without an optimizer trains,
+        fingerprinted as the next step's gradient computation starts (after the script's own
+        update, wherever and however it made it): that step's ``updated`` signal."""
         assert self.signals is not None
-        self._close_pending()
         self.step += 1
         self.progress.step_recorded()
         signals = self.signals.take()
@@ -845,9 +840,11 @@ class Recorder:
             loss = getattr(self._local, "loss", None)
             loss = self.last_loss if loss is None else loss
         if updated is not None:
-            self._pending = (self.step, signals, loss, updated)
-        else:
-            self.outbox.add(self.step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
+            trained_in, self._trained_in = self._trained_in, None
+            if trained_in is not None:
+                signals = _before_loss(signals, UPDATED, trained_in)
+            self._trained = updated
+        self.outbox.add(self.step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
         for what in fingerprint.take_unreadable():
             self.emit({"warning": f"fingerprints count a tensor they could not read by its type "
                                   f"only: {what}"})
@@ -861,33 +858,19 @@ class Recorder:
         if probe is not None and probe.step == self.step:
             probe.disarm()
         if self.max_steps is not None and self.step >= self.max_steps:
-            # the run stops when it starts another step (see before_step_work); a held step
-            # without an optimizer is closed then, after the script's update
-            self.flush(close=False)
+            self.flush(close=False)  # the run stops when it starts another step (see
+            # before_step_work)
         if probe is not None and self.probe_step == self.step + 1:
             probe.arm(self.step + 1)
 
     def flush(self, close: bool = True) -> None:
         """Emit the steps still held on a device: their losses and fingerprints reach the host
-        together, one copy per device for the whole batch. ``close``: a step without an
-        optimizer still held for its ``updated`` signal ends here (the run stops or ends)."""
+        together, one copy per device for the whole batch. ``close``: the run stops or ends
+        here: steps kept aside become its steps if it has no other (:meth:`_finish_shadow`)."""
         with self.lock:
             if close:
-                self._close_pending()
                 self._finish_shadow()
             self.outbox.flush()
-
-    def _close_pending(self) -> None:
-        """The held step without an optimizer ends: its trained tensors, as the script's update
-        left them, are its ``updated`` signal (called under the lock)."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        step, signals, loss, updated = pending
-        if updated:
-            with self.quiet():
-                signals[UPDATED] = fingerprint.tensors(updated, defer=True)
-        self.outbox.add(step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
 
     # ---- metrics -------------------------------------------------------------------------
     def metric(self, name: str, value: Any, source: str = metricset.LOG_METRIC) -> None:
@@ -925,6 +908,17 @@ class Recorder:
         """The metrics for the run's metrics line: never more than one line can hold."""
         with self.lock:
             return metricset.fold(self.metrics, self.warn)
+
+
+def _before_loss(signals: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``signals`` with ``name`` put right before ``loss`` (the order a step happens in)."""
+    out: dict[str, Any] = {}
+    for key, v in signals.items():
+        if key == "loss":
+            out[name] = value
+        out[key] = v
+    out.setdefault(name, value)
+    return out
 
 
 def _renew_lock_in_forks(recorder: Recorder) -> None:

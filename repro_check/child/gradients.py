@@ -19,12 +19,14 @@ Only the outermost computation counts: a gradient computed inside another (a ree
 checkpoint's recomputation, the ``autograd.grad`` a ``torch.func`` transform runs, a ``grad``
 under ``vmap``) is part of it. A step's signals are those of an optimizer step, taken from what
 the computation shows: the loss (the scalar differentiated, when it is one: ``grad_and_value``'s
-value, ``vjp``'s output), the gradients it returned, and ``updated``: the tensors it
-differentiated with respect to, fingerprinted when the next step starts or the run ends, so that
-they are read after the script's own update, however it makes it (``p -= lr * g`` under
+value, ``vjp``'s output), the gradients it returned, and, from step 2, ``updated``: the tensors
+the previous step differentiated with respect to, fingerprinted as this step's computation
+starts, so after the script's own update of them, however it makes it (``p -= lr * g`` under
 ``no_grad``, ``p.data = ...``, ``p.copy_(...)``, ``torch.optim._functional``, a class with its
-own ``step()``). A functional update that makes new tensors leaves the old ones as they were:
-the difference shows in the next step's gradients and loss.
+own ``step()``, a hook inside ``backward``). A step is emitted as its gradient computation ends,
+so a run that crashes keeps every step it made; the update after the last step is seen only in
+what the run returns. A functional update that makes new tensors leaves the old ones as they
+were: the difference shows in the next step's gradients and loss.
 
 A run that computes no gradient at all and makes no optimizer may still change its parameters
 in place (an evolution strategy): :class:`InPlaceWatch` makes its ``torch.no_grad`` blocks that

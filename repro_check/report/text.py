@@ -164,7 +164,7 @@ _SIGNAL_SUBJECT: dict[str, tuple[str, str]] = {
     "opt": ("the optimizer state going into the update of step {}", "differs"),
     "scaler": ("the gradient scaler's scale at step {}", "differs"),
     "params": ("the parameters after step {}", "differ"),
-    "updated": ("the tensors trained by hand after step {}", "differ"),
+    "updated": ("the tensors trained by hand going into step {}", "differ"),
     "rank_desync": ("the ranks' parameters after step {}", "differ"),
 }
 
