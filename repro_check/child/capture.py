@@ -97,7 +97,7 @@ def log_metric(name: str, value: Any) -> Any:
     return value
 
 
-#: the signal of a step without an optimizer: the tensors it trains, after the script's update
+#: the signal of a step without an optimizer: what the previous step trained, after the update
 UPDATED = "updated"
 
 #: ``Recorder._record_step``'s default loss: the one this thread last called backward on
@@ -535,14 +535,12 @@ class Recorder:
         #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
         self.extra_signals: list[Callable[[], dict[str, Any]]] = []
         self._own = threading.local()
-        #: a step without an optimizer, held until the next starts: (step, signals, loss,
-        #: the tensors it trains)
         #: the tensors the last step without an optimizer trained, and their fingerprint as
         #: the next step's gradient computation starts: that step's ``updated`` signal
         self._trained: list[tuple[str, Any]] | None = None
         self._trained_in: fingerprint.Fingerprint | None = None
         #: optimizer steps recorded; gradient computations kept aside until the first
-        #: (:meth:`shadowing`), and the one whose trained tensors are still to be read
+        #: (:meth:`shadowing`)
         self.optimizer_steps = 0
         self._shadow: list[tuple[dict[str, Any], Any]] = []
         #: parameters changed in place in a run without gradients (gradients.InPlaceWatch)
@@ -671,12 +669,6 @@ class Recorder:
                     self._shadow_step(loss, grads, updated)
 
     # ---- gradients without an optimizer (see repro_check.child.gradients) -----------------
-    def counts_gradients(self) -> bool:
-        """Whether a gradient computation starting now is a step of its own: the run has made no
-        torch.optim optimizer (whose steps are the steps then) and this thread is not inside
-        another gradient computation already being recorded."""
-        return self.optimizers_made == 0 and not self.computing_now()
-
     def computing_now(self) -> bool:
         """Whether this thread is inside a gradient computation that is being recorded."""
         return getattr(self._own, "computing", 0) > 0
@@ -858,18 +850,17 @@ class Recorder:
         if probe is not None and probe.step == self.step:
             probe.disarm()
         if self.max_steps is not None and self.step >= self.max_steps:
-            self.flush(close=False)  # the run stops when it starts another step (see
-            # before_step_work)
+            self.flush()  # the run stops when it starts another step (see before_step_work)
         if probe is not None and self.probe_step == self.step + 1:
             probe.arm(self.step + 1)
 
-    def flush(self, close: bool = True) -> None:
+    def flush(self) -> None:
         """Emit the steps still held on a device: their losses and fingerprints reach the host
-        together, one copy per device for the whole batch. ``close``: the run stops or ends
-        here: steps kept aside become its steps if it has no other (:meth:`_finish_shadow`)."""
+        together, one copy per device for the whole batch. Called where the run stops or ends
+        (and at ``--max-steps``): steps kept aside become its steps if it has no other
+        (:meth:`_finish_shadow`)."""
         with self.lock:
-            if close:
-                self._finish_shadow()
+            self._finish_shadow()
             self.outbox.flush()
 
     # ---- metrics -------------------------------------------------------------------------
