@@ -36,6 +36,7 @@ did so its steps.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import sys
@@ -87,6 +88,28 @@ def install(hooks: Any, rec: Any) -> None:
                                  f"this torch has no torch.func.{name}")
             continue
         hooks.replace("gradients.func", func, name, _transform(rec, name))
+    _legacy(hooks, rec)
+
+
+def _legacy(hooks: Any, rec: Any) -> None:
+    """The deprecated ``functorch`` package's transforms call torch's private modules at call
+    time (``torch._functorch.apis.grad``, ``torch._functorch.eager_transforms.vjp``): those are
+    wrapped too, and skipped, with the reason listed, where this torch has them elsewhere."""
+    private = (("torch._functorch.apis", ("grad", "grad_and_value", "vmap")),
+               ("torch._functorch.eager_transforms", ("vjp",)))
+    for module_name, names in private:
+        try:
+            # private to torch: looked for, never relied on
+            module = importlib.import_module(module_name)
+        except ImportError:
+            patches.PATCHES.skip("gradients.func", module_name, "not in this torch")
+            continue
+        for name in names:
+            if not callable(getattr(module, name, None)):
+                patches.PATCHES.skip("gradients.func", f"{module_name}.{name}",
+                                     "not in this torch")
+                continue
+            hooks.replace("gradients.func", module, name, _transform(rec, name))
 
 
 def install_no_grad(hooks: Any, rec: Any) -> None:

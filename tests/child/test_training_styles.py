@@ -33,6 +33,7 @@ CASES: list[tuple[str, str, str, int, int, str]] = [
     ("func_loop", "grad_only", "grad_only_planted", 5, 3, "grads"),
     ("func_loop", "vjp_loop", "vjp_loop_planted", 5, 3, "loss"),
     ("func_loop", "per_sample", "per_sample_planted", 5, 3, "grads"),
+    ("func_loop", "legacy", "legacy_planted", 5, 3, "loss"),
     # an optimizer class of the script's own (not torch.optim), after backward
     ("own_optimizer", "main", "planted", 6, 4, "updated"),
     # LBFGS: the closure runs several times a step, one step per optimizer.step
@@ -182,6 +183,7 @@ def cli_twin(tmp_path_factory: pytest.TempPathFactory) -> CliResult:
                    tmp=tmp_path_factory.mktemp("styles") / "twin")
 
 
+@pytest.mark.slow
 def test_a_torch_func_loop_is_reproducible_on_its_steps(cli_twin: CliResult) -> None:
     res = cli_twin
     assert res.code == 0, res.stdout + res.stderr
