@@ -3,8 +3,9 @@
 Installs PyTorch's global optimizer step hooks and thin wrappers around
 ``torch.autograd.backward`` (which ``Tensor.backward`` calls) and the DataLoader iterator's
 ``__next__``, so every optimizer step of any script is recorded without an import of repro-check
-in user code. Step N is the N-th optimizer step; a run that builds no optimizer counts backward
-calls instead.
+in user code. Step N is the N-th optimizer step; a run that builds no optimizer counts its
+gradient computations instead: backward calls here, ``torch.autograd.grad`` and ``torch.func``
+transforms in :mod:`repro_check.child.gradients`, which says what such a step records.
 
 A step's signals, in the order the step happens:
 
@@ -33,8 +34,14 @@ A step's signals, in the order the step happens:
     the learning rates, the optimizer's state going into the step and a GradScaler's scale
     (taken by :mod:`repro_check.child.checkpoint` and placed here, before ``grads``).
 ``params``
-    the optimizer's parameters after its step (absent without an optimizer: a hand-written
-    update happens after the backward call that ends the step, out of sight).
+    the optimizer's parameters after its step.
+
+and, in a step without an optimizer, before ``loss``:
+
+``updated``
+    the tensors the previous step's gradient computation differentiated with respect to (the
+    leaves a backward call reached), fingerprinted as this step's starts: after the script's
+    own update of them, however it made it (absent at step 1, whose ``init`` they are).
 
 For the progress display, when a DataLoader of known length starts an epoch, the steps expected
 by the end of it are emitted as ``{"info": {"expected_steps": N}}``. The loader that counts is the
@@ -57,7 +64,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro_check.trace import fingerprint
-from repro_check.child import initial, metricset, origin, patches, rngstate
+from repro_check.child import gradients, initial, metricset, origin, patches, rngstate
 from repro_check.trace import values
 
 Emit = Callable[[dict[str, Any]], None]
@@ -89,6 +96,12 @@ def log_metric(name: str, value: Any) -> Any:
         _ACTIVE.metric(str(name), value)
     return value
 
+
+#: the signal of a step without an optimizer: what the previous step trained, after the update
+UPDATED = "updated"
+
+#: ``Recorder._record_step``'s default loss: the one this thread last called backward on
+_THREADS_LOSS: Any = object()
 
 #: what ``Recorder.quiet`` returns when no probe is armed (reusable)
 _NO_PROBE = contextlib.nullcontext()
@@ -140,6 +153,8 @@ class Hooks:
             patches.PATCHES.hook("capture.step_hooks", f"torch.optim.optimizer.{register.__name__}",
                                  register, hook, token=self)
         self._backward()
+        gradients.install(self, self.rec)
+        gradients.install_no_grad(self, self.rec)
         self._loader_next()
         self._optimizer_init()
         if flag_ops:
@@ -154,20 +169,26 @@ class Hooks:
         def make(original_backward: Any) -> Any:
             @functools.wraps(original_backward)
             def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+                if rec.computing_now():
+                    # a backward call inside another gradient computation (a reentrant
+                    # checkpoint's recomputation, a torch.func transform): part of that one
+                    rec.note_gradient()
+                    return original_backward(tensors, *args, **kwargs)
                 rec.before_step_work()
                 rec.on_step_activity()
                 leaves = None
-                if rec.optimizers_made == 0:
+                if rec.optimizers_made == 0 or rec.shadowing():
                     inputs = kwargs.get("inputs", args[4] if len(args) > 4 else None)
                     with rec.quiet():
                         leaves = _leaves(tensors, inputs)
-                    if rec.step == 0:
+                    if rec.step == 0 and rec.optimizers_made == 0:
                         rec.initial.before_backward(leaves)
                 probe = rec.probe
                 if probe is not None:
                     probe.phase = "backward"
                 try:
-                    result = original_backward(tensors, *args, **kwargs)
+                    with rec.computing():
+                        result = original_backward(tensors, *args, **kwargs)
                 finally:
                     if probe is not None:
                         probe.phase = "forward"
@@ -480,6 +501,8 @@ class Recorder:
     FLUSH_EVERY = 64
     #: ...or once the oldest has waited this long (seconds), so slow steps still stream
     FLUSH_SECONDS = 0.5
+    #: gradient computations kept aside at most, while an optimizer made is never stepped
+    SHADOW_LIMIT = 100_000
 
     def __init__(self, emit: Emit, max_steps: int | None = None, probe_step: int | None = None,
                  flag_ops: bool = False) -> None:
@@ -512,6 +535,16 @@ class Recorder:
         #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
         self.extra_signals: list[Callable[[], dict[str, Any]]] = []
         self._own = threading.local()
+        #: the tensors the last step without an optimizer trained, and their fingerprint as
+        #: the next step's gradient computation starts: that step's ``updated`` signal
+        self._trained: list[tuple[str, Any]] | None = None
+        self._trained_in: fingerprint.Fingerprint | None = None
+        #: optimizer steps recorded; gradient computations kept aside until the first
+        #: (:meth:`shadowing`)
+        self.optimizer_steps = 0
+        self._shadow: list[tuple[dict[str, Any], Any]] = []
+        #: parameters changed in place in a run without gradients (gradients.InPlaceWatch)
+        self.in_place = gradients.InPlaceWatch()
 
     @property
     def expected_steps(self) -> int | None:
@@ -545,6 +578,8 @@ class Recorder:
         global _ACTIVE
         if self.probe is not None:
             self.probe.disarm()
+        with self.lock:
+            self._finish_shadow()
         self.hooks.undo()
         if _ACTIVE is self:
             _ACTIVE = None
@@ -581,6 +616,12 @@ class Recorder:
         if self.max_steps is not None and self.step >= self.max_steps:
             self.flush()
             raise StopTraining(self.step)
+        if self._trained is not None and (self.optimizers_made == 0 or self.shadowing()):
+            # what the last step without an optimizer trained, as the script's update left
+            # it: read before this step's gradient computation (whose hooks may update it)
+            with self.lock, self.quiet():
+                trained, self._trained = self._trained, None
+                self._trained_in = fingerprint.tensors(trained, defer=True) if trained else None
         for starting in self.step_starting:
             starting()
         if self.signals is not None:
@@ -615,13 +656,125 @@ class Recorder:
             self.backward_calls += 1
             if loss is not None:
                 self.last_loss = self._local.loss = loss
-            if self.optimizers_made == 0:
+            if self.optimizers_made == 0 or self.shadowing():
                 grads = None
                 if leaves:
                     with self.quiet():
                         grads = fingerprint.tensors(
                             ((str(i), leaf.grad) for i, leaf in enumerate(leaves)), defer=True)
-                self._record_step(grads, None)
+                updated = [(str(i), leaf) for i, leaf in enumerate(leaves or ())]
+                if self.optimizers_made == 0:
+                    self._record_step(grads, None, updated=updated)
+                else:
+                    self._shadow_step(loss, grads, updated)
+
+    # ---- gradients without an optimizer (see repro_check.child.gradients) -----------------
+    def computing_now(self) -> bool:
+        """Whether this thread is inside a gradient computation that is being recorded."""
+        return getattr(self._own, "computing", 0) > 0
+
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """A recorded gradient computation runs: the ones nested in it are part of it."""
+        self._own.computing = getattr(self._own, "computing", 0) + 1
+        try:
+            yield
+        finally:
+            self._own.computing -= 1
+
+    def note_gradient(self) -> None:
+        """A gradient was computed inside a function transform (``vmap`` of ``grad``): the
+        outermost transform's call is the step (:meth:`take_noted`)."""
+        self._own.noted = True
+
+    def take_noted(self) -> bool:
+        """Whether a gradient was computed inside since the last call; resets it."""
+        noted = getattr(self._own, "noted", False)
+        self._own.noted = False
+        return noted
+
+    def on_gradients(self, loss: Any, grads: list[tuple[str, Any]],
+                     trained: list[tuple[str, Any]]) -> None:
+        """A step without an optimizer ended in a gradient computation (``torch.autograd.grad``,
+        a ``torch.func`` transform): ``loss`` the scalar differentiated (None when unknown),
+        ``grads`` what it returned, ``trained`` the tensors it differentiated with respect to
+        (read as the next step starts: its ``updated`` signal)."""
+        try:
+            loss = loss.detach().clone() if loss is not None and loss.numel() == 1 else None
+        except (AttributeError, RuntimeError):
+            loss = None
+        with self.lock:
+            self.backward_calls += 1
+            with self.quiet():
+                fp = fingerprint.tensors(grads, defer=True) if grads else None
+            if self.optimizers_made:
+                self._shadow_step(loss, fp, trained)
+            else:
+                self._record_step(fp, None, loss=loss, updated=trained)
+
+    # ---- an optimizer made but never stepped ---------------------------------------------
+    def shadowing(self) -> bool:
+        """Whether gradient computations are kept aside: the run made an optimizer and has not
+        stepped it yet. If it never does (it builds one, then updates by hand), they are its
+        steps, emitted when the run ends (:meth:`_finish_shadow`); the first optimizer step
+        drops them, so a run that steps its optimizer counts exactly its optimizer steps."""
+        return (self.optimizers_made > 0 and self.optimizer_steps == 0
+                and len(self._shadow) < self.SHADOW_LIMIT)
+
+    def _shadow_step(self, loss: Any, grads: fingerprint.Fingerprint | None,
+                     trained: list[tuple[str, Any]]) -> None:
+        """Keep one gradient computation aside (called under the lock). No RNG states and no
+        batch: taking them would move where the optimizer's first step takes its own."""
+        signals: dict[str, Any] = {}
+        trained_in, self._trained_in = self._trained_in, None
+        if trained_in is not None:
+            signals[UPDATED] = trained_in
+        signals["loss"] = None
+        if grads is not None:
+            signals["grads"] = grads
+        self._trained = trained
+        self._shadow.append((signals, loss))
+
+    # ---- parameters changed without any gradient -----------------------------------------
+    def watching_in_place(self) -> bool:
+        """Whether ``torch.no_grad`` blocks are watched for parameters changed in place: only
+        while nothing else could be a step (no optimizer made, no gradient computed); once
+        something else can, never again."""
+        return self.optimizers_made == 0 and self.backward_calls == 0 and self.step == 0
+
+    def no_grad_entered(self, frame: Any) -> None:
+        """A ``torch.no_grad`` block starts (entered from ``frame``)."""
+        if self.watching_in_place() and not self.own_work:
+            with self.quiet():
+                self.in_place.entered(frame)
+
+    def no_grad_exited(self) -> None:
+        if not self.watching_in_place():
+            if self.in_place.steps or self.in_place.params:
+                self.in_place.drop()
+            return
+        if self.own_work:
+            return
+        with self.quiet():
+            changed = self.in_place.exited()
+            if changed and len(self.in_place.steps) < self.in_place.LIMIT:
+                fp = fingerprint.tensors(changed, defer=True)
+                with self.lock:
+                    self.in_place.steps.append({"loss": None, UPDATED: fp})
+
+    def _finish_shadow(self) -> None:
+        """The run ends without any optimizer step: the gradient computations kept aside are
+        its steps; in a run without any gradient, the blocks that changed its parameters in
+        place (called under the lock)."""
+        shadow, self._shadow = self._shadow, []
+        in_place, self.in_place.steps = self.in_place.steps, []
+        if self.optimizer_steps or self.step:
+            return
+        if not shadow and self.watching_in_place():
+            shadow = [(signals, None) for signals in in_place]
+        for signals, loss in shadow:
+            self.step += 1
+            self.outbox.add(self.step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Before the optimizer's step: its gradients (this thread's)."""
@@ -639,6 +792,9 @@ class Recorder:
     def on_optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """After the optimizer's step: the step is recorded."""
         with self.lock:  # steps are numbered in the order they complete
+            if not self.optimizer_steps:
+                self._shadow, self._trained, self._trained_in = [], None, None
+            self.optimizer_steps += 1
             if self.probe is not None:
                 self.probe.phase = "forward"
             with self.quiet():
@@ -652,8 +808,14 @@ class Recorder:
 
     # ---- recording a step ----------------------------------------------------------------
     def _record_step(self, grads: fingerprint.Fingerprint | None,
-                     params: fingerprint.Fingerprint | None) -> None:
-        """Number the step that just ended and pass its record on (called under the lock)."""
+                     params: fingerprint.Fingerprint | None, loss: Any = _THREADS_LOSS,
+                     updated: list[tuple[str, Any]] | None = None) -> None:
+        """Number the step that just ended and pass its record on (called under the lock).
+
+        ``loss``: the step's loss tensor (None: it has none), by default the one this thread
+        last called backward on. ``updated``: the tensors a step without an optimizer trains,
+        fingerprinted as the next step's gradient computation starts (after the script's own
+        update, wherever and however it made it): that step's ``updated`` signal."""
         assert self.signals is not None
         self.step += 1
         self.progress.step_recorded()
@@ -666,9 +828,15 @@ class Recorder:
             signals["grads"] = grads
         if params is not None:
             signals["params"] = params
-        loss = getattr(self._local, "loss", None)
-        self.outbox.add(self.step, signals, self.last_loss if loss is None else loss,
-                        self.FLUSH_EVERY, self.FLUSH_SECONDS)
+        if loss is _THREADS_LOSS:
+            loss = getattr(self._local, "loss", None)
+            loss = self.last_loss if loss is None else loss
+        if updated is not None:
+            trained_in, self._trained_in = self._trained_in, None
+            if trained_in is not None:
+                signals = _before_loss(signals, UPDATED, trained_in)
+            self._trained = updated
+        self.outbox.add(self.step, signals, loss, self.FLUSH_EVERY, self.FLUSH_SECONDS)
         for what in fingerprint.take_unreadable():
             self.emit({"warning": f"fingerprints count a tensor they could not read by its type "
                                   f"only: {what}"})
@@ -688,8 +856,11 @@ class Recorder:
 
     def flush(self) -> None:
         """Emit the steps still held on a device: their losses and fingerprints reach the host
-        together, one copy per device for the whole batch."""
+        together, one copy per device for the whole batch. Called where the run stops or ends
+        (and at ``--max-steps``): steps kept aside become its steps if it has no other
+        (:meth:`_finish_shadow`)."""
         with self.lock:
+            self._finish_shadow()
             self.outbox.flush()
 
     # ---- metrics -------------------------------------------------------------------------
@@ -728,6 +899,17 @@ class Recorder:
         """The metrics for the run's metrics line: never more than one line can hold."""
         with self.lock:
             return metricset.fold(self.metrics, self.warn)
+
+
+def _before_loss(signals: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``signals`` with ``name`` put right before ``loss`` (the order a step happens in)."""
+    out: dict[str, Any] = {}
+    for key, v in signals.items():
+        if key == "loss":
+            out[name] = value
+        out[key] = v
+    out.setdefault(name, value)
+    return out
 
 
 def _renew_lock_in_forks(recorder: Recorder) -> None:

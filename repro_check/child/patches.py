@@ -64,6 +64,9 @@ ORDER: tuple[str, ...] = (
     "watch.draws",           # DataLoader fetchers' fetch: the global streams a fetch draws from
     "capture.step_hooks",    # torch's global optimizer step hooks (registered, not wrapped)
     "capture.backward",      # torch.autograd.backward
+    "gradients.autograd",    # torch.autograd.grad: a step without an optimizer
+    "gradients.func",        # torch.func.grad, grad_and_value, vjp, vmap: the same
+    "gradients.no_grad",     # torch.no_grad's __enter__, __exit__: parameters changed without grads
     "capture.batches",       # the DataLoader iterator's __next__
     "capture.optimizers",    # Optimizer.__init__
     "capture.epochs",        # DataLoader.__iter__: the expected steps

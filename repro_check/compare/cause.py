@@ -80,6 +80,7 @@ SIGNAL_CAUSE: dict[str, Cause] = {
     "loss": "compute",
     "grads": "compute",
     "params": "compute",
+    "updated": "compute",
 }
 
 EXPLANATION: dict[str, str] = {

@@ -38,7 +38,7 @@ SERIES_POINTS = 1024
 
 
 #: signals newer than the trace format: compared only when both sides recorded them
-LATER_SIGNALS: frozenset[str] = frozenset({"init", "lr", "opt", "scaler"})
+LATER_SIGNALS: frozenset[str] = frozenset({"init", "lr", "opt", "scaler", "updated"})
 
 #: what accepted a value (the keys of ``ComparisonResult.judged``)
 EXACT, TOLERANCE, BAND = "exact", "tolerance", "band"

@@ -59,7 +59,7 @@ Log = Callable[[str], None]
 
 #: signals a CPU run and a GPU run both record (``rng.cuda`` exists on the GPU side only)
 CROSS_DEVICE_SIGNALS = ("rng.python", "rng.numpy", "rng.torch", "batch", "loss", "grads",
-                        "params")
+                        "params", "updated")
 
 
 def cross_device(policy: Policy) -> Policy:

@@ -169,7 +169,7 @@ def _localizable(report: Report) -> bool:
     if report.cause == "compute":
         return True
     return report.cause == "rng" and report.cause_location is not None and \
-        report.divergent_signal in ("loss", "grads", "params") and not _seeding_call(report)
+        report.divergent_signal in ("loss", "grads", "params", "updated") and not _seeding_call(report)
 
 
 def _seeding_call(report: Report) -> bool:

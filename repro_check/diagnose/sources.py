@@ -174,7 +174,8 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
                       pinned_by=f"run 1's batches from step {step} on")
     src = Source(step, signal, cause, detail=report_detail,
                  location=location if cause == "rng" else None)
-    if cause == "compute" or (cause == "rng" and signal in ("loss", "grads", "params")):
+    if cause == "compute" or (cause == "rng" and signal in ("loss", "grads", "params",
+                                                                 "updated")):
         loc = localize(step)
         if loc is not None and loc.found:
             src.culprit, src.culprit_op = loc.module, loc.op

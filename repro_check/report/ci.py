@@ -18,7 +18,7 @@ from typing import IO, Any
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
-from repro_check.report.text import divergence_place, failed_runs_lines, value_text, visible
+from repro_check.report.text import divergence_place, evidence_text, failed_runs_lines, value_text, visible
 from repro_check.trace import signals
 
 #: GitHub refuses a step summary file larger than this
@@ -144,6 +144,13 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
         total_time += seconds
         case = ET.SubElement(suite, "testcase", classname=f"repro-check.{command}",
                              name=report.target, time=f"{seconds:.3f}")
+        evidence = report.evidence
+        props = ET.SubElement(case, "properties")
+        for name, value in (("steps_compared", evidence.steps),
+                            ("metrics_compared", evidence.metrics),
+                            ("saved_tensors_compared", evidence.saved_tensors)):
+            ET.SubElement(props, "property", name=name, value=str(value))
+        account = evidence_text(report)
         message = failure_message(report)
         if message is not None:
             body = plain_summary(report)
@@ -154,8 +161,10 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
                                type="NotReproducible" if kind == "failure" else
                                ExitCode(report.exit_code).name.title().replace("_", ""))
             el.text = _xml_text(body)
-        if report.replay:
-            ET.SubElement(case, "system-out").text = _xml_text(f"replay: {report.replay}\n")
+        out = (f"evidence: {account}\n" if account else "") + \
+            (f"replay: {report.replay}\n" if report.replay else "")
+        if out:
+            ET.SubElement(case, "system-out").text = _xml_text(out)
     for el in (suites, suite):
         el.set("tests", str(len(reports)))
         el.set("failures", str(failures))

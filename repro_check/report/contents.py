@@ -31,6 +31,50 @@ class RunEnd(JsonRecord):
     failed_at: FailurePoint | None = json_field(default=None, omit_none=True)
 
 
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+@dataclass
+class Evidence(JsonRecord):
+    """What a verdict rests on: how many steps, final metrics and saved tensors were compared
+    (``evidence`` in the JSON). A verdict resting on no step says so: the training itself was
+    not seen, only what it returned."""
+
+    JSON_PROPERTIES = ("training_seen",)
+
+    #: steps compared between the runs (or with the golden)
+    steps: int
+    #: final metrics compared
+    metrics: int
+    #: tensors of the files the runs saved, compared (0 when none was)
+    saved_tensors: int = 0
+
+    @property
+    def training_seen(self) -> bool:
+        """Whether any training step was compared."""
+        return self.steps > 0
+
+    def what(self) -> str:
+        """``12 steps, 1 metric``: the counts, the ones that are not zero (steps always)."""
+        parts = [_count(self.steps, "step")] if self.steps else []
+        if self.metrics:
+            parts.append(_count(self.metrics, "metric"))
+        if self.saved_tensors:
+            parts.append(_count(self.saved_tensors, "saved tensor"))
+        if not parts:
+            return "nothing compared"
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+    def text(self) -> str:
+        """The verdict line's account: ``rests on 12 steps and 1 metric``, or, without a step,
+        ``no training step was seen; the verdict rests on 1 metric``."""
+        if self.training_seen:
+            return f"rests on {self.what()}"
+        others = Evidence(0, self.metrics, self.saved_tensors)
+        return f"no training step was seen; the verdict rests on {others.what()}"
+
+
 @dataclass
 class FlaggedOp(JsonRecord):
     """An op PyTorch flags as nondeterministic: the earliest step and call site any run saw it

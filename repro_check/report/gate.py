@@ -18,7 +18,7 @@ from repro_check.report.terminal import (
     metric_rows,
     verdict,
 )
-from repro_check.report.text import Visible, agreement, diff_text, value_text
+from repro_check.report.text import Visible, agreement, diff_text, evidence_text, value_text
 
 
 def judged_text(judged: dict[str, int]) -> str:
@@ -37,6 +37,9 @@ def _head(report: Report) -> Text:
     assert gate is not None, "a gate report"
     mode = gate.mode
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
+    account = evidence_text(report)
+    if account:
+        head.append(f" · {account}")
     steps = [r.steps for r in report.results]
     if mode == "verify":
         head.append(f"\ngolden ({steps[0]} steps) · this run "

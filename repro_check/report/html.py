@@ -31,8 +31,8 @@ from repro_check.report.contents import SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.compare.cause import EXPLANATION
 from repro_check.report.diagnosis import ablation_outcome
-from repro_check.report.text import (agreement, divergence_place, failed_runs_lines, is_number,
-                                     later_text, saved_line, signal_sentence)
+from repro_check.report.text import (agreement, divergence_place, evidence_text, failed_runs_lines,
+                                     is_number, later_text, saved_line, signal_sentence)
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import StepRecord
 from repro_check.trace.results import Location
@@ -303,6 +303,8 @@ def _page_head(report: Report) -> list[str]:
     word, cls = _verdict(report)
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
     steps = ", ".join(str(r.steps) for r in report.results)
+    account = evidence_text(report)
+    rests = f' <span class="sub" id="evidence">{_e(account)}</span>' if account else ""
     return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -310,7 +312,7 @@ def _page_head(report: Report) -> list[str]:
         f"<title>repro-check: {_e(word)} {_e(report.target)}</title>",
         f"<style>{CSS}</style></head><body><main>",
         f'<h1>repro-check report: <code>{_e(report.target)}</code></h1>',
-        f'<p><span class="verdict {cls}" id="verdict">{_e(word)}</span></p>',
+        f'<p><span class="verdict {cls}" id="verdict">{_e(word)}</span>{rests}</p>',
         f'<p class="sub">{_e(seed)} · {report.runs} runs · steps recorded {_e(steps)} · '
         f'{_e(report.policy.describe())} · seeding: {_e(", ".join(report.components) or "none")}</p>',
     ]

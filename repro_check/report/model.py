@@ -18,7 +18,7 @@ from repro_check.compare.saved import SavedFile, SavedResult
 from repro_check.compare.steps import ComparisonResult, Divergence, Policy
 from repro_check.errors import ExitCode
 from repro_check.report.contents import (AblationRow, Cause, CompilePriceRow, DistributedLaunch,
-                                         EnvironmentDifference, FailedRank, FlaggedOp, Localization, MetricPair, PriceRow,
+                                         EnvironmentDifference, Evidence, FailedRank, FlaggedOp, Localization, MetricPair, PriceRow,
                                          ProcessRow, ProcessRun, RankValue, RunEnd, Source,
                                          SourcesCost)
 from repro_check.trace.jsonfields import JsonRecord, json_field, merge
@@ -417,6 +417,8 @@ class ReportCore(JsonRecord):
     warnings: list[str]
     cause_detail: str | None
     cause_location: Location | None
+    #: what the verdict rests on: steps, metrics and saved tensors compared
+    evidence: Evidence
 
 
 @dataclass
@@ -560,6 +562,14 @@ class Report:
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
+
+    @property
+    def evidence(self) -> Evidence:
+        """What the verdict rests on: the steps, metrics and saved tensors compared."""
+        cmp = self.comparison
+        return Evidence(steps=cmp.steps_compared if cmp else 0,
+                        metrics=cmp.metrics_compared if cmp else 0,
+                        saved_tensors=self.saved_tensors_compared)
 
     @property
     def labels(self) -> list[str]:
@@ -716,6 +726,7 @@ class Report:
             warnings=self.warnings,
             cause_detail=self.cause_detail,
             cause_location=self.cause_location,
+            evidence=self.evidence,
         )
 
     def to_dict(self) -> dict[str, Any]:

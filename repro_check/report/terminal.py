@@ -24,6 +24,7 @@ from repro_check.report.text import (
     agreement,
     diff_text,
     divergence_place,
+    evidence_text,
     failure_output,
     later_text,
     saved_line,
@@ -248,6 +249,9 @@ def summary(report: Report) -> Group:
 def _head_panel(report: Report) -> Panel:
     """The verdict, the target, and how the runs were made."""
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
+    account = evidence_text(report)
+    if account:
+        head.append(f" · {account}")
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
     steps = ", ".join(str(r.steps) for r in report.results)
     head.append(f"\n{seed} · {report.runs} runs · steps recorded {steps}"
@@ -313,9 +317,14 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
         names = list(dict.fromkeys(d.signal.removeprefix("metric:")
                                    for d in cmp.metric_divergences))
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        head = [Text.assemble(
-            (f"All {cmp.steps_compared} steps agree: the training is reproducible. ", "bold"),
-            "Only final metrics differ: ", (shown, "bold"), ".")]
+        if cmp.steps_compared:
+            head = [Text.assemble(
+                (f"All {cmp.steps_compared} steps agree: the training is reproducible. ", "bold"),
+                "Only final metrics differ: ", (shown, "bold"), ".")]
+        else:  # nothing of the training was seen: no claim about it
+            head = [Text.assemble(("No training step was seen: ", "bold"),
+                                  "only final metrics were compared, and they differ: ",
+                                  (shown, "bold"), ".")]
     line = Text.assemble(("First divergence: ", "bold"), f"{where}, signal ", (div.signal, "bold"),
                          f", run {div.run} vs run 1")
     if div.rank is not None:

@@ -34,6 +34,19 @@ def diff_text(d: float | None) -> str:
     return "—" if d is None else f"{d:.3g}"
 
 
+def evidence_text(report: Report) -> str | None:
+    """What the verdict rests on, for the verdict line: ``rests on 12 steps and 1 metric``, or
+    ``no training step was seen; the verdict rests on 1 metric``; None where nothing was
+    compared to rest on (an error, an interruption, a single run, a record)."""
+    if report.error is not None or report.interrupted or report.comparison is None:
+        return None
+    if report.gate is not None and report.gate.mode == "record":
+        return None
+    if report.gate is None and report.runs < 2:
+        return None
+    return report.evidence.text()
+
+
 def agreement(cmp: ComparisonResult, results: Sequence[RunResult] = ()) -> str:
     """What agreed, in one sentence; a check that compared no metric says why (runs cut short
     by ``--max-steps`` never reach their final metrics), or how to get one compared; timing
@@ -48,6 +61,14 @@ def agreement(cmp: ComparisonResult, results: Sequence[RunResult] = ()) -> str:
     if missing:
         left_out += (f" The comparison is incomplete: {missing[0]}"
                      + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "") + ".")
+    if not cmp.steps_compared:
+        # the training itself was never seen: never say it is reproducible
+        if cmp.metrics_compared:
+            return (f"No training step was seen; the verdict rests on {cmp.metrics_compared} "
+                    f"final metric(s), which agree: what the training did is not compared."
+                    + left_out)
+        return ("No training step was seen and no metric was compared: "
+                + (stopped_note(results) or f"{HOW_TO_GET_A_METRIC}.") + left_out)
     if cmp.metrics_compared:
         return (f"All {cmp.steps_compared} steps and {cmp.metrics_compared} metric(s) agree."
                 + left_out)
@@ -224,6 +245,7 @@ _SIGNAL_SUBJECT: dict[str, tuple[str, str]] = {
     "opt": ("the optimizer state going into the update of step {}", "differs"),
     "scaler": ("the gradient scaler's scale at step {}", "differs"),
     "params": ("the parameters after step {}", "differ"),
+    "updated": ("the tensors trained by hand going into step {}", "differ"),
     "rank_desync": ("the ranks' parameters after step {}", "differ"),
 }
 

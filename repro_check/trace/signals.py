@@ -18,9 +18,10 @@ from typing import Literal, get_args
 #: what one step records, in the order it comes about in the step: the RNG states going in, the
 #: parameters going in (``init`` at step 1; ``params_in`` in a resume's runs), the batch, the
 #: loss, the gradients, the learning rates and the optimizer state (and a GradScaler's scale)
-#: as the optimizer step starts, the parameters after it
+#: as the optimizer step starts, the parameters after it; in a step without an optimizer, the
+#: tensors it trains after the script's own update (``updated``)
 StepSignal = Literal["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "params_in",
-                     "batch", "loss", "grads", "lr", "opt", "scaler", "params"]
+                     "batch", "loss", "grads", "lr", "opt", "scaler", "params", "updated"]
 STEP_SIGNALS: tuple[str, ...] = get_args(StepSignal)
 
 #: what only a comparison finds: a run that recorded fewer steps, ranks of one run whose
