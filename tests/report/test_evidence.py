@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 from repro_check.report import ci
 from repro_check.report.html import render_html
-from repro_check.report.model import Report
+from repro_check.report.model import Report, SavedPart
 
 from .test_render import make_report, render
 
@@ -65,7 +65,7 @@ def test_junit_and_html_say_what_the_verdict_rests_on() -> None:
 
 def test_saved_tensors_count_when_compared() -> None:
     report = _no_steps((0.5, 0.5))
-    report.saved_tensors_compared = 4
+    report.saved = SavedPart(tensors_compared=4)
     assert report.evidence.text() == ("no training step was seen; the verdict rests on 1 metric "
                                       "and 4 saved tensors")
     assert report.to_dict()["evidence"]["saved_tensors"] == 4
