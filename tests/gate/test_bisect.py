@@ -71,6 +71,11 @@ def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliR
     assert b["first_bad"]["date"] and b["first_bad"]["author"] == "Ada"
     assert (b["step"], b["signal"]) == (1, "loss")
     assert b["op"] == "aten::mul" and b["module"] == "Net"
+    # the commit's code passes another number: said of its code, with no seeding advice
+    loc = b["localization"]
+    assert loc["cause"] == "code" and loc["differing_inputs"] == [1], loc
+    assert f"commit {shas[3][:12]}'s code passes another value" in loc["detail"], loc
+    assert "seed what" not in loc["detail"] and "entropy" not in loc["detail"], loc
     assert b["drift"]["max_abs"] > 0
     tested = {t["sha"]: t["verdict"] for t in b["tested"]}
     assert tested[shas[3]] == "bad" and all(v in ("good", "bad", "skip") for v in tested.values())
