@@ -220,8 +220,8 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
                 loc.detail = (f"{code.changed}'s code runs other ops from op {i} on: "
                               f"{b.get('op')} in {_where(b.get('m'), b.get('ph'))}, where "
                               f"{code.reference}'s code runs {a.get('op')} in "
-                              f"{_where(a.get('m'), a.get('ph'))} (the code changed: no value "
-                              "that is not reproducible is needed for that)")
+                              f"{_where(a.get('m'), a.get('ph'))}: the code changed, and it "
+                              "runs other ops")
                 return loc
             loc.detail = (f"the runs ran different code from op {i} on: {a.get('op')} in "
                           f"{_where(a.get('m'), a.get('ph'))} vs {b.get('op')} in "
