@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import seeding
-from repro_check.compare.cause import EnvCallSource, env_call_differs
-from repro_check.diagnose.localize import Localization, compare
+from repro_check.diagnose.localize import Localization, compare, env_call_before
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
-from repro_check.report.contents import AblationRow, EnvCall, FlaggedOp, Need, PairResult
+from repro_check.report.contents import AblationRow, FlaggedOp, Need, PairResult
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions, options_of
@@ -239,11 +238,7 @@ THREADS_HINT = ("; yet the check's runs differed, and the thread count was not p
 def explain_localization(report: Report, part: DiagnosisPart, loc: Localization) -> None:
     """Put the localization into the report: a random op whose generator differs makes the
     cause ``rng``; nothing found with an unpinned thread count names threads."""
-    if loc.cause == "rng" and loc.env_call is None:  # a call before the probed step
-        env = first_env_call(report.results, loc.step)
-        if env is not None and env.location is not None:
-            loc.env_call = EnvCall(env.call, env.location)
-            loc.detail += f"; {env.detail}"
+    env_call_before(loc, report.results)
     if loc.cause == "rng" and report.cause_location is None:  # else the generator is named
         report.cause, report.cause_detail = "rng", loc.detail
         if loc.location:  # the env call, or where a value from outside torch entered
@@ -253,14 +248,6 @@ def explain_localization(report: Report, part: DiagnosisPart, loc: Localization)
     part.localization = loc
     if loc.found:
         part.culprit, part.culprit_op = loc.module, loc.op
-
-
-def first_env_call(results: Sequence[RunResult], step: int) -> EnvCallSource | None:
-    """The first environment call, made before ``step``, whose observation differs between the
-    first two runs of the check (:func:`repro_check.compare.cause.env_call_differs`)."""
-    if len(results) < 2:
-        return None
-    return env_call_differs(results[0].env_calls, results[1].env_calls, step)
 
 
 def threads_pinned(report: Report) -> bool:

@@ -40,8 +40,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from repro_check.compare.cause import env_call_differs
 from repro_check.report.contents import EnvCall, Localization
-from repro_check.trace.results import Location
+from repro_check.trace.results import Location, RunResult
 
 
 #: ops that draw from a random generator (ATen names without the namespace)
@@ -78,6 +79,27 @@ class CodeSides:
 
     reference: str
     changed: str
+
+
+#: what a value from outside torch that no environment call is known to have returned asks for
+SEED_ADVICE = (": seed what produced it (an environment: env.reset(seed=...) and "
+               "env.action_space.seed(...); numpy: a seeded np.random.default_rng(seed); "
+               "os.urandom and the like cannot be seeded: draw from a seeded generator instead)")
+
+
+def env_call_before(loc: Localization, results: Sequence[RunResult]) -> None:
+    """A value from outside torch that no environment call of the probed step returned, traced
+    to the first call, made before the step, whose observation differs between the first two
+    runs (their first calls: :func:`repro_check.compare.cause.env_call_differs`; an
+    ``envs.reset()`` before the loop, its observations reaching the step through a replay
+    buffer): named as ``env_call``, with why in place of the general advice."""
+    if loc.cause != "rng" or loc.inputs_agree is not False or loc.env_call is not None \
+            or len(results) < 2:
+        return
+    env = env_call_differs(results[0].env_calls, results[1].env_calls, loc.step)
+    if env is not None and env.location is not None:
+        loc.env_call = EnvCall(env.call, env.location)
+        loc.detail = loc.detail.removesuffix(SEED_ADVICE) + f"; {env.detail}"
 
 
 def base_name(op: str | None) -> str:
@@ -273,10 +295,7 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
                                    "no seed; pass env.reset(seed=...) and seed env.action_space "
                                    "(env.action_space.seed(...))")
                     return loc
-                loc.detail += (": seed what produced it (an environment: env.reset(seed=...) and "
-                               "env.action_space.seed(...); numpy: a seeded "
-                               "np.random.default_rng(seed); os.urandom and the like cannot be "
-                               "seeded: draw from a seeded generator instead)")
+                loc.detail += SEED_ADVICE
             return loc
     if len(ops_a) != len(ops_b):
         i = min(len(ops_a), len(ops_b))

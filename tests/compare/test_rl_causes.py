@@ -85,3 +85,4 @@ def test_its_diagnosis_names_the_reset_too(gym: None, tmp_path: Path) -> None:
     assert d["cause"] == "rng" and d["cause_location"] == reset, d["cause_detail"]
     loc = d["localization"]
     assert loc["env_call"] == {"call": "reset", **reset}, loc
+    assert "seed what produced it" not in loc["detail"] and "envs.reset(seed=...)" in loc["detail"]
