@@ -16,7 +16,9 @@ with a fingerprint of its observation (``{"k": "env"}``); otherwise only the las
 undigested, and recorded when the probe arms (the observation a step starts from was returned
 in the step before). A hook never changes what the call does or returns.
 
-Every run (a check's too) also sends its first :data:`RECORDED_CALLS` calls as
+Every run (a check's too) also sends its first :data:`RECORDED_CALLS` calls, and after them
+the first call made at each new place (an evaluation environment's reset after training; up to
+:data:`NEW_SITES` places), as
 ``{"info": {"env": {"n", "call", "loc", "obs", "action", "step"}}}``: the call's number, where
 the script made it, digests of the observation it returned and of the action it was given
 (``step`` calls), and the optimizer steps done by then. The parent compares them between the
@@ -40,6 +42,8 @@ from repro_check.child.metric_hooks import ImportHooks
 METHODS: tuple[str, ...] = ("reset", "step")
 #: the calls of a run sent for the check's comparison (the first ones: where entropy enters)
 RECORDED_CALLS = 256
+#: places in the code (a method called at a line) whose first call is sent after those
+NEW_SITES = 64
 #: module -> names of the environment base classes it defines
 MODULES: dict[str, tuple[str, ...]] = {
     "gymnasium.core": ("Env",),
@@ -91,6 +95,10 @@ class EnvCalls(ImportHooks):
         #: the outermost calls made so far
         self.calls = 0
         self._count = threading.Lock()
+        #: the places calls were made at: (method, the caller's code, its line)
+        self.sites: set[tuple[str, Any, int]] = set()
+        #: calls sent after the first RECORDED_CALLS (the first at a new place)
+        self.late = 0
 
     # ---- installing ----------------------------------------------------------------------
     def install(self) -> EnvCalls:
@@ -159,15 +167,21 @@ class EnvCalls(ImportHooks):
 
     # ---- recording -----------------------------------------------------------------------
     def _returned(self, method: str, frame: Any, result: Any, action: Any = None) -> None:
+        site = (method, frame.f_code, frame.f_lineno)  # cheap: the line is found only if sent
         with self._count:
             self.calls += 1
             n = self.calls
+            new_site = site not in self.sites
+            self.sites.add(site)  # places in the code: as many as the script has lines
+            send = n <= RECORDED_CALLS or (new_site and self.late < NEW_SITES)
+            if send and n > RECORDED_CALLS:
+                self.late += 1
         probe = getattr(self.recorder, "probe", None)
-        if n > RECORDED_CALLS and probe is None:
-            return  # a check's run past its first calls: nothing to find the line for
+        if not send and probe is None:
+            return  # a check's run past its first calls, at a known place
         obs = result[0] if isinstance(result, tuple) and result else result
         where = _location(frame)
-        if n <= RECORDED_CALLS:
+        if send:
             self._send(n, method, where, obs, action)
         if probe is None:
             return

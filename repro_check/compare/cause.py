@@ -366,8 +366,9 @@ def loader_at(records: Sequence[Mapping[str, Any]], step: int) -> Mapping[str, A
 
 # ---- RL environments ----------------------------------------------------------------------
 
-#: environment calls kept per run (the child sends its first ones only)
-MAX_ENV_RECORDS = 256
+#: environment calls kept per run (the child sends its first 256, then the first at each new
+#: place, up to 64)
+MAX_ENV_RECORDS = 320
 
 
 def env_record(body: Any) -> dict[str, Any] | None:

@@ -86,3 +86,37 @@ def test_its_diagnosis_names_the_reset_too(gym: None, tmp_path: Path) -> None:
     loc = d["localization"]
     assert loc["env_call"] == {"call": "reset", **reset}, loc
     assert "seed what produced it" not in loc["detail"] and "envs.reset(seed=...)" in loc["detail"]
+
+
+#: 300 environment steps before the evaluation: its reset comes after the first 256 calls
+LONG = ["--total-timesteps", "300", "--learning-starts", "280", "--seed-env", "--eval"]
+
+
+@pytest.fixture(scope="module")
+def evaluated(gym: None, tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+    return run_cli("dqn_cleanrl.py:main", "--", *LONG, tmp=tmp_path_factory.mktemp("dqn-eval"))
+
+
+@pytest.fixture(scope="module")
+def evaluated_seeded(gym: None, tmp_path_factory: pytest.TempPathFactory) -> CliResult:
+    return run_cli("dqn_cleanrl.py:main", "--", *LONG, "--seed-eval",
+                   tmp=tmp_path_factory.mktemp("dqn-eval-seeded"))
+
+
+def test_an_evaluation_reset_after_training_is_named_for_the_metrics(evaluated: CliResult) -> None:
+    """Training agrees; the evaluation environment, reset without a seed after 301 calls of the
+    training's, gives another return: named at its reset (the first call at a new place)."""
+    r = evaluated.report
+    assert evaluated.code == 1 and r is not None, evaluated.stdout + evaluated.stderr
+    assert r["first_divergent_step"] is None and r["divergent_signal"].startswith("metric:eval_")
+    assert r["cause"] == "rng", r["cause_detail"]
+    assert r["cause_location"] == {"file": str(SCRIPT),
+                                   "line": line_of("obs, _ = env.reset(seed=seed)"),
+                                   "function": "evaluate"}
+    assert "call 302, after step" in r["cause_detail"]
+
+
+def test_the_evaluation_reset_with_a_seed_stays_reproducible(evaluated_seeded: CliResult) -> None:
+    r = evaluated_seeded.report
+    assert evaluated_seeded.code == 0 and r is not None, evaluated_seeded.stdout
+    assert r["cause"] == "none"
