@@ -400,9 +400,11 @@ class EnvCallSource:
 def env_call_differs(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]],
                      before_step: int | None) -> EnvCallSource | None:
     """The first call (run 1's records ``a``, the other run's ``b``, matched by number) that
-    returned a different observation for the same action, made before step ``before_step``
-    (None: any); None when the calls agree up to a call whose action already differed (the
-    environment only followed what the training chose) or up to the end of what was sent."""
+    returned a different observation for the same action, or was given another action while
+    every observation before it agreed, made before step ``before_step`` (None: any), while the
+    training still agreed: the environment's own entropy, or an action chosen by something that
+    is not reproducible (an action space sampled unseeded). None when the calls agree up to
+    that step or up to the end of what was sent."""
     by_n = {r["n"]: r for r in b}
     for rec in sorted(a, key=lambda r: r["n"]):
         if before_step is not None and rec["step"] >= before_step:
@@ -410,14 +412,20 @@ def env_call_differs(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, An
         other = by_n.get(rec["n"])
         if other is None or other["call"] != rec["call"]:
             return None  # the runs made other calls: no longer comparable
-        if other.get("action") != rec.get("action"):
-            return None  # it was given another action: a consequence, not the source
-        if other["obs"] == rec["obs"]:
-            continue
         loc = Location.of(rec.get("location"))
         at = f" at {loc.site}" if loc is not None else ""
         when = (f"before step {rec['step'] + 1}" if rec["step"] == 0
                 else f"after step {rec['step']}")
+        if other.get("action") != rec.get("action"):
+            detail = (f"the action given to env.{rec['call']}(){at} differs between the runs "
+                      f"(the environment's call {rec['n']}, {when}) while every observation "
+                      "before it agreed: what chose it is not reproducible, such as an action "
+                      "space sampled without a seed (seed it: env.action_space.seed(...); a "
+                      "vector environment: envs.single_action_space.seed(...)), or a forward "
+                      "pass that is not deterministic")
+            return EnvCallSource(detail, loc, rec["call"])
+        if other["obs"] == rec["obs"]:
+            continue
         given = " for the same action" if rec["call"] == "step" else ""
         detail = (f"the observation returned by env.{rec['call']}(){at} differs between the "
                   f"runs{given} (the environment's call {rec['n']}, {when}): the environment "

@@ -252,12 +252,17 @@ def test_an_unseeded_reset_before_the_loop_is_the_cause_not_the_computation() ->
 
 
 def test_an_observation_that_follows_another_action_or_the_divergence_is_no_source() -> None:
-    """A step given another action (the Q-network already differed) returns another
-    observation as a consequence; a call made at or after the divergent step is too late."""
+    """A step given another action while every observation agreed is where it parted (what
+    chose the action), not the observation that follows from it; a call made at or after the
+    divergent step is too late."""
     a = [env(1, "reset", "r"), env(2, "step", "s1", action="left", step=0),
          env(3, "step", "s2", action="left", step=3)]
     other_action = [env(1, "reset", "r"), env(2, "step", "t1", action="right", step=0)]
-    assert cause.env_call_differs(a, other_action, before_step=1) is None
+    chosen = cause.env_call_differs(a, other_action, before_step=1)
+    assert chosen is not None and chosen.call == "step"
+    assert chosen.detail.startswith("the action given to env.step() at dqn.py:40 differs "
+                                    "between the runs (the environment's call 2, before step 1)")
+    assert "action_space.seed(" in chosen.detail and "observation returned" not in chosen.detail
     late = [env(1, "reset", "r"), env(2, "step", "s1", action="left"),
             env(3, "step", "t2", action="left", step=3)]
     assert cause.env_call_differs(a, late, before_step=3) is None

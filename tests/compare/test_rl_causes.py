@@ -120,3 +120,19 @@ def test_the_evaluation_reset_with_a_seed_stays_reproducible(evaluated_seeded: C
     r = evaluated_seeded.report
     assert evaluated_seeded.code == 0 and r is not None, evaluated_seeded.stdout
     assert r["cause"] == "none"
+
+
+def test_unseeded_action_spaces_are_named_at_the_step_given_another_action(
+        gym: None, tmp_path: Path) -> None:
+    """The environments reset with a seed, their action spaces unseeded: the epsilon-greedy
+    actions sampled from them differ while every observation agreed, before step 1. Named at
+    the envs.step() given another action, not "a nondeterministic computation"."""
+    res = run_cli("dqn_cleanrl.py:main", "--max-steps", "2", "--", "--seed-env",
+                  "--no-seed-actions", tmp=tmp_path)
+    r = res.report
+    assert res.code == 1 and r is not None, res.stdout + res.stderr
+    assert r["cause"] == "rng", r["cause_detail"]
+    assert r["cause_location"] == {"file": str(SCRIPT), "line": line_of("= envs.step(actions)"),
+                                   "function": "main"}
+    assert r["cause_detail"].startswith("the action given to env.step() at ")
+    assert "before step 1" in r["cause_detail"] and "action_space.seed(" in r["cause_detail"]
