@@ -24,7 +24,9 @@ the script made it, digests of the observation it returned and of the action it 
 (``step`` calls), and the optimizer steps done by then. The parent compares them between the
 runs (:func:`repro_check.compare.cause.env_call_differs`): the first call whose observation
 differs for the same action is where the environment's own randomness entered, however many
-calls before the first step it was made (an ``envs.reset()`` before the loop).
+calls before the first step it was made (an ``envs.reset()`` before the loop); a call given
+another action while every observation before it agreed is where what chooses the actions
+parted (an action space sampled without a seed).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def observation_fingerprint(obs: Any) -> str:
 class EnvCalls(ImportHooks):
     """The hooks of one run; ``recorder.probe`` (a StepProbe or None) decides what is recorded."""
 
-    failure = "environment calls of {name} are not named by diagnose"
+    failure = "environment calls of {name} are not named by a check or diagnose"
     feature = "env_hooks"
 
     def __init__(self, recorder: Any) -> None:
