@@ -8,6 +8,7 @@ The moments are events the test observes, not delays: the handler showing in
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -129,6 +130,7 @@ def test_sigterm_as_soon_as_the_handler_shows_is_exit_130_and_one_line(argv: lis
         deadline = time.monotonic() + 60
         while not _caught(proc.pid, signal.SIGTERM) and proc.poll() is None:
             assert time.monotonic() < deadline, "the handler never showed"
+            os.sched_yield()  # the starting process gets the core, and is watched as it goes
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
