@@ -100,6 +100,7 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
         generators={k: r.generators for k, r in seen.items()},
         divergence=(div.run, div.step) if div is not None and div.step is not None else None,
         loaders=seen[1].loaders if 1 in seen else None,
+        env_calls={k: r.env_calls for k, r in seen.items()},
     )
     report.cause_detail = why or None
     return report

@@ -15,10 +15,23 @@ code (:func:`repro_check.child.origin.is_library`). While the probe is armed eac
 with a fingerprint of its observation (``{"k": "env"}``); otherwise only the last call is kept,
 undigested, and recorded when the probe arms (the observation a step starts from was returned
 in the step before). A hook never changes what the call does or returns.
+
+Every run (a check's too) also sends its first :data:`RECORDED_CALLS` calls, and after them
+the first call made at each new place (an evaluation environment's reset after training; up to
+:data:`NEW_SITES` places), as
+``{"info": {"env": {"n", "call", "loc", "obs", "action", "step"}}}``: the call's number, where
+the script made it, digests of the observation it returned and of the action it was given
+(``step`` calls), and the optimizer steps done by then. The parent compares them between the
+runs (:func:`repro_check.compare.cause.env_call_differs`): the first call whose observation
+differs for the same action is where the environment's own randomness entered, however many
+calls before the first step it was made (an ``envs.reset()`` before the loop); a call given
+another action while every observation before it agreed is where what chooses the actions
+parted (an action space sampled without a seed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
@@ -29,6 +42,10 @@ from repro_check.child.metric_hooks import ImportHooks
 
 #: the methods wrapped on each environment class
 METHODS: tuple[str, ...] = ("reset", "step")
+#: the calls of a run sent for the check's comparison (the first ones: where entropy enters)
+RECORDED_CALLS = 256
+#: places in the code (a method called at a line) whose first call is sent after those
+NEW_SITES = 64
 #: module -> names of the environment base classes it defines
 MODULES: dict[str, tuple[str, ...]] = {
     "gymnasium.core": ("Env",),
@@ -69,7 +86,7 @@ def observation_fingerprint(obs: Any) -> str:
 class EnvCalls(ImportHooks):
     """The hooks of one run; ``recorder.probe`` (a StepProbe or None) decides what is recorded."""
 
-    failure = "environment calls of {name} are not named by diagnose"
+    failure = "environment calls of {name} are not named by a check or diagnose"
     feature = "env_hooks"
 
     def __init__(self, recorder: Any) -> None:
@@ -77,6 +94,13 @@ class EnvCalls(ImportHooks):
         self._depth = threading.local()
         #: the last call made while the probe was not armed: (method, location, observation)
         self.pending: tuple[str, dict[str, Any] | None, Any] | None = None
+        #: the outermost calls made so far
+        self.calls = 0
+        self._count = threading.Lock()
+        #: the places calls were made at: (method, the caller's code, its line)
+        self.sites: set[tuple[str, Any, int]] = set()
+        #: calls sent after the first RECORDED_CALLS (the first at a new place)
+        self.late = 0
 
     # ---- installing ----------------------------------------------------------------------
     def install(self) -> EnvCalls:
@@ -133,7 +157,9 @@ class EnvCalls(ImportHooks):
                 calls._depth.n = depth
             if depth == 0:
                 try:
-                    calls._returned(method, sys._getframe(1), result)
+                    action = (args[1] if len(args) > 1 else kwargs.get("action")) \
+                        if method == "step" else None
+                    calls._returned(method, sys._getframe(1), result, action)
                 except Exception:  # noqa: BLE001 - recording never breaks the environment
                     pass
             return result
@@ -142,10 +168,23 @@ class EnvCalls(ImportHooks):
         return hooked
 
     # ---- recording -----------------------------------------------------------------------
-    def _returned(self, method: str, frame: Any, result: Any) -> None:
+    def _returned(self, method: str, frame: Any, result: Any, action: Any = None) -> None:
+        site = (method, frame.f_code, frame.f_lineno)  # cheap: the line is found only if sent
+        with self._count:
+            self.calls += 1
+            n = self.calls
+            new_site = site not in self.sites
+            self.sites.add(site)  # places in the code: as many as the script has lines
+            send = n <= RECORDED_CALLS or (new_site and self.late < NEW_SITES)
+            if send and n > RECORDED_CALLS:
+                self.late += 1
+        probe = getattr(self.recorder, "probe", None)
+        if not send and probe is None:
+            return  # a check's run past its first calls, at a known place
         obs = result[0] if isinstance(result, tuple) and result else result
         where = _location(frame)
-        probe = getattr(self.recorder, "probe", None)
+        if send:
+            self._send(n, method, where, obs, action)
         if probe is None:
             return
         if probe.armed:
@@ -158,6 +197,17 @@ class EnvCalls(ImportHooks):
         pending, self.pending = self.pending, None
         if pending is not None:
             self._record(probe, *pending)
+
+    def _send(self, n: int, method: str, where: dict[str, Any] | None, obs: Any,
+              action: Any) -> None:
+        """One of the run's first calls, for the check's comparison of the runs."""
+        probe = getattr(self.recorder, "probe", None)
+        quiet = probe.quiet() if probe is not None else contextlib.nullcontext()
+        with quiet:  # the digests' own ops are not the step's
+            body = {"n": n, "call": method, "loc": where, "obs": observation_fingerprint(obs),
+                    "action": None if action is None else observation_fingerprint(action),
+                    "step": int(getattr(self.recorder, "step", 0) or 0)}
+        self.recorder.emit({"info": {"env": body}})
 
     def _record(self, probe: Any, method: str, where: dict[str, Any] | None, obs: Any) -> None:
         with probe.quiet():

@@ -233,8 +233,7 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     pins.attach(recorder)
     _flush_before_os_exit(recorder)
     metric_hooks.install(recorder)  # what the target logs to TensorBoard, Lightning, ...
-    if recorder.probe is not None:  # an RL environment's calls, for diagnose's step probe
-        env_hooks.install(recorder)
+    env_hooks.install(recorder)  # an RL environment's calls: the first ones, and the probe's
     overrides = watch.SeedingWatch(emit, done, config.seed).install()
     recorder.watchers.append(overrides.check)
     origin.SITES.install()

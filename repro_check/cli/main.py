@@ -2,10 +2,12 @@
 becomes its exit code and one line on stderr, so no traceback of repro-check's own ever reaches
 the user.
 
-Nothing heavy is imported at module level: :func:`console_main` first makes sure descriptors 0-2
-are open and that Ctrl-C, SIGTERM and SIGHUP end the process with one line and exit 130 while the
-rest of repro-check is still being imported (no run exists yet); the commands' own signal
-handling takes over from there.
+Nothing but :mod:`os`, :mod:`sys` and :mod:`signal` is imported before :func:`console_main`
+makes Ctrl-C, SIGTERM and SIGHUP end the process with one line and exit 130 (the package's
+``__init__`` loads nothing either), so the window in which such a signal still ends the process
+by itself is the interpreter's own start; the commands' own signal handling takes over from
+there, and the console script keeps the handlers until the interpreter exits, so a signal while
+it finishes is exit 130 and one line too.
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterable, Sequence
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+
+# `typing` itself is not imported before the signal handlers: type checkers treat a name
+# TYPE_CHECKING as theirs
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from types import FrameType
+    from typing import Any
+
     from repro_check.errors import ExitCode
 
 #: the exit status of an interrupted command (``ExitCode.INTERRUPTED``, without importing it)
@@ -29,17 +36,21 @@ _EARLY_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     # after the early signal handlers: a Ctrl-C while these load exits cleanly, ``--help`` stays cheap
     from repro_check.cli.commands import COMMANDS, check_command
-    from repro_check.errors import ExitCode
+    from repro_check.errors import ExitCode, ReproCheckError
     from repro_check.run import signals
 
-    argv = debug_flag(list(sys.argv[1:] if argv is None else argv))
-    if argv and argv[0] not in COMMANDS:
-        mistyped_command(argv[0], COMMANDS)
-    command = COMMANDS[argv.pop(0)] if argv and argv[0] in COMMANDS else check_command
     with signals.DeferredSignals() as guard:
         signals.ACTIVE.append(guard)
         try:
+            argv = debug_flag(list(sys.argv[1:] if argv is None else argv))
+            if argv and argv[0] not in COMMANDS:
+                mistyped_command(argv[0], COMMANDS)
+            command = COMMANDS[argv.pop(0)] if argv and argv[0] in COMMANDS else check_command
             code = command(argv)
+        except ReproCheckError:
+            if not guard.interrupted:
+                raise
+            code = ExitCode.INTERRUPTED  # the signal came first: what failed after it is moot
         finally:
             signals.ACTIVE.remove(guard)
     if guard.interrupted:
@@ -61,12 +72,25 @@ def debug_flag(argv: list[str]) -> list[str]:
 
 
 def _interrupted_early(signum: int, frame: FrameType | None) -> None:
-    """A signal while repro-check is still starting: nothing runs yet, nothing is half written."""
+    """A signal while repro-check is still starting (nothing runs yet, nothing is half written),
+    or once the command is done and the interpreter exits (what it printed is flushed first)."""
+    _flush_output()
     try:
         os.write(2, b"repro-check: interrupted\n")
     except OSError:
         pass
     os._exit(_INTERRUPTED)
+
+
+def _flush_output() -> None:
+    """What the command printed, out before the process leaves (best effort: the signal may have
+    come in the middle of a write to the same stream)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError, RuntimeError):  # closed, or a reentrant write
+            pass
 
 
 def _early_signals() -> dict[int, Any]:
@@ -121,7 +145,12 @@ def mistyped_command(word: str, commands: Iterable[str]) -> None:
 
 def console_main(argv: Sequence[str] | None = None) -> int:
     """The console script: exit codes at the edge, one line for every error of ours. Under
-    GitHub Actions nothing printed can act as a workflow command but repro-check's own."""
+    GitHub Actions nothing printed can act as a workflow command but repro-check's own.
+
+    Without ``argv`` this is the process's own command line (the console script, ``python -m
+    repro_check``), which ends when it returns: Ctrl-C, SIGTERM and SIGHUP stay exit 130 and one
+    line until the interpreter is gone, instead of going back to ending the process by
+    themselves. Called with ``argv`` (in-process), the caller's handlers are put back."""
     previous = _early_signals()
     try:
         # after the early signal handlers: a Ctrl-C while these load exits cleanly, ``--help`` stays cheap
@@ -144,7 +173,8 @@ def console_main(argv: Sequence[str] | None = None) -> int:
         finally:
             sys.stdout, sys.stderr = saved
     finally:
-        for sig, old in previous.items():
+        _flush_output()
+        for sig, old in previous.items() if argv is not None else ():
             if signal.getsignal(sig) == _interrupted_early:
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)
 

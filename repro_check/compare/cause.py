@@ -22,6 +22,10 @@ Rules, applied in this order:
     Also a divergence at a step by which a generator the script made itself (``torch.Generator``,
     ``np.random.default_rng``, ``random.Random``), seeded differently in each run, had been drawn
     from: no global stream records it, and where the script made it is named.
+    Also an RL environment (gymnasium) whose observation differs between the runs for the same
+    action, in a call made before the divergent step (an ``envs.reset()`` without a seed before
+    the loop, however many calls before the first step): the environment seeded itself from OS
+    entropy, and that call is named, with its line (:func:`env_call_differs`).
 ``init``
     the first difference is the parameters going into step 1 (``init``), the RNG states
     agreeing: the model was initialised from a different random state in each run, typically
@@ -379,6 +383,78 @@ def loader_at(records: Sequence[Mapping[str, Any]], step: int) -> Mapping[str, A
     return current
 
 
+# ---- RL environments ----------------------------------------------------------------------
+
+#: environment calls kept per run (the child sends its first 256, then the first at each new
+#: place, up to 64)
+MAX_ENV_RECORDS = 320
+
+
+def env_record(body: Any) -> dict[str, Any] | None:
+    """An environment call's record from a run (untrusted), checked and cut to what is used;
+    None when it is malformed (see :mod:`repro_check.child.env_hooks`)."""
+    if not isinstance(body, dict):
+        return None
+    n, step, call = body.get("n"), body.get("step"), body.get("call")
+    if not isinstance(n, int) or isinstance(n, bool) or not isinstance(step, int) \
+            or isinstance(step, bool) or call not in ("reset", "step") \
+            or not isinstance(body.get("obs"), str):
+        return None
+    action = body.get("action")
+    return {"n": n, "call": call, "step": step, "obs": body["obs"][:64],
+            "action": action[:64] if isinstance(action, str) else None,
+            "location": _location(body.get("loc"))}
+
+
+@dataclass
+class EnvCallSource:
+    """The first environment call whose observation differs between two runs."""
+
+    detail: str
+    location: Location | None
+    #: ``reset`` or ``step``
+    call: str = "reset"
+
+
+def env_call_differs(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]],
+                     before_step: int | None) -> EnvCallSource | None:
+    """The first call (run 1's records ``a``, the other run's ``b``, matched by number) that
+    returned a different observation for the same action, or was given another action while
+    every observation before it agreed, made before step ``before_step`` (None: any), while the
+    training still agreed: the environment's own entropy, or an action chosen by something that
+    is not reproducible (an action space sampled unseeded). None when the calls agree up to
+    that step or up to the end of what was sent."""
+    by_n = {r["n"]: r for r in b}
+    for rec in sorted(a, key=lambda r: r["n"]):
+        if before_step is not None and rec["step"] >= before_step:
+            return None
+        other = by_n.get(rec["n"])
+        if other is None or other["call"] != rec["call"]:
+            return None  # the runs made other calls: no longer comparable
+        loc = Location.of(rec.get("location"))
+        at = f" at {loc.site}" if loc is not None else ""
+        when = (f"before step {rec['step'] + 1}" if rec["step"] == 0
+                else f"after step {rec['step']}")
+        if other.get("action") != rec.get("action"):
+            detail = (f"the action given to env.{rec['call']}(){at} differs between the runs "
+                      f"(the environment's call {rec['n']}, {when}) while every observation "
+                      "before it agreed: what chose it is not reproducible, such as an action "
+                      "space sampled without a seed (seed it: env.action_space.seed(...); a "
+                      "vector environment: envs.single_action_space.seed(...)), or a forward "
+                      "pass that is not deterministic")
+            return EnvCallSource(detail, loc, rec["call"])
+        if other["obs"] == rec["obs"]:
+            continue
+        given = " for the same action" if rec["call"] == "step" else ""
+        detail = (f"the observation returned by env.{rec['call']}(){at} differs between the "
+                  f"runs{given} (the environment's call {rec['n']}, {when}): the environment "
+                  "seeds itself from OS entropy when reset() gets no seed; pass "
+                  "env.reset(seed=...) (a vector environment: envs.reset(seed=...)) and seed "
+                  "env.action_space (env.action_space.seed(...))")
+        return EnvCallSource(detail, loc, rec["call"])
+    return None
+
+
 def init_detail(models: Sequence[Mapping[str, Any]] | None,
                 seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None) -> str:
     """The ``init`` explanation, with where the models were built and, when the script seeded
@@ -412,6 +488,7 @@ def classify(
     generators: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
     divergence: tuple[int, int] | None = None,
     loaders: Sequence[Mapping[str, Any]] | None = None,
+    env_calls: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
 ) -> tuple[Cause | None, str, Location | None]:
     """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules.
 
@@ -420,7 +497,9 @@ def classify(
     ``where``, ``order``), for the ``init`` explanation; ``generators``: each run's private
     generator records, and ``divergence`` the ``(run, step)`` of the first divergence, for a
     generator the script made (``location``: where it was made); ``loaders``: run 1's
-    DataLoader records, for a ``data`` cause (``location``: where the loader was made)."""
+    DataLoader records, for a ``data`` cause (``location``: where the loader was made);
+    ``env_calls``: each run's first RL environment calls (``location``: the call whose
+    observation differs first)."""
     if failed:
         return None, "", None
     if reproducible:
@@ -443,6 +522,12 @@ def classify(
         if found is not None:
             return "rng", f"{EXPLANATION['generator']}: {found.detail}", found.location
     cause = from_signal(divergent_signal, uses_dataloader)
+    if env_calls and cause in ("compute", "data", "metrics"):
+        run = divergence[0] if divergence is not None else 2
+        env = env_call_differs(env_calls.get(1, ()), env_calls.get(run, ()),
+                               divergence[1] if divergence is not None else None)
+        if env is not None:
+            return "rng", env.detail, env.location
     why = EXPLANATION[cause]
     if cause == "rng":
         stream = divergent_signal.split(".", 1)[-1] if divergent_signal else None

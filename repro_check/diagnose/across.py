@@ -30,7 +30,7 @@ from repro_check.child import environment
 from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.diagnose.diagnosis import Collector
-from repro_check.diagnose.localize import Localization, compare
+from repro_check.diagnose.localize import CodeSides, Localization, compare
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.contents import CompilePriceRow, MetricPair, PriceRow
 from repro_check.report.model import (
@@ -542,8 +542,12 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
         records_b = collector.probes.get((ib, 0), [])
         if plan.cells[0].value("device") != plan.cells[pair.cell - 1].value("device"):
             records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
-        loc = compare(step, records_a, records_b)
-        loc.detail = across_detail(loc, pair.a)
+        if plan.cells[0].value("rev") != plan.cells[pair.cell - 1].value("rev"):
+            # two revisions run different code: ops that differ are the change
+            loc = compare(step, records_a, records_b, code=CodeSides(pair.a, pair.b))
+        else:
+            loc = compare(step, records_a, records_b)
+            loc.detail = across_detail(loc, pair.a)
         compiled = plan.cells[0].value("compile") != plan.cells[pair.cell - 1].value("compile")
         if compiled and unmatched(loc):
             loc.found = False

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.child import seeding
-from repro_check.diagnose.localize import Localization, compare
+from repro_check.diagnose.localize import Localization, compare, env_call_before
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
 from repro_check.report.contents import AblationRow, FlaggedOp, Need, PairResult
@@ -238,6 +238,7 @@ THREADS_HINT = ("; yet the check's runs differed, and the thread count was not p
 def explain_localization(report: Report, part: DiagnosisPart, loc: Localization) -> None:
     """Put the localization into the report: a random op whose generator differs makes the
     cause ``rng``; nothing found with an unpinned thread count names threads."""
+    env_call_before(loc, report.results)
     if loc.cause == "rng" and report.cause_location is None:  # else the generator is named
         report.cause, report.cause_detail = "rng", loc.detail
         if loc.location:  # the env call, or where a value from outside torch entered

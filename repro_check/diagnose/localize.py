@@ -21,6 +21,12 @@ whose observation differs between the runs (see :mod:`repro_check.child.env_hook
 first module whose output (in forward) or whose output's gradient (in backward) differs is
 reported beside it.
 
+When the two sides run different code (``bisect``'s GOOD and its first commit that differs,
+``--across rev=``: :class:`CodeSides`), op sequences that part, an op that returns other bits
+for the same tensor inputs and an argument no earlier op produced are what a change of the
+code does: the cause is ``code`` and the detail says which side's code runs what, never that a
+value is not reproducible or that something should be seeded.
+
 Ops that only allocate (``empty``: its bytes are whatever the memory held) are never culprits.
 When the batch agreed (``batch_agreed``), neither are the ops that only deliver it: every op of
 the DataLoader's phase (with workers, receiving a batch, ``set_`` on shared memory, happens for
@@ -31,10 +37,12 @@ outside any module that only move data (``to``, ``copy_``, ``pin_memory``, ...).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from repro_check.compare.cause import env_call_differs
 from repro_check.report.contents import EnvCall, Localization
-from repro_check.trace.results import Location
+from repro_check.trace.results import Location, RunResult
 
 
 #: ops that draw from a random generator (ATen names without the namespace)
@@ -62,6 +70,36 @@ MOVING: frozenset[str] = frozenset({
     "_pin_memory", "is_pinned", "record_stream", "resize_", "detach", "alias", "lift_fresh",
     "lift_fresh_copy", "clone", "contiguous", "_has_same_storage_numel",
 })
+
+
+@dataclass(frozen=True)
+class CodeSides:
+    """The two record sets come from different code: ``reference``'s (``GOOD 1a2b3c4d5e6f``)
+    and ``changed``'s (``commit 7e8f9a0b1c2d``), as the detail names them."""
+
+    reference: str
+    changed: str
+
+
+#: what a value from outside torch that no environment call is known to have returned asks for
+SEED_ADVICE = (": seed what produced it (an environment: env.reset(seed=...) and "
+               "env.action_space.seed(...); numpy: a seeded np.random.default_rng(seed); "
+               "os.urandom and the like cannot be seeded: draw from a seeded generator instead)")
+
+
+def env_call_before(loc: Localization, results: Sequence[RunResult]) -> None:
+    """A value from outside torch that no environment call of the probed step returned, traced
+    to the first call, made before the step, whose observation differs between the first two
+    runs (their first calls: :func:`repro_check.compare.cause.env_call_differs`; an
+    ``envs.reset()`` before the loop, its observations reaching the step through a replay
+    buffer): named as ``env_call``, with why in place of the general advice."""
+    if loc.cause != "rng" or loc.inputs_agree is not False or loc.env_call is not None \
+            or len(results) < 2:
+        return
+    env = env_call_differs(results[0].env_calls, results[1].env_calls, loc.step)
+    if env is not None and env.location is not None:
+        loc.env_call = EnvCall(env.call, env.location)
+        loc.detail = loc.detail.removesuffix(SEED_ADVICE) + f"; {env.detail}"
 
 
 def base_name(op: str | None) -> str:
@@ -178,9 +216,11 @@ def _allocated(ops: list[dict[str, Any]]) -> set[str]:
 
 
 def compare(step: int, records_a: Iterable[dict[str, Any]],
-            records_b: Iterable[dict[str, Any]], batch_agreed: bool = False) -> Localization:
+            records_b: Iterable[dict[str, Any]], batch_agreed: bool = False,
+            code: CodeSides | None = None) -> Localization:
     """Find the first op (and module) whose result differs between the two runs' records;
-    ``batch_agreed``: the step's batch was the same in both runs."""
+    ``batch_agreed``: the step's batch was the same in both runs; ``code``: the two sides ran
+    different code (see the module docstring)."""
     records_a, records_b = list(records_a), list(records_b)
     ops_a, mods_a = split(records_a)
     ops_b, mods_b = split(records_b)
@@ -196,6 +236,15 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
         if (a.get("op"), a.get("m"), a.get("ph")) != (b.get("op"), b.get("m"), b.get("ph")):
             loc.found, loc.op_index, loc.cause = True, i, "compute"
             loc.phase, loc.module, loc.op = a.get("ph"), a.get("m"), a.get("op")
+            if code is not None:  # the changed side's op is the one its change brought
+                loc.phase, loc.module, loc.op = b.get("ph"), b.get("m"), b.get("op")
+                loc.cause = "code"
+                loc.detail = (f"{code.changed}'s code runs other ops from op {i} on: "
+                              f"{b.get('op')} in {_where(b.get('m'), b.get('ph'))}, where "
+                              f"{code.reference}'s code runs {a.get('op')} in "
+                              f"{_where(a.get('m'), a.get('ph'))}: the code changed, and it "
+                              "runs other ops")
+                return loc
             loc.detail = (f"the runs ran different code from op {i} on: {a.get('op')} in "
                           f"{_where(a.get('m'), a.get('ph'))} vs {b.get('op')} in "
                           f"{_where(b.get('m'), b.get('ph'))} (control flow on a value that is "
@@ -208,6 +257,10 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
             loc.inputs_agree = not loc.differing_inputs
             loc.cause = "compute"
             where = f"{_where(loc.module, loc.phase)}, {loc.phase}"
+            if code is not None:
+                changed_result(loc, code, where, entered(records_a, records_b, a,
+                                                         loc.differing_inputs))
+                return loc
             if loc.inputs_agree and base_name(loc.op) in RANDOM_OPS:
                 loc.cause = "rng"
                 loc.detail = (f"{loc.op} in {where} drew different numbers for the same inputs: "
@@ -242,10 +295,7 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
                                    "no seed; pass env.reset(seed=...) and seed env.action_space "
                                    "(env.action_space.seed(...))")
                     return loc
-                loc.detail += (": seed what produced it (an environment: env.reset(seed=...) and "
-                               "env.action_space.seed(...); numpy: a seeded "
-                               "np.random.default_rng(seed); os.urandom and the like cannot be "
-                               "seeded: draw from a seeded generator instead)")
+                loc.detail += SEED_ADVICE
             return loc
     if len(ops_a) != len(ops_b):
         i = min(len(ops_a), len(ops_b))
@@ -255,7 +305,39 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
         loc.phase, loc.module, loc.op = rec.get("ph"), rec.get("m"), rec.get("op")
         loc.detail = (f"one run stopped after {i} ops, the other went on with {rec.get('op')} "
                       f"in {_where(rec.get('m'), rec.get('ph'))}")
+        if code is not None:
+            shorter, longer_side = ((code.changed, code.reference) if longer is ops_a
+                                    else (code.reference, code.changed))
+            loc.cause = "code"
+            loc.detail = (f"{longer_side}'s code runs more ops in step {step}: {shorter}'s "
+                          f"stops after {i}, {longer_side}'s goes on with {rec.get('op')} in "
+                          f"{_where(rec.get('m'), rec.get('ph'))} (the code changed)")
         return loc
     loc.detail = (f"all {len(ops_a)} recorded ops of step {step} agree in both replays"
                   if ops_a else f"no op of step {step} was recorded")
     return loc
+
+
+def changed_result(loc: Localization, code: CodeSides, where: str,
+                   made: dict[str, Any] | None) -> None:
+    """The detail of an op whose result differs between two sides that run different code."""
+    loc.cause = "code"
+    versus = f"in {code.changed}'s code than in {code.reference}'s"
+    if loc.inputs_agree and base_name(loc.op) in RANDOM_OPS:
+        loc.detail = (f"{loc.op} in {where} draws other numbers {versus} from the same inputs: "
+                      f"its generator is in another state there ({code.changed}'s code draws "
+                      "other random numbers before it, or seeds otherwise)")
+    elif loc.inputs_agree:
+        loc.detail = (f"{loc.op} in {where} returns other bits {versus} for the same tensor "
+                      f"inputs: {code.changed}'s code calls it otherwise (an argument that is "
+                      "not a tensor, such as a number, a dtype or an option) or under other "
+                      "settings")
+    else:
+        args = ", ".join(str(k) for k in loc.differing_inputs)
+        loc.detail = (f"{loc.op} in {where} gets another argument ({args}) {versus}, which no "
+                      f"earlier op produced: {code.changed}'s code passes another value (a "
+                      "constant, a Python or numpy number, data built outside torch)")
+        at = Location.of(made.get("loc")) if made is not None else None
+        if made is not None and at is not None:
+            loc.entered, loc.entered_by = at, str(made.get("fn"))
+            loc.detail += f"; it entered at {at.site} ({made.get('fn')})"

@@ -24,7 +24,7 @@ from typing import Any
 
 from repro_check.child.pin import RECORDS, rank_file
 from repro_check.compare.cause import EXPLANATION, from_signal, private_generator
-from repro_check.diagnose.localize import Localization
+from repro_check.diagnose.localize import Localization, env_call_before
 from repro_check.report.contents import Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.verdict import run_check
@@ -178,6 +178,7 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
                                                                  "updated")):
         loc = localize(step)
         if loc is not None and loc.found:
+            env_call_before(loc, report.results)
             src.culprit, src.culprit_op = loc.module, loc.op
             src.detail = loc.detail
             if loc.cause == "rng":  # a random op, or a value from outside torch: no op's fault

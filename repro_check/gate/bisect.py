@@ -24,7 +24,7 @@ from typing import Literal
 
 from repro_check.compare.drift import loss_drift
 from repro_check.diagnose.diagnosis import Collector
-from repro_check.diagnose.localize import compare
+from repro_check.diagnose.localize import CodeSides, compare
 from repro_check.errors import TargetNotFound, TraceFileError, UsageError
 from repro_check.gate.record import record_golden
 from repro_check.gate.verify import prepare, verify_golden
@@ -253,7 +253,12 @@ def _localize(part: BisectPart, options: RunOptions, step: int,
     part.probe_runs = 2
     if outcome.interrupted or any(r.failed for r in outcome.results):
         return
-    loc = compare(step, collector.probes.get((1, 0), []), collector.probes.get((2, 0), []))
+    # GOOD and the commit run different code: ops that differ are its change, not a value
+    # that is not reproducible
+    first_bad = part.first_bad.sha[:12] if part.first_bad is not None else "BAD"
+    sides = CodeSides(f"GOOD {part.good.sha[:12]}", f"commit {first_bad}")
+    loc = compare(step, collector.probes.get((1, 0), []), collector.probes.get((2, 0), []),
+                  code=sides)
     part.localization = loc
     if loc.found:
         part.op, part.module = loc.op, loc.module

@@ -185,8 +185,9 @@ class Localization(JsonRecord):
     ops_compared: int = 0
     detail: str = ""
     #: ``"rng"`` when a random op drew different numbers from the same inputs, or a value from
-    #: outside the recorded ops differs; else ``"compute"``
-    cause: Literal["rng", "compute"] | None = None
+    #: outside the recorded ops differs; ``"code"`` when the two sides run different code
+    #: (bisect's GOOD and first commit that differs) and that is what differs; else ``"compute"``
+    cause: Literal["rng", "compute", "code"] | None = None
     #: where a differing value from outside torch entered
     entered: Location | None = None
     #: the function that made it a tensor (``torch.as_tensor``)

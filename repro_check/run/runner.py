@@ -231,6 +231,10 @@ def apply_event(res: RunResult | RankResult, ev: Record) -> bool:
         rec = cause.loader_record(ev.info["loader"])
         if rec is not None and len(res.loaders) < cause.MAX_GENERATOR_RECORDS:
             res.loaders.append(rec)
+    elif isinstance(ev, InfoRecord) and "env" in ev.info:
+        rec = cause.env_record(ev.info["env"])
+        if rec is not None and len(res.env_calls) < cause.MAX_ENV_RECORDS:
+            res.env_calls.append(rec)
     elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("draw"), dict):
         drawn = ev.info["draw"]
         entry = (str(drawn.get("stream")), drawn.get("worker") is True)

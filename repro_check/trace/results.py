@@ -118,6 +118,9 @@ class RunResult:
     #: the DataLoaders the target made and the epochs they started
     #: (:func:`repro_check.compare.cause.loader_record`)
     loaders: list[dict[str, Any]] = field(default_factory=list)
+    #: the first calls of an RL environment's reset and step the target made
+    #: (:func:`repro_check.compare.cause.env_record`)
+    env_calls: list[dict[str, Any]] = field(default_factory=list)
     #: the global random streams its DataLoader fetches drew from (``--across workers=``,
     #: ``start=``): (stream, whether in a worker), once each, as the run noted them
     draws: list[tuple[str, bool]] = field(default_factory=list)
@@ -324,6 +327,7 @@ class RankResult(JsonRecord):
     models: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
     generators: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
     loaders: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    env_calls: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
     #: as for a run (:class:`~repro_check.run.runner.RunResult`)
     held_metrics: list[str] = json_field(default_factory=list, skip=True)
     incomplete: list[str] = json_field(default_factory=list, skip=True)

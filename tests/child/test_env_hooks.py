@@ -70,3 +70,47 @@ def test_env_calls_are_recorded_where_the_script_made_them_during_the_probed_ste
     assert not getattr(Tiny.reset, "__repro_check_hook__", False)
     assert not getattr(gym.Wrapper.step, "__repro_check_hook__", False)
     assert "__init_subclass__" not in gym.Env.__dict__
+
+
+def test_a_runs_first_calls_are_sent_for_the_check_without_a_probe(
+        gym: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside any probe (a check's run): each of the first RECORDED_CALLS outermost calls is
+    sent with its number, line, the digests of its observation and action, and the steps done;
+    after them only the first call at a new place (an evaluation's reset), up to NEW_SITES."""
+    monkeypatch.setattr(env_hooks, "RECORDED_CALLS", 3)
+    monkeypatch.setattr(env_hooks, "NEW_SITES", 1)
+    records: list[dict[str, Any]] = []
+    recorder = SimpleNamespace(probe=None, emit=records.append, step=0)
+    hooks = env_hooks.install(recorder)
+    try:
+        class Walk(gym.Env):
+            observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+                super().reset(seed=seed)
+                return self.np_random.random(2).astype(np.float32), {}
+
+            def step(self, action: int) -> Any:
+                return self.np_random.random(2).astype(np.float32), 0.0, False, False, {}
+
+        envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(Walk(), 50)])
+        line = sys._getframe().f_lineno + 1
+        first, _ = envs.reset(seed=1)
+        recorder.step = 2
+        for k in range(4):  # calls 2-5 at one place: the first two sent, as calls 2 and 3
+            envs.step(np.array([k % 2]))
+        evaluation = gym.wrappers.TimeLimit(Walk(), 5)
+        eval_line = sys._getframe().f_lineno + 1
+        evaluation.reset()  # call 6, at a new place: sent
+        evaluation.reset()  # call 7, another new place, past NEW_SITES: not sent
+    finally:
+        hooks.uninstall()
+    sent = [r["info"]["env"] for r in records if "env" in r.get("info", {})]
+    assert [(s["n"], s["call"], s["step"]) for s in sent] == [(1, "reset", 0), (2, "step", 2),
+                                                               (3, "step", 2), (6, "reset", 2)]
+    assert sent[0]["loc"]["line"] == line and sent[0]["action"] is None
+    assert sent[3]["loc"]["line"] == eval_line
+    assert sent[0]["obs"] == arg_fingerprint(torch.as_tensor(first))
+    assert sent[1]["action"] == arg_fingerprint(torch.as_tensor(np.array([0])))
+    assert sent[1]["action"] != sent[2]["action"]

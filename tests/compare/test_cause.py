@@ -217,3 +217,63 @@ def test_a_reseed_that_differs_during_the_divergent_step_is_the_cause() -> None:
         recs[0]["component"] = "numpy"
     got, why, where = _why("batch", worker, step=2)
     assert got == "rng" and "DataLoader's workers" in why and where is not None and where.line == 7
+
+
+# ---- RL environments: the first call whose observation differs ----------------------------
+
+def env(n: int, call: str, obs: str, step: int = 0, action: str | None = None,
+        line: int = 40) -> dict[str, Any]:
+    """An environment call's record as a run sends it (checked by cause.env_record)."""
+    rec = cause.env_record({"n": n, "call": call, "obs": obs, "action": action, "step": step,
+                            "loc": {"file": "dqn.py", "line": line, "function": "main"}})
+    assert rec is not None
+    return rec
+
+
+def test_an_unseeded_reset_before_the_loop_is_the_cause_not_the_computation() -> None:
+    """envs.reset() at line 40, then 30 steps with the same actions before step 1: the loss
+    differs at step 1 (compute), but the reset's observation differed first."""
+    def run(first: str) -> list[dict[str, Any]]:
+        return [env(1, "reset", first)] + [env(n, "step", f"{first}{n}", action=f"a{n}",
+                                               line=50) for n in range(2, 32)]
+
+    got = cause.classify(reproducible=False, failed=False, divergent_signal="loss",
+                         environments=[], uses_dataloader=False,
+                         env_calls={1: run("x"), 2: run("y")}, divergence=(2, 1))
+    assert got[0] == "rng" and got[2] == Location("dqn.py", 40, "main")
+    assert "env.reset() at dqn.py:40 differs between the runs (the environment's call 1, " \
+        "before step 1)" in got[1]
+    assert "envs.reset(seed=...)" in got[1]
+    # the same observations: the computation it is
+    same = cause.classify(reproducible=False, failed=False, divergent_signal="loss",
+                          environments=[], uses_dataloader=False,
+                          env_calls={1: run("x"), 2: run("x")}, divergence=(2, 1))
+    assert same[0] == "compute" and same[2] is None
+
+
+def test_an_observation_that_follows_another_action_or_the_divergence_is_no_source() -> None:
+    """A step given another action while every observation agreed is where it parted (what
+    chose the action), not the observation that follows from it; a call made at or after the
+    divergent step is too late."""
+    a = [env(1, "reset", "r"), env(2, "step", "s1", action="left", step=0),
+         env(3, "step", "s2", action="left", step=3)]
+    other_action = [env(1, "reset", "r"), env(2, "step", "t1", action="right", step=0)]
+    chosen = cause.env_call_differs(a, other_action, before_step=1)
+    assert chosen is not None and chosen.call == "step"
+    assert chosen.detail.startswith("the action given to env.step() at dqn.py:40 differs "
+                                    "between the runs (the environment's call 2, before step 1)")
+    assert "action_space.seed(" in chosen.detail and "observation returned" not in chosen.detail
+    late = [env(1, "reset", "r"), env(2, "step", "s1", action="left"),
+            env(3, "step", "t2", action="left", step=3)]
+    assert cause.env_call_differs(a, late, before_step=3) is None
+    found = cause.env_call_differs(a, late, before_step=4)
+    assert found is not None and found.call == "step" and "after step 3" in found.detail
+    assert "for the same action" in found.detail
+
+
+@pytest.mark.parametrize("body", [None, [], {"n": "1", "call": "reset", "obs": "x", "step": 0},
+                                  {"n": 1, "call": "render", "obs": "x", "step": 0},
+                                  {"n": 1, "call": "reset", "obs": 3, "step": 0},
+                                  {"n": True, "call": "reset", "obs": "x", "step": 0}])
+def test_a_malformed_environment_record_from_a_run_is_dropped(body: Any) -> None:
+    assert cause.env_record(body) is None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro_check.diagnose.localize import compare
+import pytest
+
+from repro_check.diagnose.localize import CodeSides, compare
 from repro_check.report.contents import EnvCall
 from repro_check.trace.results import Location
 
@@ -155,3 +157,53 @@ def test_ops_that_deliver_an_agreeing_batch_are_never_the_culprit() -> None:
     assert loc.inputs_agree is False
     # without knowing the batch agreed, the transfer is what differs first
     assert compare(3, a, b).op == "aten::set_"
+
+
+# ---- two sides that run different code (bisect's GOOD and its first commit that differs) ----
+
+CODE = CodeSides("GOOD 1111aaaa2222", "commit 3333bbbb4444")
+
+
+def test_other_ops_at_the_commit_are_its_code_not_a_value_that_is_not_reproducible() -> None:
+    """The commit inserts a relu: the op sequences part at op 1, which is what the commit's code
+    does; the op named is the commit's."""
+    good = [op("aten::addmm", ["b", "x", "w"], ["h"], "Net.fc"),
+            op("aten::mul", ["h", "2"], ["y"], "Net")]
+    bad = [op("aten::addmm", ["b", "x", "w"], ["h"], "Net.fc"),
+           op("aten::relu", ["h"], ["r"], "Net"), op("aten::mul", ["r", "2"], ["y2"], "Net")]
+    loc = compare(1, good, bad, code=CODE)
+    assert loc.found and loc.cause == "code" and loc.op_index == 1
+    assert (loc.op, loc.module) == ("aten::relu", "Net")
+    assert loc.detail.startswith("commit 3333bbbb4444's code runs other ops from op 1 on: "
+                                 "aten::relu in module 'Net', where GOOD 1111aaaa2222's code "
+                                 "runs aten::mul")
+    assert "control flow" not in loc.detail
+    # the same records from two runs of one code: still control flow on a value
+    same = compare(1, good, bad)
+    assert same.cause == "compute"
+    assert "control flow on a value that is not reproducible" in same.detail
+
+
+def test_a_commit_that_runs_fewer_ops_is_named_as_the_code_that_changed() -> None:
+    good = [op("aten::addmm", ["b", "x", "w"], ["h"]), op("aten::relu", ["h"], ["r"])]
+    loc = compare(2, good, good[:1], code=CODE)
+    assert loc.cause == "code" and loc.op == "aten::relu" and loc.op_index == 1
+    assert "GOOD 1111aaaa2222's code runs more ops in step 2: commit 3333bbbb4444's stops " \
+        "after 1" in loc.detail
+
+
+@pytest.mark.parametrize(("name", "good_in", "bad_in", "said"), [
+    ("aten::mul", ["h", "1.0"], ["h", "1.001"], "gets another argument (1)"),
+    ("aten::index_add", ["x", "i", "s"], ["x", "i", "s"], "returns other bits"),
+    ("aten::bernoulli_", ["x", "0.5"], ["x", "0.5"], "draws other numbers"),
+], ids=["argument", "same-inputs", "random"])
+def test_an_op_that_differs_at_the_commit_is_its_code_with_no_seeding_advice(
+        name: str, good_in: list[str], bad_in: list[str], said: str) -> None:
+    """bisect's scale 1.0 -> 1.001: not 'a value from outside ... seed what produced it', nor
+    'the op is not deterministic'."""
+    loc = compare(1, [op(name, good_in, ["y1"], "Net")], [op(name, bad_in, ["y2"], "Net")],
+                  code=CODE)
+    assert loc.found and loc.cause == "code" and loc.op == name
+    assert said in loc.detail and "commit 3333bbbb4444's code" in loc.detail, loc.detail
+    for wrong in ("seed what", "reset(seed", "not deterministic", "not reproducible", "entropy"):
+        assert wrong not in loc.detail, loc.detail

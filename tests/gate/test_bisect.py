@@ -71,6 +71,11 @@ def test_bisect_names_the_fourth_commit_its_step_signal_and_op(found: tuple[CliR
     assert b["first_bad"]["date"] and b["first_bad"]["author"] == "Ada"
     assert (b["step"], b["signal"]) == (1, "loss")
     assert b["op"] == "aten::mul" and b["module"] == "Net"
+    # the commit's code passes another number: said of its code, with no seeding advice
+    loc = b["localization"]
+    assert loc["cause"] == "code" and loc["differing_inputs"] == [1], loc
+    assert f"commit {shas[3][:12]}'s code passes another value" in loc["detail"], loc
+    assert "seed what" not in loc["detail"] and "entropy" not in loc["detail"], loc
     assert b["drift"]["max_abs"] > 0
     tested = {t["sha"]: t["verdict"] for t in b["tested"]}
     assert tested[shas[3]] == "bad" and all(v in ("good", "bad", "skip") for v in tested.values())
@@ -278,3 +283,27 @@ def test_the_api_raises_usage_errors_before_any_run(repo: tuple[Path, list[str]]
     with pytest.raises(UsageError, match="unknown git revision 'nope'"):
         repro_check.bisect("nope", "HEAD", "model.py:main")
     assert state(root) == before
+
+
+@pytest.mark.slow
+def test_a_commit_that_runs_other_ops_is_said_to_by_its_localization(tmp_path: Path) -> None:
+    """The commit scales the output by a tensor it builds (``torch.full(...).relu()``) instead
+    of a number: the two probe runs part at op N, which is what the commit's code does, not
+    control flow on a value that is not reproducible."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "one: the model", {"model.py": light_script()})
+    bad = commit(root, "two: a tensor scale",
+                 {"model.py": light_script("torch.full((), 1.001).relu()")})
+    res = run_cli("bisect", "HEAD~1", "HEAD", "model.py:main", "--max-steps", "1",
+                  tmp=tmp_path / "run", cwd=root)
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None
+    b = res.report["bisect"]
+    assert b["first_bad"]["sha"] == bad and b["step"] == 1
+    loc = b["localization"]
+    assert loc["found"] and loc["cause"] == "code", loc
+    assert loc["detail"].startswith(f"commit {bad[:12]}'s code runs other ops from op "
+                                    f"{loc['op_index']} on: {loc['op']} in "), loc
+    assert "control flow" not in loc["detail"] and "not reproducible" not in loc["detail"], loc

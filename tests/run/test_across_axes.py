@@ -178,6 +178,10 @@ def test_rev_compares_revisions_and_the_uncommitted_change(revs: tuple[CliResult
     work = pairs["rev=WORKTREE"]
     assert (work["first_divergent_step"], work["signal"]) == (1, "loss")
     assert (work["culprit_op"], work["culprit"]) == ("aten::mul", "Net")
+    # two revisions run different code: said of the working tree's code, no seeding advice
+    loc = work["localization"]
+    assert loc["cause"] == "code" and "rev=WORKTREE's code passes another value" in loc["detail"]
+    assert "seed what" not in loc["detail"], loc
     assert work["drift"] is not None
     assert across["revisions"]["HEAD~1"]["sha"] == shas[3]
     assert across["revisions"]["HEAD"]["subject"] == "five: a readme"
