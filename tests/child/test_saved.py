@@ -218,7 +218,15 @@ def test_the_attacker_round_other_ways_of_saving(
     savers = [(r.saver, r.path) for r in records(events)]
     assert savers == [("numpy.savetxt", "preds.txt"), ("torch.save", "direct.pt"),
                       ("torch.save", "packed.pt.gz")]
-    st = pytest.importorskip("safetensors.torch")
+
+
+@pytest.mark.frameworks
+def test_safetensors_in_memory_save_written_by_the_script(watched: tuple[Any, list[Any]]) -> None:
+    """safetensors' in-memory save whose bytes the script writes (``make test-frameworks``
+    installs safetensors)."""
+    import safetensors.torch as st
+
+    watch, events = watched
     events.clear()
     Path("bytes.safetensors").write_bytes(st.save({"w": torch.ones(2)}))
     assert [(r.saver, r.path, [t.key for t in r.tensors]) for r in records(events)] == [
