@@ -25,13 +25,14 @@ run; a hook never changes what the logging call does or returns.
 from __future__ import annotations
 
 import functools
+import os
 import importlib.abc
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from repro_check.child import metricset, patches
+from repro_check.child import metricset, origin, patches
 from repro_check.trace import values
 
 #: record(prefix, name, value): what every hook calls
@@ -151,8 +152,31 @@ def _mlflow(module: Any, sink: Sink) -> None:
     _after(sink, module, "log_metrics", many)
 
 
+def _json_files(module: Any, sink: Sink) -> None:
+    """Numbers the script's own code writes to a file with ``json.dump`` (``results.json``'s
+    ``eval_accuracy``: a final evaluation kept nowhere else), as ``json:FILE/KEY``; timing
+    figures among them are set aside as other metrics' are. Libraries' own JSON files
+    (configurations, a trainer's state) are not the script's results and are left out."""
+    def dumped(result: Any, *args: Any, **kwargs: Any) -> None:  # (obj, fp, ...)
+        frame = sys._getframe(2)  # the caller of the hooked json.dump
+        if frame is None or origin.is_library(frame.f_code.co_filename):
+            return
+        name = getattr(_arg(args, kwargs, 1, "fp"), "name", None)
+        if not isinstance(name, str):
+            return
+        obj = _arg(args, kwargs, 0, "obj")
+        base = os.path.basename(name)
+        if isinstance(obj, Mapping):
+            sink.record_all("json:", obj, f"{base}/")
+        else:
+            sink.record("json:", base, obj)
+
+    _after(sink, module, "dump", dumped)
+
+
 #: module -> the hook applied once it is imported (the module that defines what is patched)
 HOOKS: dict[str, Callable[[Any, Sink], None]] = {
+    "json": _json_files,
     "torch.utils.tensorboard.writer": _tensorboard,
     "lightning.pytorch": _lightning,
     "pytorch_lightning": _lightning,

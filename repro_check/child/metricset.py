@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 #: the prefixes of the logging libraries' metrics (``child.metric_hooks``)
-HOOK_PREFIXES = ("tb:", "lightning:", "hf:", "wandb:", "mlflow:")
+HOOK_PREFIXES = ("tb:", "lightning:", "hf:", "wandb:", "mlflow:", "json:")
 #: what a printed metric's name starts with (picked by repro-check, never by the run)
 PRINTED_PREFIX = "printed:"
 #: sources whose names the target chooses: returned values and ``repro_check.log_metric``

@@ -488,3 +488,31 @@ def test_a_metric_that_differs_while_every_step_agrees_is_said_apart() -> None:
     report = report_of([{"acc": values.encode(0.5)}, {"acc": values.encode(0.75)}])
     text = " ".join(summary_text(report).split())
     assert "All 3 steps agree: the training is reproducible. Only final metrics differ: acc." in text
+
+
+def test_numbers_the_script_writes_with_json_dump_are_metrics(tmp_path: Path) -> None:
+    """A final evaluation written only to ``results.json`` is compared (an accuracy that differs
+    while every step agrees is NOT REPRODUCIBLE); its timing figure is set aside, its date is
+    no number, and the seeded twin stays REPRODUCIBLE."""
+    planted = run_cli("metrics/json_results.py", "--", "--eval-from-entropy",
+                      tmp=tmp_path / "planted", cwd=tmp_path_copy(tmp_path, "planted"))
+    report: Any = planted.report
+    assert planted.code == 1 and report is not None, planted.stdout + planted.stderr
+    assert report["divergent_signal"] == "metric:json:results.json/eval.accuracy"
+    assert report["first_divergent_step"] is None and report["steps"] == [5, 5]
+    twin = run_cli("metrics/json_results.py", tmp=tmp_path / "twin",
+                   cwd=tmp_path_copy(tmp_path, "twin"))
+    report = twin.report
+    assert twin.code == 0 and report is not None, twin.stdout + twin.stderr
+    assert "json:results.json/eval.accuracy" in report["metrics"][0]
+    assert report["metrics_skipped"] == ["json:results.json/train_runtime"]
+
+
+def tmp_path_copy(tmp_path: Path, name: str) -> Path:
+    """A folder of its own with the fixture in it (the script writes results.json where it runs)."""
+    import shutil
+
+    folder = tmp_path / f"cwd-{name}" / "metrics"
+    folder.mkdir(parents=True)
+    shutil.copy(FIXTURES / "metrics" / "json_results.py", folder)
+    return folder.parent
