@@ -351,7 +351,23 @@ def _outcome_section(report: Report) -> list[str]:
             out.append(f'<p class="sub">judged by {_e(div.policy)}</p>')
     elif cmp is not None and report.error is None and not report.interrupted:
         out.append(f"<p>{_e(agreement(cmp, report.results))}</p>")
+    out += _control_section(report)
     return out
+
+
+def _control_section(report: Report) -> list[str]:
+    """The negative control: what was planted where and where it was seen, or, UNVERIFIED,
+    what the check could not see."""
+    ctl = report.control
+    if ctl is None:
+        return []
+    if ctl.status == "not seen":
+        planted = f" Planted: {ctl.planted.text}." if ctl.planted is not None else ""
+        return [f'<p id="control"><b>Control: not seen.</b>{_e(planted)} {_e(ctl.detail)}. '
+                "The verdict is UNVERIFIED: the runs agree, but the check could not have seen "
+                "them differ.</p>"]
+    return [f'<p id="control" class="sub"><b>Control:</b> '
+            f'{_e(ctl.summary.removeprefix("negative control: "))}</p>']
 
 
 def _where(loc: Location | None) -> str:

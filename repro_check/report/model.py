@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from repro_check.trace import values
+from repro_check.compare.control import ControlResult
 from repro_check.compare.drift import Drift
 from repro_check.compare.resume import NotRestored
 from repro_check.compare.steps import ComparisonResult, Divergence, Policy
@@ -392,6 +393,9 @@ class ReportCore(JsonRecord):
     warnings: list[str]
     cause_detail: str | None
     cause_location: Location | None
+    #: the verdict in one word: ``reproducible``, ``not reproducible``, ``unverified``, ...
+    #: (:attr:`Report.verdict`)
+    verdict: str
 
 
 @dataclass
@@ -533,6 +537,9 @@ class Report:
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
+    #: the negative control behind an agreeing verdict (:mod:`repro_check.compare.control`):
+    #: None when the runs did not agree (nothing to stand behind)
+    control: ControlResult | None = None
 
     @property
     def labels(self) -> list[str]:
@@ -574,7 +581,9 @@ class Report:
         return out
 
     @property
-    def reproducible(self) -> bool:
+    def agrees(self) -> bool:
+        """The runs (or the run and the golden, or the resume) agree: what the negative control
+        then stands behind."""
         return (
             self.error is None
             and not self.interrupted
@@ -582,6 +591,16 @@ class Report:
             and self.comparison.reproducible
             and not self.incomplete
         )
+
+    @property
+    def unverified(self) -> bool:
+        """The runs agree, but the change planted on purpose in the control run was not seen:
+        the check could not have seen a difference there, so it claims nothing."""
+        return self.agrees and self.control is not None and not self.control.verified
+
+    @property
+    def reproducible(self) -> bool:
+        return self.agrees and not self.unverified
 
     @property
     def first_divergent_step(self) -> int | None:
@@ -612,6 +631,8 @@ class Report:
         if mode == "record":
             return Verdict("RECORDED", "recorded", "good") if self.recorded \
                 else Verdict("NOT RECORDED", "not recorded", "bad")
+        if self.unverified:
+            return Verdict("UNVERIFIED", "unverified", "warn")
         if self.resume is not None:
             if self.reproducible:
                 return Verdict("RESUMES EXACTLY", "resumes exactly", "good")
@@ -676,6 +697,7 @@ class Report:
             warnings=self.warnings,
             cause_detail=self.cause_detail,
             cause_location=self.cause_location,
+            verdict=self.verdict.word,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -684,8 +706,10 @@ class Report:
                  self.bisect)
         resume = [] if self.resume is None else [
             {"resumes_exactly": self.reproducible}, self.resume.to_dict()]
+        control = [] if self.control is None else [{"control": self.control.to_dict()}]
         return merge([self.core().to_dict(),
-                      *(part.to_dict() for part in parts if part is not None), *resume])
+                      *(part.to_dict() for part in parts if part is not None), *resume,
+                      *control])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"

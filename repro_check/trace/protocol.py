@@ -121,6 +121,34 @@ class ResumeSettings:
                    checkpoint=_optional_str(data, "checkpoint"), lock=_optional_str(data, "lock"))
 
 
+#: where a control run plants its change (:mod:`repro_check.child.control`)
+CONTROL_PLACES = ("step", "forward")
+
+
+@dataclass(frozen=True)
+class ControlSettings:
+    """What the negative control's run is told (:mod:`repro_check.child.control`): plant a
+    1-ulp change ``where``: ``"step"``, in one element of a tensor step ``step`` trained, right
+    after that step is recorded; ``"forward"`` (the runs recorded no step), in a parameter of the
+    first module called, before its forward, or, when no module is called, in final metric
+    ``metric`` as reported."""
+
+    where: str = "step"
+    step: int = 1
+    metric: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ControlSettings:
+        if not isinstance(data, dict) or data.get("where") not in CONTROL_PLACES:
+            raise ProtocolError("the run configuration's 'control' names no place to plant")
+        step = _optional_int(data, "step")
+        return cls(where=data["where"], step=1 if step is None else step,
+                   metric=_optional_str(data, "metric"))
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run's process is told: what to run, how to seed it, what to record.
@@ -157,6 +185,8 @@ class RunConfig:
     num_workers: int | None = None
     start_method: str | None = None
     compile: bool | None = None
+    #: the negative control's run: where it plants a 1-ulp change (None: a plain run)
+    control: ControlSettings | None = None
     #: the trace format the parent reads
     version: int = VERSION
 
@@ -195,6 +225,7 @@ class RunConfig:
             "num_workers": self.num_workers,
             "start_method": self.start_method,
             "compile": self.compile,
+            "control": self.control.to_dict() if self.control is not None else None,
         })
 
     @classmethod
@@ -242,6 +273,8 @@ class RunConfig:
             num_workers=_optional_int(data, "num_workers"),
             start_method=_optional_str(data, "start_method"),
             compile=_optional_bool(data, "compile"),
+            control=ControlSettings.from_dict(data["control"])
+            if data.get("control") is not None else None,
             version=data["version"],
         )
 
@@ -339,6 +372,12 @@ class InfoRecord(Record):
         """A resume's interrupted run: the checkpoint it took and copied, before it stopped
         (:mod:`repro_check.child.checkpoint`)."""
         value = self.info.get("checkpoint")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def control(self) -> dict[str, Any] | None:
+        """The negative control's run: what it planted where (:mod:`repro_check.child.control`)."""
+        value = self.info.get("control")
         return value if isinstance(value, dict) else None
 
     @property

@@ -1,0 +1,235 @@
+"""The negative control's plant, inside the one run of a check that is made to differ.
+
+Once the runs of a check agree, one more run is started like them, told
+(:class:`~repro_check.trace.protocol.ControlSettings`) to change one value by one unit in the
+last place: a check that cannot see that change cannot claim the runs are the same. Where:
+
+``step``
+    right after step ``step`` is recorded (its signals are taken by then), one element of a
+    tensor that step trained (:attr:`~repro_check.child.capture.Recorder.trained`): the first
+    one whose gradient is not zero there, at its first such element (a value the step's update
+    moved and the loss depends on); without gradients, the first floating element.
+``forward``
+    the runs recorded no step: before the first call of a module that holds floating
+    parameters, its first parameter's first element; when no such module is ever called, final
+    metric ``metric`` as reported.
+
+What was planted is reported once as ``{"info": {"control": {...}}}``: the tensor's name (a
+model's parameter by its qualified name when it can be found), dtype, shape, the element's
+index, the step after which it was planted, and the value before and after.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from repro_check.child import origin, patches
+from repro_check.trace import values
+from repro_check.trace.protocol import ControlSettings
+
+Emit = Callable[[dict[str, Any]], None]
+
+FEATURE = "control.forward"
+
+#: integer views of the float dtypes a change is planted in, by element size
+_INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def install(recorder: Any, emit: Emit, settings: ControlSettings | None) -> Plant | None:
+    """Arm the plant of a control run (None for any other run)."""
+    if settings is None:
+        return None
+    return Plant(recorder, emit, settings).install()
+
+
+class Plant:
+    """Plants the control's change once, where :class:`ControlSettings` says, and reports it."""
+
+    def __init__(self, recorder: Any, emit: Emit, settings: ControlSettings) -> None:
+        self.rec = recorder
+        self.emit = emit
+        self.settings = settings
+        self.done = False
+
+    def install(self) -> Plant:
+        if self.settings.where == "step":
+            self.rec.watchers.append(self.after_step)
+        else:
+            # torch on use: the run entry loads it before this
+            from torch.nn.modules.module import register_module_forward_pre_hook
+
+            patches.PATCHES.hook(FEATURE, "torch.nn.modules.module."
+                                 "register_module_forward_pre_hook",
+                                 register_module_forward_pre_hook, self.before_forward,
+                                 token=self)
+        return self
+
+    # ---- where the change goes -----------------------------------------------------------
+    def after_step(self) -> None:
+        """A step was recorded: at the control's step, plant in what it trained."""
+        if self.done or self.rec.step != self.settings.step:
+            return
+        self.done = True
+        trained = self.rec.trained
+        with self.rec.quiet():
+            picked = pick(list(trained()) if trained is not None else [])
+            if picked is None:
+                self._report({"planted": False, "step": self.rec.step,
+                              "why": f"step {self.rec.step} trained no floating tensor that "
+                                     "could be changed"})
+                return
+            name, tensor, index = picked
+            self._plant(tensor, index, _label(name, tensor), self.rec.step)
+
+    def before_forward(self, module: Any, args: Any) -> None:
+        """A module is about to run: before any step, plant in its first floating parameter."""
+        if self.done or self.rec.step > 0:
+            return
+        try:
+            params = [(n, p) for n, p in module.named_parameters()
+                      if p.is_floating_point() and p.numel()]
+        except Exception:  # noqa: BLE001 - a module whose parameters cannot be listed: the next
+            return
+        if not params:
+            return
+        self.done = True
+        name, tensor = params[0]
+        with self.rec.quiet():
+            self._plant(tensor, 0, f"{_module_name(module)}.{name}", 0)
+        patches.PATCHES.release(self)  # planted once: every later call goes untouched
+
+    def metrics(self) -> None:
+        """The run ends: with nothing planted yet (no module was called), plant in the final
+        metric the control names, as reported."""
+        if self.done or self.settings.where != "forward":
+            return
+        self.done = True
+        name = self.settings.metric
+        enc = self.rec.metrics.get(name) if name is not None else None
+        nudged = nudge_encoded(enc) if enc is not None else None
+        if name is None or enc is None or nudged is None:
+            self._report({"planted": False, "step": self.rec.step,
+                          "why": "no module with floating parameters was called and no final "
+                                 "metric could be changed"})
+            return
+        self.rec.metrics[name] = nudged
+        self._report({"planted": True, "tensor": f"metric:{name}", "dtype": enc.get("dtype"),
+                      "shape": [], "index": [], "step": self.rec.step, "where": "metric",
+                      "before": enc.get("value"), "after": nudged.get("value")})
+
+    # ---- the change itself ---------------------------------------------------------------
+    def _plant(self, tensor: Any, flat: int, name: str, step: int) -> None:
+        index = unravel(flat, tuple(tensor.shape))
+        before, after = nudge(tensor, index)
+        self._report({"planted": True, "tensor": name,
+                      "dtype": str(tensor.dtype).removeprefix("torch."),
+                      "shape": list(tensor.shape), "index": list(index), "step": step,
+                      "where": self.settings.where, "before": _plain(before),
+                      "after": _plain(after)})
+
+    def _report(self, body: dict[str, Any]) -> None:
+        self.emit({"info": {"control": body}})
+
+
+def pick(tensors: Iterable[tuple[str, Any]]) -> tuple[str, Any, int] | None:
+    """The tensor and flat element to change: the first floating tensor whose gradient is not
+    zero somewhere, at its first such element; else the first floating tensor, element 0."""
+    # torch on use: the run entry loads it before this
+    import torch
+
+    first: tuple[str, Any, int] | None = None
+    for name, t in tensors:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or not t.numel() \
+                or t.element_size() not in _INT_VIEW:
+            continue
+        if first is None:
+            first = (name, t, 0)
+        grad = t.grad
+        if grad is None or grad.layout is not torch.strided or grad.shape != t.shape:
+            continue
+        nonzero = grad.detach().reshape(-1) != 0
+        if bool(nonzero.any()):
+            return name, t, int(torch.argmax(nonzero.to(torch.uint8)))
+    return first
+
+
+def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The index of element ``flat`` (row-major) of a tensor of ``shape``."""
+    out: list[int] = []
+    for size in reversed(shape):
+        out.append(flat % size)
+        flat //= size
+    return tuple(reversed(out))
+
+
+def nudge(tensor: Any, index: tuple[int, ...]) -> tuple[float, float]:
+    """Move one element one unit in the last place away from zero (its bits as an integer, plus
+    one), in place, unseen by autograd; returns the value before and after."""
+    # torch on use: the run entry loads it before this
+    import torch
+
+    with torch.no_grad():
+        element = tensor.detach()[index] if index else tensor.detach()
+        before = float(element.item())
+        element.view(getattr(torch, _INT_VIEW[element.element_size()])).add_(1)
+        return before, float(element.item())
+
+
+def nudge_encoded(enc: dict[str, Any]) -> dict[str, Any] | None:
+    """A recorded value (:mod:`repro_check.trace.values`) one unit in the last place away from
+    zero (an integer one more, a bool flipped); None for a value that cannot be moved."""
+    dtype, bits = enc.get("dtype"), enc.get("bits")
+    if not isinstance(bits, str):
+        return None
+    try:
+        if dtype in ("float16", "bfloat16", "float32", "float64"):
+            width = len(bits) * 4
+            raw = (int(bits, 16) + 1) % (1 << width)
+            moved = dict(enc, bits=f"{raw:0{len(bits)}x}")
+            x = values.to_float(moved)
+            moved["value"] = "nan" if math.isnan(x) else ("inf" if x == math.inf else
+                                                          "-inf" if x == -math.inf else x)
+            return moved
+        if dtype == "int":
+            return values.encode_int(int(bits, 16) + 1)
+        if dtype == "bool":
+            return {"dtype": "bool", "bits": "0" if bits == "1" else "1", "value": bits != "1"}
+    except (ValueError, struct.error):
+        return None
+    return None
+
+
+def _label(name: str, tensor: Any) -> str:
+    """A trained tensor by a model's parameter name when a model built in the run holds it
+    (``Net.fc1.weight``), else as the step's signals name it (``0.1``: group 0, parameter 1)."""
+    try:
+        modules = list(origin.SITES.sites.keys())
+        inner = {id(m) for module in modules for m in module.modules() if m is not module}
+        for module in modules:
+            if id(module) in inner:
+                continue
+            for pname, p in module.named_parameters():
+                if p is tensor:
+                    return f"{_module_name(module)}.{pname}"
+    except Exception:  # noqa: BLE001 - a name is a nicety
+        pass
+    return name
+
+
+def _module_name(module: Any) -> str:
+    """A model by the name the script gave it where it was built (``model``), else its class."""
+    try:
+        return origin.assigned_name(origin.SITES.site(module)) or type(module).__name__
+    except Exception:  # noqa: BLE001 - a name is a nicety
+        return type(module).__name__
+
+
+def _plain(x: float) -> float | str:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
