@@ -17,12 +17,19 @@ last place: a check that cannot see that change cannot claim the runs are the sa
 What was planted is reported once as ``{"info": {"control": {...}}}``: the tensor's name (a
 model's parameter by its qualified name when it can be found), dtype, shape, the element's
 index, the step after which it was planted, and the value before and after.
+
+A resume's control (:func:`leave_out`) is a resumed run that leaves one restored state out on
+purpose: every call that would put back a random generator's state, or an optimizer's state,
+does nothing. Each call left out is reported once as ``{"info": {"control": {"left_out":
+...}}}``.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import struct
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -33,6 +40,14 @@ from repro_check.trace.protocol import ControlSettings
 Emit = Callable[[dict[str, Any]], None]
 
 FEATURE = "control.forward"
+LEAVE_OUT = "control.leave_out"
+
+#: the calls that put a random generator's state back: (module, attribute)
+RNG_RESTORES = (("torch", "set_rng_state"), ("torch.random", "set_rng_state"),
+                ("torch.cuda", "set_rng_state"), ("torch.cuda", "set_rng_state_all"),
+                ("torch.cuda.random", "set_rng_state"),
+                ("torch.cuda.random", "set_rng_state_all"), ("random", "setstate"),
+                ("numpy.random", "set_state"))
 
 #: integer views of the float dtypes a change is planted in, by element size
 _INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
@@ -43,6 +58,46 @@ def install(recorder: Any, emit: Emit, settings: ControlSettings | None) -> Plan
     if settings is None:
         return None
     return Plant(recorder, emit, settings).install()
+
+
+def leave_out(state: str | None, emit: Emit) -> object | None:
+    """A resume's control: make every call that restores ``state`` (``"rng"``: the global
+    generators of Python, NumPy, torch and CUDA; ``"optimizer"``: ``Optimizer.load_state_dict``)
+    do nothing in this run; returns the token the patches are held by (None: nothing left out)."""
+    if state is None:
+        return None
+    token = object()
+    told: set[str] = set()
+
+    def skipping(label: str) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def left_out(*args: Any, **kwargs: Any) -> None:
+                if label not in told:
+                    told.add(label)
+                    emit({"info": {"control": {"left_out": label}}})
+
+            return left_out
+
+        return make
+
+    if state == "optimizer":
+        # the run entry imported torch before this
+        from torch.optim.optimizer import Optimizer
+
+        patches.PATCHES.wrap(LEAVE_OUT, Optimizer, "load_state_dict",
+                             skipping("torch.optim.Optimizer.load_state_dict"), token=token)
+        return token
+    for module_name, name in RNG_RESTORES:
+        module = sys.modules.get(module_name)
+        if module is None and module_name == "numpy.random":
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+        if module is not None and callable(getattr(module, name, None)):
+            patches.PATCHES.wrap(LEAVE_OUT, module, name, skipping(f"{module_name}.{name}"),
+                                 token=token)
+    return token
 
 
 class Plant:

@@ -121,6 +121,7 @@ def main() -> int:
     from repro_check.child import control
 
     plant = control.install(recorder, emit, config.control)
+    control.leave_out(config.resume.leave_out if config.resume is not None else None, emit)
     if overrides_module.imposes(config):  # an --across environment's workers, start, compile
         overrides_module.install(config, lambda text: emit({"warning": text}))
     if overrides_module.loading(config):  # which global streams the data loading draws from

@@ -49,6 +49,8 @@ class Planted(JsonRecord):
         """``Net.fc1.weight[3, 0] (float32, shape [8, 4]) after step 1``."""
         if self.where == "metric":
             return f"final metric {self.tensor.removeprefix('metric:')} as reported"
+        if self.where == "resume":
+            return f"a resumed run that leaves out {self.tensor}"
         index = f"[{', '.join(map(str, self.index))}]" if self.index else ""
         shape = f"shape [{', '.join(map(str, self.shape))}]"
         when = f"after step {self.step}" if self.step else "before its module's first call"
@@ -84,6 +86,9 @@ class ControlResult(JsonRecord):
         what = self.planted.text if self.planted is not None else "nothing"
         if self.status == "seen":
             where = f"step {self.seen_step}" if self.seen_step else "the final metrics"
+            if self.planted is not None and self.planted.where == "resume":
+                return (f"negative control: {what} was seen to differ from the {self.reference} "
+                        f"at {where} ({self.seen_signal})")
             return (f"negative control: a 1-ulp change planted in {what} was seen at {where} "
                     f"({self.seen_signal}) against {self.reference}")
         return f"negative control: {self.detail}"

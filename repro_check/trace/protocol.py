@@ -93,6 +93,8 @@ def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
 
 #: the roles of a resume's runs (``repro-check resume``)
 RESUME_ROLES = ("reference", "interrupted", "resumed")
+#: the restored states a resume's control can leave out
+LEFT_OUT = ("rng", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class ResumeSettings:
     copy_dir: str | None = None
     checkpoint: str | None = None
     lock: str | None = None
+    #: the resume's negative control (a resumed run): the restored state it leaves out on
+    #: purpose, ``"rng"`` or ``"optimizer"`` (:mod:`repro_check.child.control`)
+    leave_out: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -116,9 +121,13 @@ class ResumeSettings:
     def from_dict(cls, data: Any) -> ResumeSettings:
         if not isinstance(data, dict) or data.get("role") not in RESUME_ROLES:
             raise ProtocolError("the run configuration's 'resume' names no role of a resume")
+        leave_out = _optional_str(data, "leave_out")
+        if leave_out not in (None, *LEFT_OUT):
+            raise ProtocolError(f"the run configuration's 'leave_out' is no state: {leave_out!r}")
         return cls(role=data["role"], stop_at=_optional_int(data, "stop_at"),
                    copy_dir=_optional_str(data, "copy_dir"),
-                   checkpoint=_optional_str(data, "checkpoint"), lock=_optional_str(data, "lock"))
+                   checkpoint=_optional_str(data, "checkpoint"), lock=_optional_str(data, "lock"),
+                   leave_out=leave_out)
 
 
 #: where a control run plants its change (:mod:`repro_check.child.control`)
