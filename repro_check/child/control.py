@@ -6,13 +6,13 @@ last place: a check that cannot see that change cannot claim the runs are the sa
 
 ``step``
     right after step ``step`` is recorded (its signals are taken by then), one element of a
-    tensor that step trained (:attr:`~repro_check.child.capture.Recorder.trained`): the first
-    one whose gradient is not zero there, at its first such element (a value the step's update
-    moved and the loss depends on); without gradients, the first floating element.
+    tensor that step trained (:attr:`~repro_check.child.capture.Recorder.trained`): of the
+    elements whose gradient is not zero, the one of largest magnitude (see :func:`pick`);
+    without gradients, the first floating tensor's largest element.
 ``forward``
     the runs recorded no step: before the first call of a module that holds floating
-    parameters, its first parameter's first element; when no such module is ever called, final
-    metric ``metric`` as reported.
+    parameters, its first parameter's largest element; when no such module is ever called,
+    final metric ``metric`` as reported.
 
 What was planted is reported once as ``{"info": {"control": {...}}}``: the tensor's name (a
 model's parameter by its qualified name when it can be found), dtype, shape, the element's
@@ -153,7 +153,7 @@ class Plant:
         self.done = True
         name, tensor = params[0]
         with self.rec.quiet():
-            self._plant(tensor, 0, f"{_module_name(module)}.{name}", 0)
+            self._plant(tensor, largest(tensor), f"{_module_name(module)}.{name}", 0)
         patches.PATCHES.release(self)  # planted once: every later call goes untouched
 
     def metrics(self) -> None:
@@ -190,25 +190,58 @@ class Plant:
 
 
 def pick(tensors: Iterable[tuple[str, Any]]) -> tuple[str, Any, int] | None:
-    """The tensor and flat element to change: the first floating tensor whose gradient is not
-    zero somewhere, at its first such element; else the first floating tensor, element 0."""
+    """The tensor and flat element to change: of the elements whose gradient is not zero (values
+    the step's update moves, on which the loss depends), the one of largest magnitude, in any
+    of the tensors (an update that follows the plant, a hand-written one after a backward call,
+    is then least likely to round the change away); without gradients, the first floating
+    tensor's largest element."""
     # torch on use: the run entry loads it before this
     import torch
 
     first: tuple[str, Any, int] | None = None
+    best: tuple[float, str, Any, int] | None = None
     for name, t in tensors:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or not t.numel() \
-                or t.element_size() not in _INT_VIEW:
+                or t.element_size() not in _INT_VIEW or t.is_sparse:
             continue
         if first is None:
-            first = (name, t, 0)
+            first = (name, t, largest(t))
         grad = t.grad
         if grad is None or grad.layout is not torch.strided or grad.shape != t.shape:
             continue
-        nonzero = grad.detach().reshape(-1) != 0
-        if bool(nonzero.any()):
-            return name, t, int(torch.argmax(nonzero.to(torch.uint8)))
+        g, v = _head(grad), _head(t).float().abs()
+        moved = (g != 0) & torch.isfinite(v)
+        if not bool(moved.any()):
+            continue
+        size = torch.where(moved, v, torch.full_like(v, -1.0))
+        index = int(torch.argmax(size))
+        value = float(size[index])
+        if best is None or value > best[0]:
+            best = (value, name, t, index)
+    if best is not None:
+        return best[1], best[2], best[3]
     return first
+
+
+#: elements of a tensor looked at to choose the one to change: the first this many, so that a
+#: huge embedding costs no copy of its size (on a device that may be nearly full)
+SCANNED = 1 << 22
+
+
+def _head(t: Any) -> Any:
+    """The first :data:`SCANNED` elements of ``t``, flat, detached."""
+    flat = t.detach().reshape(-1)
+    return flat[:SCANNED]
+
+
+def largest(t: Any) -> int:
+    """The flat index of ``t``'s element of largest magnitude (a finite one when there is)."""
+    # torch on use: the run entry loads it before this
+    import torch
+
+    values = _head(t).float().abs()
+    values = torch.where(torch.isfinite(values), values, torch.zeros_like(values))
+    return int(torch.argmax(values))
 
 
 def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:

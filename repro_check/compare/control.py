@@ -146,8 +146,9 @@ class ControlJudge:
             return
         ended_early = result.steps < self.plant_step + 1
         if ended_early and result.status == "stopped":
-            self.not_seen = (f"the runs stop at step {result.steps} (--max-steps): a change "
-                             f"planted after step {self.plant_step} cannot show before they stop")
+            self.not_seen = (f"a 1-ulp change planted in {self._what()} cannot show: the runs "
+                             f"stop at step {result.steps} (--max-steps {result.steps}), before "
+                             "the step after it")
             return
         if ended_early and result.steps < self.ref_total:
             self.seen = (result.steps + 1, "steps")
@@ -159,8 +160,7 @@ class ControlJudge:
             elif self.plant_step == 0:
                 self.not_seen = self._blind_metrics()
             else:
-                self.not_seen = (f"the runs end at step {result.steps}, and "
-                                 f"{self._blind_metrics(short=True)}")
+                self.not_seen = self._blind_metrics(ended=result.steps)
 
     # ---- judging -------------------------------------------------------------------------
     def settled(self) -> bool:
@@ -205,23 +205,26 @@ class ControlJudge:
         signals = self.exact.signals
         return "every signal" if signals is None else "the signals " + ", ".join(sorted(signals))
 
+    def _what(self) -> str:
+        return self.planted.text if self.planted is not None else "a trained tensor"
+
     def _blind_step(self, step: int) -> str:
-        what = self.planted.text if self.planted is not None else "a trained tensor"
-        return (f"a 1-ulp change planted in {what} did not show at step {step} in "
+        return (f"a 1-ulp change planted in {self._what()} did not show at step {step} in "
                 f"{self._compared()} compared: the check cannot see a change there")
 
-    def _blind_metrics(self, short: bool = False) -> str:
+    def _blind_metrics(self, ended: int | None = None) -> str:
         names = [n for n in sorted(self.ref_metrics) if not self.skips_metric(n)]
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        what = self.planted.text if self.planted is not None else "the run"
         if not names:
             tail = "no final metric is compared"
         else:
             tail = f"the final metric{'s' if len(names) > 1 else ''} {shown} did not change"
-        if short:
-            return tail + f" when {what} was changed by 1 ulp"
-        return (f"a 1-ulp change planted in {what} did not show: {tail}, and no training step "
-                "was recorded; the verdict rests on values that cannot see such a change")
+        if ended is not None:
+            return (f"a 1-ulp change planted in {self._what()} did not show: the runs end at "
+                    f"step {ended}, and {tail}")
+        return (f"a 1-ulp change planted in {self._what()} did not show: {tail}, and no "
+                "training step was recorded; the verdict rests on values that cannot see such "
+                "a change")
 
     def result(self, seconds: float = 0.0, trace: str | None = None) -> ControlResult:
         if self.seen is not None:

@@ -362,8 +362,7 @@ def _control_section(report: Report) -> list[str]:
     if ctl is None:
         return []
     if ctl.status == "not seen":
-        planted = f" Planted: {ctl.planted.text}." if ctl.planted is not None else ""
-        return [f'<p id="control"><b>Control: not seen.</b>{_e(planted)} {_e(ctl.detail)}. '
+        return [f'<p id="control"><b>Control: not seen.</b> {_e(ctl.detail)}. '
                 "The verdict is UNVERIFIED: the runs agree, but the check could not have seen "
                 "them differ.</p>"]
     return [f'<p id="control" class="sub"><b>Control:</b> '

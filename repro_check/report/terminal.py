@@ -390,10 +390,9 @@ def control_parts(report: Report) -> list[Any]:
                         Text(ctl.summary.removeprefix("negative control: ")))]
     if ctl.status == "skipped":
         return [Text(f"Control: not run ({ctl.detail})", style="dim")]
-    planted = f"planted: {ctl.planted.text}; " if ctl.planted is not None else ""
     return [hanging(Text("Control: ", style="bold yellow"),
                     Text.assemble(("not seen", "bold yellow"),
-                                  f" — {planted}{ctl.detail}. The verdict is UNVERIFIED: the "
+                                  f" — {ctl.detail}. The verdict is UNVERIFIED: the "
                                   "runs agree, but the check could not have seen them differ "
                                   "(--no-control skips the control)."))]
 
