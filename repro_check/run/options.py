@@ -676,7 +676,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("control", "--no-control", "control",
                "skip the negative control: the run with a 1-ulp change planted after step 1 "
                "that must be seen to differ before an agreeing verdict stands",
-               action="switch", from_flag=lambda on: not on, from_config=boolean),
+               action="switch", from_flag=lambda on: not on, from_config=boolean,
+               per_target=True),
     OptionSpec("trace_dir", "--trace-dir", "trace-dir",
                "where run traces are kept (default .repro-check/runs)", metavar="DIR",
                from_flag=os.path.abspath, from_config=text, from_keyword=_fspath),
