@@ -7,8 +7,9 @@ last place: a check that cannot see that change cannot claim the runs are the sa
 ``step``
     right after step ``step`` is recorded (its signals are taken by then), one element of a
     tensor that step trained (:attr:`~repro_check.child.capture.Recorder.trained`): of the
-    elements whose gradient is not zero, the one of largest magnitude (see :func:`pick`);
-    without gradients, the first floating tensor's largest element.
+    elements its gradient reaches, the one where a change moves the loss most (see
+    :func:`pick`); without gradients, the first floating tensor's largest element. Without an
+    optimizer (a hand-written update follows the step) the element's gradient moves too.
 ``forward``
     the runs recorded no step: before the first call of a module that holds floating
     parameters, its first parameter's largest element; when no such module is ever called,
@@ -137,7 +138,11 @@ class Plant:
                                      "could be changed"})
                 return
             name, tensor, index = picked
-            self._plant(tensor, index, _label(name, tensor), self.rec.step)
+            # without an optimizer the update (the script's own) comes after this: its
+            # gradient moves too, so that the update carries the change even where it dwarfs
+            # the value (a parameter that starts at zero)
+            gradient = self.rec.optimizers_made == 0 and _same_shape_grad(tensor)
+            self._plant(tensor, index, _label(name, tensor), self.rec.step, gradient)
 
     def before_forward(self, module: Any, args: Any) -> None:
         """A module is about to run: before any step, plant in its first floating parameter."""
@@ -176,48 +181,55 @@ class Plant:
                       "before": enc.get("value"), "after": nudged.get("value")})
 
     # ---- the change itself ---------------------------------------------------------------
-    def _plant(self, tensor: Any, flat: int, name: str, step: int) -> None:
+    def _plant(self, tensor: Any, flat: int, name: str, step: int,
+               gradient: bool = False) -> None:
         index = unravel(flat, tuple(tensor.shape))
         before, after = nudge(tensor, index)
+        if gradient:  # the update subtracts it: its change goes the way the value's went
+            nudge(tensor.grad, index, -1 if after > before else 1)
         self._report({"planted": True, "tensor": name,
                       "dtype": str(tensor.dtype).removeprefix("torch."),
                       "shape": list(tensor.shape), "index": list(index), "step": step,
                       "where": self.settings.where, "before": _plain(before),
-                      "after": _plain(after)})
+                      "after": _plain(after), "gradient": gradient})
 
     def _report(self, body: dict[str, Any]) -> None:
         self.emit({"info": {"control": body}})
 
 
 def pick(tensors: Iterable[tuple[str, Any]]) -> tuple[str, Any, int] | None:
-    """The tensor and flat element to change: of the elements whose gradient is not zero (values
-    the step's update moves, on which the loss depends), the one of largest magnitude, in any
-    of the tensors (an update that follows the plant, a hand-written one after a backward call,
-    is then least likely to round the change away); without gradients, the first floating
+    """The tensor and flat element to change, in any of the tensors: of the elements the
+    gradient reaches, the one where ``|value * grad|`` is largest (to first order, how much a
+    change of one unit in the last place moves the loss, and the larger the value, the less an
+    update after it, or a sum it enters, rounds the change away); where every value reached is
+    zero (a parameter that starts at zero, before a hand-written update), the largest
+    ``|grad|`` (the largest value after that update). Without gradients, the first floating
     tensor's largest element."""
     # torch on use: the run entry loads it before this
     import torch
 
     first: tuple[str, Any, int] | None = None
-    best: tuple[float, str, Any, int] | None = None
+    best: tuple[tuple[float, float], str, Any, int] | None = None
     for name, t in tensors:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or not t.numel() \
                 or t.element_size() not in _INT_VIEW or t.is_sparse:
             continue
         if first is None:
             first = (name, t, largest(t))
-        grad = t.grad
-        if grad is None or grad.layout is not torch.strided or grad.shape != t.shape:
+        if not _same_shape_grad(t):
             continue
-        g, v = _head(grad), _head(t).float().abs()
-        moved = (g != 0) & torch.isfinite(v)
-        if not bool(moved.any()):
+        g, v = _head(t.grad).float().abs(), _head(t).float().abs()
+        reached = (g > 0) & torch.isfinite(g) & torch.isfinite(v)
+        if not bool(reached.any()):
             continue
-        size = torch.where(moved, v, torch.full_like(v, -1.0))
-        index = int(torch.argmax(size))
-        value = float(size[index])
-        if best is None or value > best[0]:
-            best = (value, name, t, index)
+        zero = torch.zeros_like(g)
+        product = torch.where(reached, v * g, zero)
+        grads = torch.where(reached, g, zero)
+        top = float(product.max())
+        index = int(torch.argmax(product)) if top > 0 else int(torch.argmax(grads))
+        score = (top, float(grads[index]))
+        if best is None or score > best[0]:
+            best = (score, name, t, index)
     if best is not None:
         return best[1], best[2], best[3]
     return first
@@ -253,16 +265,25 @@ def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def nudge(tensor: Any, index: tuple[int, ...]) -> tuple[float, float]:
-    """Move one element one unit in the last place away from zero (its bits as an integer, plus
-    one), in place, unseen by autograd; returns the value before and after."""
+def nudge(tensor: Any, index: tuple[int, ...], direction: int = 0) -> tuple[float, float]:
+    """Move one element one unit in the last place, in place, unseen by autograd: away from zero
+    (``direction`` 0), or towards +inf (1) or -inf (-1); returns the value before and after."""
     # torch on use: the run entry loads it before this
     import torch
 
     with torch.no_grad():
         element = tensor.detach()[index] if index else tensor.detach()
         before = float(element.item())
-        element.view(getattr(torch, _INT_VIEW[element.element_size()])).add_(1)
+        if direction == 0:
+            direction = -1 if math.copysign(1.0, before) < 0 else 1
+        size = element.element_size()
+        bits = element.view(getattr(torch, _INT_VIEW[size]))
+        if before == 0:  # the smallest subnormal of the direction's sign
+            bits.fill_(1 if direction > 0 else 1 - (1 << (8 * size - 1)))
+        elif (before > 0) == (direction > 0):  # the magnitude grows: the next bit pattern
+            bits.add_(1)
+        else:
+            bits.sub_(1)
         return before, float(element.item())
 
 
@@ -288,6 +309,13 @@ def nudge_encoded(enc: dict[str, Any]) -> dict[str, Any] | None:
     except (ValueError, struct.error):
         return None
     return None
+
+
+def _same_shape_grad(tensor: Any) -> bool:
+    """Whether ``tensor`` has a dense floating gradient of its own shape (one that can move)."""
+    grad = getattr(tensor, "grad", None)
+    return grad is not None and grad.is_floating_point() and grad.layout == tensor.layout \
+        and grad.shape == tensor.shape and grad.element_size() in _INT_VIEW
 
 
 def _label(name: str, tensor: Any) -> str:

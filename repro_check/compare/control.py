@@ -43,6 +43,8 @@ class Planted(JsonRecord):
     where: str = "step"
     before: Any = None
     after: Any = None
+    #: its gradient moved too (a step without an optimizer: the script's own update follows)
+    gradient: bool = False
 
     @property
     def text(self) -> str:
@@ -54,7 +56,8 @@ class Planted(JsonRecord):
         index = f"[{', '.join(map(str, self.index))}]" if self.index else ""
         shape = f"shape [{', '.join(map(str, self.shape))}]"
         when = f"after step {self.step}" if self.step else "before its module's first call"
-        return f"{self.tensor}{index} ({self.dtype}, {shape}) {when}"
+        grad = " and its gradient" if self.gradient else ""
+        return f"{self.tensor}{index} ({self.dtype}, {shape}){grad} {when}"
 
 
 @dataclass
@@ -176,7 +179,7 @@ class ControlJudge:
             shape=_ints(body.get("shape")), index=_ints(body.get("index")),
             step=body["step"] if isinstance(body.get("step"), int) else 0,
             where=str(body.get("where") or "step"), before=body.get("before"),
-            after=body.get("after"))
+            after=body.get("after"), gradient=body.get("gradient") is True)
 
     def _step(self, step: int, signals: Mapping[str, Any]) -> None:
         self.steps = max(self.steps, step)

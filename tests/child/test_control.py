@@ -33,13 +33,19 @@ def test_nudge_moves_one_element_one_ulp_in_place(dtype: torch.dtype, x: float) 
     assert t.grad is None and t.requires_grad
 
 
-def test_pick_takes_the_largest_element_the_gradient_reaches_in_any_tensor() -> None:
+def test_pick_takes_the_element_of_largest_value_times_gradient_in_any_tensor() -> None:
     small = torch.tensor([0.1, -0.2], requires_grad=True)
     big = torch.tensor([[5.0, -9.0], [7.0, 1.0]], requires_grad=True)
     small.grad = torch.tensor([1.0, 1.0])
     big.grad = torch.tensor([[1.0, 0.0], [1.0, 1.0]])  # -9.0 is not reached by the gradient
     name, t, index = control.pick([("0.0", small), ("0.1", big)]) or ("", None, -1)
     assert (name, t is big, control.unravel(index, tuple(big.shape))) == ("0.1", True, (1, 0))
+
+
+def test_pick_where_every_value_reached_is_zero_takes_the_largest_gradient() -> None:
+    w = torch.zeros(3, requires_grad=True)  # before a hand-written update: all still zero
+    w.grad = torch.tensor([1.0, -5.0, 2.0])
+    assert control.pick([("0", w)]) == ("0", w, 1)
 
 
 def test_pick_without_gradients_takes_the_first_floating_tensor_largest_element() -> None:
