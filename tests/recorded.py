@@ -8,6 +8,10 @@ checkout's path stored as ``{ROOT}`` (put back on reading, so the files serve an
 slow tier records every scenario again and checks that the fresh check and the replay of the
 stored traces give the same verdict, step, signal and cause (``tests/test_recorded.py``), so a
 stored trace cannot drift from what the code records now.
+
+The negative control is not replayed: a check whose runs come from a launcher starts no process
+of its own, so a replayed check that agrees reports its control as not run (and why); the live
+twins and ``tests/run/test_control.py`` run it.
 """
 
 from __future__ import annotations
