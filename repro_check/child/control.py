@@ -168,6 +168,8 @@ class Plant:
             return
         self.done = True
         name = self.settings.metric
+        if name not in self.rec.metrics:  # named otherwise here: the first this run recorded
+            name = next(iter(sorted(self.rec.metrics)), None)
         enc = self.rec.metrics.get(name) if name is not None else None
         nudged = nudge_encoded(enc) if enc is not None else None
         if name is None or enc is None or nudged is None:

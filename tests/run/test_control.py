@@ -114,7 +114,7 @@ def test_no_control_skips_it_and_says_so(tmp: Path) -> None:
 def evaluations(tmp: Path) -> dict[str, CliResult]:
     """An evaluation-only script (no step): its rounded accuracy, and its exact twin."""
     return {name: run_cli(f"control/eval_only.py:{name}", tmp=tmp / f"eval-{name}")
-            for name in ("main", "exact")}
+            for name in ("main", "exact", "no_model")}
 
 
 def test_a_rounded_metric_and_no_step_is_unverified(evaluations: dict[str, CliResult]) -> None:
@@ -140,6 +140,16 @@ def test_its_exact_twin_sees_the_control_in_the_final_metric(
                                                                       "metric:logit_sum")
     assert ctl["planted"]["tensor"] == "model.0.weight"
     assert "was seen at the final metrics (metric:logit_sum)" in flat(r.stdout)
+
+
+def test_with_no_module_called_the_final_metric_as_reported_is_changed(
+        evaluations: dict[str, CliResult]) -> None:
+    r = evaluations["no_model"]
+    assert r.code == 0, r.stdout + r.stderr
+    ctl = (r.report or {})["control"]
+    assert ctl["planted"]["where"] == "metric" and ctl["planted"]["tensor"] == "metric:mean"
+    assert ctl["planted"]["before"] != ctl["planted"]["after"]
+    assert (ctl["status"], ctl["seen_signal"]) == ("seen", "metric:mean")
 
 
 def test_verify_runs_the_control_against_the_golden(verify_same: Any) -> None:
