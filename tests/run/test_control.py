@@ -110,14 +110,26 @@ def test_no_control_skips_it_and_says_so(tmp: Path) -> None:
     assert not (Path(r.report["trace_dir"]) / "control.jsonl").exists()
 
 
+class Evaluations(dict[str, CliResult]):
+    """fixtures/control/eval_only.py (no step) checked once per function, when a test asks."""
+
+    def __init__(self, tmp: Path) -> None:
+        super().__init__()
+        self.tmp = tmp
+
+    def __missing__(self, name: str) -> CliResult:
+        self[name] = run_cli(f"control/eval_only.py:{name}", tmp=self.tmp / f"eval-{name}")
+        return self[name]
+
+
 @pytest.fixture(scope="module")
-def evaluations(tmp: Path) -> dict[str, CliResult]:
-    """An evaluation-only script (no step): its rounded accuracy, and its exact twin."""
-    return {name: run_cli(f"control/eval_only.py:{name}", tmp=tmp / f"eval-{name}")
-            for name in ("main", "exact", "no_model")}
+def evaluations(tmp: Path) -> Evaluations:
+    """An evaluation-only script (no step): its rounded accuracy, its exact twin, and a metric
+    made without any module."""
+    return Evaluations(tmp)
 
 
-def test_a_rounded_metric_and_no_step_is_unverified(evaluations: dict[str, CliResult]) -> None:
+def test_a_rounded_metric_and_no_step_is_unverified(evaluations: Evaluations) -> None:
     r = evaluations["main"]
     assert r.code == 1, r.stdout + r.stderr
     assert r.report is not None and r.report["verdict"] == "unverified"
@@ -131,8 +143,9 @@ def test_a_rounded_metric_and_no_step_is_unverified(evaluations: dict[str, CliRe
     assert "UNVERIFIED" in r.stdout
 
 
+@pytest.mark.slow
 def test_its_exact_twin_sees_the_control_in_the_final_metric(
-        evaluations: dict[str, CliResult]) -> None:
+        evaluations: Evaluations) -> None:
     r = evaluations["exact"]
     assert r.code == 0, r.stdout + r.stderr
     ctl = (r.report or {})["control"]
@@ -142,8 +155,9 @@ def test_its_exact_twin_sees_the_control_in_the_final_metric(
     assert "was seen at the final metrics (metric:logit_sum)" in flat(r.stdout)
 
 
+@pytest.mark.slow
 def test_with_no_module_called_the_final_metric_as_reported_is_changed(
-        evaluations: dict[str, CliResult]) -> None:
+        evaluations: Evaluations) -> None:
     r = evaluations["no_model"]
     assert r.code == 0, r.stdout + r.stderr
     ctl = (r.report or {})["control"]
