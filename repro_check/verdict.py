@@ -87,8 +87,11 @@ def negative_control(options: RunOptions, session: Session, jobs: int, report: R
     first = report.results[0] if report.results else None
     if first is None or first.trace_path is None:
         return skipped("run 1 kept no trace to compare the control run with"), False
-    return control.run_control(session.specs(jobs)[0], control.reference_of(first.trace_path),
-                               policy, session.folder, runs=options.runs)
+    cmp = report.comparison
+    ref = control.reference_of(first.trace_path, total=first.steps,
+                               metrics=cmp.metrics_of(1) if cmp is not None else None)
+    return control.run_control(session.specs(jobs)[0], ref, policy, session.folder,
+                               runs=options.runs)
 
 
 def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonResult,

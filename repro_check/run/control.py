@@ -43,17 +43,21 @@ class Reference:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def reference_of(trace: str | Path, upto: int = PLANT_STEP + 1) -> Reference:
+def reference_of(trace: str | Path, upto: int = PLANT_STEP + 1, *, total: int | None = None,
+                 metrics: Mapping[str, Any] | None = None) -> Reference:
     """The reference read from a trace (run 1's, or a golden): its steps up to ``upto``, its
-    step count and its final metrics."""
+    step count and its final metrics. Given the count and the metrics (known already), only the
+    first steps are read, however long the trace."""
     stream = TraceStream(trace, require_end=False)
     ref = Reference()
     try:
         while (ev := stream.next_step()) is not None:
             if ev.step <= upto:
                 ref.steps[ev.step] = ev.signals
-        ref.total = stream.steps
-        ref.metrics = dict(stream.metrics)
+            elif total is not None and metrics is not None:
+                break
+        ref.total = stream.steps if total is None else total
+        ref.metrics = dict(stream.metrics if metrics is None else metrics)
     finally:
         stream.close()
     return ref
