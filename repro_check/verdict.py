@@ -87,6 +87,9 @@ def negative_control(options: RunOptions, session: Session, jobs: int, report: R
     first = report.results[0] if report.results else None
     if first is None or first.trace_path is None:
         return skipped("run 1 kept no trace to compare the control run with"), False
+    if first.steps == 0 and any(p.recorded for p in first.processes):
+        return skipped("the training is in processes the target starts, which the control "
+                       "does not cover yet"), False
     cmp = report.comparison
     ref = control.reference_of(first.trace_path, total=first.steps,
                                metrics=cmp.metrics_of(1) if cmp is not None else None)
