@@ -49,7 +49,8 @@ def check(
 
     ``run_options`` are the fields of :class:`RunOptions` (``seed``, ``runs``, ``args``,
     ``without``, ``no_seed``, ``max_steps``, ``timeout``, ``threads``, ``jobs``, ``fail_fast``,
-    ``trace_dir``, ``tolerances``, ``printed_metrics``, ``distributed``) and the tolerances one
+    ``trace_dir``, ``tolerances``, ``printed_metrics``, ``distributed``, ``control``: False
+    skips the negative control) and the tolerances one
     by one (``atol=1e-6`` sets one tolerance for every value, ``atol={"loss": 1e-6}`` one for a
     signal; ``rtol``, ``ulps``, ``signals``). ``policy``: a comparison policy object instead of
     the tolerances. Raises :class:`~repro_check.errors.UsageError` (exit 2) for bad arguments or

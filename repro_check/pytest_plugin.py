@@ -122,7 +122,8 @@ def _fail_unless_reproducible(report: Report) -> Report:
     if report.interrupted:  # Ctrl-C stops the test session, as anywhere else in pytest
         raise KeyboardInterrupt
     if report.exit_code != 0:
-        pytest.fail(f"repro-check: {report.target} is not reproducible "
+        what = "unverified" if report.unverified else "not reproducible"
+        pytest.fail(f"repro-check: {report.target} is {what} "
                     f"(exit {int(report.exit_code)})\n{report_text(report)}", pytrace=False)
     return report
 

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.compare import resume as attribution
+from repro_check.compare.control import ControlResult, Planted, skipped
 from repro_check.compare.feed import NullListener
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.distributed.launch import Distributed
 from repro_check.report.model import CheckpointFile, CheckpointInfo, Report, ResumePart
+from repro_check.run import control
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.run.runner import RunSpec
@@ -65,6 +67,8 @@ class Collector:
         self.saves: dict[int, list[int]] = {}
         #: path -> the last step the reference saved there after (bounded)
         self.reference_saves: dict[str, int] = {}
+        #: paths the resumed run saved to (bounded): moved aside before the control's run
+        self.resumed_saves: list[str] = []
         self.uses_dataloader = False
 
     def run_started(self, index: int) -> None:
@@ -88,6 +92,9 @@ class Collector:
                 if index == 1 and isinstance(step, int) and isinstance(path, str) and (
                         path in self.reference_saves or len(self.reference_saves) < MAX_MOVED):
                     self.reference_saves[path] = step
+                if index == 3 and isinstance(path, str) and path not in self.resumed_saves \
+                        and len(self.resumed_saves) < MAX_MOVED:
+                    self.resumed_saves.append(path)
         self.listener.event(index, event)
 
     def run_finished(self, result: RunResult) -> None:
@@ -372,7 +379,124 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
         part.not_restored = attribution.attribute(
             ref, mine, c, ref_steps, resumed.steps, result.first_divergent_step,
             resumed.generators)
-    return report_of(result, None)
+    report = report_of(result, None)
+    if report.agrees:  # Megatron's control: a resume that leaves a state out must differ
+        control = ResumeControl(options, session, feed, info, policy, dist is not None)
+        report.control, report.interrupted = control.run(
+            _told(reference, dataclasses.replace(base, role="resumed"), run=4,
+                  args=tuple(options.resumed_args(info.copy))), ref_steps)
+    return report
+
+
+#: resumed steps the control's run goes: the first after the checkpoint, and the next
+CONTROL_STEPS = 2
+
+
+class ResumeControl:
+    """The negative control of a resume that matched (:mod:`repro_check.child.control`): the
+    resumed run again, leaving out on purpose one state the checkpoint restores (the RNG state
+    where it holds one the runs draw from after the checkpoint, else the optimizer's). It must
+    differ from the reference within :data:`CONTROL_STEPS` resumed steps (on exact bits, in the
+    signals compared), or the resume verdict is not verified: the comparison could not have
+    told a resume that restores that state from one that does not."""
+
+    def __init__(self, options: RunOptions, session: Session, feed: Collector,
+                 info: CheckpointInfo, policy: Policy, distributed: bool) -> None:
+        self.options = options
+        self.session = session
+        self.feed = feed
+        self.info = info
+        self.policy = policy
+        self.distributed = distributed
+
+    def state(self) -> str | None:
+        """What to leave out: the RNG state when the checkpoint holds one and the reference
+        draws after the checkpoint (its steps record an ``rng.*`` signal), else the optimizer's
+        (also when what the checkpoint holds cannot be seen); None when it holds neither."""
+        kinds = set(self.info.kinds.values())
+        after = [sig for step, sig in self.feed.steps_of(1, None).items()
+                 if step > self.info.step]
+        draws = any(name.startswith("rng.") for sig in after for name in sig)
+        if "rng" in kinds and draws:
+            return "rng"
+        if "optimizer" in kinds or not kinds:
+            return "optimizer"
+        return None
+
+    def run(self, spec: RunSpec, ref_steps: int) -> tuple[ControlResult, bool]:
+        """Run the control from ``spec`` (the resumed run's); its result, and whether Ctrl-C or
+        SIGTERM stopped it."""
+        if not self.options.control:
+            return skipped(control.SKIPPED, "reference"), False
+        if self.distributed:
+            return skipped("not run under torchrun yet", "reference"), False
+        state = self.state()
+        if state is None:
+            return skipped("the checkpoint holds no RNG or optimizer state to leave out",
+                           "reference"), False
+        c = self.info.step
+        self._restore_checkpoint()
+        left = ref_steps - c
+        limit = min(left, CONTROL_STEPS)
+        assert spec.told.resume is not None
+        spec = dataclasses.replace(
+            spec, told=spec.told.replace(
+                resume=dataclasses.replace(spec.told.resume, leave_out=state),
+                max_steps=limit if limit < left else (
+                    self.options.max_steps - c if self.options.max_steps is not None else None)),
+            trace_path=self.session.folder / "run-4-control.jsonl")
+        what = {"rng": "the RNG state", "optimizer": "the optimizer state"}[state]
+        planted = Planted(tensor=f"{what} the checkpoint restores", where="resume", step=c)
+        outcome = self.session.run(self.feed, 1, specs=[spec])
+        if outcome.interrupted:
+            return skipped("interrupted", "reference"), True
+        run = outcome.results[0] if outcome.results else RunResult(4, status="cancelled")
+        trace = run.trace_path
+        if run.failed:
+            return ControlResult("seen", reference="reference", planted=planted,
+                                 seen_step=None, seen_signal="failed",
+                                 detail=run.describe_failure(), seconds=round(run.seconds, 3),
+                                 trace=trace), False
+        exact = Policy(signals=self.policy.signals, always_metrics=self.policy.always_metrics)
+        whole = limit >= left  # the control went to the end: its final metrics count too
+        result, _ = compare_by_rank(self.feed, 4, first=c + 1, last_ref=c + min(limit, left),
+                                    offset=c, other_steps=run.steps, policy=exact,
+                                    metrics=whole)
+        div = result.divergence or (result.metric_divergences[0]
+                                    if result.metric_divergences else None)
+        if div is not None:
+            return ControlResult("seen", reference="reference", planted=planted,
+                                 seen_step=div.step, seen_signal=div.signal,
+                                 seconds=round(run.seconds, 3), trace=trace), False
+        steps = "step" if limit == 1 else f"{limit} steps"
+        return ControlResult(
+            "not seen", reference="reference", planted=planted,
+            detail=f"a resumed run that leaves {what} out agrees with the reference over its "
+                   f"first {steps} after the checkpoint{' and its final metrics' if whole else ''}"
+                   f": the resume check cannot tell whether the checkpoint restores {what}",
+            seconds=round(run.seconds, 3), trace=trace), False
+
+    def _restore_checkpoint(self) -> None:
+        """The checkpoint back where the script saved it, as before the resumed run (which may
+        have saved over it), and the resumed run's later saves moved aside."""
+        info = self.info
+        if info.copy is None:
+            return
+        if self.options.resume_args is None or PLACEHOLDER not in self.options.resume_args:
+            keep = {info.path.rstrip(os.sep)} | {f.path.rstrip(os.sep) for f in info.files or []}
+            aside = self.session.folder / "later-checkpoints-resumed"
+            for i, path in enumerate(self.feed.resumed_saves):
+                if path.rstrip(os.sep) in keep or not os.path.lexists(path):
+                    continue
+                try:
+                    os.makedirs(aside, exist_ok=True)
+                    shutil.move(path, aside / f"{i + 1}-{os.path.basename(path.rstrip(os.sep))}")
+                except OSError:
+                    continue
+            _put_back(info.copy, info.path)
+        for other in info.files or []:
+            if other.copy is not None and other.path != info.path:
+                _put_back(other.copy, other.path)
 
 
 def trace_folder(report: Report) -> Path | None:

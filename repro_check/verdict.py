@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from repro_check.compare import cause, printed, saved
+from repro_check.compare.control import ControlResult, skipped
 from repro_check.compare.processes import ProcessComparison, ProcessFeed
 from repro_check.compare.steps import ComparisonResult, Policy
 from repro_check.distributed.launch import Distributed
 from repro_check.report import processes
 from repro_check.report.model import Report, SavedPart
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
+from repro_check.run import control
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import Launcher
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
@@ -66,7 +68,35 @@ def run_check(options: RunOptions, listener: Listener | None = None,
         dist.finish_report(report, comparison)
     else:
         processes.finish_report(report, comparison)
+    if report.agrees:
+        report.control, stopped = negative_control(options, session, jobs, report, policy)
+        report.interrupted = stopped
     return report
+
+
+def negative_control(options: RunOptions, session: Session, jobs: int, report: Report,
+                     policy: Policy) -> tuple[ControlResult, bool]:
+    """The control behind agreeing runs (:mod:`repro_check.run.control`): one more run like
+    run 1, with a 1-ulp change planted after step 1, compared with run 1; and whether Ctrl-C or
+    SIGTERM stopped it."""
+    if not options.control:
+        return skipped(control.SKIPPED), False
+    if options.distributed is not None:
+        return skipped("not run under torchrun yet: the ranks' own comparison stands alone"), \
+            False
+    if session.launcher is not None:
+        return skipped("the runs were not started as processes of their own"), False
+    first = report.results[0] if report.results else None
+    if first is None or first.trace_path is None:
+        return skipped("run 1 kept no trace to compare the control run with"), False
+    if first.steps == 0 and any(p.recorded for p in first.processes):
+        return skipped("the training is in processes the target starts, which the control "
+                       "does not cover yet"), False
+    cmp = report.comparison
+    ref = control.reference_of(first.trace_path, total=first.steps,
+                               metrics=cmp.metrics_of(1) if cmp is not None else None)
+    return control.run_control(session.specs(jobs)[0], ref, policy, session.folder,
+                               runs=options.runs)
 
 
 def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonResult,

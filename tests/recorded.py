@@ -8,6 +8,10 @@ checkout's path stored as ``{ROOT}`` (put back on reading, so the files serve an
 slow tier records every scenario again and checks that the fresh check and the replay of the
 stored traces give the same verdict, step, signal and cause (``tests/test_recorded.py``), so a
 stored trace cannot drift from what the code records now.
+
+The negative control is not replayed: a check whose runs come from a launcher starts no process
+of its own, so a replayed check that agrees reports its control as not run (and why); the live
+twins and ``tests/run/test_control.py`` run it.
 """
 
 from __future__ import annotations
@@ -75,12 +79,15 @@ SCENARIOS: dict[str, Scenario] = {
     # the packaged workload unseeded, and tiny.py with a planted difference in run 2 of 3
     "mnist_unseeded": Scenario("repro_check.workloads.mnist:main",
                                {"no_seed": True, "max_steps": 3}),
-    # tests/cli/cli_tiny.py (tests/cli/test_cli.py's checks)
+    # tests/cli/cli_tiny.py (tests/cli/test_cli.py's checks). It updates by hand: its steps
+    # record no parameters, and a 1-ulp change in one weight after step 1 does not reach its
+    # loss or gradients at step 2, so the agreeing checks would be UNVERIFIED; what they test is
+    # NaN, --max-steps and tolerances, with the control off
     "cli_planted": Scenario(CLI_TINY, {"seed": 5, "args": ["--diverge-at", "7"]}),
-    "cli_nan": Scenario(CLI_TINY, {"max_steps": 5, "args": ["--nan-at", "3"]}),
+    "cli_nan": Scenario(CLI_TINY, {"max_steps": 5, "control": False, "args": ["--nan-at", "3"]}),
     "cli_metric_shifted": Scenario(CLI_TINY, {"max_steps": 5, "rtol": 0.01, "args": [
         "--steps", "5", "--metric-shift-in-run", "2"]}),
-    "cli_tolerated": Scenario(CLI_TINY, {"atol": 0.06, "args": [
+    "cli_tolerated": Scenario(CLI_TINY, {"atol": 0.06, "control": False, "args": [
         "--steps", "5", "--metric-shift-in-run", "2"]}),
     # what the runs leave (fixtures/saved): every step agrees, a saved file or the end state
     # differs, and the twins whose saves and state agree (timestamps and pids in them)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from repro_check import resume_check
 from repro_check.report.model import CheckpointFile, CheckpointInfo
 from repro_check.trace.protocol import record_of
+
+from .conftest import CliResult, run_cli
 
 
 def test_later_checkpoints_of_the_reference_are_moved_and_the_checkpoint_is_kept(
@@ -38,3 +42,60 @@ def test_later_checkpoints_of_the_reference_are_moved_and_the_checkpoint_is_kept
                                                         kind="torch.save"),
                                    tmp_path / "none") == []
     assert not (tmp_path / "none").exists()
+
+
+def test_the_control_leaves_out_the_rng_state_only_where_the_runs_draw_after_the_checkpoint(
+        ) -> None:
+    """Which state the resume's control leaves out: the RNG state when the checkpoint holds one
+    and the reference draws after it, else the optimizer's; nothing when it holds neither."""
+    def state(kinds: dict[str, str], draws: bool) -> str | None:
+        feed = resume_check.Collector(None)
+        for step in (4, 5):
+            signals = {"loss": "x", **({"rng.torch": "f"} if draws and step == 5 else {})}
+            feed.event(1, record_of({"step": step, "signals": signals}))
+        info = CheckpointInfo(step=4, path="ckpt.pt", copy=None, kind="torch.save",
+                              kinds=kinds)
+        return resume_check.ResumeControl(None, None, feed, info, None,  # type: ignore[arg-type]
+                                          False).state()
+
+    both = {"model": "model", "opt": "optimizer", "rng": "rng"}
+    assert state(both, draws=True) == "rng"
+    assert state(both, draws=False) == "optimizer"
+    assert state({"model": "model", "rng": "rng"}, draws=False) is None
+    assert state({}, draws=True) == "optimizer"  # contents unseen: the usual state
+
+
+@pytest.fixture(scope="module")
+def sgd_resumes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CliResult]:
+    """fixtures/control/resume_sgd.py resumed exactly: plain SGD (no optimizer state to leave
+    out) and its twin with momentum."""
+    tmp = tmp_path_factory.mktemp("sgd-resumes")
+    return {name: run_cli("resume", "control/resume_sgd.py:main", "--at", "4", "--resume-args",
+                          "--resume {checkpoint}", "--", "--out", str(tmp / name / "out"),
+                          *flags, tmp=tmp / name)
+            for name, flags in (("plain", ()), ("momentum", ("--momentum",)))}
+
+
+@pytest.mark.slow
+def test_a_resume_whose_left_out_state_changes_nothing_is_unverified(
+        sgd_resumes: dict[str, CliResult]) -> None:
+    r = sgd_resumes["plain"]
+    assert r.code == 1, r.stdout + r.stderr
+    rep = r.report
+    assert rep is not None and rep["verdict"] == "unverified"
+    assert rep["resumes_exactly"] is False and rep["first_divergent_step"] is None
+    ctl = rep["control"]
+    assert ctl["status"] == "not seen"
+    assert ctl["planted"]["tensor"] == "the optimizer state the checkpoint restores"
+    assert "cannot tell whether the checkpoint restores the optimizer state" in ctl["detail"]
+    assert "UNVERIFIED" in r.stdout
+
+
+@pytest.mark.slow
+def test_its_twin_with_momentum_sees_the_optimizer_state_left_out(
+        sgd_resumes: dict[str, CliResult]) -> None:
+    r = sgd_resumes["momentum"]
+    assert r.code == 0, r.stdout + r.stderr
+    ctl = (r.report or {})["control"]
+    assert (ctl["status"], ctl["seen_step"], ctl["seen_signal"]) == ("seen", 5, "opt")
+    assert "RESUMES EXACTLY" in r.stdout

@@ -534,6 +534,10 @@ class Recorder:
         #: signals of the step that just ended taken elsewhere (the optimizer's ``lr``, ``opt``:
         #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
         self.extra_signals: list[Callable[[], dict[str, Any]]] = []
+        #: the tensors the step being recorded trains, named as its signals name them (the
+        #: optimizer's parameters, or the leaves a backward call reached): where the negative
+        #: control plants its change (:mod:`repro_check.child.control`); None before a step
+        self.trained: Callable[[], Iterator[tuple[str, Any]]] | None = None
         self._own = threading.local()
         #: the tensors the last step without an optimizer trained, and their fingerprint as
         #: the next step's gradient computation starts: that step's ``updated`` signal
@@ -658,6 +662,8 @@ class Recorder:
                 self.last_loss = self._local.loss = loss
             if self.optimizers_made == 0 or self.shadowing():
                 grads = None
+                found = list(leaves or ())
+                self.trained = lambda: ((str(i), leaf) for i, leaf in enumerate(found))
                 if leaves:
                     with self.quiet():
                         grads = fingerprint.tensors(
@@ -800,6 +806,7 @@ class Recorder:
             with self.quiet():
                 params = self.params_fingerprint(optimizer)
             grads, self._local.grads = getattr(self._local, "grads", None), None
+            self.trained = lambda: _optimizer_params(optimizer)
             self._record_step(grads, params)
 
     def params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:

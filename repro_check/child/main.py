@@ -117,6 +117,11 @@ def main() -> int:
     target = config.target
     header = _header(config, target, done, started)
     recorder, overrides, checkpoints, saves = _install(config, emit, header, done)
+    # the negative control's run: a 1-ulp change planted on purpose (any other run: nothing)
+    from repro_check.child import control
+
+    plant = control.install(recorder, emit, config.control)
+    control.leave_out(config.resume.leave_out if config.resume is not None else None, emit)
     if overrides_module.imposes(config):  # an --across environment's workers, start, compile
         overrides_module.install(config, lambda text: emit({"warning": text}))
     if overrides_module.loading(config):  # which global streams the data loading draws from
@@ -145,6 +150,8 @@ def main() -> int:
         return status
     recorder.flush()
     overrides.check()
+    if plant is not None and status != "stopped":
+        plant.metrics()  # a control run that planted nothing yet: in the metric it names
     if recorder.metrics and status != "stopped":
         emit({"metrics": recorder.final_metrics()})
     info = {"status": status, "steps": recorder.step, "backward_calls": recorder.backward_calls,

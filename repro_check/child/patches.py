@@ -86,6 +86,8 @@ ORDER: tuple[str, ...] = (
     "metric_hooks",          # logging calls of TensorBoard, Lightning, HF, wandb, mlflow
     "env_hooks",             # gymnasium environments' reset and step
     "probe.factories",       # torch.as_tensor & co. while the step probe is armed
+    "control.forward",       # torch's global module forward pre-hook: the control's plant
+    "control.leave_out",     # a resume's control: RNG state setters or Optimizer.load_state_dict
 )
 
 #: private internals read without patching anything: a guard that finds one changed takes the

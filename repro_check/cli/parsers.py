@@ -178,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"repro-check {__version__}")
     add_run_options(p)
+    add_option(p, "control")
     add_option(p, "runs")
     add_tolerance_options(p)
     add_parallel_options(p)
@@ -200,6 +201,7 @@ def resume_parser() -> argparse.ArgumentParser:
                       "is not reproducible), 2 usage error, 3 a run failed or no checkpoint "
                       "was written at or after K, 130 interrupted.")
     add_run_options(p)
+    add_option(p, "control")
     for name in ("resume_at", "resume_args", "checkpoint"):
         add_option(p, name)
     add_tolerance_options(p)
@@ -229,6 +231,7 @@ def verify_parser() -> argparse.ArgumentParser:
                             "seeding, threads, max steps and the target's arguments default to "
                             "the golden's; flags (and [tool.repro-check]) override them.")
     add_run_options(p)
+    add_option(p, "control")
     p.add_argument("--golden", "-g", default=None, metavar="PATH",
                    help="the golden trace (default: golden path in [tool.repro-check])")
     add_tolerance_options(p)

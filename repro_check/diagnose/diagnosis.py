@@ -132,7 +132,9 @@ def diagnose(
     if not on and components:
         raise UsageError("every seeding component is off: there is nothing to ablate")
     folder = make_trace_dir(options.trace_dir)
-    common = options.replace(runs=2, no_seed=False, fail_fast=False, without=tuple(base_off))
+    # diagnose looks for what differs; the negative control stands behind a check's verdict
+    common = options.replace(runs=2, no_seed=False, fail_fast=False, without=tuple(base_off),
+                             control=False)
     # every run of the diagnosis lists the ops PyTorch flags instead of stopping at the first
     internal = InternalSettings(warn_only=True)
 

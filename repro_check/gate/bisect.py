@@ -69,8 +69,8 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
     :class:`BisectPart`; exit 1 when one was found, 0 when BAD matches, 3 when GOOD cannot run.
     """
     say = log or (lambda text: None)
-    if options.runs != 1:
-        options = dataclasses.replace(options, runs=1)
+    # one run a commit, judged good or bad against the reference: no negative control each
+    options = dataclasses.replace(options, runs=1, control=False)
     root, good_sha, bad_sha, between = plan(good, bad)
     Session(options)  # the target resolves (exit 2) before anything is checked out
     if golden is not None:  # a golden that cannot be read fails before any run too

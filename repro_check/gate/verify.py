@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from repro_check.compare.steps import Comparison
+from repro_check.compare.control import ControlResult, skipped
+from repro_check.compare.steps import BAND, TOLERANCE, Comparison, Policy
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.gate.golden import (
     BodyCheck,
@@ -18,6 +19,7 @@ from repro_check.gate.golden import (
 )
 from repro_check.report.model import GatePart, Report
 from repro_check.report.text import visible
+from repro_check.run import control
 from repro_check.run.options import PLAIN, InternalSettings, RecordedSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.trace.results import Listener, RunResult
@@ -166,11 +168,30 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
         report.warnings.append(f"the golden was recorded from {recorded.target}, this run is "
                                f"{options.target}")
     attach_environment(report, scanned.header, run.header, LABELS)
+    if report.agrees:  # a planted change must fail the gate, or the match claims nothing
+        report.control, report.interrupted = golden_control(options, session, golden_path,
+                                                            policy, result.judged, run)
     if not report.reproducible:
         report.replay = replay_line(options, subcommand="verify", golden=golden_path,
                                     upto=result.first_divergent_step or options.max_steps,
                                     extra=options.tolerances.to_args())
     return report
+
+
+def golden_control(options: RunOptions, session: Session, golden: str, policy: Policy,
+                   judged: dict[str, int], run: RunResult) -> tuple[ControlResult, bool]:
+    """The negative control of a run that matches the golden (:mod:`repro_check.run.control`):
+    one more run with a 1-ulp change planted after step 1, compared with the golden on exact
+    bits; and whether Ctrl-C or SIGTERM stopped it. Where the golden's values were accepted by
+    a tolerance or its band (not every bit equal), this run's own trace is the reference
+    instead: the golden already differs from any run in bits the gate lets pass."""
+    if not options.control:
+        return skipped(control.SKIPPED, "golden"), False
+    reference, name = golden, "golden"
+    if any(judged.get(rule, 0) for rule in (TOLERANCE, BAND)) and run.trace_path is not None:
+        reference, name = run.trace_path, "this run (the golden matched within tolerance)"
+    return control.run_control(session.specs(1)[0], control.reference_of(reference), policy,
+                               session.folder, runs=1, reference=name)
 
 
 def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> str | None:

@@ -51,6 +51,8 @@ def _failure_text(report: Report) -> str | None:
         return "; ".join([f"{report.target}: target failed: {report.error}", *said])
     if report.bisect is not None and report.bisect.first_bad is not None:
         return _bisect_failure(report)
+    if report.unverified and report.control is not None:
+        return f"{report.target}: unverified: {report.control.detail}"
     cmp = report.comparison
     div = cmp.divergence if cmp else None
     if div is None:
@@ -157,14 +159,18 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
             kind = "failure" if report.exit_code == ExitCode.NOT_REPRODUCIBLE else "error"
             failures += kind == "failure"
             errors += kind == "error"
+            failure_type = "Unverified" if report.unverified else "NotReproducible"
             el = ET.SubElement(case, kind, message=_xml_text(message),
-                               type="NotReproducible" if kind == "failure" else
+                               type=failure_type if kind == "failure" else
                                ExitCode(report.exit_code).name.title().replace("_", ""))
             el.text = _xml_text(body)
-        out = (f"evidence: {account}\n" if account else "") + \
-            (f"replay: {report.replay}\n" if report.replay else "")
+        out = [f"evidence: {account}\n"] if account else []
+        if report.replay:
+            out.append(f"replay: {report.replay}\n")
+        if report.control is not None:  # what the verdict stands on: the negative control
+            out.append(f"{report.control.summary}\n")
         if out:
-            ET.SubElement(case, "system-out").text = _xml_text(out)
+            ET.SubElement(case, "system-out").text = _xml_text("".join(out))
     for el in (suites, suite):
         el.set("tests", str(len(reports)))
         el.set("failures", str(failures))

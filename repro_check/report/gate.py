@@ -13,6 +13,7 @@ from rich.text import Text
 from repro_check.report.model import Report
 from repro_check.report.terminal import (
     Unwrapped,
+    control_parts,
     failure_parts,
     make_console,
     metric_rows,
@@ -125,6 +126,7 @@ def summary(report: Report) -> Group:
             parts.append(Text(f"Note: {gate.environment_note}", style="yellow"))
         parts += _metrics_table(report, labels)
 
+    parts += control_parts(report)
     for w in report.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     if report.replay:  # never wrapped: it must paste back as one command

@@ -359,7 +359,22 @@ def _outcome_section(report: Report) -> list[str]:
     left = saved_line(report)
     if left is not None and report.error is None:
         out.append(f'<p id="saved">{_e(left)}</p>')
+    out += _control_section(report)
     return out
+
+
+def _control_section(report: Report) -> list[str]:
+    """The negative control: what was planted where and where it was seen, or, UNVERIFIED,
+    what the check could not see."""
+    ctl = report.control
+    if ctl is None:
+        return []
+    if ctl.status == "not seen":
+        return [f'<p id="control"><b>Control: not seen.</b> {_e(ctl.detail)}. '
+                "The verdict is UNVERIFIED: the runs agree, but the check could not have seen "
+                "them differ.</p>"]
+    return [f'<p id="control" class="sub"><b>Control:</b> '
+            f'{_e(ctl.summary.removeprefix("negative control: "))}</p>']
 
 
 def _where(loc: Location | None) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from repro_check.trace import values
+from repro_check.compare.control import ControlResult
 from repro_check.compare.drift import Drift
 from repro_check.compare.resume import NotRestored
 from repro_check.compare.saved import SavedFile, SavedResult
@@ -419,6 +420,9 @@ class ReportCore(JsonRecord):
     cause_location: Location | None
     #: what the verdict rests on: steps, metrics and saved tensors compared
     evidence: Evidence
+    #: the verdict in one word: ``reproducible``, ``not reproducible``, ``unverified``, ...
+    #: (:attr:`Report.verdict`)
+    verdict: str
 
 
 @dataclass
@@ -562,6 +566,9 @@ class Report:
     #: wall-clock seconds the whole command took for this target (runs in parallel count once);
     #: None when not measured (then a JUnit time falls back to the runs' sum)
     wall_seconds: float | None = None
+    #: the negative control behind an agreeing verdict (:mod:`repro_check.compare.control`):
+    #: None when the runs did not agree (nothing to stand behind)
+    control: ControlResult | None = None
 
     @property
     def evidence(self) -> Evidence:
@@ -611,7 +618,9 @@ class Report:
         return out
 
     @property
-    def reproducible(self) -> bool:
+    def agrees(self) -> bool:
+        """The runs (or the run and the golden, or the resume) agree: what the negative control
+        then stands behind."""
         return (
             self.error is None
             and not self.interrupted
@@ -632,6 +641,16 @@ class Report:
         """Tensors of saved files and of the modules' end state compared between the runs (what
         a verdict's evidence can cite; 0 when nothing was saved or compared)."""
         return self.saved.tensors_compared if self.saved is not None else 0
+
+    @property
+    def unverified(self) -> bool:
+        """The runs agree, but the change planted on purpose in the control run was not seen:
+        the check could not have seen a difference there, so it claims nothing."""
+        return self.agrees and self.control is not None and not self.control.verified
+
+    @property
+    def reproducible(self) -> bool:
+        return self.agrees and not self.unverified
 
     @property
     def first_divergent_step(self) -> int | None:
@@ -662,6 +681,8 @@ class Report:
         if mode == "record":
             return Verdict("RECORDED", "recorded", "good") if self.recorded \
                 else Verdict("NOT RECORDED", "not recorded", "bad")
+        if self.unverified:
+            return Verdict("UNVERIFIED", "unverified", "warn")
         if self.resume is not None:
             if self.reproducible:
                 return Verdict("RESUMES EXACTLY", "resumes exactly", "good")
@@ -727,6 +748,7 @@ class Report:
             cause_detail=self.cause_detail,
             cause_location=self.cause_location,
             evidence=self.evidence,
+            verdict=self.verdict.word,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -735,8 +757,10 @@ class Report:
                  self.bisect, self.saved)
         resume = [] if self.resume is None else [
             {"resumes_exactly": self.reproducible}, self.resume.to_dict()]
+        control = [] if self.control is None else [{"control": self.control.to_dict()}]
         return merge([self.core().to_dict(),
-                      *(part.to_dict() for part in parts if part is not None), *resume])
+                      *(part.to_dict() for part in parts if part is not None), *resume,
+                      *control])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"

@@ -405,10 +405,29 @@ def _metrics_table(report: Report) -> list[Any]:
     return [t] if note is None else ([t, note] if shown else [note])
 
 
+def control_parts(report: Report) -> list[Any]:
+    """The negative control behind an agreeing verdict: what was planted where and where it was
+    seen, or, UNVERIFIED, what the check could not see; or that it was not run, and why."""
+    ctl = report.control
+    if ctl is None:
+        return []
+    if ctl.status == "seen":
+        return [hanging(Text("Control: ", style="bold"),
+                        Text(ctl.summary.removeprefix("negative control: ")))]
+    if ctl.status == "skipped":
+        return [Text(f"Control: not run ({ctl.detail})", style="dim")]
+    return [hanging(Text("Control: ", style="bold yellow"),
+                    Text.assemble(("not seen", "bold yellow"),
+                                  f" — {ctl.detail}. The verdict is UNVERIFIED: the "
+                                  "runs agree, but the check could not have seen them differ "
+                                  "(--no-control skips the control)."))]
+
+
 def footer_parts(report: Report) -> list[Any]:
-    """Warnings, the replay line (never wrapped: it must paste back as one command) and where
-    the traces are."""
-    parts: list[Any] = [Text(f"warning: {w}", style="yellow") for w in report.warnings]
+    """The negative control, warnings, the replay line (never wrapped: it must paste back as one
+    command) and where the traces are."""
+    parts: list[Any] = control_parts(report)
+    parts += [Text(f"warning: {w}", style="yellow") for w in report.warnings]
     if report.replay:
         parts.append(Text("Replay:", style="bold"))
         parts.append(Unwrapped(report.replay))

@@ -88,6 +88,9 @@ class RunOptions:
     resume_args: str | None = None
     #: ``resume --checkpoint PATH_OR_GLOB``: the checkpoint, when its save cannot be seen
     checkpoint: str | None = None
+    #: the negative control (``--no-control`` turns it off): once the runs agree, one more run
+    #: with a 1-ulp change planted must be seen to differ, or the verdict is UNVERIFIED
+    control: bool = True
 
     def __post_init__(self) -> None:
         for name in ("args", "without", "across"):
@@ -670,6 +673,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("fail_fast", "--fail-fast", "fail-fast",
                "stop every run as soon as the first divergent step is known", action="switch",
                from_config=boolean),
+    OptionSpec("control", "--no-control", "control",
+               "skip the negative control: the run with a 1-ulp change planted after step 1 "
+               "that must be seen to differ before an agreeing verdict stands",
+               action="switch", from_flag=lambda on: not on, from_config=boolean,
+               per_target=True),
     OptionSpec("trace_dir", "--trace-dir", "trace-dir",
                "where run traces are kept (default .repro-check/runs)", metavar="DIR",
                from_flag=os.path.abspath, from_config=text, from_keyword=_fspath),

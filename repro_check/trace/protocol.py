@@ -93,6 +93,8 @@ def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
 
 #: the roles of a resume's runs (``repro-check resume``)
 RESUME_ROLES = ("reference", "interrupted", "resumed")
+#: the restored states a resume's control can leave out
+LEFT_OUT = ("rng", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class ResumeSettings:
     copy_dir: str | None = None
     checkpoint: str | None = None
     lock: str | None = None
+    #: the resume's negative control (a resumed run): the restored state it leaves out on
+    #: purpose, ``"rng"`` or ``"optimizer"`` (:mod:`repro_check.child.control`)
+    leave_out: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -116,9 +121,41 @@ class ResumeSettings:
     def from_dict(cls, data: Any) -> ResumeSettings:
         if not isinstance(data, dict) or data.get("role") not in RESUME_ROLES:
             raise ProtocolError("the run configuration's 'resume' names no role of a resume")
+        leave_out = _optional_str(data, "leave_out")
+        if leave_out not in (None, *LEFT_OUT):
+            raise ProtocolError(f"the run configuration's 'leave_out' is no state: {leave_out!r}")
         return cls(role=data["role"], stop_at=_optional_int(data, "stop_at"),
                    copy_dir=_optional_str(data, "copy_dir"),
-                   checkpoint=_optional_str(data, "checkpoint"), lock=_optional_str(data, "lock"))
+                   checkpoint=_optional_str(data, "checkpoint"), lock=_optional_str(data, "lock"),
+                   leave_out=leave_out)
+
+
+#: where a control run plants its change (:mod:`repro_check.child.control`)
+CONTROL_PLACES = ("step", "forward")
+
+
+@dataclass(frozen=True)
+class ControlSettings:
+    """What the negative control's run is told (:mod:`repro_check.child.control`): plant a
+    1-ulp change ``where``: ``"step"``, in one element of a tensor step ``step`` trained, right
+    after that step is recorded; ``"forward"`` (the runs recorded no step), in a parameter of the
+    first module called, before its forward, or, when no module is called, in final metric
+    ``metric`` as reported."""
+
+    where: str = "step"
+    step: int = 1
+    metric: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ControlSettings:
+        if not isinstance(data, dict) or data.get("where") not in CONTROL_PLACES:
+            raise ProtocolError("the run configuration's 'control' names no place to plant")
+        step = _optional_int(data, "step")
+        return cls(where=data["where"], step=1 if step is None else step,
+                   metric=_optional_str(data, "metric"))
 
 
 @dataclass(frozen=True)
@@ -157,6 +194,8 @@ class RunConfig:
     num_workers: int | None = None
     start_method: str | None = None
     compile: bool | None = None
+    #: the negative control's run: where it plants a 1-ulp change (None: a plain run)
+    control: ControlSettings | None = None
     #: the trace format the parent reads
     version: int = VERSION
 
@@ -195,6 +234,7 @@ class RunConfig:
             "num_workers": self.num_workers,
             "start_method": self.start_method,
             "compile": self.compile,
+            "control": self.control.to_dict() if self.control is not None else None,
         })
 
     @classmethod
@@ -242,6 +282,8 @@ class RunConfig:
             num_workers=_optional_int(data, "num_workers"),
             start_method=_optional_str(data, "start_method"),
             compile=_optional_bool(data, "compile"),
+            control=ControlSettings.from_dict(data["control"])
+            if data.get("control") is not None else None,
             version=data["version"],
         )
 
@@ -339,6 +381,12 @@ class InfoRecord(Record):
         """A resume's interrupted run: the checkpoint it took and copied, before it stopped
         (:mod:`repro_check.child.checkpoint`)."""
         value = self.info.get("checkpoint")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def control(self) -> dict[str, Any] | None:
+        """The negative control's run: what it planted where (:mod:`repro_check.child.control`)."""
+        value = self.info.get("control")
         return value if isinstance(value, dict) else None
 
     @property

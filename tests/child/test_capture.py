@@ -32,7 +32,9 @@ def whole_script(tmp: Path) -> tuple[CliResult, Path]:
     arguments, leaving work for interpreter exit in its folder."""
     out = tmp / "exit-work"
     out.mkdir()
-    return run_cli("capture_whole_script.py", "--", "7", str(out), tmp=tmp / "script"), out
+    # two runs: the control run (stopped at step 2) would leave its own exit work beside theirs
+    return run_cli("capture_whole_script.py", "--no-control", "--", "7", str(out),
+                   tmp=tmp / "script"), out
 
 
 def test_whole_script_runs_as_main_with_arguments(whole_script: tuple[CliResult, Path]) -> None:

@@ -128,8 +128,10 @@ def test_forked_processes_reproduce_each_in_a_stream_of_its_own_stopped_at_max_s
 
 def test_a_forked_process_counts_its_steps_from_one_and_the_main_trace_is_unchanged(
         forked: repro_check.Report) -> None:
-    assert _trace_files(forked) == ["run-1.jsonl", "run-1.proc-2.jsonl", "run-1.proc-3.jsonl",
-                                    "run-2.jsonl", "run-2.proc-2.jsonl", "run-2.proc-3.jsonl"]
+    # the negative control's run records its main process only
+    assert _trace_files(forked) == ["control.jsonl", "run-1.jsonl", "run-1.proc-2.jsonl",
+                                    "run-1.proc-3.jsonl", "run-2.jsonl", "run-2.proc-2.jsonl",
+                                    "run-2.proc-3.jsonl"]
     folder = Path(forked.trace_dir or "")
     child = load_trace(folder / "run-1.proc-2.jsonl", require_end=True)
     assert [s.step for s in child.steps] == list(range(1, MAX_STEPS + 1))
@@ -169,7 +171,8 @@ def test_a_script_that_starts_no_process_is_reported_and_traced_as_before(same_c
     assert report.exit_code == 0 and report.processes is None
     assert all(r.processes == [] for r in report.results)
     assert not {"first_divergent_process", "processes", "process_results"} & set(report.to_dict())
-    assert _trace_files(report) == ["run-1.jsonl", "run-2.jsonl"]  # no events folder left
+    # no events folder left (the negative control's run beside them)
+    assert _trace_files(report) == ["control.jsonl", "run-1.jsonl", "run-2.jsonl"]
 
 
 # ---- the comparison, stream by stream ----------------------------------------------------------

@@ -441,7 +441,10 @@ def test_two_checks_in_one_folder_keep_to_their_own_files_even_with_closed_strea
     runs = (tmp_path / ".repro-check" / "runs").resolve()
     for report, folder in zip(reports, folders):
         assert folder.parent == runs
-        assert sorted(p.name for p in folder.iterdir()) == ["run-1.jsonl", "run-2.jsonl"]
+        # each check's negative control too, in its own folder
+        assert sorted(p.name for p in folder.iterdir()) == ["control.jsonl", "run-1.jsonl",
+                                                            "run-2.jsonl"]
+        assert Path(report["control"]["trace"]).resolve().parent == folder
         for r in report["run_results"]:
             assert Path(r["trace"]).resolve().parent == folder
             assert len(load_trace(r["trace"]).steps) == 12

@@ -55,6 +55,7 @@ SAMPLES: dict[str, tuple[list[str] | None, Any, Any, Check]] = {
                         lambda o: o.printed_metrics == (("acc", "acc (\\d+)"),)),
     "jobs": (["--jobs", "3"], 3, 3, lambda o: o.jobs == 3),
     "fail_fast": (["--fail-fast"], True, True, lambda o: o.fail_fast is True),
+    "control": (["--no-control"], False, False, lambda o: o.control is False),
     "trace_dir": (["--trace-dir", "traces"], "traces", "traces",
                   lambda o: o.trace_dir is not None and Path(o.trace_dir).name == "traces"),
     "atol": (["--atol", "loss=1e-6"], {"loss": 1e-6}, {"loss": 1e-6},

@@ -6,6 +6,7 @@ serving all its assertions. Where the optimizer is not what is tested, the scrip
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -103,6 +104,28 @@ def test_exact_resume_with_shuffling_from_the_restored_global_rng(
     assert (f"cost: 3 runs, the reference and the interrupted one in parallel, then the resumed "
             f"one; the interrupted run ended {took:.2f} s after its save returned (the copy)"
             in flat(r.stdout)), r.stdout
+
+
+def test_the_resume_control_leaves_the_restored_rng_state_out_and_must_differ(
+        exact: tuple[Path, CliResult]) -> None:
+    """Megatron's control: the resumed run again, with every restore of a global RNG state
+    left out (the checkpoint holds them and the runs shuffle from torch's): it differs from the
+    reference at the first resumed step, so the exact resume is verified."""
+    tmp_path, r = exact
+    rep = r.report
+    assert rep is not None and rep["verdict"] == "resumes exactly"
+    ctl = rep["control"]
+    assert ctl["status"] == "seen" and ctl["reference"] == "reference"
+    assert ctl["planted"]["where"] == "resume" and ctl["planted"]["step"] == 8
+    assert ctl["planted"]["tensor"] == "the RNG state the checkpoint restores"
+    assert ctl["seen_step"] == 9 and ctl["seen_signal"].startswith("rng.")
+    trace = Path(ctl["trace"])
+    assert trace.name == "run-4-control.jsonl"
+    left_out = [json.loads(line)["info"]["control"]["left_out"]
+                for line in trace.read_text().splitlines() if '"left_out"' in line]
+    assert "torch.set_rng_state" in left_out or "torch.random.set_rng_state" in left_out
+    assert ("Control: a resumed run that leaves out the RNG state the checkpoint restores was "
+            "seen to differ from the reference at step 9") in flat(r.stdout)
 
 
 @pytest.mark.slow

@@ -148,4 +148,5 @@ def test_no_record_of_a_report_writes_its_json_by_hand() -> None:
         and value is not JsonRecord)
     assert by_hand == ["repro_check.report.model.Report",  # joins its parts with merge()
                        # a run's configuration (the protocol), no report's record
+                       "repro_check.trace.protocol.ControlSettings",
                        "repro_check.trace.protocol.ResumeSettings"]

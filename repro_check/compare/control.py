@@ -1,0 +1,247 @@
+"""The negative control, judged: was the change planted in the control run seen?
+
+A check (or ``verify``) whose runs agree says REPRODUCIBLE only if it could have seen a
+difference. The control run is started like the others and plants a 1-ulp change right after
+step 1 (:mod:`repro_check.child.control`); this module compares it, live, with the reference
+(run 1, or the golden) on exact bits, in the signals the check compares: the change must show
+at the step it follows or at the next one (where the runs end before that, in the final metrics;
+with no step recorded, in the final metrics). Tolerances are not applied: they say how large a
+difference is accepted, the control asks whether one can be seen at all.
+
+:class:`ControlResult` is what the reports show (JSON key ``control``); :class:`ControlJudge`
+is the feed the control run's records go to (:mod:`repro_check.run.control` runs it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from repro_check.compare.steps import Policy, first_difference
+from repro_check.trace.jsonfields import JsonRecord, json_field
+from repro_check.trace.protocol import InfoRecord, MetricsRecord, Record, StepRecord
+from repro_check.trace.results import Listener, RunResult
+
+#: ``seen``: the planted change showed (the verdict stands); ``not seen``: it did not (the
+#: verdict is UNVERIFIED); ``skipped``: no control was run (``--no-control``, or a kind of check
+#: it does not cover yet), and the report says why
+ControlStatus = Literal["seen", "not seen", "skipped"]
+
+
+@dataclass
+class Planted(JsonRecord):
+    """What the control run changed: a tensor's element (its name, dtype, shape and index) after
+    step ``step`` (0: before the first step), or a final metric as reported (``where``
+    ``metric``), and its value before and after."""
+
+    tensor: str
+    dtype: str | None = None
+    shape: list[int] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    step: int = 0
+    where: str = "step"
+    before: Any = None
+    after: Any = None
+    #: its gradient moved too (a step without an optimizer: the script's own update follows)
+    gradient: bool = False
+
+    @property
+    def text(self) -> str:
+        """``Net.fc1.weight[3, 0] (float32, shape [8, 4]) after step 1``."""
+        if self.where == "metric":
+            return f"final metric {self.tensor.removeprefix('metric:')} as reported"
+        if self.where == "resume":
+            return f"a resumed run that leaves out {self.tensor}"
+        index = f"[{', '.join(map(str, self.index))}]" if self.index else ""
+        shape = f"shape [{', '.join(map(str, self.shape))}]"
+        when = f"after step {self.step}" if self.step else "before its module's first call"
+        grad = " and its gradient" if self.gradient else ""
+        return f"{self.tensor}{index} ({self.dtype}, {shape}){grad} {when}"
+
+
+@dataclass
+class ControlResult(JsonRecord):
+    """The negative control of a verdict (JSON key ``control``): its status, what was planted
+    where, where it was seen (step and signal), or what the check could not see (``detail``)."""
+
+    status: ControlStatus
+    #: what the control run is compared with: ``run 1``, ``golden``, or for a resume ``reference``
+    reference: str = "run 1"
+    planted: Planted | None = None
+    seen_step: int | None = None
+    seen_signal: str | None = None
+    #: why not seen (what the check could not see), why skipped, or a note on what was seen
+    detail: str | None = None
+    seconds: float = json_field(default=0.0, digits=3)
+    trace: str | None = None
+
+    @property
+    def verified(self) -> bool:
+        """Whether the verdict it stands behind holds: seen, or deliberately skipped."""
+        return self.status != "not seen"
+
+    @property
+    def summary(self) -> str:
+        """One line for the reports."""
+        if self.status == "skipped":
+            return f"negative control: not run ({self.detail})"
+        what = self.planted.text if self.planted is not None else "nothing"
+        if self.status == "seen":
+            where = f"step {self.seen_step}" if self.seen_step else "the final metrics"
+            if self.planted is not None and self.planted.where == "resume":
+                return (f"negative control: {what} was seen to differ from the {self.reference} "
+                        f"at {where} ({self.seen_signal})")
+            return (f"negative control: a 1-ulp change planted in {what} was seen at {where} "
+                    f"({self.seen_signal}) against {self.reference}")
+        return f"negative control: {self.detail}"
+
+    JSON_PROPERTIES = ("summary",)
+
+
+def skipped(why: str, reference: str = "run 1") -> ControlResult:
+    return ControlResult("skipped", reference=reference, detail=why)
+
+
+class ControlJudge:
+    """The feed of the control run: its records compared, as they come, with the reference's
+    first steps and final metrics. ``settled`` once the change was seen, or once the step after
+    the plant agreed (the run is stopped then)."""
+
+    def __init__(self, reference_steps: Mapping[int, Mapping[str, Any]], reference_total: int,
+                 reference_metrics: Mapping[str, Any], policy: Policy, *,
+                 reference: str = "run 1", plant_step: int = 1,
+                 listener: Listener | None = None) -> None:
+        self.ref_steps = reference_steps
+        self.ref_total = reference_total
+        self.ref_metrics = dict(reference_metrics)
+        #: exact bits, in the signals the check compares
+        self.exact = Policy(signals=policy.signals, always_metrics=policy.always_metrics)
+        self.skips_metric = policy.skips_metric
+        self.reference = reference
+        self.plant_step = plant_step
+        self.listener = listener
+        self.planted: Planted | None = None
+        self.unplanted: str | None = None
+        self.seen: tuple[int | None, str] | None = None
+        self.not_seen: str | None = None
+        self.metrics: dict[str, Any] = {}
+        self.steps = 0
+
+    # ---- the feed (run_started, event, run_finished) -------------------------------------
+    def run_started(self, index: int) -> None:
+        if self.listener is not None:
+            self.listener.run_started(index)
+
+    def event(self, index: int, event: Record) -> None:
+        if isinstance(event, InfoRecord) and event.control is not None:
+            self._planted(event.control)
+        elif isinstance(event, StepRecord) and event.proc is None:
+            self._step(event.step, event.signals)
+        elif isinstance(event, MetricsRecord) and event.proc is None:
+            self.metrics.update(event.metrics)
+
+    def run_finished(self, result: RunResult) -> None:
+        if self.settled():
+            return
+        if result.failed:
+            self.not_seen = f"the control run failed: {result.describe_failure()}"
+            return
+        ended_early = result.steps < self.plant_step + 1
+        if ended_early and result.status == "stopped":
+            self.not_seen = (f"a 1-ulp change planted in {self._what()} cannot show: the runs "
+                             f"stop at step {result.steps} (--max-steps {result.steps}), before "
+                             "the step after it")
+            return
+        if ended_early and result.steps < self.ref_total:
+            self.seen = (result.steps + 1, "steps")
+            return
+        if ended_early:  # the runs end here: the final metrics are what is left to see it in
+            diff = self._metric_difference()
+            if diff is not None:
+                self.seen = (None, diff)
+            elif self.plant_step == 0:
+                self.not_seen = self._blind_metrics()
+            else:
+                self.not_seen = self._blind_metrics(ended=result.steps)
+
+    # ---- judging -------------------------------------------------------------------------
+    def settled(self) -> bool:
+        return self.seen is not None or self.not_seen is not None
+
+    def _planted(self, body: Mapping[str, Any]) -> None:
+        if body.get("planted") is not True:
+            self.unplanted = str(body.get("why") or "nothing could be changed")
+            self.not_seen = f"no change could be planted: {self.unplanted}"
+            return
+        self.planted = Planted(
+            tensor=str(body.get("tensor")), dtype=_text(body.get("dtype")),
+            shape=_ints(body.get("shape")), index=_ints(body.get("index")),
+            step=body["step"] if isinstance(body.get("step"), int) else 0,
+            where=str(body.get("where") or "step"), before=body.get("before"),
+            after=body.get("after"), gradient=body.get("gradient") is True)
+
+    def _step(self, step: int, signals: Mapping[str, Any]) -> None:
+        self.steps = max(self.steps, step)
+        if self.settled() or step > self.plant_step + 1:
+            return
+        ref = self.ref_steps.get(step)
+        if ref is None:  # the reference ended before: the control run went on
+            self.seen = (step, "steps")
+            return
+        diff = first_difference(ref, signals, self.exact)
+        if diff is not None:
+            self.seen = (step, diff)
+        elif step == self.plant_step + 1:
+            self.not_seen = self._blind_step(step)
+
+    def _metric_difference(self) -> str | None:
+        for name in sorted(set(self.ref_metrics) | set(self.metrics)):
+            if self.skips_metric(name):
+                continue
+            a, b = self.ref_metrics.get(name), self.metrics.get(name)
+            if self.exact.judge(f"metric:{name}", a, b) is None:
+                return f"metric:{name}"
+        return None
+
+    def _compared(self) -> str:
+        signals = self.exact.signals
+        return "every signal" if signals is None else "the signals " + ", ".join(sorted(signals))
+
+    def _what(self) -> str:
+        return self.planted.text if self.planted is not None else "a trained tensor"
+
+    def _blind_step(self, step: int) -> str:
+        return (f"a 1-ulp change planted in {self._what()} did not show at step {step} in "
+                f"{self._compared()} compared: the check cannot see a change there")
+
+    def _blind_metrics(self, ended: int | None = None) -> str:
+        names = [n for n in sorted(self.ref_metrics) if not self.skips_metric(n)]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        if not names:
+            tail = "no final metric is compared"
+        else:
+            tail = f"the final metric{'s' if len(names) > 1 else ''} {shown} did not change"
+        if ended is not None:
+            return (f"a 1-ulp change planted in {self._what()} did not show: the runs end at "
+                    f"step {ended}, and {tail}")
+        return (f"a 1-ulp change planted in {self._what()} did not show: {tail}, and no "
+                "training step was recorded; the verdict rests on values that cannot see such "
+                "a change")
+
+    def result(self, seconds: float = 0.0, trace: str | None = None) -> ControlResult:
+        if self.seen is not None:
+            step, signal = self.seen
+            return ControlResult("seen", reference=self.reference, planted=self.planted,
+                                 seen_step=step, seen_signal=signal, seconds=seconds, trace=trace)
+        return ControlResult("not seen", reference=self.reference, planted=self.planted,
+                             detail=self.not_seen or "the control run recorded nothing to compare",
+                             seconds=seconds, trace=trace)
+
+
+def _ints(x: Any) -> list[int]:
+    return [int(v) for v in x if isinstance(v, int)] if isinstance(x, list) else []
+
+
+def _text(x: Any) -> str | None:
+    return x if isinstance(x, str) else None

@@ -1,0 +1,98 @@
+"""Running the negative control: one more run, like the check's own, with a change planted.
+
+Once the runs of a check (or ``verify``'s run and the golden) agree, :func:`run_control` starts
+one more run from the same :class:`RunSpec` as run 1 (same seed, options, environment), told to
+plant a 1-ulp change (:mod:`repro_check.child.control`), and compares it as it goes with the
+reference (:class:`~repro_check.compare.control.ControlJudge`). It is stopped as soon as the
+change is seen, or the step after the plant agreed: with a change after step 1 it costs a
+process start and two steps. Its trace is kept beside the others as ``control.jsonl``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro_check.compare.control import ControlJudge, ControlResult, skipped
+from repro_check.compare.steps import Policy
+from repro_check.errors import Interrupted, ReproCheckError
+from repro_check.run.runner import RunSpec, run_all
+from repro_check.run.session import sigterm_as_interrupt
+from repro_check.trace.format import TraceStream
+from repro_check.trace.protocol import ControlSettings
+
+#: the steps a control run goes to: the one its change follows, and the next
+PLANT_STEP = 1
+#: the name of the control run's trace in the check's folder
+TRACE_NAME = "control.jsonl"
+#: what a check run with ``--no-control`` says in place of the control
+SKIPPED = "--no-control"
+
+
+@dataclass
+class Reference:
+    """What the control run is compared with: the reference's first steps (up to the one after
+    the plant), how many it recorded, and its final metrics."""
+
+    steps: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    total: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def reference_of(trace: str | Path, upto: int = PLANT_STEP + 1, *, total: int | None = None,
+                 metrics: Mapping[str, Any] | None = None) -> Reference:
+    """The reference read from a trace (run 1's, or a golden): its steps up to ``upto``, its
+    step count and its final metrics. Given the count and the metrics (known already), only the
+    first steps are read, however long the trace."""
+    stream = TraceStream(trace, require_end=False)
+    ref = Reference()
+    try:
+        while (ev := stream.next_step()) is not None:
+            if ev.step <= upto:
+                ref.steps[ev.step] = ev.signals
+            elif total is not None and metrics is not None:
+                break
+        ref.total = stream.steps if total is None else total
+        ref.metrics = dict(stream.metrics if metrics is None else metrics)
+    finally:
+        stream.close()
+    return ref
+
+
+def settings_for(ref: Reference, policy: Policy) -> ControlSettings:
+    """Where the control run plants: after step 1 when the reference recorded steps; else before
+    the first module's call, or in the first compared final metric."""
+    if ref.total >= 1:
+        return ControlSettings(where="step", step=PLANT_STEP)
+    names = [n for n in sorted(ref.metrics) if not policy.skips_metric(n)]
+    return ControlSettings(where="forward", step=0, metric=names[0] if names else None)
+
+
+def run_control(base: RunSpec, ref: Reference, policy: Policy, folder: str | Path, *,
+                runs: int, reference: str = "run 1") -> tuple[ControlResult, bool]:
+    """Run the control (run number ``runs + 1``, from run 1's ``base`` spec) against ``ref``;
+    returns its result and whether Ctrl-C or SIGTERM stopped it (the check is interrupted)."""
+    settings = settings_for(ref, policy)
+    told = base.told
+    max_steps = told.max_steps
+    if settings.where == "step":  # stopped at the step after the plant at the latest
+        max_steps = PLANT_STEP + 1 if max_steps is None else min(max_steps, PLANT_STEP + 1)
+    spec = dataclasses.replace(
+        base, told=told.replace(run=runs + 1, control=settings, max_steps=max_steps),
+        trace_path=Path(folder) / TRACE_NAME, processes=False)
+    judge = ControlJudge(ref.steps, ref.total, ref.metrics, policy, reference=reference,
+                         plant_step=settings.step)
+    started = time.monotonic()
+    try:
+        with sigterm_as_interrupt():
+            results = run_all([spec], judge, 1, should_stop=judge.settled)
+    except Interrupted:
+        return skipped("interrupted", reference), True
+    except ReproCheckError as e:  # the target could not be found again: the control is not run
+        return skipped(f"the control run could not start: {e}", reference), False
+    trace = results[0].trace_path if results else None
+    return judge.result(round(time.monotonic() - started, 3), trace), False
