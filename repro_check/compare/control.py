@@ -103,10 +103,17 @@ def skipped(why: str, reference: str = "run 1") -> ControlResult:
     return ControlResult("skipped", reference=reference, detail=why)
 
 
+#: the steps after the plant within which the change must show: the next one, or the one after
+#: it (a loop that steps two optimizers in turn, a GAN's discriminator then its generator: a
+#: change in the first one's model may leave the second one's step untouched, and shows at the
+#: first one's next step)
+WINDOW = 2
+
+
 class ControlJudge:
     """The feed of the control run: its records compared, as they come, with the reference's
-    first steps and final metrics. ``settled`` once the change was seen, or once the step after
-    the plant agreed (the run is stopped then)."""
+    first steps and final metrics. ``settled`` once the change was seen, or once the steps
+    after the plant (:data:`WINDOW`) agreed (the run is stopped then)."""
 
     def __init__(self, reference_steps: Mapping[int, Mapping[str, Any]], reference_total: int,
                  reference_metrics: Mapping[str, Any], policy: Policy, *,
@@ -120,6 +127,8 @@ class ControlJudge:
         self.skips_metric = policy.skips_metric
         self.reference = reference
         self.plant_step = plant_step
+        #: the last step at which the change may show
+        self.last_step = plant_step + WINDOW
         self.listener = listener
         self.planted: Planted | None = None
         self.unplanted: str | None = None
@@ -147,11 +156,11 @@ class ControlJudge:
         if result.failed:
             self.not_seen = f"the control run failed: {result.describe_failure()}"
             return
-        ended_early = result.steps < self.plant_step + 1
+        ended_early = result.steps < self.last_step
         if ended_early and result.status == "stopped":
             self.not_seen = (f"a 1-ulp change planted in {self._what()} cannot show: the runs "
                              f"stop at step {result.steps} (--max-steps {result.steps}), before "
-                             "the step after it")
+                             f"the steps after it (to step {self.last_step})")
             return
         if ended_early and result.steps < self.ref_total:
             self.seen = (result.steps + 1, "steps")
@@ -183,7 +192,7 @@ class ControlJudge:
 
     def _step(self, step: int, signals: Mapping[str, Any]) -> None:
         self.steps = max(self.steps, step)
-        if self.settled() or step > self.plant_step + 1:
+        if self.settled() or step > self.last_step:
             return
         ref = self.ref_steps.get(step)
         if ref is None:  # the reference ended before: the control run went on
@@ -192,7 +201,7 @@ class ControlJudge:
         diff = first_difference(ref, signals, self.exact)
         if diff is not None:
             self.seen = (step, diff)
-        elif step == self.plant_step + 1:
+        elif step == self.last_step:
             self.not_seen = self._blind_step(step)
 
     def _metric_difference(self) -> str | None:
@@ -212,7 +221,14 @@ class ControlJudge:
         return self.planted.text if self.planted is not None else "a trained tensor"
 
     def _blind_step(self, step: int) -> str:
-        return (f"a 1-ulp change planted in {self._what()} did not show at step {step} in "
+        if self.planted is None:
+            return ("no change was planted: the control run said nothing of step 1 while it ran "
+                    "(its steps are known only as it ends, as when a model is changed in place "
+                    "under torch.no_grad with no gradient computed), so the check could not "
+                    "test what it sees")
+        shown = f"steps {self.plant_step + 1} to {step}" if step > self.plant_step + 1 \
+            else f"step {step}"
+        return (f"a 1-ulp change planted in {self._what()} did not show at {shown} in "
                 f"{self._compared()} compared: the check cannot see a change there")
 
     def _blind_metrics(self, ended: int | None = None) -> str:

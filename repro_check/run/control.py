@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro_check.compare.control import ControlJudge, ControlResult, skipped
+from repro_check.compare.control import WINDOW, ControlJudge, ControlResult, skipped
 from repro_check.compare.steps import Policy
 from repro_check.errors import Interrupted, ReproCheckError
 from repro_check.run.runner import RunSpec, run_all
@@ -25,7 +25,8 @@ from repro_check.run.session import sigterm_as_interrupt
 from repro_check.trace.format import TraceStream
 from repro_check.trace.protocol import ControlSettings
 
-#: the steps a control run goes to: the one its change follows, and the next
+#: the step a control run's change follows (it goes on to the steps of
+#: :data:`~repro_check.compare.control.WINDOW` after it)
 PLANT_STEP = 1
 #: the name of the control run's trace in the check's folder
 TRACE_NAME = "control.jsonl"
@@ -43,7 +44,7 @@ class Reference:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def reference_of(trace: str | Path, upto: int = PLANT_STEP + 1, *, total: int | None = None,
+def reference_of(trace: str | Path, upto: int = PLANT_STEP + WINDOW, *, total: int | None = None,
                  metrics: Mapping[str, Any] | None = None) -> Reference:
     """The reference read from a trace (run 1's, or a golden): its steps up to ``upto``, its
     step count and its final metrics. Given the count and the metrics (known already), only the
@@ -79,8 +80,9 @@ def run_control(base: RunSpec, ref: Reference, policy: Policy, folder: str | Pat
     settings = settings_for(ref, policy)
     told = base.told
     max_steps = told.max_steps
-    if settings.where == "step":  # stopped at the step after the plant at the latest
-        max_steps = PLANT_STEP + 1 if max_steps is None else min(max_steps, PLANT_STEP + 1)
+    if settings.where == "step":  # stopped at the end of the window after the plant at the latest
+        last = PLANT_STEP + WINDOW
+        max_steps = last if max_steps is None else min(max_steps, last)
     spec = dataclasses.replace(
         base, told=told.replace(run=runs + 1, control=settings, max_steps=max_steps),
         trace_path=Path(folder) / TRACE_NAME, processes=False)
