@@ -189,6 +189,9 @@ class Plant:
         before, after = nudge(tensor, index)
         if gradient:  # the update subtracts it: its change goes the way the value's went
             nudge(tensor.grad, index, -1 if after > before else 1)
+        in_place = getattr(self.rec, "in_place", None)
+        if in_place is not None:  # our change is not one of the script's in-place updates
+            in_place.accept(tensor)
         self._report({"planted": True, "tensor": name,
                       "dtype": str(tensor.dtype).removeprefix("torch."),
                       "shape": list(tensor.shape), "index": list(index), "step": step,

@@ -26,7 +26,8 @@ def step(n: int, signals: dict[str, Any]) -> StepRecord:
 
 def judge(*, total: int = 5, metrics: dict[str, Any] | None = None, policy: Policy | None = None,
           plant_step: int = 1) -> ControlJudge:
-    ref = {n: s for n, s in ((1, sig(1.0, "a")), (2, sig(0.5, "b"))) if n <= total}
+    ref = {n: s for n, s in ((1, sig(1.0, "a")), (2, sig(0.5, "b")), (3, sig(0.25, "c")))
+           if n <= total}
     return ControlJudge(ref, total, metrics or {}, policy or Policy(), plant_step=plant_step)
 
 
@@ -55,9 +56,11 @@ def test_agreement_at_the_step_after_the_plant_is_not_seen_naming_what_was_compa
     j = judge(policy=Policy(signals=frozenset({"loss"})))
     res = feed(j, InfoRecord({"info": {"control": PLANTED}}, {"control": PLANTED}),
                step(1, sig(1.0, "a")), step(2, sig(0.5, "other params, not compared")))
+    assert not j.settled()  # the step after next may still show it (a GAN's two optimizers)
+    res = feed(j, step(3, sig(0.25, "other params again")))
     assert j.settled()
     assert res.status == "not seen" and not res.verified
-    assert "did not show at step 2 in the signals loss compared" in (res.detail or "")
+    assert "did not show at steps 2 to 3 in the signals loss compared" in (res.detail or "")
 
 
 def test_tolerances_do_not_hide_the_planted_change() -> None:

@@ -181,3 +181,18 @@ def test_verify_stopped_at_step_1_cannot_fail_the_gate_and_is_unverified(
     assert rep.comparison is not None and rep.comparison.reproducible  # the step agrees
     assert rep.control is not None and rep.control.status == "not seen"
     assert rep.to_dict()["verdict"] == "unverified"
+
+
+@pytest.mark.parametrize("target, seen_step", [("styles/gan.py:main", 3),
+                                               ("styles/autograd_grad.py:main", 2)])
+def test_the_control_is_seen_in_every_training_style(tmp_path: Path, target: str,
+                                                     seen_step: int) -> None:
+    """A GAN's discriminator step then its generator's: a change planted in the discriminator
+    after step 1 may leave step 2 untouched and shows at step 3. A loop of autograd.grad and a
+    hand update (no optimizer) plants in the tensors step 1 differentiated. Both reproducible
+    scripts were UNVERIFIED before."""
+    res = run_cli(target, tmp=tmp_path)
+    report: Any = res.report
+    assert res.code == 0 and report is not None, res.stdout + res.stderr
+    assert report["control"]["status"] == "seen"
+    assert report["control"]["seen_step"] == seen_step
