@@ -410,14 +410,15 @@ class ResumeControl:
         self.distributed = distributed
 
     def state(self) -> str | None:
-        """What to leave out: the RNG state when the checkpoint holds one and the reference
-        draws after the checkpoint (its steps record an ``rng.*`` signal), else the optimizer's
-        (also when what the checkpoint holds cannot be seen); None when it holds neither."""
+        """What to leave out: the RNG state when the checkpoint holds one (or what it holds
+        cannot be seen: a restore the resumed run makes is left out) and the reference draws
+        after the checkpoint (its steps record an ``rng.*`` signal), else the optimizer's (also
+        when what the checkpoint holds cannot be seen); None when it holds neither."""
         kinds = set(self.info.kinds.values())
         after = [sig for step, sig in self.feed.steps_of(1, None).items()
                  if step > self.info.step]
         draws = any(name.startswith("rng.") for sig in after for name in sig)
-        if "rng" in kinds and draws:
+        if ("rng" in kinds or not kinds) and draws:  # unseen contents: a restore it makes
             return "rng"
         if "optimizer" in kinds or not kinds:
             return "optimizer"

@@ -246,7 +246,7 @@ class Pins:
 
             path = self.path(f"reseed-{stream}-{n}.pt")
             if self.run == 1:
-                torch.save(_stream_state(stream), path)
+                _own_save(_stream_state(stream), path)
             elif path.exists():
                 _set_stream_state(stream, torch.load(path, weights_only=False))
         try:
@@ -268,7 +268,7 @@ class Pins:
         for stream in streams:
             path = self.path(f"rng-{stream}-{step}.pt")
             if self.run == 1:
-                torch.save(_stream_state(stream), path)
+                _own_save(_stream_state(stream), path)
             elif path.exists():
                 _set_stream_state(stream, torch.load(path, weights_only=False))
         if self.run != 1 and self.recorder is not None and self.recorder.signals is not None:
@@ -297,7 +297,7 @@ class Pins:
         self.fetches[step] = n + 1
         path = self.path(f"batch-{step}-{n}.pt")
         if self.run == 1:
-            torch.save(item, path)
+            _own_save(item, path)
             return item
         return torch.load(path, weights_only=False) if path.exists() else item
 
@@ -312,7 +312,7 @@ class Pins:
         self.op_calls[step] = n + 1
         path = self.path(f"op-{step}-{n}.pt")
         if self.run == 1:
-            torch.save(_detached(out), path)
+            _own_save(_detached(out), path)
             if not self.op_calls.get(-1):
                 self.op_calls[-1] = 1
                 stack = user_stack(direct=False)
@@ -418,6 +418,16 @@ def _set_state(kind: str, obj: Any, state: Any) -> None:
     else:
         version, words, gauss = state
         obj.setstate((version, tuple(words), gauss))
+
+
+def _own_save(obj: Any, path: Any) -> None:
+    """Save a pin's file with torch's own ``torch.save``, not the one the run's hooks wrap: a
+    file repro-check writes is none of the script's saves (:mod:`repro_check.child.saved`)."""
+    # torch on use: only when pins are recorded (diagnose)
+    import torch
+
+    save = patches.PATCHES.original(torch, "save")
+    (torch.save if save is patches.MISSING else save)(obj, path)
 
 
 def _how(seed: Any, call: str) -> str:

@@ -6,8 +6,8 @@ makes its folder, the older ones beyond the most recent :data:`DEFAULT_KEEP` are
 
 * a folder whose command is still running (the pid in its name is alive);
 * a folder a report the user asked for points at (``--json``, ``--junit``, ``--report``):
-  :func:`keep_for` writes the reports' paths into it (:data:`KEPT_BY`), and it is kept as long
-  as one of those files exists;
+  :func:`keep_for` notes the reports' paths beside it (:data:`KEPT_BY`), and it is kept as
+  long as one of those files exists;
 * anything outside ``.repro-check/runs/`` (``--trace-dir`` is the user's own folder: never
   touched).
 
@@ -30,8 +30,9 @@ from repro_check.trace.atomic import write_text_atomic
 KEEP_VAR = "REPRO_CHECK_KEEP_RUNS"
 #: folders kept by default: the most recent checks'
 DEFAULT_KEEP = 20
-#: the file in a trace folder that lists the reports pointing at it
-KEPT_BY = ".kept-by.json"
+#: the folder beside the trace folders that holds, for each one a report points at, the list of
+#: those reports (``.kept-by/FOLDER.json``: nothing is added to the trace folder itself)
+KEPT_BY = ".kept-by"
 #: a trace folder's name: ``YYYYmmdd-HHMMSS-PID-XXXX``
 _NAME = re.compile(r"^\d{8}-\d{6}-(?P<pid>\d+)-")
 #: the folders whose ``runs/`` holds the default trace folders (in the project; in the
@@ -66,10 +67,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def note_of(folder: Path) -> Path:
+    """Where the reports pointing at trace folder ``folder`` are listed."""
+    return folder.parent / KEPT_BY / f"{folder.name}.json"
+
+
 def _pinned(folder: Path) -> bool:
     """Whether a report the user asked for, still there, points at ``folder``."""
     try:
-        paths = json.loads((folder / KEPT_BY).read_text())
+        paths = json.loads(note_of(folder).read_text())
     except (OSError, ValueError):
         return False
     return isinstance(paths, list) and any(isinstance(p, str) and os.path.exists(p) for p in paths)
@@ -93,6 +99,7 @@ def prune(root: Path, keep: int, current: Path | None = None) -> list[Path]:
         shutil.rmtree(folder, ignore_errors=True)
         if not folder.exists():
             removed.append(folder)
+            note_of(folder).unlink(missing_ok=True)
     return removed
 
 
@@ -107,8 +114,9 @@ def keep_for(trace_dir: str | os.PathLike[str] | None, reports: Iterable[str | N
         if folder.parent == folder:
             return  # not under .repro-check/runs: the user's own folder, never pruned
         folder = folder.parent
-    note = folder / KEPT_BY
+    note = note_of(folder)
     try:
+        note.parent.mkdir(exist_ok=True)
         known = json.loads(note.read_text()) if note.exists() else []
     except (OSError, ValueError):
         known = []

@@ -40,7 +40,8 @@ def test_the_oldest_folders_beyond_the_limit_go_and_the_rest_stay(tmp_path: Path
     report = tmp_path / "report.json"
     report.write_text("{}")
     retention.keep_for(reported / "check" / "nested", [str(report), None, "-"])
-    assert json.loads((reported / retention.KEPT_BY).read_text()) == [str(report)]
+    assert json.loads(retention.note_of(reported).read_text()) == [str(report)]
+    assert sorted(p.name for p in reported.iterdir()) == ["run-1.jsonl"]  # nothing added there
     foreign = root / "not-a-trace-folder"
     foreign.mkdir()
     removed = retention.prune(root, 3, current=made[-1])
@@ -48,6 +49,7 @@ def test_the_oldest_folders_beyond_the_limit_go_and_the_rest_stay(tmp_path: Path
     assert all(f.exists() for f in (*made[3:], running, reported, foreign))
     report.unlink()  # the report is gone: its traces may go too
     assert retention.prune(root, 3) == [reported]
+    assert not retention.note_of(reported).exists()
     assert retention.prune(root, 0) == []  # 0 keeps everything
 
 
@@ -55,7 +57,7 @@ def test_a_folder_outside_the_default_root_is_never_marked(tmp_path: Path) -> No
     mine = tmp_path / "my-traces" / "20260101-000000-1-abcd"
     mine.mkdir(parents=True)
     retention.keep_for(mine, [str(tmp_path / "r.json")])
-    assert not (mine / retention.KEPT_BY).exists()
+    assert not retention.note_of(mine).exists()
 
 
 def test_the_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,14 +77,15 @@ def test_a_check_prunes_the_old_folders_and_keeps_the_one_its_report_names(tmp_p
     after the second; a third check without a report then removes the second's."""
     (tmp_path / "train.py").write_text(
         "import torch\nm = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-        "m(torch.ones(1, 2)).sum().backward()\nopt.step()\n")
+        "for _ in range(3):\n    opt.zero_grad()\n    m(torch.ones(1, 2)).pow(2).sum().backward()\n"
+        "    opt.step()\n")
     env = cli_env(**{retention.KEEP_VAR: "1"})
     runs = tmp_path / ".repro-check" / "runs"
 
     def check(*extra: str) -> set[str]:
         proc = repro_check_cli(["train.py", *extra], cwd=tmp_path, env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        return {p.name for p in runs.iterdir()}
+        return {p.name for p in runs.iterdir() if p.name != retention.KEPT_BY}
 
     first = check("--json", str(tmp_path / "report.json"))
     second = check()

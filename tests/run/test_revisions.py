@@ -175,7 +175,8 @@ def test_a_run_imports_this_package_and_nothing_else_from_where_it_is_installed(
         "import torch\n"
         "try:\n    import leakmod_rc\n    leaked = 1\nexcept ImportError:\n    leaked = 0\n"
         "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "model(torch.ones(1, 2)).sum().backward()\nopt.step()\n"
+        "for _ in range(3):\n    opt.zero_grad()\n    model(torch.ones(1, 2)).pow(2).sum().backward()\n"
+        "    opt.step()\n"
         "print(f'leaked: {leaked}')\n")
     env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
     out = tmp_path / "report.json"
