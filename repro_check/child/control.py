@@ -195,8 +195,8 @@ class Plant:
         self._report({"planted": True, "tensor": name,
                       "dtype": str(tensor.dtype).removeprefix("torch."),
                       "shape": list(tensor.shape), "index": list(index), "step": step,
-                      "where": self.settings.where, "before": _plain(before),
-                      "after": _plain(after), "gradient": gradient})
+                      "where": self.settings.where, "before": values.readable_float(before),
+                      "after": values.readable_float(after), "gradient": gradient})
 
     def _report(self, body: dict[str, Any]) -> None:
         self.emit({"info": {"control": body}})
@@ -304,8 +304,7 @@ def nudge_encoded(enc: dict[str, Any]) -> dict[str, Any] | None:
             raw = (int(bits, 16) + 1) % (1 << width)
             moved = dict(enc, bits=f"{raw:0{len(bits)}x}")
             x = values.to_float(moved)
-            moved["value"] = "nan" if math.isnan(x) else ("inf" if x == math.inf else
-                                                          "-inf" if x == -math.inf else x)
+            moved["value"] = values.readable_float(x)
             return moved
         if dtype == "int":
             return values.encode_int(int(bits, 16) + 1)
@@ -348,9 +347,3 @@ def _module_name(module: Any) -> str:
         return type(module).__name__
 
 
-def _plain(x: float) -> float | str:
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x

@@ -21,7 +21,8 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _SIGNED_HEX = re.compile(r"-?[0-9a-fA-F]+")
 
 
-def _readable(x: float) -> float | str:
+def readable_float(x: float) -> float | str:
+    """A float as JSON can hold it: NaN and the infinities as strings."""
     if math.isnan(x):
         return "nan"
     if math.isinf(x):
@@ -32,7 +33,7 @@ def _readable(x: float) -> float | str:
 def encode_float64(x: float) -> Encoded:
     """A Python float, exactly."""
     bits = struct.unpack(">Q", struct.pack(">d", x))[0]
-    return {"dtype": "float64", "bits": f"{bits:016x}", "value": _readable(x)}
+    return {"dtype": "float64", "bits": f"{bits:016x}", "value": readable_float(x)}
 
 
 #: ``bits`` of an integer hold at most this many characters (a sign and 256 bits)
@@ -78,7 +79,7 @@ def encode_tensor(t: Any) -> Encoded:
         name, as_int, bits_format, float_format = fast
         packed = struct.pack(bits_format, t.detach().reshape(()).view(as_int).item())
         return {"dtype": name, "bits": packed.hex(),
-                "value": _readable(struct.unpack(float_format, packed)[0])}
+                "value": readable_float(struct.unpack(float_format, packed)[0])}
     # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
@@ -94,7 +95,7 @@ def encode_tensor(t: Any) -> Encoded:
     size = t.element_size()
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
     raw = int(t.view(as_int).item()) & ((1 << (8 * size)) - 1)
-    return {"dtype": dtype, "bits": f"{raw:0{2 * size}x}", "value": _readable(float(t.item()))}
+    return {"dtype": dtype, "bits": f"{raw:0{2 * size}x}", "value": readable_float(float(t.item()))}
 
 
 def encode_tensors(items: list[Any]) -> list[Encoded | None]:
@@ -150,7 +151,7 @@ def encode(x: Any) -> Encoded | None:
             width = arr.dtype.itemsize
             raw = int.from_bytes(arr.astype(arr.dtype.newbyteorder(">")).tobytes(), "big")
             return {"dtype": str(arr.dtype), "bits": f"{raw:0{2 * width}x}",
-                    "value": _readable(float(arr))}
+                    "value": readable_float(float(arr))}
         if arr.dtype.kind in "iu":
             return {"dtype": str(arr.dtype), "bits": format(int(arr), "x"), "value": int(arr)}
         if arr.dtype.kind == "b":
