@@ -212,11 +212,12 @@ def diff_cost(steps: int) -> tuple[float, int]:
     a, b = folder / "a.jsonl", folder / "b.jsonl"
     write_trace(a, steps)
     write_trace(b, steps, differ_at=steps)
-    code = ("import resource, runpy, sys\n"
+    code = ("import runpy, sys\n"
             f"sys.argv = ['repro-check', 'diff', {str(a)!r}, {str(b)!r}]\n"
             "try:\n    runpy.run_module('repro_check', run_name='__main__')\n"
             "except SystemExit as e:\n    code = e.code\n"
-            "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)\n")
+            "peak = [t for t in open('/proc/self/status') if t.startswith('VmHWM')][0].split()[1]\n"
+            "print('PEAK', peak, code)\n")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True)
     took = time.perf_counter() - start
@@ -228,6 +229,43 @@ def diff_cost(steps: int) -> tuple[float, int]:
         p.unlink()
     folder.rmdir()
     return took, int(line.split()[1])
+
+
+def fingerprint_rates(reps: int) -> list[tuple[int, float, float]]:
+    import torch
+
+    from repro_check.trace import fingerprint
+
+    rows = []
+    fingerprint.tensors([("warm-up", torch.randn(1000))])
+    for n in (1_000_000, 10_000_000, 100_000_000):
+        chunk = min(n, 4_000_000)
+        params = [(f"p{i}", torch.randn(chunk)) for i in range(n // chunk)]
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fingerprint.tensors(params)
+            times.append(time.perf_counter() - start)
+        t = statistics.median(times)
+        rows.append((n, t, n * 4 / t / 1e9))
+        del params
+    return rows
+
+
+def parent_peak_kib(steps: int) -> int:
+    """Peak RSS of a repro-check parent process checking a run of ``steps`` steps."""
+    code = (
+        "import repro_check, tempfile, os\n"
+        f"os.chdir({str(ROOT / 'fixtures')!r})\n"
+        f"r = repro_check.check('tiny:main', args=['--steps', '{steps}'], trace_dir=tempfile.mkdtemp())\n"
+        "assert r.exit_code == 0, r.error\n"
+        "print([t for t in open('/proc/self/status') if t.startswith('VmHWM')][0].split()[1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"bench: memory probe failed:\n{out.stderr[-2000:]}")
+    return int(out.stdout.strip().splitlines()[-1])
+
 
 
 def spread(values: list[float]) -> str:
@@ -270,6 +308,22 @@ def main() -> int:
                   f"{statistics.median(r.b):>7.2f} {r.ratio:>6.3f} "
                   f"{(f'{per:.0f}' if per is not None else '-'):>8} {spread(r.a):>12} "
                   f"{spread(r.b):>12} {shown}")
+    if "long" in parts:
+        small, large = parent_peak_kib(1_000), parent_peak_kib(20_000)
+        memory_ok = large / small <= 1.10
+        print(f"\n{'parent memory':<20} peak RSS, 20,000 steps / 1,000 steps: {large:,} KiB / "
+              f"{small:,} KiB = {large / small:.3f} (limit 1.10: {'yes' if memory_ok else 'NO'})")
+        if not memory_ok:
+            rows.append(Row("parent", "peak RSS, 20,000 steps / 1,000 steps", [large], [small],
+                            1.10))
+        fp = fingerprint_rates(ns.reps)
+        print(f"\n{'fingerprint':<20} {'parameters':>12} {'seconds':>9} {'GB/s':>7}  ok (>= 4 GB/s)")
+        for n, t, rate in fp:
+            print(f"{'params (float32)':<20} {n:>12,} {t:>9.4f} {rate:>7.2f}  "
+                  f"{'yes' if rate >= 4 else 'NO'}")
+            if rate < 4:
+                rows.append(Row("fingerprint", f"{n:,} float32 parameters below 4 GB/s",
+                                [4.0], [rate], 1.0))
     long_rows: list[tuple[int, float, int]] = []
     if "long" in parts:
         print(f"\n{'diff of two traces':<20} {'steps':>10} {'seconds':>8} {'peak MiB':>9}")
