@@ -175,6 +175,10 @@ def workload_rows(w: Workload, reps: int) -> list[Row]:
     rows.append(Row(w.name, "two-run check / two bare runs in parallel", a, b, 1.05, w.steps))
     one = [timed(bare_cmd(w)) for _ in range(reps)]
     rows.append(Row(w.name, "two-run check / one bare run", a, one, None))
+    a, b = side_by_side(reps, lambda: timed(check_cmd(w, "--no-control")),
+                        lambda: timed(bare_cmd(w), bare_cmd(w)))
+    rows.append(Row(w.name, "  without the control: --no-control / two bare in parallel", a, b,
+                    None, w.steps))
     return rows
 
 
