@@ -297,21 +297,22 @@ def main() -> int:
     print(f"bench: {ns.reps} repetitions, {os.cpu_count()} CPUs, one thread a run; MNIST: "
           f"{' '.join(data) or 'embedded subset'}", flush=True)
     rows: list[Row] = []
-    for w in workloads:
-        rows += workload_rows(w, ns.reps)
-        if w.target == MNIST:
-            rows += fail_fast_rows(w, ns.reps)
-    if rows:
-        width = max(len(r.what) for r in rows)
+    width = 58
+    if workloads:
         print(f"\n{'workload':<12} {'comparison':<{width}} {'A s':>7} {'B s':>7} {'A/B':>6} "
-              f"{'us/step':>8} {'A spread':>12} {'B spread':>12} {'limit':>6}  ok")
-        for r in rows:
+              f"{'us/step':>8} {'A spread':>12} {'B spread':>12} {'limit':>6}  ok", flush=True)
+    for w in workloads:
+        done = workload_rows(w, ns.reps)
+        if w.target == MNIST:
+            done += fail_fast_rows(w, ns.reps)
+        for r in done:  # a workload's rows as soon as it is measured: a bench takes long
             per = r.per_step_us()
             shown = f"{r.limit:>6.2f}  {'yes' if r.ok else 'NO'}" if r.limit is not None else f"{'-':>6}  -"
             print(f"{r.workload:<12} {r.what:<{width}} {statistics.median(r.a):>7.2f} "
                   f"{statistics.median(r.b):>7.2f} {r.ratio:>6.3f} "
                   f"{(f'{per:.0f}' if per is not None else '-'):>8} {spread(r.a):>12} "
-                  f"{spread(r.b):>12} {shown}")
+                  f"{spread(r.b):>12} {shown}", flush=True)
+        rows += done
     if "long" in parts:
         small, large = parent_peak_kib(1_000), parent_peak_kib(20_000)
         memory_ok = large / small <= 1.10
