@@ -14,7 +14,8 @@ exit, as in a run of repro-check). "one captured run" is ``record`` (a check nee
 floor of a two-run check is two bare runs started together, on this machine's cores.
 
 Then the long and wide jobs, simulated (traces written by a generator, no training): ``diff`` of
-two traces of 100,000 and 1,000,000 steps, seconds and peak memory of the process. Exits 1 when
+two traces of 100,000 and 1,000,000 steps, and the parent's torchrun comparison (per rank and
+across ranks) of two runs' traces of 8 and 64 ranks, seconds and peak memory of the process. Exits 1 when
 a target is missed.
 """
 
@@ -235,6 +236,66 @@ def diff_cost(steps: int) -> tuple[float, int]:
     return took, int(line.split()[1])
 
 
+RANKS_CODE = """
+import json, os, sys, time
+from repro_check.distributed.compare import RankComparison, RankFeed
+from repro_check.trace.format import read_record
+
+folder, ranks, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+files = {(run, rank): open(os.path.join(folder, f"run-{run}-rank-{rank}.jsonl"), "rb")
+         for run in (1, 2) for rank in range(ranks)}
+start = time.perf_counter()
+comparison = RankComparison(2, local_ranks=ranks)
+feed = RankFeed(comparison)
+for f in files.values():
+    f.readline()  # the header
+for _ in range(steps):  # every rank's next line in turn, as the runner tails the ranks' files
+    for (run, rank), f in files.items():
+        feed.event(run, read_record(f.readline(), rank=rank))
+for run in (1, 2):
+    comparison.end(run, {rank: steps for rank in range(ranks)})
+result = comparison.result()
+took = time.perf_counter() - start
+peak = [t for t in open("/proc/self/status") if t.startswith("VmHWM")][0].split()[1]
+d = result.divergence
+print("RESULT", took, peak, result.first_divergent_step, d.rank if d is not None else None)
+"""
+
+
+def write_rank_traces(folder: Path, ranks: int, steps: int) -> None:
+    """Each rank's trace of a torchrun job of ``ranks`` ranks, run 1 and run 2, as a rank writes
+    its own file (a DDP model: every rank's parameters the same); run 2's last rank differs at the
+    last step."""
+    for run in (1, 2):
+        for rank in range(ranks):
+            header = {"format": "repro-check-trace", "version": 2, "header": {
+                "target": "generated.py", "args": [], "run": run, "seed": 0,
+                "components": ["torch"]}}
+            with open(folder / f"run-{run}-rank-{rank}.jsonl", "w") as f:
+                f.write(json.dumps(header) + "\n")
+                for k in range(1, steps + 1):
+                    odd = run == 2 and rank == ranks - 1 and k == steps
+                    bits = 0x3E000000 + k * 64 + rank + (1 if odd else 0)
+                    f.write(json.dumps({"step": k, "signals": {
+                        "loss": {"dtype": "float32", "bits": f"{bits:08x}"},
+                        "grads": f"{k * 64 + rank:032x}", "params": f"{k * 7:032x}"}}) + "\n")
+
+
+def ranks_cost(ranks: int, steps: int) -> tuple[float, int]:
+    """Seconds and peak RSS (KiB) of the parent's torchrun comparison (the per-rank and cross-rank
+    comparison a check feeds from the ranks' files) of generated traces of ``ranks`` ranks x
+    ``steps`` steps, two runs, differing on the last rank at the last step."""
+    with tempfile.TemporaryDirectory(prefix="repro-check-bench-ranks-") as tmp:
+        write_rank_traces(Path(tmp), ranks, steps)
+        proc = subprocess.run([sys.executable, "-c", RANKS_CODE, tmp, str(ranks), str(steps)],
+                              env=env(), capture_output=True, text=True)
+    line = next((t for t in proc.stdout.splitlines() if t.startswith("RESULT")), None)
+    if line is None or line.split()[3:] != [str(steps), str(ranks - 1)]:
+        raise SystemExit(f"bench: the comparison of {ranks} ranks did not find the difference at "
+                         f"step {steps}, rank {ranks - 1}:\n{proc.stdout[-1000:]}{proc.stderr[-2000:]}")
+    return float(line.split()[1]), int(line.split()[2])
+
+
 def fingerprint_rates(reps: int) -> list[tuple[int, float, float]]:
     import torch
 
@@ -339,6 +400,16 @@ def main() -> int:
         if len(long_rows) == 2:
             (s1, t1, m1), (s2, t2, m2) = long_rows
             print(f"{'':<20} time x{t2 / t1:.1f} for x{s2 // s1} steps; memory x{m2 / m1:.2f}")
+        print(f"\n{'torchrun comparison':<20} {'ranks':>6} {'steps':>7} {'seconds':>8} {'peak MiB':>9}")
+        cells = [(8, 1_000), (64, 1_000), (64, 2_000)]
+        cost = {}
+        for ranks, steps in cells:
+            cost[ranks, steps] = ranks_cost(ranks, steps)
+            took, peak = cost[ranks, steps]
+            print(f"{'':<20} {ranks:>6} {steps:>7,} {took:>8.1f} {peak / 1024:>9.1f}", flush=True)
+        (t8, m8), (t64, m64), (t64l, m64l) = (cost[c] for c in cells)
+        print(f"{'':<20} time x{t64 / t8:.1f} for x8 ranks, x{t64l / t64:.1f} for x2 steps; "
+              f"memory x{m64 / m8:.2f} for x8 ranks, x{m64l / m64:.2f} for x2 steps")
     if ns.json:
         Path(ns.json).write_text(json.dumps({
             "rows": [{"workload": r.workload, "what": r.what, "a": r.a, "b": r.b,
