@@ -51,11 +51,12 @@ import random
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from repro_check.child import clock, origin, patches, rngstate
 from repro_check.child.seeding import STREAM_NAMES
+from repro_check.trace.payloads import SeedOverride
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -566,33 +567,32 @@ def arrive(user_fn: Any, carry: dict[str, Any] | None) -> WorkerWatch:
     return WorkerWatch(user_fn, _SPAWNED)
 
 
-def cross_run_notes(overrides_by_run: dict[int, list[dict[str, Any]]]) -> list[str]:
+def cross_run_notes(overrides_by_run: Mapping[int, Sequence[SeedOverride]]) -> list[str]:
     """Seeds whose value differs between runs: the target seeds from the clock, OS entropy or an
     unseeded stream, so the runs cannot agree."""
     seen: dict[str, dict[int, Any]] = {}
     fields: dict[str, dict[int, Any]] = {}
-    first: dict[str, dict[str, Any]] = {}
+    first: dict[str, SeedOverride] = {}
     for run, records in sorted(overrides_by_run.items()):
         for rec in records:
-            key = rec.get("key")
-            if isinstance(key, str) and "value" in rec:
-                call = f"{key}@{rec.get('where')}"  # one call site
-                seen.setdefault(call, {}).setdefault(run, rec.get("value"))
-                fields.setdefault(call, {}).setdefault(run, rec.get("clock_fields"))
+            if rec.key is not None and rec.has_value:
+                call = rec.call  # one call site
+                seen.setdefault(call, {}).setdefault(run, rec.value)
+                fields.setdefault(call, {}).setdefault(
+                    run, list(rec.clock_fields) if rec.clock_fields is not None else None)
                 first.setdefault(call, rec)
     notes = []
     for call, by_run in seen.items():
         if len(by_run) > 1 and len({repr(v) for v in by_run.values()}) > 1:
             rec = first[call]
-            key = rec["key"]
             shown = ", ".join(f"run {r}: {v}" for r, v in sorted(by_run.items()))
-            at = f" at {rec['where']}" if rec.get("where") else ""
             field = clock.shared_field([fields[call][r] for r in sorted(by_run)],
                                        [by_run[r] for r in sorted(by_run)])
             whence = {"clock": "from the clock", "entropy": "from OS entropy"}.get(
-                str(rec.get("source")), "from the clock, OS entropy or an unseeded stream")
+                str(rec.source), "from the clock, OS entropy or an unseeded stream")
             if field is not None:
                 whence = f"from the clock (the seed is the {field} of the time)"
-            notes.append(f"{rec.get('component')} was reseeded differently in each run ({key}{at}; "
-                         f"{shown}): the target seeds it {whence}, so the runs cannot agree")
+            notes.append(f"{rec.component} was reseeded differently in each run ({rec.key}"
+                         f"{rec.at}; {shown}): the target seeds it {whence}, so the runs "
+                         "cannot agree")
     return notes

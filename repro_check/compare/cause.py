@@ -54,6 +54,7 @@ A check whose target failed or that was interrupted has no cause (``None``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -61,7 +62,9 @@ from typing import Any, Literal
 from repro_check.child import clock
 from repro_check.child.seeding import STREAM_NAMES
 from repro_check.trace import signals
-from repro_check.trace.results import Location
+from repro_check.trace.payloads import (GENERATOR_KINDS, EnvCall, GeneratorDrawn, GeneratorNote,
+                                        GeneratorSeeded, JsonValue, LoaderEpoch, LoaderMade,
+                                        LoaderNote, Location, ModelBuilt, SeedOverride)
 
 CAUSES: tuple[str, ...] = ("data", "rng", "init", "compute", "saved", "state", "metrics",
                            "environment", "none")
@@ -147,62 +150,49 @@ def from_signal(signal: str | None, uses_dataloader: bool) -> Cause:
     return SIGNAL_CAUSE.get(signal, "compute")
 
 
-def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
-                  ) -> dict[str, tuple[Mapping[str, Any], dict[int, Any]]]:
+#: each run's seeding watch records, by run
+Seedings = Mapping[int, Sequence[SeedOverride]]
+
+
+def _seeds_by_key(seedings: Seedings) -> dict[str, tuple[SeedOverride, dict[int, JsonValue]]]:
     """Per seeding call (its key and call site): the first record seen, and each run's value.
 
     A call whose value differs between the runs and equals the same coarse field of the time in
     every run (the hour, the date: :func:`repro_check.child.clock.shared_field`) is given
     ``source: clock`` and ``clock_field``."""
-    out: dict[str, tuple[Mapping[str, Any], dict[int, Any]]] = {}
-    fields: dict[str, dict[int, Any]] = {}
+    out: dict[str, tuple[SeedOverride, dict[int, JsonValue]]] = {}
+    fields: dict[str, dict[int, list[str] | None]] = {}
     for run, records in sorted(seedings.items()):
         for rec in records:
-            key = rec.get("key")
-            if isinstance(key, str) and rec.get("component") in ("python", "numpy", "torch"):
-                call = f"{key}@{rec.get('where')}"
+            if rec.key is not None and rec.component in ("python", "numpy", "torch"):
+                call = rec.call
                 first, values = out.setdefault(call, (rec, {}))
-                values.setdefault(run, rec.get("value"))
-                fields.setdefault(call, {}).setdefault(run, rec.get("clock_fields"))
-                if rec.get("source") == "clock" and first.get("source") != "clock":
+                values.setdefault(run, rec.value)
+                fields.setdefault(call, {}).setdefault(
+                    run, list(rec.clock_fields) if rec.clock_fields is not None else None)
+                if rec.source == "clock" and first.source != "clock":
                     out[call] = (rec, values)
     for call, (rec, values) in list(out.items()):
-        if rec.get("source") in (None, "clock") or str(rec.get("source")).startswith("unseeded"):
+        if rec.source in (None, "clock") or str(rec.source).startswith("unseeded"):
             runs = sorted(values)
             field = clock.shared_field([fields[call].get(r) for r in runs],
                                        [values[r] for r in runs])
-            if field is not None and rec.get("source") != "clock":
-                out[call] = ({**rec, "source": "clock", "clock_field": field}, values)
+            if field is not None and rec.source != "clock":
+                out[call] = (dataclasses.replace(rec, source="clock", clock_field=field), values)
     return out
 
 
-def _seed_text(rec: Mapping[str, Any], values: dict[int, Any]) -> str:
-    at = f" at {rec['where']}" if rec.get("where") else ""
+def _seed_text(rec: SeedOverride, values: dict[int, JsonValue]) -> str:
     shown = ", ".join(f"run {r}: {v}" for r, v in sorted(values.items())
                       if any(x is not None for x in values.values()))  # no value: entropy
-    return f"{rec.get('key')}{at}; {shown}" if shown else f"{rec.get('key')}{at}"
+    return f"{rec.key}{rec.at}; {shown}" if shown else f"{rec.key}{rec.at}"
 
 
-def _differs(rec: Mapping[str, Any], values: dict[int, Any]) -> bool:
+def _differs(rec: SeedOverride, values: dict[int, JsonValue]) -> bool:
     """Whether a seeding call gave the runs different seeds (OS entropy always does)."""
     if len(values) < 2:
         return False
-    return rec.get("source") == "entropy" or len({repr(v) for v in values.values()}) > 1
-
-
-def _step_of(rec: Mapping[str, Any]) -> int | None:
-    step = rec.get("at_step")
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
-
-
-def where_location(where: Any) -> Location | None:
-    """The location (no function) of a seeding record's ``file:line``."""
-    if not isinstance(where, str):
-        return None
-    file, _, line = where.rpartition(":")
-    if not file or not line.isdigit():
-        return None
-    return Location(file[:4096], int(line))
+    return rec.source == "entropy" or len({repr(v) for v in values.values()}) > 1
 
 
 @dataclass
@@ -216,8 +206,7 @@ class SeedingCall:
     step: int | None = None
 
 
-def seeding_call(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
-                 clock_only: bool, stream: str | None = None,
+def seeding_call(seedings: Seedings | None, clock_only: bool, stream: str | None = None,
                  step: int | None = None) -> SeedingCall | None:
     """Why the runs got different seeds, from the seeding watch's records (None: no such call).
 
@@ -228,22 +217,22 @@ def seeding_call(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
     if not seedings:
         return None
     calls = sorted(_seeds_by_key(seedings).values(),
-                   key=lambda call: call[0].get("component") != stream)
+                   key=lambda call: call[0].component != stream)
     if step is not None:
-        calls = [c for c in calls if (_step_of(c[0]) or step + 1) <= step]
+        calls = [c for c in calls if (c[0].at_step or step + 1) <= step]
     for rec, values in calls:
-        if rec.get("source") == "clock":
-            name = STREAM_NAMES.get(str(rec.get("component")), str(rec.get("component")))
-            field = f", the {rec['clock_field']} of the time" if rec.get("clock_field") else ""
+        if rec.source == "clock":
+            name = STREAM_NAMES.get(rec.component, rec.component)
+            field = f", the {rec.clock_field} of the time" if rec.clock_field else ""
             return SeedingCall(
                 f"{name} is seeded from the clock ({_seed_text(rec, values)}{field}): "
                 "every run gets another seed, so the runs cannot agree; seed it with a constant",
-                where_location(rec.get("where")), "worker" in rec, _step_of(rec))
+                rec.where, rec.in_worker, rec.at_step)
     if clock_only:
         return None
     for rec, values in calls:
         if _differs(rec, values):
-            component, source = str(rec.get("component")), str(rec.get("source"))
+            component, source = rec.component, str(rec.source)
             whence = "with a value that differs between runs"
             if source == "entropy":
                 whence = "from OS entropy"
@@ -251,17 +240,17 @@ def seeding_call(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
                 whence = "with a value drawn from it while it was unseeded"
             elif source.startswith("unseeded "):
                 whence = f"from {STREAM_NAMES.get(source[9:], source[9:])}, itself unseeded"
-            inside = (f" in the DataLoader's workers (worker {rec['worker']} first)"
-                      if "worker" in rec else "")
+            inside = (f" in the DataLoader's workers (worker {rec.worker} first)"
+                      if rec.in_worker else "")
             return SeedingCall(
                 f"{STREAM_NAMES.get(component, component)} is seeded {whence}{inside} "
                 f"({_seed_text(rec, values)}): the runs cannot agree; seed it with a constant",
-                where_location(rec.get("where")), "worker" in rec, _step_of(rec))
+                rec.where, rec.in_worker, rec.at_step)
     return None
 
 
-def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
-                   clock_only: bool, stream: str | None = None) -> str | None:
+def seeding_detail(seedings: Seedings | None, clock_only: bool,
+                   stream: str | None = None) -> str | None:
     """The text of :func:`seeding_call` (None: no such call)."""
     found = seeding_call(seedings, clock_only, stream)
     return found.detail if found is not None else None
@@ -269,42 +258,8 @@ def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
 
 # ---- private generators ---------------------------------------------------------------------
 
-#: what the child sends of a private generator (see :mod:`repro_check.child.pin`)
-GENERATOR_KINDS: dict[str, str] = {"torch": "torch.Generator",
-                                   "numpy": "numpy Generator (default_rng)",
-                                   "python": "random.Random"}
 #: generator records kept per run
 MAX_GENERATOR_RECORDS = 2000
-
-
-def _location(value: Any) -> dict[str, Any] | None:
-    """A record's location checked and cut to size (:meth:`Location.of`), kept in the record as
-    the plain object it is in the trace."""
-    loc = Location.of(value)
-    return loc.to_dict() if loc is not None else None
-
-
-def generator_record(body: Any) -> dict[str, Any] | None:
-    """A generator record from a run (untrusted: it comes from the target's process), checked
-    and cut to what is used; None when it is malformed."""
-    if not isinstance(body, dict) or not isinstance(body.get("key"), str):
-        return None
-    out: dict[str, Any] = {"key": body["key"][:4200]}
-    drawn = body.get("drawn")
-    if "drawn" in body:
-        if not isinstance(drawn, int) or isinstance(drawn, bool):
-            return None
-        out["drawn"] = drawn
-        return out
-    event, kind, fp = body.get("event"), body.get("kind"), body.get("fp")
-    if not isinstance(event, int) or isinstance(event, bool) or kind not in GENERATOR_KINDS \
-            or not isinstance(fp, str):
-        return None
-    out.update(event=event, kind=kind, fp=fp[:64], created=body.get("created") is True,
-               how=str(body.get("how"))[:40], location=_location(body.get("location")))
-    if isinstance(body.get("stack"), list):
-        out["stack"] = [loc.to_dict() for loc in Location.stack_of(body["stack"])]
-    return out
 
 
 @dataclass
@@ -318,68 +273,47 @@ class GeneratorSource:
     stack: list[Location]
 
 
-def private_generator(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]],
+def private_generator(a: Sequence[GeneratorNote], b: Sequence[GeneratorNote],
                       step: int, pinned: Collection[str] = ()) -> GeneratorSource | None:
     """The first generator the script made (run 1's records ``a``) whose seeding differs in the
     other run (``b``) and that was drawn from by the end of ``step``; ``pinned``: keys to skip."""
-    # the records of global streams' reseeding (``stream``, no ``key``) are no generator's
-    seeds_b = {(r["key"], r["event"]): r.get("fp") for r in b if "event" in r and "key" in r}
-    drawn = {r["key"]: r["drawn"] for r in [*a, *b] if "drawn" in r and "key" in r}
-    created = {r["key"]: r for r in a if r.get("created") and "key" in r}
+    seeds_b = {(r.key, r.event): r.fp for r in b if isinstance(r, GeneratorSeeded)}
+    drawn = {r.key: r.drawn for r in [*a, *b] if isinstance(r, GeneratorDrawn)}
+    created = {r.key: r for r in a if isinstance(r, GeneratorSeeded) and r.created}
     for rec in a:
-        key = rec.get("key")
-        if key is None or "event" not in rec or key in pinned or drawn.get(key, step + 1) > step:
+        if not isinstance(rec, GeneratorSeeded):
             continue
-        if seeds_b.get((key, rec["event"])) == rec.get("fp"):
+        key = rec.key
+        if key in pinned or drawn.get(key, step + 1) > step:
+            continue
+        if seeds_b.get((key, rec.event)) == rec.fp:
             continue
         first = created.get(key, rec)
-        kind = GENERATOR_KINDS.get(str(rec.get("kind")), "generator")
+        kind = GENERATOR_KINDS.get(rec.kind, "generator")
         how = {"entropy": "seeded from OS entropy (no seed given)",
                "clock": "seeded from the clock (a value within a day of the current time)",
                "manual_seed": "seeded with a value that differs between runs (the clock?)",
                "seed": "seeded with a value that differs between runs (the clock?)",
-               "default": "seeded differently"}.get(str(rec.get("how")), str(rec.get("how")))
-        loc = Location.of(first.get("location"))
-        seeded = Location.of(rec.get("location"))
+               "default": "seeded differently"}.get(rec.how, rec.how)
+        loc = first.location
+        seeded = rec.location
         where = f" at {seeded.site}" if seeded is not None and seeded != loc else ""
         made = loc.site if loc is not None else "an unknown place"
         first_draw = drawn.get(key)
         detail = (f"a {kind} made at {made}, {how}{where}; first drawn from at step "
                   f"{first_draw if first_draw else 'the start'}")
-        return GeneratorSource(key, kind, detail, loc, Location.stack_of(first.get("stack")))
+        return GeneratorSource(key, kind, detail, loc, list(first.stack))
     return None
 
 
-def loader_record(body: Any) -> dict[str, Any] | None:
-    """A DataLoader record from a run (untrusted), checked; None when malformed."""
-    if not isinstance(body, dict):
-        return None
-    n = body.get("loader")
-    if not isinstance(n, int) or isinstance(n, bool):
-        return None
-    if "iter" in body:
-        it = body["iter"]
-        return {"loader": n, "iter": it} if isinstance(it, int) and not isinstance(it, bool) \
-            else None
-    made = body.get("made")
-    if not isinstance(made, int) or isinstance(made, bool):
-        return None
-    workers = body.get("workers")
-    stack = body.get("stack")
-    return {"loader": n, "made": made, "dataset": str(body.get("dataset"))[:200],
-            "workers": workers if isinstance(workers, int) and not isinstance(workers, bool)
-            else 0, "location": _location(body.get("location")),
-            "stack": [loc.to_dict() for loc in Location.stack_of(stack)]}
-
-
-def loader_at(records: Sequence[Mapping[str, Any]], step: int) -> Mapping[str, Any] | None:
+def loader_at(records: Sequence[LoaderNote], step: int) -> LoaderMade | None:
     """The DataLoader that delivered ``step``'s batch: the one whose epoch started last at or
     before the step (None when the run noted none)."""
-    made = {r["loader"]: r for r in records if "made" in r}
+    made = {r.loader: r for r in records if isinstance(r, LoaderMade)}
     current = None
     for rec in records:
-        if "iter" in rec and rec["iter"] <= step and rec["loader"] in made:
-            current = made[rec["loader"]]
+        if isinstance(rec, LoaderEpoch) and rec.iter <= step and rec.loader in made:
+            current = made[rec.loader]
     return current
 
 
@@ -388,22 +322,6 @@ def loader_at(records: Sequence[Mapping[str, Any]], step: int) -> Mapping[str, A
 #: environment calls kept per run (the child sends its first 256, then the first at each new
 #: place, up to 64)
 MAX_ENV_RECORDS = 320
-
-
-def env_record(body: Any) -> dict[str, Any] | None:
-    """An environment call's record from a run (untrusted), checked and cut to what is used;
-    None when it is malformed (see :mod:`repro_check.child.env_hooks`)."""
-    if not isinstance(body, dict):
-        return None
-    n, step, call = body.get("n"), body.get("step"), body.get("call")
-    if not isinstance(n, int) or isinstance(n, bool) or not isinstance(step, int) \
-            or isinstance(step, bool) or call not in ("reset", "step") \
-            or not isinstance(body.get("obs"), str):
-        return None
-    action = body.get("action")
-    return {"n": n, "call": call, "step": step, "obs": body["obs"][:64],
-            "action": action[:64] if isinstance(action, str) else None,
-            "location": _location(body.get("loc"))}
 
 
 @dataclass
@@ -416,7 +334,7 @@ class EnvCallSource:
     call: str = "reset"
 
 
-def env_call_differs(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]],
+def env_call_differs(a: Sequence[EnvCall], b: Sequence[EnvCall],
                      before_step: int | None) -> EnvCallSource | None:
     """The first call (run 1's records ``a``, the other run's ``b``, matched by number) that
     returned a different observation for the same action, or was given another action while
@@ -424,54 +342,53 @@ def env_call_differs(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, An
     training still agreed: the environment's own entropy, or an action chosen by something that
     is not reproducible (an action space sampled unseeded). None when the calls agree up to
     that step or up to the end of what was sent."""
-    by_n = {r["n"]: r for r in b}
-    for rec in sorted(a, key=lambda r: r["n"]):
-        if before_step is not None and rec["step"] >= before_step:
+    by_n = {r.n: r for r in b}
+    for rec in sorted(a, key=lambda r: r.n):
+        if before_step is not None and rec.step >= before_step:
             return None
-        other = by_n.get(rec["n"])
-        if other is None or other["call"] != rec["call"]:
+        other = by_n.get(rec.n)
+        if other is None or other.call != rec.call:
             return None  # the runs made other calls: no longer comparable
-        loc = Location.of(rec.get("location"))
+        loc = rec.location
         at = f" at {loc.site}" if loc is not None else ""
-        when = (f"before step {rec['step'] + 1}" if rec["step"] == 0
-                else f"after step {rec['step']}")
-        if other.get("action") != rec.get("action"):
-            detail = (f"the action given to env.{rec['call']}(){at} differs between the runs "
-                      f"(the environment's call {rec['n']}, {when}) while every observation "
+        when = (f"before step {rec.step + 1}" if rec.step == 0
+                else f"after step {rec.step}")
+        if other.action != rec.action:
+            detail = (f"the action given to env.{rec.call}(){at} differs between the runs "
+                      f"(the environment's call {rec.n}, {when}) while every observation "
                       "before it agreed: what chose it is not reproducible, such as an action "
                       "space sampled without a seed (seed it: env.action_space.seed(...); a "
                       "vector environment: envs.single_action_space.seed(...)), or a forward "
                       "pass that is not deterministic")
-            return EnvCallSource(detail, loc, rec["call"])
-        if other["obs"] == rec["obs"]:
+            return EnvCallSource(detail, loc, rec.call)
+        if other.obs == rec.obs:
             continue
-        given = " for the same action" if rec["call"] == "step" else ""
-        detail = (f"the observation returned by env.{rec['call']}(){at} differs between the "
-                  f"runs{given} (the environment's call {rec['n']}, {when}): the environment "
+        given = " for the same action" if rec.call == "step" else ""
+        detail = (f"the observation returned by env.{rec.call}(){at} differs between the "
+                  f"runs{given} (the environment's call {rec.n}, {when}): the environment "
                   "seeds itself from OS entropy when reset() gets no seed; pass "
                   "env.reset(seed=...) (a vector environment: envs.reset(seed=...)) and seed "
                   "env.action_space (env.action_space.seed(...))")
-        return EnvCallSource(detail, loc, rec["call"])
+        return EnvCallSource(detail, loc, rec.call)
     return None
 
 
-def init_detail(models: Sequence[Mapping[str, Any]] | None,
-                seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None) -> str:
+def init_detail(models: Sequence[ModelBuilt] | None, seedings: Seedings | None) -> str:
     """The ``init`` explanation, with where the models were built and, when the script seeded
     torch after that, where it did."""
     why = EXPLANATION["init"]
     if not models:
         return why
     torch_seeds = [rec for rec in (seedings or {}).get(1, [])
-                   if rec.get("component") == "torch" and isinstance(rec.get("order"), int)]
+                   if rec.component == "torch" and rec.order is not None]
     parts = []
     for model in models:
-        text = f"{model.get('class')} built at {model.get('where') or 'an unknown place'}"
-        later = [rec for rec in torch_seeds if isinstance(model.get("order"), int)
-                 and rec["order"] > model["order"]]
+        where = model.where.site if model.where is not None else "an unknown place"
+        text = f"{model.cls} built at {where}"
+        later = [rec for rec in torch_seeds if model.order is not None
+                 and rec.order is not None and rec.order > model.order]
         if later:
-            at = f" at {later[0]['where']}" if later[0].get("where") else ""
-            text += f", before the script seeds torch ({later[0].get('key')}{at})"
+            text += f", before the script seeds torch ({later[0].key}{later[0].at})"
         parts.append(text)
     return f"{why}: {'; '.join(parts)}"
 
@@ -483,12 +400,12 @@ def classify(
     divergent_signal: str | None,
     environments: Sequence[Mapping[str, Any] | None],
     uses_dataloader: bool,
-    seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
-    models: Sequence[Mapping[str, Any]] | None = None,
-    generators: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    seedings: Seedings | None = None,
+    models: Sequence[ModelBuilt] | None = None,
+    generators: Mapping[int, Sequence[GeneratorNote]] | None = None,
     divergence: tuple[int, int] | None = None,
-    loaders: Sequence[Mapping[str, Any]] | None = None,
-    env_calls: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    loaders: Sequence[LoaderNote] | None = None,
+    env_calls: Mapping[int, Sequence[EnvCall]] | None = None,
 ) -> tuple[Cause | None, str, Location | None]:
     """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules.
 
@@ -544,7 +461,7 @@ def classify(
                                  else call.step == divergence[1]):
             if call.worker and loaders:
                 loader = loader_at(loaders, divergence[1])
-                made = Location.of(loader.get("location")) if loader is not None else None
+                made = loader.location if loader is not None else None
                 if made is not None:
                     call.detail += f"; the batches come from the DataLoader made at {made.site}"
             return "rng", call.detail, call.location
@@ -557,9 +474,9 @@ def classify(
     where = None
     if cause == "data" and loaders and divergence is not None:
         loader = loader_at(loaders, divergence[1])
-        where = Location.of(loader.get("location")) if loader is not None else None
+        where = loader.location if loader is not None else None
         if loader is not None and where is not None:
-            workers = f", {loader['workers']} workers" if loader.get("workers") else ""
+            workers = f", {loader.workers} workers" if loader.workers else ""
             why += (f"; the batches come from the DataLoader made at {where.site} "
-                    f"(dataset {loader.get('dataset')}{workers})")
+                    f"(dataset {loader.dataset}{workers})")
     return cause, why, where

@@ -17,6 +17,7 @@ from typing import Any
 
 from dataclasses import dataclass
 
+from repro_check.trace.payloads import GeneratorNote, GeneratorSeeded
 from repro_check.trace.jsonfields import JsonRecord
 
 
@@ -78,13 +79,12 @@ def _differs(a: Mapping[str, Any], b: Mapping[str, Any], name: str) -> bool:
     return name in a and name in b and a[name] != b[name]
 
 
-def _where(generators: Sequence[Mapping[str, Any]]) -> str | None:
+def _where(generators: Sequence[GeneratorNote]) -> str | None:
     """Where the script made its private generators (the resumed run's records), up to two."""
     out: list[str] = []
     for rec in generators:
-        loc = rec.get("location")
-        if rec.get("created") and isinstance(loc, dict):
-            text = f"{loc.get('file')}:{loc.get('line')}"
+        if isinstance(rec, GeneratorSeeded) and rec.created and rec.location is not None:
+            text = rec.location.site
             if text not in out:
                 out.append(text)
     return ", ".join(out[-2:]) or None
@@ -93,7 +93,7 @@ def _where(generators: Sequence[Mapping[str, Any]]) -> str | None:
 def attribute(ref: Mapping[int, Mapping[str, Any]], resumed: Mapping[int, Mapping[str, Any]],
               checkpoint_step: int, ref_steps: int, resumed_steps: int,
               divergent_step: int | None = None,
-              generators: Sequence[Mapping[str, Any]] = ()) -> list[NotRestored]:
+              generators: Sequence[GeneratorNote] = ()) -> list[NotRestored]:
     """The state not restored: what differs going into the first resumed step, else at the
     first divergent step (reference numbering); ``steps`` when the step counts differ."""
     c = checkpoint_step

@@ -205,7 +205,7 @@ class SavedComparison:
         first = made.get(1) or made[min(made)]
         entry = SavedFile(order=first.order, kind=first.kind, path=first.path,
                           saver=first.saver, step=first.step,
-                          location=Location.of(first.location), tensors=first.count,
+                          location=first.location, tensors=first.count,
                           agrees=True, paths=[made[k].path if k in made else None
                                               for k in range(1, runs + 1)], rank=rank)
         for k in range(2, runs + 1):

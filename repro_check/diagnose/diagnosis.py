@@ -20,10 +20,11 @@ Three stages, each a set of paired runs like the check's:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from repro_check.trace.payloads import Flagged
 from repro_check.child import seeding
 from repro_check.diagnose.localize import Localization, compare, env_call_before
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
@@ -63,7 +64,7 @@ class Collector:
     def __init__(self, inner: Listener | None = None) -> None:
         self.inner = inner or NullListener()
         self.probes: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-        self.flagged: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        self.flagged: dict[int, list[Flagged]] = defaultdict(list)
 
     def run_started(self, index: int) -> None:
         self.inner.run_started(index)
@@ -80,16 +81,16 @@ class Collector:
         self.inner.run_finished(result)
 
 
-def flagged_ops(collected: dict[int, list[dict[str, Any]]]) -> list[FlaggedOp]:
-    """Every op any run flagged, once, with the earliest step and the runs that flagged it."""
+def flagged_ops(collected: Mapping[int, Sequence[Flagged | Mapping[str, object]]]
+                ) -> list[FlaggedOp]:
+    """Every op any run flagged, once, with the earliest step and the runs that flagged it (a
+    record given as the mapping a trace line holds is read first)."""
     ops: dict[str, FlaggedOp] = {}
-    for run, records in sorted(collected.items()):
-        for rec in records:
-            op = str(rec.get("op"))
-            entry = ops.setdefault(op, FlaggedOp(op, rec.get("step"), rec.get("where")))
-            step = rec.get("step")
-            if isinstance(step, int) and (entry.step is None or step < entry.step):
-                entry.step, entry.where = step, rec.get("where")
+    for run, given in sorted(collected.items()):
+        for rec in map(Flagged.parse, given):
+            entry = ops.setdefault(rec.op, FlaggedOp(rec.op, rec.step, rec.where))
+            if rec.step is not None and (entry.step is None or rec.step < entry.step):
+                entry.step, entry.where = rec.step, rec.where
             if run not in entry.runs:
                 entry.runs.append(run)
     return sorted(ops.values(), key=lambda e: (e.step or 0, e.op))
@@ -178,7 +179,7 @@ def _seeding_call(report: Report) -> bool:
     """Whether the cause's location is a seeding call the watch saw (a global stream reseeded
     from the clock or entropy): the source is known to its line, no op needs naming."""
     loc = report.cause_location
-    return loc is not None and any(o.get("where") == loc.site
+    return loc is not None and any(o.where is not None and o.where.site == loc.site
                                    for r in report.results for o in r.overrides)
 
 
@@ -257,7 +258,7 @@ def threads_pinned(report: Report) -> bool:
     change it."""
     if report.threads is None:
         return False
-    return not any(o.get("component") == "threads" for r in report.results for o in r.overrides)
+    return not any(o.component == "threads" for r in report.results for o in r.overrides)
 
 
 def _localize(step: int, folder: Path, common: RunOptions, internal: InternalSettings,

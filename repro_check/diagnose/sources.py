@@ -29,6 +29,7 @@ from repro_check.report.contents import Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions
+from repro_check.trace.payloads import GeneratorNote, generator_note
 from repro_check.trace.results import Location
 
 Log = Callable[[str], None]
@@ -57,11 +58,16 @@ def _records(replay: Path, run: int, rank: int = 0) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _notes(replay: Path, run: int, rank: int = 0) -> list[GeneratorNote]:
+    """The private generators' records of what run ``run`` noted, typed (the others left out)."""
+    notes = map(generator_note, _records(replay, run, rank))
+    return [note for note in notes if note is not None]
+
+
 def _private(replay: Path, step: int, pinned: set[str], rank: int = 0) -> Source | None:
     """The first generator the script made whose seeding differs between the runs and that was
     drawn from by the end of ``step`` (:func:`repro_check.compare.cause.private_generator`)."""
-    found = private_generator(_records(replay, 1, rank), _records(replay, 2, rank), step,
-                              pinned)
+    found = private_generator(_notes(replay, 1, rank), _notes(replay, 2, rank), step, pinned)
     if found is None:
         return None
     return Source(step, None, "rng", detail=found.detail, location=found.location,

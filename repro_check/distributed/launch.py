@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro_check.trace.payloads import RankExit, RankProcess, RunError
 from repro_check.child import runconfig
 from repro_check.distributed.compare import RankComparison, RankFeed, finish_report
 from repro_check.errors import TraceFileError, UsageError
@@ -91,6 +92,13 @@ class JobResult(RunResult):
         others = [f"rank {r.rank} {r.status}" for r in self.ranks if r is not root]
         tail = f"; the other ranks were stopped ({', '.join(others)})" if others else ""
         return f"run {self.index}, rank {root.rank} {what}{tail}"
+
+
+def _with_rank(error: RunError, rank: int) -> RunError:
+    """A rank's error as the job's: the same, with the rank it came from."""
+    out = error.copy()
+    out["rank"] = rank
+    return out
 
 
 class Job:
@@ -182,19 +190,18 @@ class Job:
             return
         info = obj.get("info")
         if isinstance(info, dict) and "rank_process" in info:
-            proc = info["rank_process"]
+            proc = RankProcess.parse(info["rank_process"])
             rr = self._rank(rank)
-            rr.pid, rr.pgid = proc.get("pid"), proc.get("pgid")
+            rr.pid, rr.pgid = proc.pid, proc.pgid
             if isinstance(rr.pgid, int):
                 procs.LIVE_GROUPS.add(rr.pgid)
                 if self.killed_for is not None:
                     procs.kill_group(rr.pgid)
             return
         if isinstance(info, dict) and "rank_exit" in info:
-            end = info["rank_exit"]
+            end = RankExit.parse(info["rank_exit"])
             rr = self._rank(rank)
-            rr.returncode, rr.exit_time = end.get("returncode"), end.get("time")
-            rr.stopped_by = end.get("stopped_by")
+            rr.returncode, rr.exit_time, rr.stopped_by = end.returncode, end.time, end.stopped_by
             return
         try:
             event = obj if "format" in obj else parse_event(obj)
@@ -300,7 +307,7 @@ class Job:
             res.status = self.killed_for
         elif root is not None:
             res.status, res.failed_rank, res.signal = root.status, root.rank, root.signal
-            res.error = dict(root.error, rank=root.rank) if root.error else None
+            res.error = _with_rank(root.error, root.rank) if root.error else None
         elif returncode != 0 or not ranks:
             res.status = "failed"
             why = f"exited with status {returncode}" if returncode != 0 else "started no rank"

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from repro_check.trace.payloads import TraceHeader
 from repro_check.child import environment, seeding
 from repro_check.compare import cause, printed
 from repro_check.compare.steps import ComparisonResult
@@ -32,7 +33,7 @@ from repro_check.version import __version__
 
 
 # ---- settings taken from a golden's header -----------------------------------------------------
-def header_settings(header: dict[str, Any], path: str) -> RecordedSettings:
+def header_settings(header: TraceHeader, path: str) -> RecordedSettings:
     """The run settings recorded in a trace header, checked (a header is untrusted input: the
     trace reader validates it, see :func:`repro_check.trace.format.check_header`). A value out
     of the range a run accepts is the file's fault, named as such (exit 2), never blamed on the
@@ -71,7 +72,7 @@ def _number(x: int) -> str:
     return text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
 
 
-def recorded_rules(header: dict[str, Any], path: str) -> tuple[tuple[str, str], ...]:
+def recorded_rules(header: TraceHeader, path: str) -> tuple[tuple[str, str], ...]:
     """The ``--metric`` rules a trace was recorded with, as text: never compiled nor run (a
     regex from a file would decide what work runs on every line a run prints), only shown to
     the user, who gives the rules to use."""
@@ -97,7 +98,7 @@ def recorded_rules(header: dict[str, Any], path: str) -> tuple[tuple[str, str], 
 MAX_RECORDED_RULES = 1000
 
 
-def missing_rules(header: dict[str, Any], metrics: dict[str, Any], path: str,
+def missing_rules(header: TraceHeader, metrics: dict[str, Any], path: str,
                   given: Sequence[tuple[str, str]]) -> str | None:
     """Why ``verify`` cannot compare the golden's printed metrics with the rules it was given:
     a metric the golden holds was picked by a rule that the command line and config lack."""
@@ -122,11 +123,12 @@ class BodyCheck:
     none; one whose script ended on its own at that very step completed, with its metrics); bands come only with a golden recorded from repeated runs, and each
     holds the golden's own value. Any disagreement is a corrupt file (exit 2)."""
 
-    def __init__(self, header: dict[str, Any], path: str) -> None:
+    def __init__(self, header: TraceHeader, path: str) -> None:
         self.path = path
         golden = header.get("golden")
+        runs = golden.get("runs") if isinstance(golden, dict) else None
         self.banded = isinstance(golden, dict) and golden.get("band") is True \
-            and isinstance(golden.get("runs"), int) and golden["runs"] >= 2
+            and isinstance(runs, int) and runs >= 2
         self.max_steps = header.get("max_steps")
 
     def _refuse(self, why: str) -> TraceFileError:
@@ -200,8 +202,8 @@ def environment_note(diffs: Sequence[environment.Difference], result: Comparison
     return f"the environment differs ({n}), but the values agree: {listed}"
 
 
-def attach_environment(report: Report, ref_header: dict[str, Any] | None,
-                        other_header: dict[str, Any] | None, labels: Sequence[str]) -> None:
+def attach_environment(report: Report, ref_header: TraceHeader | None,
+                        other_header: TraceHeader | None, labels: Sequence[str]) -> None:
     diffs: list[environment.Difference] = []
     if ref_header is not None and other_header is not None:
         diffs = environment.differences(environment.run_settings(ref_header),

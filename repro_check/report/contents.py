@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from repro_check.trace.payloads import RunError
 from repro_check.compare.cause import Cause
 from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.results import FailurePoint, Location, ProcessResult, Status
@@ -24,7 +25,7 @@ class RunEnd(JsonRecord):
     signal: str | None
     steps: int
     seconds: float = json_field(digits=3)
-    error: dict[str, Any] | None = None
+    error: RunError | None = None
     trace: str | None = None
     warnings: list[str] = field(default_factory=list)
     #: where a failed run stopped: while importing a module, before the target's first line

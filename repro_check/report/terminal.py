@@ -32,7 +32,7 @@ from repro_check.report.text import (
     verdict_style,
 )
 from repro_check.trace import signals
-from repro_check.trace.protocol import InfoRecord, Record, StepRecord
+from repro_check.trace.protocol import ExpectedStepsInfo, Record, StepRecord
 from repro_check.trace.results import RunResult
 
 
@@ -594,8 +594,8 @@ class Progress:
             if total is not None and total < step:  # the expectation was short (e.g. one epoch)
                 self._total[index] = total = step
             self._bars.update(self._tasks[index], completed=step, total=total)
-        elif isinstance(event, InfoRecord) and isinstance(event.info.get("expected_steps"), int):
-            total = event.info["expected_steps"]
+        elif isinstance(event, ExpectedStepsInfo):
+            total = event.total
             if self.max_steps is not None:
                 total = min(total, self.max_steps)
             self._total[index] = total = max(total, self._done.get(index, 0))

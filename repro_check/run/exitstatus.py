@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from typing import Any
 
 from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
                                      EXIT_RESOLVE, EXIT_TERMINATED, PROTOCOL_MESSAGE)
+from repro_check.trace.payloads import RunError
 from repro_check.trace.results import FAILED_STATUSES, STATUSES, Status, status_of
 
 __all__ = ["FAILED_STATUSES", "STATUSES", "Ending", "Status", "classify_exit", "protocol_message",
@@ -40,10 +40,10 @@ class Ending:
 
     status: Status
     signal: str | None = None
-    error: dict[str, Any] | None = None
+    error: RunError | None = None
 
 
-def classify_exit(code: int, status: Status, error: dict[str, Any] | None, *,
+def classify_exit(code: int, status: Status, error: RunError | None, *,
                   stopped: bool = False, rank: bool = False, output: str = "") -> Ending:
     """The ending of a process that exited with ``code`` after recording ``status`` (``pending``
     when the target had not returned) and ``error``.

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro_check.compare import cause, scanproc
+from repro_check.compare import scanproc
+from repro_check.compare.cause import MAX_ENV_RECORDS, MAX_GENERATOR_RECORDS
 from repro_check.run import pathentry, procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.child import runconfig, seeding
@@ -39,10 +40,10 @@ from repro_check.child.pin import PLAN_VAR
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run.exitstatus import Status, classify_exit, status_of
 from repro_check.targets import Target
-from repro_check.trace.protocol import (DEBUG_VAR, ErrorRecord, HeaderRecord, InfoRecord,
-                                        MetricsRecord, patch_line,
-                                        ProtocolError, Record, RunConfig, StepRecord,
-                                        WarningRecord, record_of)
+from repro_check.trace.protocol import (DEBUG_VAR, DrawInfo, EndedInfo, EnvInfo, ErrorRecord,
+                                        GeneratorInfo, HeaderRecord, LoaderInfo, MetricsRecord,
+                                        ModelsInfo, PatchesInfo, ProtocolError, Record,
+                                        RunConfig, StepRecord, WarningRecord, record_of)
 from repro_check.trace.results import PRINTED_STATUSES, Listener, RankResult, RunResult
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
                                        dropped_warning, dumps, read_record)
@@ -223,36 +224,30 @@ def apply_event(res: RunResult | RankResult, ev: Record) -> bool:
             res.incomplete.append(ev.warning)
         if ev.override is not None:
             res.overrides.append(ev.override)
-    elif isinstance(ev, InfoRecord) and "generator" in ev.info:
-        rec = cause.generator_record(ev.info["generator"])
-        if rec is not None and len(res.generators) < cause.MAX_GENERATOR_RECORDS:
-            res.generators.append(rec)
-    elif isinstance(ev, InfoRecord) and "loader" in ev.info:
-        rec = cause.loader_record(ev.info["loader"])
-        if rec is not None and len(res.loaders) < cause.MAX_GENERATOR_RECORDS:
-            res.loaders.append(rec)
-    elif isinstance(ev, InfoRecord) and "env" in ev.info:
-        rec = cause.env_record(ev.info["env"])
-        if rec is not None and len(res.env_calls) < cause.MAX_ENV_RECORDS:
-            res.env_calls.append(rec)
-    elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("draw"), dict):
-        drawn = ev.info["draw"]
-        entry = (str(drawn.get("stream")), drawn.get("worker") is True)
+    elif isinstance(ev, GeneratorInfo) and ev.note is not None:
+        if len(res.generators) < MAX_GENERATOR_RECORDS:
+            res.generators.append(ev.note)
+    elif isinstance(ev, LoaderInfo) and ev.note is not None:
+        if len(res.loaders) < MAX_GENERATOR_RECORDS:
+            res.loaders.append(ev.note)
+    elif isinstance(ev, EnvInfo) and ev.call is not None:
+        if len(res.env_calls) < MAX_ENV_RECORDS:
+            res.env_calls.append(ev.call)
+    elif isinstance(ev, DrawInfo):
+        entry = (ev.stream, ev.worker)
         if isinstance(res, RunResult) and entry[0] in DRAWN_STREAMS and entry not in res.draws:
             res.draws.append(entry)  # a torchrun rank's are not read
-    elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("patches"), list):
+    elif isinstance(ev, PatchesInfo):
         if os.environ.get(DEBUG_VAR):  # --debug: what the run patched, shown as it starts
             name = f"run {res.index}" if isinstance(res, RunResult) else "a run"
-            for row in ev.info["patches"]:
-                if isinstance(row, dict):
-                    sys.stderr.write(f"repro-check: {name} patched {patch_line(row)}\n")
-    elif isinstance(ev, InfoRecord) and isinstance(ev.info.get("models"), list):
-        res.models = [m for m in ev.info["models"] if isinstance(m, dict)]
-    elif isinstance(ev, InfoRecord) and ev.status is not None:
+            for row in ev.rows:
+                sys.stderr.write(f"repro-check: {name} patched {row.line}\n")
+    elif isinstance(ev, ModelsInfo):
+        res.models = list(ev.models)
+    elif isinstance(ev, EndedInfo):
         res.status = status_of(ev.status)
-        held = ev.info.get("held_metrics")
-        if isinstance(held, list):
-            res.held_metrics = [str(n) for n in held]
+        if ev.held_metrics is not None:
+            res.held_metrics = list(ev.held_metrics)
         return True
     return False
 

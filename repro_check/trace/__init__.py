@@ -7,14 +7,13 @@ iter_records, TraceStream`` (see docs/trace-format.md).
 from __future__ import annotations
 
 from repro_check.trace.format import (
-    FORMAT,
     UPGRADES,
-    VERSION,
     Trace,
     TraceStream,
     iter_records,
     iter_trace,
     load_trace,
 )
+from repro_check.trace.protocol import FORMAT, VERSION
 
 __all__ = ["FORMAT", "UPGRADES", "VERSION", "Trace", "TraceStream", "iter_records", "iter_trace", "load_trace"]

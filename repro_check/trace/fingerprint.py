@@ -16,24 +16,35 @@ import hashlib
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, Union, overload
+from typing import Any, Literal, Protocol, Union, cast, overload
+
+
+class Hasher(Protocol):
+    """What fingerprints take of a hash object (xxh3 or blake2b)."""
+
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+    def copy(self) -> Hasher: ...
+
 
 try:
     import xxhash
 
-    def _hasher() -> Any:
-        return xxhash.xxh3_128()
+    def _hasher() -> Hasher:
+        return cast(Hasher, xxhash.xxh3_128())
 
     ALGORITHM = "xxh3_128"
 except ImportError:  # pragma: no cover - xxhash is a dependency, this is a safety net
 
-    def _hasher() -> Any:
+    def _hasher() -> Hasher:
         return hashlib.blake2b(digest_size=16)
 
     ALGORITHM = "blake2b_128"
 
 
-def hasher() -> Any:
+def hasher() -> Hasher:
     """A fresh hash object of the algorithm fingerprints use (``update``, ``hexdigest``)."""
     return _hasher()
 
@@ -171,7 +182,7 @@ class Deferred:
 
     __slots__ = ("_hasher", "_tail")
 
-    def __init__(self, hasher: Any, tail: list[Any]) -> None:
+    def __init__(self, hasher: Hasher, tail: list[Any]) -> None:
         self._hasher = hasher
         self._tail = tail
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from repro_check.trace import values
+from repro_check.trace.payloads import RunError, TraceEnd, TraceHeader, error_of, header_of
 from repro_check.trace.protocol import (COMPONENTS, FORMAT, MAX_SEED, SAVED_KINDS, VERSION,
                                         EndRecord,
                                         ErrorRecord, HeaderRecord, MetricsRecord, Record,
@@ -100,13 +101,13 @@ class Step:
 class Trace:
     """A whole trace in memory (for ``diff``, ``verify`` and tests; the runner streams instead)."""
 
-    header: dict[str, Any]
+    header: TraceHeader
     steps: list[Step] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     metrics_band: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    end: dict[str, Any] | None = None
+    errors: list[RunError] = field(default_factory=list)
+    end: TraceEnd | None = None
     path: str | None = None
 
 
@@ -533,8 +534,8 @@ def iter_records(path: str | os.PathLike[str],
     events = iter_trace(path, require_end)
     try:
         header = next(events)
-        yield HeaderRecord({"format": FORMAT, "version": VERSION, "header": header}, header,
-                           VERSION)
+        yield HeaderRecord({"format": FORMAT, "version": VERSION, "header": header},
+                           header_of(header), VERSION)
         for event in events:
             yield record_of(event)
     finally:
@@ -577,18 +578,18 @@ class TraceStream:
         self._events = iter_records(path, require_end)
         head = next(self._events)
         assert isinstance(head, HeaderRecord), "iter_records yields the header first"
-        self.header: dict[str, Any] = head.header
+        self.header: TraceHeader = head.header
         self.steps = 0
         self.metrics: dict[str, Any] = {}
         self.metrics_band: dict[str, Any] = {}
         self.warnings: list[str] = []
-        self.errors: list[dict[str, Any]] = []
+        self.errors: list[RunError] = []
         self.warning_count = 0
         self.error_count = 0
         #: warnings that say a record of the run was left out (``"incomplete": true``), the
         #: first :data:`KEPT_WARNINGS` of them
         self.incomplete: list[str] = []
-        self.end: dict[str, Any] | None = None
+        self.end: TraceEnd | None = None
         self.done = False
 
     def _take(self, ev: Record) -> None:
@@ -603,8 +604,8 @@ class TraceStream:
                 self.incomplete.append(_clip(ev.warning, KEPT_TEXT))
         elif isinstance(ev, ErrorRecord):
             self.error_count += 1
-            err = {k: _clip(v, KEPT_ERROR_TEXT, tail=k in ("traceback", "output_tail"))
-                   for k, v in ev.error.items()}
+            err = error_of({k: _clip(v, KEPT_ERROR_TEXT, tail=k in ("traceback", "output_tail"))
+                            for k, v in ev.error.items()})
             if len(self.errors) < KEPT_ERRORS:
                 self.errors.append(err)
             else:

@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repro_check.targets import Target
+from repro_check.trace.payloads import (EnvCall, Flagged, GeneratorNote, Location, LoaderNote, ModelBuilt,
+                                        PatchRow, RunError, SeedOverride, TraceEnd, TraceHeader,
+                                        end_of, env_call, error_of, generator_note, header_of,
+                                        loader_note, rows_of)
 
 #: the trace format's name and version, in every trace's first line and in every run's
 #: configuration (docs/trace-format.md)
@@ -312,7 +316,7 @@ class Record:
 class HeaderRecord(Record):
     """The first line: what was run, how it was seeded, in which environment."""
 
-    header: dict[str, Any] = field(default_factory=dict)
+    header: TraceHeader = field(default_factory=TraceHeader)
     version: int = VERSION
 
 
@@ -340,28 +344,19 @@ class MetricsRecord(Record):
 @dataclass
 class WarningRecord(Record):
     """A warning; ``component`` set when the target overrode a seeding component (the seeding
-    watch's record, :attr:`override`); ``incomplete`` when a record was left out."""
+    watch's record, read into :attr:`override`); ``incomplete`` when a record was left out."""
 
     warning: str = ""
     incomplete: bool = False
     component: str | None = None
-
-    #: the keys of a seeding watch's record kept for the report
-    OVERRIDE_KEYS = ("component", "key", "value", "where", "source", "order", "at_step",
-                     "worker", "clock_fields")
-
-    @property
-    def override(self) -> dict[str, Any] | None:
-        if self.component is None:
-            return None
-        return {k: self.raw.get(k) for k in self.OVERRIDE_KEYS if k in self.raw}
+    override: SeedOverride | None = None
 
 
 @dataclass
 class ErrorRecord(Record):
     """Why the run failed: ``{"kind", "message", "traceback", ...}``."""
 
-    error: dict[str, Any] = field(default_factory=dict)
+    error: RunError = field(default_factory=RunError)
 
 
 @dataclass
@@ -396,6 +391,70 @@ class InfoRecord(Record):
         return value if isinstance(value, dict) else None
 
 
+@dataclass
+class EndedInfo(InfoRecord):
+    """The target returned, stopped or exited (``{"info": {"status": ...}}``): the
+    :attr:`status` it ended with, the steps it recorded, its backward calls, a process's exit
+    code, and the metrics a run stopped by ``--max-steps`` held (not final)."""
+
+    steps: int = 0
+    backward_calls: int = 0
+    exitcode: int | None = None
+    held_metrics: tuple[str, ...] | None = None
+
+
+@dataclass
+class GeneratorInfo(InfoRecord):
+    """A private generator the script made, seeded or first drew from
+    (:mod:`repro_check.child.pin`)."""
+
+    note: GeneratorNote | None = None
+
+
+@dataclass
+class LoaderInfo(InfoRecord):
+    """A DataLoader the script made, or an epoch it started (:mod:`repro_check.child.pin`)."""
+
+    note: LoaderNote | None = None
+
+
+@dataclass
+class EnvInfo(InfoRecord):
+    """One of the first calls of an RL environment (:mod:`repro_check.child.env_hooks`)."""
+
+    call: EnvCall | None = None
+
+
+@dataclass
+class DrawInfo(InfoRecord):
+    """A global random stream a DataLoader fetch drew from (``worker``: in a worker process),
+    noted once a stream (:mod:`repro_check.child.watch`)."""
+
+    stream: str = ""
+    worker: bool = False
+
+
+@dataclass
+class PatchesInfo(InfoRecord):
+    """What the run patched, and what it skipped (``--debug``, :mod:`repro_check.child.patches`)."""
+
+    rows: tuple[PatchRow, ...] = ()
+
+
+@dataclass
+class ModelsInfo(InfoRecord):
+    """The top-level models whose parameters went into step 1 (:mod:`repro_check.child.initial`)."""
+
+    models: tuple[ModelBuilt, ...] = ()
+
+
+@dataclass
+class ExpectedStepsInfo(InfoRecord):
+    """The steps the run expects in all, as its DataLoader tells (:mod:`repro_check.child.capture`)."""
+
+    total: int = 0
+
+
 #: the kinds of a :class:`SavedRecord`: a file the run saved, the modules' state at its end
 SAVED_FILE = "file"
 SAVED_STATE = "state"
@@ -425,8 +484,8 @@ class SavedRecord(InfoRecord):
     saver: str = ""
     path: str | None = None
     step: int = 0
-    #: ``{"file", "line", "function"}`` of the save's call in the script (None: not known)
-    location: dict[str, Any] | None = None
+    #: where in the script the save's call was made (None: not known)
+    location: Location | None = None
     count: int = 0
     tensors: tuple[SavedTensor, ...] = ()
 
@@ -440,7 +499,6 @@ class SavedRecord(InfoRecord):
                                                                 else ())
             if isinstance(r, list) and len(r) == 4 and isinstance(r[0], str)
             and isinstance(r[1], str) and isinstance(r[2], list) and isinstance(r[3], str))
-        place = body.get("location")
         path = body.get("path")
         return cls(raw, dict(raw["info"]),
                    kind=str(body.get("kind", SAVED_FILE)),
@@ -448,7 +506,7 @@ class SavedRecord(InfoRecord):
                    saver=str(body.get("saver", "")),
                    path=path if isinstance(path, str) else None,
                    step=body["step"] if _is_int(body.get("step")) else 0,
-                   location=place if isinstance(place, dict) else None,
+                   location=Location.of(body.get("location")),
                    count=body["count"] if _is_int(body.get("count")) else len(tensors),
                    tensors=tensors)
 
@@ -463,10 +521,8 @@ REVISION_VAR = "REPRO_CHECK_REVISION"
 def patch_line(row: Mapping[str, Any]) -> str:
     """One row of a run's patch listing (``{"info": {"patches": [...]}}``) as a line: the patched
     callable and its features, outermost last, or why they were skipped."""
-    features = [str(f) for f in row.get("features") or []]
-    if row.get("skipped"):
-        return f"{row.get('target')}: {', '.join(features)} skipped ({row['skipped']})"
-    return f"{row.get('target')}: {' < '.join(features)}"
+    parsed = PatchRow.parse(dict(row))
+    return parsed.line if parsed is not None else ""
 
 
 @dataclass
@@ -480,14 +536,14 @@ class ProbeRecord(Record):
 class FlaggedRecord(Record):
     """An op PyTorch reports as nondeterministic."""
 
-    flagged: Any = None
+    flagged: Flagged = field(default_factory=lambda: Flagged(""))
 
 
 @dataclass
 class EndRecord(Record):
     """The last line of a trace the parent wrote: how the run ended."""
 
-    end: dict[str, Any] = field(default_factory=dict)
+    end: TraceEnd = field(default_factory=TraceEnd)
 
 
 @dataclass
@@ -501,8 +557,7 @@ def record_of(obj: Mapping[str, Any]) -> Record:
     raw = dict(obj)
     if "format" in raw and "header" in raw:
         check_version(raw.get("version"), "the run")
-        header = raw["header"]
-        return HeaderRecord(raw, header if isinstance(header, dict) else {}, VERSION)
+        return HeaderRecord(raw, header_of(raw["header"]), VERSION)
     if "step" in raw:
         return StepRecord(raw, raw["step"], raw.get("signals") or {})
     if "metrics" in raw:
@@ -510,22 +565,60 @@ def record_of(obj: Mapping[str, Any]) -> Record:
     if "warning" in raw:
         component = raw.get("component")
         return WarningRecord(raw, str(raw["warning"]), raw.get("incomplete") is True,
-                             component if isinstance(component, str) else None)
+                             component if isinstance(component, str) else None,
+                             SeedOverride.parse(raw))
     if "error" in raw:
-        error = raw["error"]
-        return ErrorRecord(raw, error if isinstance(error, dict) else {"message": str(error)})
+        return ErrorRecord(raw, error_of(raw["error"]))
     if "info" in raw and isinstance(raw["info"], dict):
-        saved = raw["info"].get("saved")
-        if isinstance(saved, dict):
-            return SavedRecord.of(raw, saved)
-        return InfoRecord(raw, raw["info"])
+        return info_record(raw, raw["info"])
     if "probe" in raw:
         return ProbeRecord(raw, raw["probe"])
     if "flagged" in raw:
-        return FlaggedRecord(raw, raw["flagged"])
+        return FlaggedRecord(raw, Flagged.parse(raw["flagged"]))
     if "end" in raw and isinstance(raw["end"], dict):
-        return EndRecord(raw, raw["end"])
+        return EndRecord(raw, end_of(raw["end"]))
     return OtherRecord(raw)
+
+
+def info_record(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord:
+    """The typed record of an ``info`` line, by what it holds; a payload that cannot be taken
+    leaves a plain :class:`InfoRecord` that no reader uses."""
+    if isinstance(info.get("saved"), dict):
+        return SavedRecord.of(raw, info["saved"])
+    if "generator" in info:
+        note = generator_note(info["generator"])
+        if note is not None:
+            return GeneratorInfo(raw, info, note)
+    elif "loader" in info:
+        loader = loader_note(info["loader"])
+        if loader is not None:
+            return LoaderInfo(raw, info, loader)
+    elif "env" in info:
+        call = env_call(info["env"])
+        if call is not None:
+            return EnvInfo(raw, info, call)
+    elif isinstance(info.get("draw"), dict):
+        drawn = info["draw"]
+        return DrawInfo(raw, info, str(drawn.get("stream")), drawn.get("worker") is True)
+    elif isinstance(info.get("patches"), list):
+        return PatchesInfo(raw, info, rows_of(info["patches"]))
+    elif isinstance(info.get("models"), list):
+        return ModelsInfo(raw, info, tuple(m for m in map(ModelBuilt.parse, info["models"])
+                                           if m is not None))
+    elif _is_int(info.get("expected_steps")):
+        return ExpectedStepsInfo(raw, info, info["expected_steps"])
+    if info.get("status") is not None:
+        held = info.get("held_metrics")
+        return EndedInfo(raw, info, steps=_int_or(info.get("steps"), 0),
+                         backward_calls=_int_or(info.get("backward_calls"), 0),
+                         exitcode=info["exitcode"] if _is_int(info.get("exitcode")) else None,
+                         held_metrics=tuple(str(n) for n in held) if isinstance(held, list)
+                         else None)
+    return InfoRecord(raw, info)
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if _is_int(value) else default
 
 
 def records_of(objs: Sequence[Mapping[str, Any]]) -> list[Record]:

@@ -14,8 +14,12 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from repro_check.trace.jsonfields import JsonRecord, json_field
-from repro_check.trace.protocol import (ErrorRecord, HeaderRecord, InfoRecord, MetricsRecord,
+from repro_check.trace.payloads import (EnvCall, GeneratorNote, LoaderNote, Location,
+                                        ModelBuilt, RunError, SeedOverride, TraceHeader)
+from repro_check.trace.protocol import (EndedInfo, ErrorRecord, HeaderRecord, MetricsRecord,
                                         Record, StepRecord, WarningRecord)
+
+__all__ = ["Location"]  # where it was first defined: readers import it from here too
 
 #: how a run, a rank or a process the target started ended: ``pending`` (not yet known),
 #: completed, stopped (``--max-steps``), exited (early, with status 0), failed (raised or exited
@@ -51,8 +55,8 @@ class ProcessResult(JsonRecord):
     backward_calls: int = 0
     metrics: bool = json_field(default=False, skip=True)
     exitcode: int | None = None
-    error: dict[str, Any] | None = None
-    header: dict[str, Any] | None = json_field(default=None, skip=True)
+    error: RunError | None = None
+    header: TraceHeader | None = json_field(default=None, skip=True)
     warnings: list[str] = json_field(default_factory=list, skip=True)
     #: warnings that say a record of the process was left out
     incomplete: list[str] = json_field(default_factory=list, skip=True)
@@ -81,12 +85,10 @@ class ProcessResult(JsonRecord):
             self.warnings.append(ev.warning)
             if ev.incomplete:
                 self.incomplete.append(ev.warning)
-        elif isinstance(ev, InfoRecord) and ev.status is not None:
-            info = ev.info
+        elif isinstance(ev, EndedInfo):
             self.status = status_of(ev.status)
-            calls = info.get("backward_calls")
-            self.backward_calls = calls if isinstance(calls, int) else 0
-            self.exitcode = info.get("exitcode")
+            self.backward_calls = ev.backward_calls
+            self.exitcode = ev.exitcode
 
 
 
@@ -100,27 +102,24 @@ class RunResult:
     status: Status = "pending"
     returncode: int | None = None
     signal: str | None = None
-    error: dict[str, Any] | None = None
+    error: RunError | None = None
     output_tail: str = ""
     steps: int = 0
-    header: dict[str, Any] | None = None
+    header: TraceHeader | None = None
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     trace_path: str | None = None
     #: seeding components the target overrode, and seeds it set itself: the seeding watch's
-    #: {"component", "key", "value", "where", "source", "order"} records
-    overrides: list[dict[str, Any]] = field(default_factory=list)
-    #: the top-level models whose parameters went into step 1: {"class", "where", ...}
-    models: list[dict[str, Any]] = field(default_factory=list)
+    #: records
+    overrides: list[SeedOverride] = field(default_factory=list)
+    #: the top-level models whose parameters went into step 1
+    models: list[ModelBuilt] = field(default_factory=list)
     #: the private generators the target made: creation, seeding and first-draw records
-    #: (:func:`repro_check.compare.cause.generator_record`)
-    generators: list[dict[str, Any]] = field(default_factory=list)
+    generators: list[GeneratorNote] = field(default_factory=list)
     #: the DataLoaders the target made and the epochs they started
-    #: (:func:`repro_check.compare.cause.loader_record`)
-    loaders: list[dict[str, Any]] = field(default_factory=list)
+    loaders: list[LoaderNote] = field(default_factory=list)
     #: the first calls of an RL environment's reset and step the target made
-    #: (:func:`repro_check.compare.cause.env_record`)
-    env_calls: list[dict[str, Any]] = field(default_factory=list)
+    env_calls: list[EnvCall] = field(default_factory=list)
     #: the global random streams its DataLoader fetches drew from (``--across workers=``,
     #: ``start=``): (stream, whether in a worker), once each, as the run noted them
     draws: list[tuple[str, bool]] = field(default_factory=list)
@@ -166,44 +165,6 @@ class RunResult:
         if self.error:
             return f"run {self.index}: {self.error.get('message')}"
         return f"run {self.index} exited with status {self.returncode}"
-
-
-@dataclass(frozen=True)
-class Location(JsonRecord):
-    """A place in the target's code, as a run recorded it (where a seed, a generator, a
-    DataLoader or a value from outside torch was made). Its JSON is ``{"file", "line",
-    "function"}``, ``function`` null when the run did not record it."""
-
-    file: str
-    line: int
-    function: str | None = None
-
-    @classmethod
-    def of(cls, value: object) -> Location | None:
-        """The location a run's record holds (``{"file", "line", "function"}``, untrusted: it
-        comes from the target's process), cut to size; None when there is none or it is
-        malformed. A :class:`Location` is taken as it is."""
-        if isinstance(value, Location):
-            return value
-        if not isinstance(value, dict):
-            return None
-        file, line, function = value.get("file"), value.get("line"), value.get("function")
-        if not isinstance(file, str) or not isinstance(line, int) or isinstance(line, bool):
-            return None
-        return cls(file[:4096], line, function[:200] if isinstance(function, str) else None)
-
-    @classmethod
-    def stack_of(cls, value: object) -> list[Location]:
-        """The locations of a recorded stack (a list of them, outermost first), the last eight,
-        malformed frames left out."""
-        if not isinstance(value, list):
-            return []
-        return [loc for loc in map(cls.of, value[-8:]) if loc is not None]
-
-    @property
-    def site(self) -> str:
-        """``file:line``."""
-        return f"{self.file}:{self.line}"
 
 
 #: a frame of a traceback (``File "f", line 3, in g``) or of the fault handler's stack
@@ -320,14 +281,14 @@ class RankResult(JsonRecord):
     signal: str | None = None
     stopped_by: str | None = json_field(default=None, skip=True)
     steps: int = 0
-    error: dict[str, Any] | None = None
-    header: dict[str, Any] | None = json_field(default=None, skip=True)
+    error: RunError | None = None
+    header: TraceHeader | None = json_field(default=None, skip=True)
     warnings: list[str] = json_field(default_factory=list, skip=True)
-    overrides: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
-    models: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
-    generators: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
-    loaders: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
-    env_calls: list[dict[str, Any]] = json_field(default_factory=list, skip=True)
+    overrides: list[SeedOverride] = json_field(default_factory=list, skip=True)
+    models: list[ModelBuilt] = json_field(default_factory=list, skip=True)
+    generators: list[GeneratorNote] = json_field(default_factory=list, skip=True)
+    loaders: list[LoaderNote] = json_field(default_factory=list, skip=True)
+    env_calls: list[EnvCall] = json_field(default_factory=list, skip=True)
     #: as for a run (:class:`~repro_check.run.runner.RunResult`)
     held_metrics: list[str] = json_field(default_factory=list, skip=True)
     incomplete: list[str] = json_field(default_factory=list, skip=True)

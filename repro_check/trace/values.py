@@ -12,7 +12,7 @@ import math
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 Encoded = dict[str, Any]
 
@@ -177,8 +177,8 @@ def to_float(enc: Encoded) -> float:
         return math.nan
     raw = int(bits, 16).to_bytes(width, "big")
     if dtype == "bfloat16":
-        return struct.unpack(">f", raw + b"\x00\x00")[0]
-    return struct.unpack({2: ">e", 4: ">f", 8: ">d"}[width], raw)[0]
+        return cast(float, struct.unpack(">f", raw + b"\x00\x00")[0])
+    return cast(float, struct.unpack({2: ">e", 4: ">f", 8: ">d"}[width], raw)[0])
 
 
 #: the dtype of a number printed by the run (see :mod:`repro_check.compare.printed`): ``bits``

@@ -143,7 +143,7 @@ def test_every_watched_saver_is_described_where_it_is_called(
     assert [t.key for t in recs[5].tensors] == ["w"]
     assert [t.key for t in recs[6].tensors] == ["weight", "bias"]
     here = recs[0].location
-    assert here is not None and here["file"] == __file__ and here["function"] == \
+    assert here is not None and here.file == __file__ and here.function == \
         "test_every_watched_saver_is_described_where_it_is_called"
     # the same weights give the same fingerprints, whatever saved them
     assert recs[4].tensors[0].digest == recs[1].tensors[0].digest == recs[0].tensors[0].digest

@@ -24,6 +24,7 @@ np = pytest.importorskip("numpy")
 
 from repro_check.child import clock, patches  # noqa: E402
 from repro_check.child.watch import SeedingWatch, WorkerWatch, cross_run_notes  # noqa: E402
+from repro_check.trace.payloads import SeedOverride  # noqa: E402
 
 SEED = 1234
 THREADS = 1
@@ -372,9 +373,11 @@ def test_a_loaders_worker_init_fn_carries_the_watch_only_into_a_worker_it_starts
 
 # ---- across runs ---------------------------------------------------------------------------------
 def test_a_reseed_that_differs_between_runs_is_called_out() -> None:
-    def rec(value: Any, **more: Any) -> dict[str, Any]:
-        return {"warning": "...", "component": "torch", "key": "torch.manual_seed",
-                "value": value, **more}
+    def rec(value: Any, **more: Any) -> SeedOverride:
+        parsed = SeedOverride.parse({"warning": "...", "component": "torch",
+                                     "key": "torch.manual_seed", "value": value, **more})
+        assert parsed is not None
+        return parsed
 
     notes = cross_run_notes({1: [rec(111)], 2: [rec(222)]})
     assert len(notes) == 1
@@ -390,10 +393,13 @@ def test_a_reseed_that_differs_between_runs_is_called_out() -> None:
 def test_a_coarse_clock_seed_is_named_from_the_runs_together() -> None:
     """The hour is a small number a constant can equal: only a value that differs between runs
     and is the hour in each is called the clock."""
-    def rec(value: Any, fields: list[str] | None) -> dict[str, Any]:
+    def rec(value: Any, fields: list[str] | None) -> SeedOverride:
         out = {"warning": "...", "component": "numpy", "key": "numpy.random.seed",
                "value": value, "where": "t.py:9"}
-        return {**out, "clock_fields": fields} if fields is not None else out
+        parsed = SeedOverride.parse({**out, "clock_fields": fields} if fields is not None
+                                    else out)
+        assert parsed is not None
+        return parsed
 
     notes = cross_run_notes({1: [rec(13, ["hour", "day of the month"])], 2: [rec(2, ["hour"])]})
     assert len(notes) == 1 and "from the clock (the seed is the hour of the time)" in notes[0]

@@ -7,7 +7,16 @@ from typing import Any
 import pytest
 
 from repro_check.compare import cause
+from repro_check.trace.payloads import (EnvCall, GeneratorNote, GeneratorSeeded, LoaderMade,
+                                        ModelBuilt, SeedOverride, env_call, generator_note,
+                                        loader_note)
 from repro_check.trace.results import Location
+
+
+def seeded(by_run: dict[int, list[dict[str, Any]]]) -> dict[int, list[SeedOverride]]:
+    """Each run's seeding watch records as the trace reader types them."""
+    return {run: [r for r in map(SeedOverride.parse, recs) if r is not None]
+            for run, recs in by_run.items()}
 
 
 def classify(signal: str | None, reproducible: bool = False, envs: Any = None,
@@ -49,8 +58,9 @@ def test_init_is_its_own_cause_with_where_the_model_was_built() -> None:
     seeds = {1: [{"component": "torch", "key": "torch.manual_seed", "value": 42,
                   "where": "train.py:31", "order": 5}]}
     got, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal="init",
-                              environments=[{}, {}], uses_dataloader=True, seedings=seeds,
-                              models=models)
+                              environments=[{}, {}], uses_dataloader=True,
+                              seedings=seeded(seeds),
+                              models=[m for m in map(ModelBuilt.parse, models) if m is not None])
     assert got == "init" and "Net built at train.py:20" in why
     assert "before the script seeds torch (torch.manual_seed at train.py:31)" in why
     assert "init" in cause.CAUSES and "init" in cause.EXPLANATION
@@ -67,7 +77,7 @@ def seed_records(source: str | None, values: tuple[Any, ...] = (1, 2),
 def test_a_seed_from_the_clock_is_named_whatever_showed_first(signal: str) -> None:
     got, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal=signal,
                               environments=[{}, {}], uses_dataloader=True,
-                              seedings=seed_records("clock"))
+                              seedings=seeded(seed_records("clock")))
     assert got == "rng" and "seeded from the clock (torch.manual_seed at t.py:9" in why
     assert "run 1: 1, run 2: 2" in why
 
@@ -77,18 +87,18 @@ def test_a_seed_that_differs_between_runs_is_named_on_an_rng_divergence() -> Non
     for run, recs in seed_records("unseeded python", (3, 4)).items():
         seeds[run] = seeds[run] + recs
     _, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal="rng.torch",
-                            environments=[{}, {}], uses_dataloader=True, seedings=seeds)
+                            environments=[{}, {}], uses_dataloader=True, seedings=seeded(seeds))
     assert why.startswith("torch is seeded from Python's random, itself unseeded "
                           "(torch.manual_seed at t.py:9; run 1: 3, run 2: 4)")
     # a constant seed explains nothing; a reproducible check has no cause to name
     _, why, _ = cause.classify(reproducible=False, failed=False, divergent_signal="rng.torch",
                             environments=[{}, {}], uses_dataloader=True,
-                            seedings=seed_records(None, (7, 7)))
+                            seedings=seeded(seed_records(None, (7, 7))))
     assert why == cause.EXPLANATION["rng"]
     assert classify(None, reproducible=True) == "none"
 
 
-def generator_records(fp: str, drawn: int | None = 1, how: str = "entropy") -> list[dict[str, Any]]:
+def generator_records(fp: str, drawn: int | None = 1, how: str = "entropy") -> list[GeneratorNote]:
     recs: list[dict[str, Any]] = [
         {"key": "t.py:5#0", "kind": "torch", "event": 0, "how": "default", "created": True,
          "fp": "same", "location": {"file": "t.py", "line": 5, "function": "main"},
@@ -97,7 +107,7 @@ def generator_records(fp: str, drawn: int | None = 1, how: str = "entropy") -> l
          "fp": fp, "location": {"file": "t.py", "line": 6, "function": "main"}}]
     if drawn is not None:
         recs.append({"key": "t.py:5#0", "drawn": drawn})
-    return recs
+    return [n for n in map(generator_note, recs) if n is not None]
 
 
 @pytest.mark.parametrize("signal", ["loss", "batch", "grads", "init"])
@@ -113,7 +123,7 @@ def test_a_private_generator_seeded_differently_is_rng_with_where_it_was_made(
 
 
 def test_a_private_generator_explains_nothing_it_did_not_draw_before_the_step() -> None:
-    def got(gens: dict[int, list[dict[str, Any]]], step: int = 2) -> str | None:
+    def got(gens: dict[int, list[GeneratorNote]], step: int = 2) -> str | None:
         return cause.classify(reproducible=False, failed=False, divergent_signal="loss",
                               environments=[{}, {}], uses_dataloader=True, generators=gens,
                               divergence=(2, step))[0]
@@ -140,40 +150,41 @@ def test_a_private_generator_explains_nothing_it_did_not_draw_before_the_step() 
     {"key": "k", "event": 0, "kind": "torch", "fp": 3},
 ])
 def test_a_malformed_generator_record_from_a_run_is_dropped(body: Any) -> None:
-    assert cause.generator_record(body) is None
+    assert generator_note(body) is None
 
 
 def test_a_generator_record_is_cut_to_what_is_used() -> None:
-    rec = cause.generator_record({
+    rec = generator_note({
         "key": "k" * 10_000, "event": 0, "kind": "numpy", "fp": "f" * 500, "how": "h" * 99,
         "created": 1, "state": [1] * 1000, "extra": "x",
         "location": {"file": "t.py", "line": True, "function": "f"},
         "stack": [{"file": "a.py", "line": 1, "function": None}, "junk"] * 20})
-    assert rec is not None and len(rec["key"]) == 4200 and len(rec["fp"]) == 64
-    assert rec["created"] is False and rec["location"] is None and "state" not in rec
-    assert len(rec["how"]) == 40 and "extra" not in rec
-    assert rec["stack"] == [{"file": "a.py", "line": 1, "function": None}] * 4
+    assert isinstance(rec, GeneratorSeeded) and len(rec.key) == 4200 and len(rec.fp) == 64
+    assert rec.created is False and rec.location is None and not hasattr(rec, "state")
+    assert len(rec.how) == 40 and not hasattr(rec, "extra")
+    assert rec.stack == (Location("a.py", 1, None),) * 4
 
 
 def test_a_data_cause_names_the_dataloader_whose_epoch_delivered_the_step() -> None:
     made = [{"loader": n, "made": 0, "dataset": name, "workers": w,
              "location": {"file": "t.py", "line": line, "function": "main"}, "stack": []}
             for n, name, w, line in ((0, "Train", 2, 10), (1, "Val", 0, 11))]
-    loaders = [made[0], made[1], {"loader": 0, "iter": 1}, {"loader": 1, "iter": 5},
-               {"loader": 0, "iter": 6}]
-    assert cause.loader_at(loaders, 3) is made[0] and cause.loader_at(loaders, 5) is made[1]
-    assert cause.loader_at(loaders, 7) is made[0] and cause.loader_at(loaders[:2], 3) is None
+    loaders = [n for n in map(loader_note, [made[0], made[1], {"loader": 0, "iter": 1},
+                                            {"loader": 1, "iter": 5}, {"loader": 0, "iter": 6}])
+               if n is not None]
+    assert cause.loader_at(loaders, 3) is loaders[0] and cause.loader_at(loaders, 5) is loaders[1]
+    assert cause.loader_at(loaders, 7) is loaders[0] and cause.loader_at(loaders[:2], 3) is None
     got, why, where = cause.classify(reproducible=False, failed=False, divergent_signal="batch",
                                      environments=[{}, {}], uses_dataloader=True,
                                      divergence=(2, 3), loaders=loaders)
     assert got == "data" and where == Location("t.py", 10, "main")
     assert why.endswith("the DataLoader made at t.py:10 (dataset Train, 2 workers)")
-    assert cause.loader_record({"loader": 0, "iter": True}) is None
-    assert cause.loader_record({"loader": "0", "made": 1}) is None
-    rec = cause.loader_record({"loader": 0, "made": 1, "workers": "many", "location": 5,
-                               "dataset": "D" * 999})
-    assert rec is not None and rec["workers"] == 0 and rec["location"] is None
-    assert len(rec["dataset"]) == 200
+    assert loader_note({"loader": 0, "iter": True}) is None
+    assert loader_note({"loader": "0", "made": 1}) is None
+    rec = loader_note({"loader": 0, "made": 1, "workers": "many", "location": 5,
+                       "dataset": "D" * 999})
+    assert isinstance(rec, LoaderMade) and rec.workers == 0 and rec.location is None
+    assert len(rec.dataset) == 200
 
 
 def _seeds(call: str, **more: Any) -> dict[int, list[dict[str, Any]]]:
@@ -187,7 +198,7 @@ def _why(signal: str, seedings: Any, step: int = 3) -> tuple[Any, ...]:
     env = {"torch": "2.14"}
     return cause.classify(reproducible=False, failed=False, divergent_signal=signal,
                           environments=[env, dict(env)], uses_dataloader=True,
-                          seedings=seedings, divergence=(2, step))
+                          seedings=seeded(seedings), divergence=(2, step))
 
 
 def test_a_coarse_clock_seed_is_the_clock_only_when_the_runs_agree_on_the_field() -> None:
@@ -222,9 +233,9 @@ def test_a_reseed_that_differs_during_the_divergent_step_is_the_cause() -> None:
 # ---- RL environments: the first call whose observation differs ----------------------------
 
 def env(n: int, call: str, obs: str, step: int = 0, action: str | None = None,
-        line: int = 40) -> dict[str, Any]:
-    """An environment call's record as a run sends it (checked by cause.env_record)."""
-    rec = cause.env_record({"n": n, "call": call, "obs": obs, "action": action, "step": step,
+        line: int = 40) -> EnvCall:
+    """An environment call's record as a run sends it (checked by payloads.env_call)."""
+    rec = env_call({"n": n, "call": call, "obs": obs, "action": action, "step": step,
                             "loc": {"file": "dqn.py", "line": line, "function": "main"}})
     assert rec is not None
     return rec
@@ -233,7 +244,7 @@ def env(n: int, call: str, obs: str, step: int = 0, action: str | None = None,
 def test_an_unseeded_reset_before_the_loop_is_the_cause_not_the_computation() -> None:
     """envs.reset() at line 40, then 30 steps with the same actions before step 1: the loss
     differs at step 1 (compute), but the reset's observation differed first."""
-    def run(first: str) -> list[dict[str, Any]]:
+    def run(first: str) -> list[EnvCall]:
         return [env(1, "reset", first)] + [env(n, "step", f"{first}{n}", action=f"a{n}",
                                                line=50) for n in range(2, 32)]
 
@@ -276,4 +287,4 @@ def test_an_observation_that_follows_another_action_or_the_divergence_is_no_sour
                                   {"n": 1, "call": "reset", "obs": 3, "step": 0},
                                   {"n": True, "call": "reset", "obs": "x", "step": 0}])
 def test_a_malformed_environment_record_from_a_run_is_dropped(body: Any) -> None:
-    assert cause.env_record(body) is None
+    assert env_call(body) is None

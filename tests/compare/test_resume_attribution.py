@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from repro_check.trace.payloads import GeneratorSeeded, Location
 from repro_check.compare.resume import FIXES, PARAMS_IN, RESUME_STATES, STATE_OF, attribute
 
 
@@ -49,7 +50,8 @@ def test_a_new_batch_with_equal_global_streams_blames_a_private_generator() -> N
     ref = steps(10)
     mine = resumed_from(ref, 6, 10)
     mine[1]["batch"] = "new"
-    made = [{"created": True, "location": {"file": "train.py", "line": 12}}]
+    made = [GeneratorSeeded("train.py:12#0", 0, "torch", "fp", created=True,
+                            location=Location("train.py", 12))]
     found = attribute(ref, mine, 6, 10, 4, generators=made)
     assert [n.state for n in found] == ["generator", "data_order"]
     assert "train.py:12" in found[0].fix
@@ -80,7 +82,7 @@ def _planted(state: str) -> tuple[list[str], str, int]:
     for s in ref.values():  # every stream and signal recorded, as a real run's steps are
         s.update({"rng.python": "py", "rng.numpy": "np", "rng.cuda": "cu", "scaler": "1.0/0"})
     mine = resumed_from(ref, c, 10)
-    made, generators = 6, []
+    made, generators = 6, list[GeneratorSeeded]()
     signal = {v: k for k, v in STATE_OF.items()}.get(state)
     if state == "params":
         mine[1][PARAMS_IN] = "other"
@@ -90,7 +92,8 @@ def _planted(state: str) -> tuple[list[str], str, int]:
         mine[1]["batch"] = ref[2]["batch"]
     elif state == "generator":
         mine[1]["batch"] = "new"
-        generators = [{"created": True, "location": {"file": "train.py", "line": 12}}]
+        generators = [GeneratorSeeded("train.py:12#0", 0, "torch", "fp", created=True,
+                                      location=Location("train.py", 12))]
     elif state == "steps":
         mine[7] = dict(ref[10])
         made = 7

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from repro_check.trace.payloads import SeedOverride
 from repro_check.api import check
 from repro_check.errors import UsageError
 from repro_check.diagnose.diagnosis import (
@@ -174,7 +175,7 @@ def test_workers_batches_are_not_the_culprit_and_modules_are_qualified(
 
 
 def test_threads_are_named_when_every_op_agrees_and_threads_were_not_pinned() -> None:
-    def explained(threads: int | None, overrides: list[dict[str, Any]]) -> str:
+    def explained(threads: int | None, overrides: list[SeedOverride]) -> str:
         result = RunResult(1, overrides=overrides)
         report = Report("t:main", [], 0, [], 2, [result], None, threads=threads)
         loc = Localization(4, detail="all 120 recorded ops of step 4 agree in both replays")
@@ -183,7 +184,7 @@ def test_threads_are_named_when_every_op_agrees_and_threads_were_not_pinned() ->
         return loc.detail
 
     assert explained(None, []).endswith(THREADS_HINT) and "--threads" in THREADS_HINT
-    assert explained(2, [{"component": "threads", "key": "set_num_threads", "value": 8}]) \
+    assert explained(2, [SeedOverride("threads", "set_num_threads", 8, has_value=True)]) \
         .endswith(THREADS_HINT)
     assert THREADS_HINT not in explained(1, [])
 

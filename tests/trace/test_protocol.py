@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from repro_check.trace.payloads import Location, SeedOverride
 from repro_check import targets
 from repro_check.run.options import RunOptions
 from repro_check.trace import format as trace_format
@@ -94,8 +95,8 @@ def test_every_kind_of_record_is_read_into_its_type() -> None:
     override = record_of({"warning": "seeded again", "component": "torch", "key": "torch",
                           "value": 3, "where": "t.py:4", "unrelated": 1})
     assert isinstance(override, WarningRecord) and not override.incomplete
-    assert override.override == {"component": "torch", "key": "torch", "value": 3,
-                                 "where": "t.py:4"}
+    assert override.override == SeedOverride("torch", "torch", 3, has_value=True,
+                                             where=Location("t.py", 4))
     dropped = record_of(trace_format.dropped_warning("not JSON"))
     assert isinstance(dropped, WarningRecord) and dropped.incomplete and dropped.override is None
     error = record_of({"error": {"kind": "raised", "message": "boom"}})
