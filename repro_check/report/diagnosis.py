@@ -14,7 +14,7 @@ from repro_check.report.terminal import hanging, make_console, summary
 from repro_check.report.contents import AblationRow, Source, SourcesCost
 from repro_check.report.htmlkit import escape, table
 from repro_check.report.model import DiagnosisPart, Report
-from repro_check.report.text import Visible
+from repro_check.report.text import Visible, cause_shown
 from repro_check.trace.results import Location
 
 
@@ -55,7 +55,10 @@ def diagnosis(report: Report) -> Group:
     x = report.diagnosis
     assert x is not None, "a diagnosis report"
     parts: list[Any] = [Text("Diagnosis", style="bold underline")]
-    if report.cause is not None:
+    # the cause and its paragraph stand once on the screen: the check's summary above has them
+    # ("Cause: ..."), so the diagnosis says only a cause the summary leaves out (none)
+    shown = cause_shown(report)
+    if report.cause is not None and shown is None:
         parts.append(hanging(Text("cause: ", style="bold"),
                              Text.assemble((report.cause, "bold"), f" — {report.cause_detail}"
                                            if report.cause_detail else "")))
@@ -66,7 +69,8 @@ def diagnosis(report: Report) -> Group:
             parts.append(Text.assemble(
                 ("culprit: ", "bold"), (module, "bold red"), " · op ", (str(x.culprit_op), "bold"),
                 f" · {loc.phase} · step {loc.step}"))
-        parts.append(Text(f"  {loc.detail}"))
+        if not (shown and loc.detail and loc.detail in shown):  # the cause's paragraph
+            parts.append(Text(f"  {loc.detail}"))
         firsts = [f"{label} {first!r}" for first, label in (
             (loc.first_module_forward, "first module whose output differs:"),
             (loc.first_module_backward, "first module whose output gradient differs:"),

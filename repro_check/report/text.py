@@ -102,6 +102,14 @@ def saved_line(report: Report) -> str | None:
          f"{part.tensors_compared} tensor(s) compared.")
 
 
+def cause_shown(report: Report) -> str | None:
+    """The cause's paragraph as the check's summary shows it under "Cause:" (None when it
+    shows no cause): what the diagnosis below it does not repeat."""
+    if report.cause is None or report.cause == "none":
+        return None
+    return f"{report.cause} — {report.cause_detail}" if report.cause_detail else report.cause
+
+
 def divergence_failure(report: Report, div: Any) -> str:
     """A first divergence in the one line CI outputs give it: where, the signal, both sides'
     values (named as the report names them), how it was judged and what the detail says."""
