@@ -15,7 +15,7 @@ from rich.text import Text
 from repro_check.report.contents import PriceRow
 from repro_check.report.htmlkit import FIG_H, FIG_W, difference_plot, escape, number, table
 from repro_check.report.model import AcrossPair, AcrossPart, BisectCommit, Report
-from repro_check.report.part import PageSections, Section
+from repro_check.report.part import PageSections, RunsByReport, Section
 from repro_check.report.terminal import (
     SPARK_EQUAL,
     SPARK_LEVELS,
@@ -360,7 +360,7 @@ def html_section(report: Report) -> list[str]:
     return out
 
 
-class AcrossKind:
+class AcrossKind(RunsByReport):
     """``--across``: a report with an across part."""
 
     name = "across"

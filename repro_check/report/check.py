@@ -12,11 +12,11 @@ from rich.console import Group
 from repro_check.report import terminal
 from repro_check.report.diagnosis import diagnosis
 from repro_check.report.model import Report
-from repro_check.report.part import PageSections, Section
+from repro_check.report.part import PageSections, RunsByReport, Section
 from repro_check.report.text import divergence_failure
 
 
-class CheckKind:
+class CheckKind(RunsByReport):
     """A check (the last kind asked: it applies to every report)."""
 
     name = "check"

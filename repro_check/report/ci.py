@@ -18,6 +18,7 @@ from typing import IO, Any
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
+from repro_check.report.part import Kind
 from repro_check.report.bisect import bisect_failure
 from repro_check.report.text import evidence_text, failed_runs_lines, visible
 
@@ -58,10 +59,15 @@ def _failure_text(report: Report) -> str | None:
     if div is None:
         warn = "; ".join(report.warnings[-1:])
         return f"{report.target}: {verdict(report)}{': ' + warn if warn else ''}"
-    # every kind's renderer with rich, only when a failure is said
+    return _kind(report).failure_text(report, div)
+
+
+def _kind(report: Report) -> Kind:
+    """The report's kind (:mod:`repro_check.report.kinds`)."""
+    # every kind's renderer with rich, only when a CI output is written
     from repro_check.report.kinds import kind_of
 
-    return kind_of(report).failure_text(report, div)
+    return kind_of(report)
 
 
 def plain_summary(report: Report, width: int = 100) -> str:
@@ -90,11 +96,9 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
     failures = errors = 0
     total_time = 0.0
     for report in reports:
-        mode = report.gate.mode if report.gate else None
-        runs = report.results[1:] if mode == "verify" else [] if mode == "diff" else report.results
         # the wall time of the target, not the sum of runs that went in parallel
         seconds = report.wall_seconds if report.wall_seconds is not None \
-            else sum(r.seconds for r in runs)
+            else sum(r.seconds for r in _kind(report).timed_runs(report))
         total_time += seconds
         case = ET.SubElement(suite, "testcase", classname=f"repro-check.{command}",
                              name=report.target, time=f"{seconds:.3f}")

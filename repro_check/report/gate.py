@@ -13,6 +13,7 @@ from rich.text import Text
 from repro_check.report.htmlkit import escape, table
 from repro_check.report.model import Report
 from repro_check.report.part import PageSections, Section
+from repro_check.trace.results import RunResult
 from repro_check.report.terminal import (
     Unwrapped,
     control_parts,
@@ -232,6 +233,22 @@ class GateKind:
         text = divergence_failure(report, div)
         note = report.gate.environment_note if report.gate else None
         return f"{text}; {note}" if note else text
+
+    def run_name(self, report: Report, index: int) -> str:
+        """The golden and this run (``verify``), A and B (``diff``)."""
+        if report.gate is not None and 1 <= index <= len(report.gate.labels):
+            return report.gate.labels[index - 1]
+        return report.run_name(index)
+
+    def sides(self, report: Report, div: Any) -> tuple[str, str]:
+        labels = report.labels
+        return labels[0], labels[1]
+
+    def timed_runs(self, report: Report) -> list[RunResult]:
+        """``verify``: this run, not the golden's; ``diff``: none (both were read from files)."""
+        mode = report.gate.mode if report.gate else None
+        return report.results[1:] if mode == "verify" else [] if mode == "diff" \
+            else list(report.results)
 
 
 GATE = GateKind()

@@ -39,10 +39,8 @@ __all__ = ["MARKER_COLOR", "RUN_COLORS", "read_curve", "render_html", "require_m
 # ---- page ----------------------------------------------------------------------------------------
 def _name(report: Report, index: int) -> str:
     """What run ``index`` is called: its environment with ``--across``, the golden and this run
-    with ``verify``, A and B with ``diff``."""
-    if report.gate is not None and 1 <= index <= len(report.gate.labels):
-        return report.gate.labels[index - 1]
-    return report.run_name(index)
+    with ``verify``, A and B with ``diff`` (as its kind calls it)."""
+    return kind_of(report).run_name(report, index)
 
 
 def _verdict(report: Report) -> tuple[str, str]:
@@ -139,10 +137,7 @@ def _outcome_section(report: Report) -> list[str]:
     if div is not None:
         where = divergence_place(div) if div.step is not None or div.signal.startswith(
             ("saved:", "state:")) else "the final metrics"
-        if report.gate is not None:
-            a_name, b_name = report.labels[0], report.labels[1]
-        else:
-            a_name, b_name = _name(report, 1), _name(report, div.run)
+        a_name, b_name = kind_of(report).sides(report, div)
         line = (f'<p id="first-divergence"><b>First divergence:</b> {escape(where)}, signal '
                 f"<code>{escape(div.signal)}</code>, {escape(b_name)} vs {escape(a_name)}: "
                 f"{escape(signal_sentence(div.signal, div.step))}.")

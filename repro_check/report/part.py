@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from repro_check.report.model import Report
+from repro_check.trace.results import RunResult
 
 #: a section of the HTML page: its lines (none when it has nothing to show)
 Section = Callable[[Report], list[str]]
@@ -57,3 +58,27 @@ class Kind(Protocol):
 
     def failure_text(self, report: Report, div: Any) -> str:
         """The one line CI outputs give a first divergence ``div`` of this kind's report."""
+
+    def run_name(self, report: Report, index: int) -> str:
+        """What the page calls run ``index``."""
+
+    def sides(self, report: Report, div: Any) -> tuple[str, str]:
+        """What the two sides of a first divergence ``div`` are called: run 1's, then the
+        other's."""
+
+    def timed_runs(self, report: Report) -> list[RunResult]:
+        """The runs whose seconds a JUnit testcase takes when the wall time was not measured."""
+
+
+class RunsByReport:
+    """What a kind whose runs are the report's own says of them: each called as the report
+    calls it, and every one timed."""
+
+    def run_name(self, report: Report, index: int) -> str:
+        return report.run_name(index)
+
+    def sides(self, report: Report, div: Any) -> tuple[str, str]:
+        return self.run_name(report, 1), self.run_name(report, div.run)
+
+    def timed_runs(self, report: Report) -> list[RunResult]:
+        return list(report.results)

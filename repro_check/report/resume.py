@@ -14,7 +14,7 @@ from rich.text import Text
 
 from repro_check.report.htmlkit import FIG_H, FIG_W, escape, resume_plot
 from repro_check.report.model import Report
-from repro_check.report.part import PageSections, Section
+from repro_check.report.part import PageSections, RunsByReport, Section
 from repro_check.report.terminal import failure_parts, footer_parts, verdict
 from repro_check.report.text import value_text, verdict_style
 
@@ -218,7 +218,7 @@ def resume_failure(report: Report, div: Any) -> str:
     return text
 
 
-class ResumeKind:
+class ResumeKind(RunsByReport):
     """``resume``: a report with a resume part."""
 
     name = "resume"
