@@ -13,7 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.contents import PriceRow
+from repro_check.report.htmlkit import FIG_H, FIG_W, difference_plot, escape, number, table
 from repro_check.report.model import AcrossPair, AcrossPart, BisectCommit, Report
+from repro_check.report.part import PageSections, RunsByReport, Section
 from repro_check.report.terminal import (
     SPARK_EQUAL,
     SPARK_LEVELS,
@@ -22,7 +24,7 @@ from repro_check.report.terminal import (
     footer_parts,
     verdict,
 )
-from repro_check.report.text import diff_text, verdict_style
+from repro_check.report.text import diff_text, divergence_failure, verdict_style
 
 #: the revision that stands for the working tree (:data:`repro_check.run.revisions.WORKTREE`)
 WORKTREE = "WORKTREE"
@@ -290,3 +292,93 @@ def _run_label(part: AcrossPart) -> Any:
         return f"run {result.index}"
 
     return label
+
+
+def html_section(report: Report) -> list[str]:
+    """With ``--across``: every pair's verdict, culprit and drift (plotted on a log scale), each
+    environment's versions and time per step, and the price of determinism."""
+    part = report.across
+    if part is None:
+        return []
+    out = ['<h2>Environments</h2>', table(
+        ["environment", "steps", "seconds", "per step", "in the loop", "Python", "torch", "CUDA",
+         "numpy", "device"],
+        [([c.label, c.steps, f"{c.seconds:.1f}", number(c.per_step), number(c.loop_per_step),
+           *[c.versions.get(k) or "—" for k in ("python", "torch", "cuda", "numpy", "device")]],
+          "") for c in part.cells], "env")]
+    out.append(f"<h2>Each environment against {escape(part.cells[0].label)}</h2>")
+    rows = []
+    for p in part.pairs:
+        d = p.drift
+        rows.append(([p.b, p.verdict, p.first_divergent_step or "—", p.signal or "—",
+                      p.culprit_op or "—", p.culprit or "—", number(d.max_abs) if d else "—",
+                      number(d.final_abs) if d else "—", (d.exceeds_at if d else None) or "—"],
+                     "" if p.identical else "differs"))
+    out.append(table(["environment", "verdict", "first step", "signal", "culprit op", "module",
+                       "max |Δ loss|", "final |Δ loss|", "exceeds at"], rows))
+    for p in part.pairs:
+        detail = p.localization.detail if p.localization is not None else None
+        if detail:
+            out.append(f"<p><b>{escape(p.b)}:</b> {escape(detail)}</p>")
+        if p.loading_note:
+            out.append(f'<p class="loading"><b>{escape(p.b)}:</b> {escape(p.loading_note)}</p>')
+    if part.revisions:
+        out.append("<h2>Revisions</h2>")
+        out.append(table(["revision", "commit", "subject", "date"],
+                          [([name, c.sha[:12], c.subject, c.date], "")
+                           for name, c in part.revisions.items()]))
+    img = difference_plot({f"|{p.b} − {p.a}|": p.drift.series for p in part.pairs
+                           if p.drift is not None}, None)
+    out.append("<h2>Loss drift per step</h2>")
+    if img:
+        out.append(f'<figure id="drift-plot"><img alt="loss drift per step, log scale" '
+                   f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
+                   "<figcaption>|Δ loss| of each environment against the first, log scale; "
+                   "steps where the losses are equal are left out.</figcaption></figure>")
+    else:
+        out.append("<p>The loss has the same bits in every environment at every step.</p>")
+    if part.price:
+        out.append("<h2>Price of determinism</h2>")
+        out.append(table(["deterministic on", "per step", "± spread", "deterministic off",
+                           "per step", "± spread", "on / off", ""],
+                          [([r.on, number(r.on_seconds_per_step),
+                             number(r.on_step_spread), r.off,
+                             number(r.off_seconds_per_step), number(r.off_step_spread),
+                             number(r.ratio), "within noise" if r.within_noise else ""],
+                            "") for r in part.price]))
+        out.append('<p class="sub">± spread: the standard deviation of the seconds between '
+                   "consecutive steps; a difference inside it is within noise (a loaded machine "
+                   "moves step times more than determinism does).</p>")
+    if part.compile_price:
+        out.append("<h2>Price of torch.compile</h2>")
+        out.append(table(["compile on", "per step", "± spread", "compile off", "per step",
+                           "± spread", "on / off", ""],
+                          [([r.on, number(r.on_seconds_per_step), number(r.on_step_spread), r.off,
+                             number(r.off_seconds_per_step), number(r.off_step_spread),
+                             number(r.ratio), "within noise" if r.within_noise else ""],
+                            "") for r in part.compile_price]))
+    return out
+
+
+class AcrossKind(RunsByReport):
+    """``--across``: a report with an across part."""
+
+    name = "across"
+
+    def applies(self, report: Report) -> bool:
+        return report.across is not None
+
+    def terminal(self, report: Report) -> Any:
+        return summary(report)
+
+    def page(self, common: PageSections) -> tuple[Section, ...]:
+        # no difference plot of the check's: the drift of every pair instead
+        return (common.head, common.outcome, common.bisect, common.diagnosis, common.loss,
+                html_section, common.context, common.groups, common.metrics, common.runs,
+                common.foot)
+
+    def failure_text(self, report: Report, div: Any) -> str:
+        return divergence_failure(report, div)
+
+
+ACROSS = AcrossKind()

@@ -1,9 +1,13 @@
-"""``bisect``'s result in lines: the first commit that differs and where, every commit tested,
-the runs and time it took, where the bisect log is."""
+"""``bisect``'s part of a report, in every output: the first commit that differs and where,
+every commit tested, the runs and time it took, where the bisect log is (the terminal's lines,
+the page's section, the CI line). A bisect adds its part to a check's or a verify's report."""
 
 from __future__ import annotations
 
-from repro_check.report.model import BisectPart
+from typing import Any
+
+from repro_check.report.htmlkit import escape, table
+from repro_check.report.model import BisectPart, Report
 
 
 def bisect_lines(part: BisectPart) -> list[str]:
@@ -36,3 +40,38 @@ def bisect_lines(part: BisectPart) -> list[str]:
     if part.log_path:
         lines.append(f"bisect log: {part.log_path}")
     return lines
+
+
+def terminal_parts(part: BisectPart) -> list[Any]:
+    """The bisect's lines under the report's summary, headed."""
+    # rich on use: import repro_check, --help and the run entry never load it
+    from rich.text import Text
+
+    return [Text("Bisect", style="bold"), *(Text(line) for line in bisect_lines(part))]
+
+
+def html_section(report: Report) -> list[str]:
+    """With ``bisect``: the first commit that differs, and every commit tested."""
+    part = report.bisect
+    if part is None:
+        return []
+    lines = bisect_lines(part)
+    rows = [([t.sha[:12], t.verdict, t.step or "—", t.signal or "—", t.subject, t.date],
+             "differs" if t.verdict == "bad" else "") for t in part.tested]
+    return ['<h2>Bisect</h2>', f'<p id="bisect">{escape(lines[0])}</p>',
+            *(f"<p>{escape(line.strip())}</p>" for line in lines[1:2] if line.startswith("  ")),
+            table(["commit", "verdict", "first step", "signal", "subject", "date"], rows)]
+
+
+def bisect_failure(target: str, part: BisectPart) -> str:
+    """``bisect``'s CI line: the first commit that differs (hash, subject, date) and where it
+    parts, not only that commit's comparison with the reference."""
+    c = part.first_bad
+    assert c is not None, "a bisect that found its commit"
+    when = f" ({c.date})" if c.date else ""
+    where = f"step {part.step}, signal {part.signal}" if part.step is not None \
+        else f"signal {part.signal}"
+    if part.op:
+        where += f", op {part.op}" + (f" in module {part.module!r}" if part.module else "")
+    return (f"{target}: the first commit that differs from {part.reference} is "
+            f"{c.sha[:12]} {c.subject}{when}: {where}")

@@ -18,8 +18,9 @@ from typing import IO, Any
 from repro_check.trace.atomic import write_text_atomic
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
-from repro_check.report.text import divergence_place, evidence_text, failed_runs_lines, value_text, visible
-from repro_check.trace import signals
+from repro_check.report.part import Kind
+from repro_check.report.bisect import bisect_failure
+from repro_check.report.text import evidence_text, failed_runs_lines, visible
 
 #: GitHub refuses a step summary file larger than this
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -50,7 +51,7 @@ def _failure_text(report: Report) -> str | None:
         said = failed_runs_lines(report)
         return "; ".join([f"{report.target}: target failed: {report.error}", *said])
     if report.bisect is not None and report.bisect.first_bad is not None:
-        return _bisect_failure(report)
+        return bisect_failure(report.target, report.bisect)
     if report.unverified and report.control is not None:
         return f"{report.target}: unverified: {report.control.detail}"
     cmp = report.comparison
@@ -58,58 +59,15 @@ def _failure_text(report: Report) -> str | None:
     if div is None:
         warn = "; ".join(report.warnings[-1:])
         return f"{report.target}: {verdict(report)}{': ' + warn if warn else ''}"
-    labels = report.labels
-    if report.resume is not None:
-        return _resume_failure(report, div)
-
-    if signals.is_saved(div.signal) or signals.is_state(div.signal):
-        # every step agrees: a saved file or the end state differs (the detail says where)
-        text = f"{report.target}: not reproducible: {divergence_place(div)} differs " \
-               f"(signal {div.signal})"
-    else:
-        where = f"first divergent step {div.step}" if div.step is not None \
-            else "final metrics differ"
-        text = (f"{report.target}: not reproducible: {where} (signal {div.signal}): "
-                f"{labels[0]} {value_text(div.reference)}, {labels[1]} {value_text(div.value)}")
-    if div.policy:
-        text += f" [judged by {div.policy}]"
-    if div.detail:
-        text += f"; {div.detail}"
-    note = report.gate.environment_note if report.gate else None
-    if note:
-        text += f"; {note}"
-    return text
+    return _kind(report).failure_text(report, div)
 
 
-def _bisect_failure(report: Report) -> str:
-    """``bisect``: the first commit that differs (hash, subject, date) and where it parts, not
-    only that commit's comparison with the reference."""
-    part = report.bisect
-    assert part is not None and part.first_bad is not None
-    c = part.first_bad
-    when = f" ({c.date})" if c.date else ""
-    where = f"step {part.step}, signal {part.signal}" if part.step is not None \
-        else f"signal {part.signal}"
-    if part.op:
-        where += f", op {part.op}" + (f" in module {part.module!r}" if part.module else "")
-    return (f"{report.target}: the first commit that differs from {part.reference} is "
-            f"{c.sha[:12]} {c.subject}{when}: {where}")
+def _kind(report: Report) -> Kind:
+    """The report's kind (:mod:`repro_check.report.kinds`)."""
+    # every kind's renderer with rich, only when a CI output is written
+    from repro_check.report.kinds import kind_of
 
-
-def _resume_failure(report: Report, div: Any) -> str:
-    """``resume``: the first divergence, the state not restored and what the checkpoint holds."""
-    part = report.resume
-    assert part is not None
-    where = f"step {div.step}" if div.step is not None else "the final metrics"
-    if part.reference_reproducible is False:
-        return (f"{report.target}: the reference is not reproducible: the interrupted run "
-                f"differs from it at {where} (signal {div.signal}), before the checkpoint")
-    names = ", ".join(part.not_restored_names) or "nothing repro-check can name"
-    text = (f"{report.target}: the resumed run differs from the reference at {where} (signal "
-            f"{div.signal}); not restored: {names}")
-    if part.checkpoint is not None:
-        text += f"; {part.checkpoint.summary}"
-    return text
+    return kind_of(report)
 
 
 def plain_summary(report: Report, width: int = 100) -> str:
@@ -138,11 +96,9 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
     failures = errors = 0
     total_time = 0.0
     for report in reports:
-        mode = report.gate.mode if report.gate else None
-        runs = report.results[1:] if mode == "verify" else [] if mode == "diff" else report.results
         # the wall time of the target, not the sum of runs that went in parallel
         seconds = report.wall_seconds if report.wall_seconds is not None \
-            else sum(r.seconds for r in runs)
+            else sum(r.seconds for r in _kind(report).timed_runs(report))
         total_time += seconds
         case = ET.SubElement(suite, "testcase", classname=f"repro-check.{command}",
                              name=report.target, time=f"{seconds:.3f}")

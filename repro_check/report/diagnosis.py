@@ -9,10 +9,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from repro_check.compare.cause import EXPLANATION
 from repro_check.report.terminal import hanging, make_console, summary
 from repro_check.report.contents import AblationRow, Source, SourcesCost
-from repro_check.report.model import Report
-from repro_check.report.text import Visible
+from repro_check.report.htmlkit import escape, table
+from repro_check.report.model import DiagnosisPart, Report
+from repro_check.report.text import Visible, cause_shown
 from repro_check.trace.results import Location
 
 
@@ -53,7 +55,10 @@ def diagnosis(report: Report) -> Group:
     x = report.diagnosis
     assert x is not None, "a diagnosis report"
     parts: list[Any] = [Text("Diagnosis", style="bold underline")]
-    if report.cause is not None:
+    # the cause and its paragraph stand once on the screen: the check's summary above has them
+    # ("Cause: ..."), so the diagnosis says only a cause the summary leaves out (none)
+    shown = cause_shown(report)
+    if report.cause is not None and shown is None:
         parts.append(hanging(Text("cause: ", style="bold"),
                              Text.assemble((report.cause, "bold"), f" — {report.cause_detail}"
                                            if report.cause_detail else "")))
@@ -64,7 +69,8 @@ def diagnosis(report: Report) -> Group:
             parts.append(Text.assemble(
                 ("culprit: ", "bold"), (module, "bold red"), " · op ", (str(x.culprit_op), "bold"),
                 f" · {loc.phase} · step {loc.step}"))
-        parts.append(Text(f"  {loc.detail}"))
+        if not (shown and loc.detail and loc.detail in shown):  # the cause's paragraph
+            parts.append(Text(f"  {loc.detail}"))
         firsts = [f"{label} {first!r}" for first, label in (
             (loc.first_module_forward, "first module whose output differs:"),
             (loc.first_module_backward, "first module whose output gradient differs:"),
@@ -143,3 +149,106 @@ def print_diagnosis(report: Report, console: Console | None = None) -> None:
     console = console or make_console()
     console.print(Visible(summary(report)), crop=False)
     console.print(Visible(diagnosis(report)), crop=False)
+
+
+# ---- the HTML page's section ----------------------------------------------------------------
+def _page_where(loc: Location | None) -> str:
+    if not loc:
+        return ""
+    func = f" in {loc.function}" if loc.function else ""
+    return f"{loc.site}{func}"
+
+
+def html_section(report: Report) -> list[str]:
+    """What the cause is, where it was made (file:line) and what it means, as the terminal and
+    the JSON say it; with ``diagnose``, the culprit op, the flagged ops, every source with its
+    lines and the seeding ablation. A reproducible check has no cause to show."""
+    part = report.diagnosis
+    cause = report.cause
+    if (cause in (None, "none")) and part is None:
+        return []
+    out = ["<h2>Diagnosis</h2>"]
+    if cause not in (None, "none"):
+        box = [f'<p><b>Cause: <span class="cause">{escape(cause)}</span></b>'
+               + (f" — {escape(report.cause_detail)}" if report.cause_detail else "") + "</p>"]
+        if report.cause_location:
+            box.append(f"<p>at <code>{escape(_page_where(report.cause_location))}</code></p>")
+        explanation = EXPLANATION.get(cause)
+        if explanation and explanation not in (report.cause_detail or ""):
+            box.append(f'<p class="sub">{escape(explanation)}</p>')
+        out.append(f'<div class="diagnosis bad" id="diagnosis">{"".join(box)}</div>')
+    elif cause == "none":
+        out.append('<div class="diagnosis good" id="diagnosis"><p><b>No cause to find:</b> '
+                   "every step and metric agree.</p></div>")
+    if part is not None:
+        out += _page_parts(report, part)
+    return out
+
+
+def _page_parts(report: Report, part: DiagnosisPart) -> list[str]:
+    """``diagnose``'s own sections: the culprit op, flagged ops, sources, the ablation."""
+    out: list[str] = []
+    loc = part.localization
+    if loc:
+        out.append("<h3>Culprit</h3>")
+        if loc.found:
+            out.append(f'<p id="culprit"><b>{escape(part.culprit or "(outside any module)")}</b> · op '
+                       f"<code>{escape(part.culprit_op)}</code> · {escape(loc.phase)} · step "
+                       f"{escape(loc.step)}</p>")
+        if loc.detail:
+            out.append(f"<p>{escape(loc.detail)}</p>")
+    out.append("<h3>Ops PyTorch reports as nondeterministic</h3>")
+    if part.flagged_ops:
+        out.append(table(["op", "first at step", "called from"],
+                          [([f.op, f.step, f.where or ""], "")
+                           for f in part.flagged_ops], "text"))
+    else:
+        out.append("<p>None was reported.</p>")
+    if part.sources_cost is not None:
+        out += _page_sources(part)
+    if part.ablation:
+        scope = f", at most {report.max_steps} steps a run" if report.max_steps else ""
+        out.append(f"<h3>Seeding ablation (a pair of runs with the component off{escape(scope)})</h3>")
+        rows = []
+        for row in part.ablation:
+            name = row.component
+            verdict = row.verdict or ""
+            rows.append(([name or "(no seeding at all)", verdict, ablation_outcome(row)],
+                         "differs" if verdict == "needed" else ""))
+        out.append(table(["component", "for this workload", "runs without it"], rows, "text"))
+        needed = part.necessary_components or []
+        out.append(f"<p><b>Necessary components:</b> {escape(', '.join(needed) or 'none')}</p>")
+    if part.ablation_note:
+        out.append(f'<p class="sub">{escape(part.ablation_note)}</p>')
+    return out
+
+
+def _page_sources(part: DiagnosisPart) -> list[str]:
+    """Every source found by pinning one and going on, each with its file:line and detail."""
+    cost = part.sources_cost or SourcesCost(0, 0.0)
+    spent = f"{cost.runs} pinned runs, {float(cost.seconds):.1f} s"
+    if not part.sources:
+        return [f"<h3>Sources</h3><p>None: the runs agree ({escape(spent)}).</p>"]
+    out = [f"<h3>Sources of non-determinism, in the order found ({len(part.sources)}; "
+           f"{escape(spent)})</h3>", '<ol id="sources">']
+    for src in part.sources:
+        step = f"step {src.step}" if src.step else "final metrics"
+        rank = f" · rank {src.rank}" if src.rank is not None else ""
+        item = [f"<b>{escape(src.cause)}</b> · {escape(step)} · <code>{escape(src.signal)}</code>"
+                f"{escape(rank)}"]
+        if src.culprit_op:
+            item[0] += (f" · {escape(src.culprit or '(outside any module)')} · "
+                        f"<code>{escape(src.culprit_op)}</code>")
+        if src.location:
+            item.append(f"at <code>{escape(_page_where(src.location))}</code>")
+        if src.detail:
+            item.append(escape(src.detail))
+        for frame in (src.stack or [])[:-1][::-1]:
+            item.append(f'<span class="sub">called from <code>{escape(_page_where(frame))}</code></span>')
+        pinned = src.pinned_by
+        item.append(f'<span class="sub">{escape(f"pinned by {pinned}" if pinned else "not pinned (the last)")}</span>')
+        out.append("<li>" + "<br>".join(item) + "</li>")
+    out.append("</ol>")
+    if part.sources_note:
+        out.append(f"<p>{escape(part.sources_note)}</p>")
+    return out

@@ -10,7 +10,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from repro_check.report.htmlkit import escape, table
 from repro_check.report.model import Report
+from repro_check.report.part import PageSections, Section
+from repro_check.trace.results import RunResult
 from repro_check.report.terminal import (
     Unwrapped,
     control_parts,
@@ -19,7 +22,8 @@ from repro_check.report.terminal import (
     metric_rows,
     verdict,
 )
-from repro_check.report.text import Visible, agreement, diff_text, evidence_text, value_text
+from repro_check.report.text import (Visible, agreement, diff_text, divergence_failure,
+                                     evidence_text, value_text)
 
 
 def judged_text(judged: dict[str, int]) -> str:
@@ -182,3 +186,69 @@ def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
 
 def print_summary(report: Report, console: Console | None = None) -> None:
     (console or make_console()).print(Visible(summary(report)), crop=False)
+
+
+def html_section(report: Report) -> list[str]:
+    """``verify`` and ``diff``: what was compared with what, and how the two environments
+    differ (the golden comparison)."""
+    gate = report.gate
+    if gate is None or gate.mode == "record":
+        return []
+    out = ["<h2>Golden comparison</h2>" if gate.mode == "verify" else "<h2>Traces compared</h2>"]
+    if gate.mode == "verify":
+        out.append(f"<p>{escape(gate.labels[1])} against the golden <code>{escape(gate.golden)}</code>"
+                   f" ({escape(gate.labels[0])}).</p>")
+    else:
+        out.append(f"<p>A: <code>{escape(gate.a)}</code><br>B: <code>{escape(gate.b)}</code></p>")
+    diffs = gate.environment_differences
+    if diffs:
+        out.append(table(["environment", gate.labels[0], gate.labels[1]],
+                          [([d.key, "—" if d.reference is None else d.reference,
+                             "—" if d.value is None else d.value], "differs")
+                           for d in diffs], "env"))
+    else:
+        out.append("<p>The two environments agree.</p>")
+    if gate.environment_note:
+        out.append(f"<p>{escape(gate.environment_note)}</p>")
+    return out
+
+
+class GateKind:
+    """``record``, ``verify`` and ``diff``: a report with a gate part."""
+
+    name = "gate"
+
+    def applies(self, report: Report) -> bool:
+        return report.gate is not None
+
+    def terminal(self, report: Report) -> Any:
+        return summary(report)
+
+    def page(self, common: PageSections) -> tuple[Section, ...]:
+        return (common.head, common.outcome, common.bisect, common.diagnosis, html_section,
+                common.loss, common.difference, common.context, common.groups, common.metrics,
+                common.runs, common.foot)
+
+    def failure_text(self, report: Report, div: Any) -> str:
+        text = divergence_failure(report, div)
+        note = report.gate.environment_note if report.gate else None
+        return f"{text}; {note}" if note else text
+
+    def run_name(self, report: Report, index: int) -> str:
+        """The golden and this run (``verify``), A and B (``diff``)."""
+        if report.gate is not None and 1 <= index <= len(report.gate.labels):
+            return report.gate.labels[index - 1]
+        return report.run_name(index)
+
+    def sides(self, report: Report, div: Any) -> tuple[str, str]:
+        labels = report.labels
+        return labels[0], labels[1]
+
+    def timed_runs(self, report: Report) -> list[RunResult]:
+        """``verify``: this run, not the golden's; ``diff``: none (both were read from files)."""
+        mode = report.gate.mode if report.gate else None
+        return report.results[1:] if mode == "verify" else [] if mode == "diff" \
+            else list(report.results)
+
+
+GATE = GateKind()

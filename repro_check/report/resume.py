@@ -12,7 +12,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from repro_check.report.htmlkit import FIG_H, FIG_W, escape, resume_plot
 from repro_check.report.model import Report
+from repro_check.report.part import PageSections, RunsByReport, Section
 from repro_check.report.terminal import failure_parts, footer_parts, verdict
 from repro_check.report.text import value_text, verdict_style
 
@@ -164,3 +166,76 @@ def _metrics(report: Report) -> list[Any]:
         t.add_row(n, value_text(ref.get(n)), value_text(mine.get(n)),
                   style="red" if n in differing else None)
     return [t]
+
+
+def html_section(report: Report) -> list[str]:
+    """``resume``: the checkpoint and what it holds, the state not restored, both loss curves
+    with the resume point marked."""
+    part = report.resume
+    if part is None:
+        return []
+    out = ["<h2>Resume</h2>"]
+    ck = part.checkpoint
+    if ck is not None:
+        out.append(f"<p id=\"checkpoint\"><b>Checkpoint:</b> {escape(ck.where)} ({escape(ck.kind)}), "
+                   f"written after step {ck.step}; copied to {escape(ck.copy)}<br>"
+                   f"{escape(ck.summary)}</p>")
+    if part.reference_reproducible is False:
+        out.append("<p><b>The reference is not reproducible:</b> the interrupted run differs "
+                   "from it before the checkpoint; no checkpoint is blamed.</p>")
+    if part.not_restored:
+        out.append('<ul id="not-restored">' + "".join(
+            f"<li><b>{escape(n.state)}</b>: {escape(n.detail)}. {escape(n.fix)}</li>"
+            for n in part.not_restored) + "</ul>")
+    curves = {1: part.curves.get("reference", []),
+              3: part.curves.get("resumed", part.curves.get("interrupted", []))}
+    if ck is not None and any(curves.values()):
+        img = resume_plot(curves, ck.step, report.first_divergent_step,
+                          {1: "reference", 3: "resumed"})
+        if img:
+            out.append(f'<figure id="resume-plot"><img alt="loss of the reference and the resumed '
+                       f'run" width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
+                       f"<figcaption>The reference's loss (solid) and the resumed run's (dashed, "
+                       f"numbered as the reference's steps); the grey line marks the resume point "
+                       f"(after step {ck.step}).</figcaption></figure>")
+    return out
+
+
+def resume_failure(report: Report, div: Any) -> str:
+    """``resume``'s CI line: the first divergence, the state not restored and what the
+    checkpoint holds."""
+    part = report.resume
+    assert part is not None
+    where = f"step {div.step}" if div.step is not None else "the final metrics"
+    if part.reference_reproducible is False:
+        return (f"{report.target}: the reference is not reproducible: the interrupted run "
+                f"differs from it at {where} (signal {div.signal}), before the checkpoint")
+    names = ", ".join(part.not_restored_names) or "nothing repro-check can name"
+    text = (f"{report.target}: the resumed run differs from the reference at {where} (signal "
+            f"{div.signal}); not restored: {names}")
+    if part.checkpoint is not None:
+        text += f"; {part.checkpoint.summary}"
+    return text
+
+
+class ResumeKind(RunsByReport):
+    """``resume``: a report with a resume part."""
+
+    name = "resume"
+
+    def applies(self, report: Report) -> bool:
+        return report.resume is not None
+
+    def terminal(self, report: Report) -> Any:
+        return summary(report)
+
+    def page(self, common: PageSections) -> tuple[Section, ...]:
+        # no loss or difference plot of the check's: both curves, the resume point marked
+        return (common.head, common.outcome, html_section, common.bisect, common.diagnosis,
+                common.context, common.groups, common.metrics, common.runs, common.foot)
+
+    def failure_text(self, report: Report, div: Any) -> str:
+        return resume_failure(report, div)
+
+
+RESUME = ResumeKind()

@@ -15,9 +15,9 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from repro_check.trace import values
 from repro_check.report.contents import DesyncRankValue
 from repro_check.report.model import Report
+from repro_check.report.view import FOCUS, bit_identical_groups, context_view
 from repro_check.report.text import (
     failed_runs_lines,
     Visible,
@@ -115,60 +115,36 @@ class Sparkline:
 
 def _context_table(report: Report) -> Table | None:
     """The steps around the first divergence, each run's value side by side."""
-    cmp = report.comparison
-    if cmp is None or cmp.divergence is None or cmp.divergence.step is None:
+    view = context_view(report)
+    if view is None:
         return None
-    focus = "loss"
-    t = Table(title=f"Steps around the first divergence ({focus})", title_justify="left",
+    t = Table(title=f"Steps around the first divergence ({FOCUS})", title_justify="left",
               box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     t.add_column("", width=1)
     t.add_column("step", justify="right")
-    rows: list[tuple[int, list[Any], bool, str]] = []
-    signals: dict[int, str] = {}
-    if report.runs >= 3 and any(r["differs"] for r in cmp.context_all):
-        shown = min(report.runs, MAX_RUN_COLUMNS)
-        for k in range(1, shown + 1):
-            t.add_column(f"run {k}", justify="right")
+    shown = min(len(view.runs), MAX_RUN_COLUMNS)
+    for k in view.runs[:shown]:
+        t.add_column(f"run {k}", justify="right")
+    if not view.spread:
+        t.add_column("|diff|", justify="right")
+    else:
         t.add_column("spread" if shown == report.runs else f"spread ({report.runs} runs)",
                      justify="right")
-        for r in cmp.context_all:
-            rows.append((r["step"], r["values"][:shown], r["differs"], diff_text(r["spread"])))
-            if r.get("signal") and r.get("signal") != focus:
-                signals[r["step"]] = str(r["signal"])
-    elif cmp.context:
-        other = cmp.divergence.run
-        for name in ("run 1", f"run {other}", "|diff|"):
-            t.add_column(name, justify="right")
-        for r in cmp.context:
-            a, b = r["reference"], r["value"]
-            if isinstance(a, dict) and isinstance(b, dict):
-                d = "0" if a == b else diff_text(values.differences(a, b)[0])
-            else:
-                d = "—"
-            rows.append((r["step"], [a, b], r["differs"], d))
-            if r.get("signal") and r.get("signal") != focus:
-                signals[r["step"]] = str(r["signal"])
-    else:
-        return None
-    if signals:  # a step can differ in a signal other than the loss: say which
+    if view.other_signal:  # a step can differ in a signal other than the loss: say which
         t.add_column("differs in")
-    for step, vals, _, d in rows:
+    for row in view.rows:
         # ▶ is the first divergent step (whichever signal parted there); ≠ a step whose losses
         # differ: a grads divergence leaves equal losses unmarked
-        differs = len({_bits(v) for v in vals}) > 1
         mark, style = "", None
-        if step == cmp.divergence.step:
-            mark, style = "▶", "bold red" if differs else "bold"
-        elif differs:
+        if row.first:
+            mark, style = "▶", "bold red" if row.differs else "bold"
+        elif row.differs:
             mark, style = "≠", "red"
-        extra = [signals.get(step, "")] if signals else []
-        t.add_row(mark, str(step), *[value_text(v) for v in vals], d, *extra, style=style)
+        extra = [row.signal if row.signal and row.signal != FOCUS else ""] \
+            if view.other_signal else []
+        t.add_row(mark, str(row.step), *[value_text(v) for v in row.values[:shown]],
+                  diff_text(row.diff), *extra, style=style)
     return t
-
-
-def _bits(v: Any) -> Any:
-    """What makes two recorded values the same value: dtype and bits of a number."""
-    return (v.get("dtype"), v.get("bits")) if isinstance(v, dict) else v
 
 
 def _difference_line(report: Report) -> list[Any]:
@@ -191,13 +167,13 @@ def _difference_line(report: Report) -> list[Any]:
 
 
 def _groups_line(report: Report) -> Text | None:
-    cmp = report.comparison
-    if cmp is None or report.runs < 3 or not cmp.groups:
+    groups = bit_identical_groups(report)
+    if groups is None:
         return None
-    if len(cmp.groups) == 1:
+    if len(groups) == 1:
         return Text(f"All {report.runs} runs are bit-identical.")
     line = Text("Bit-identical groups: ", style="bold")
-    line.append("  ".join("{" + ", ".join(map(str, g)) + "}" for g in cmp.groups))
+    line.append("  ".join("{" + ", ".join(map(str, g)) + "}" for g in groups))
     return line
 
 
@@ -236,7 +212,7 @@ def summary(report: Report) -> Group:
     groups = _groups_line(report)
     if groups is not None:
         parts.append(groups)
-    if report.cause is not None and report.cause != "none":
+    if report.cause is not None and report.cause != "none":  # a diagnosis does not repeat it
         detail = report.cause_detail
         parts.append(hanging(Text("Cause: ", style="bold"),
                              Text.assemble((report.cause, "bold red"),

@@ -102,6 +102,34 @@ def saved_line(report: Report) -> str | None:
          f"{part.tensors_compared} tensor(s) compared.")
 
 
+def cause_shown(report: Report) -> str | None:
+    """The cause's paragraph as the check's summary shows it under "Cause:" (None when it
+    shows no cause): what the diagnosis below it does not repeat."""
+    if report.cause is None or report.cause == "none":
+        return None
+    return f"{report.cause} — {report.cause_detail}" if report.cause_detail else report.cause
+
+
+def divergence_failure(report: Report, div: Any) -> str:
+    """A first divergence in the one line CI outputs give it: where, the signal, both sides'
+    values (named as the report names them), how it was judged and what the detail says."""
+    labels = report.labels
+    if signals.is_saved(div.signal) or signals.is_state(div.signal):
+        # every step agrees: a saved file or the end state differs (the detail says where)
+        text = f"{report.target}: not reproducible: {divergence_place(div)} differs " \
+               f"(signal {div.signal})"
+    else:
+        where = f"first divergent step {div.step}" if div.step is not None \
+            else "final metrics differ"
+        text = (f"{report.target}: not reproducible: {where} (signal {div.signal}): "
+                f"{labels[0]} {value_text(div.reference)}, {labels[1]} {value_text(div.value)}")
+    if div.policy:
+        text += f" [judged by {div.policy}]"
+    if div.detail:
+        text += f"; {div.detail}"
+    return text
+
+
 def divergence_place(div: Any) -> str:
     """Where a first divergence is: ``step 7``, ``final metrics``, ``saved file ema.pt (after
     step 30)``, ``the modules' state at the end``."""

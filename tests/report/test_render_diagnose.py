@@ -102,3 +102,17 @@ def test_every_source_shows_its_detail_and_wrapped_lines_hang_under_their_text()
     cause = [line for line in render(summary(rep)).splitlines()]
     first = next(i for i, line in enumerate(cause) if line.startswith("Cause: "))
     assert cause[first + 1].startswith(" " * len("Cause: ")) and cause[first + 1].strip()
+
+
+def test_the_cause_paragraph_stands_once_on_a_diagnosis_screen() -> None:
+    """The check's summary says the cause under "Cause:"; the diagnosis under it neither repeats
+    the cause nor the localization's detail when that detail is the cause's paragraph."""
+    rep = report()
+    assert rep.diagnosis is not None and rep.diagnosis.localization is not None
+    rep.cause, rep.cause_detail = "rng", rep.diagnosis.localization.detail
+    screen = render(summary(rep)) + render(diagnosis(rep))
+    assert screen.count("aten::index_add returned different results") == 1
+    assert "Cause: rng" in screen and "cause: rng" not in screen
+    assert "culprit: encoder.2 · op aten::index_add" in screen
+    rep.cause = "none"  # a cause the summary leaves out: the diagnosis says it
+    assert "cause: none" in render(diagnosis(rep))
