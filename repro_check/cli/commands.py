@@ -124,7 +124,7 @@ def run_targets(ns: argparse.Namespace, cfg: Config, command: str, verb: str,
 # ---- check -------------------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.verdict import run_check
+    from repro_check.commands.check import run_check
 
     ns, target_args, cfg = parsed(parsers.build_parser(), argv)
     across = bool(ns.across)
@@ -146,7 +146,7 @@ def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
     """``--across``: every environment's runs, with progress and what is being done on stderr."""
     # loaded by the command that runs: ``--help`` and the other commands do without it
     from repro_check.report.terminal import make_console
-    from repro_check.diagnose.across import run_across
+    from repro_check.commands.across import run_across
     from repro_check.run.axes import grid
 
     errors = make_console(stderr=True)
@@ -158,7 +158,7 @@ def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
 # ---- resume ------------------------------------------------------------------------------------
 def resume_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.resume_check import run_resume
+    from repro_check.commands.resume import run_resume
 
     ns, target_args, cfg = parsed(parsers.resume_parser(), argv)
 
@@ -174,7 +174,7 @@ def resume_command(argv: Sequence[str]) -> ExitCode:
 # ---- record ------------------------------------------------------------------------------------
 def record_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.gate.record import record_golden
+    from repro_check.commands.record import record_golden
 
     ns, target_args, cfg = parsed(parsers.record_parser(), argv)
     targets, from_config = planned(ns, cfg)
@@ -206,7 +206,7 @@ def record_command(argv: Sequence[str]) -> ExitCode:
 # ---- verify ------------------------------------------------------------------------------------
 def verify_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.gate.verify import prepare, verify_golden
+    from repro_check.commands.verify import prepare, verify_golden
 
     ns, target_args, cfg = parsed(parsers.verify_parser(), argv)
     if ns.target or ns.golden:
@@ -283,7 +283,7 @@ def bisect_command(argv: Sequence[str]) -> ExitCode:
 # ---- diff --------------------------------------------------------------------------------------
 def diff_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.gate.diff import diff_traces
+    from repro_check.commands.diff import diff_traces
 
     ns = parsers.diff_parser().parse_args(list(argv))
     cfg = load(ns.config)
@@ -363,7 +363,7 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
         check_writable(ns.json_path, "--json")
     html_path = html_path_of(ns)
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.diagnose.diagnosis import diagnose
+    from repro_check.commands.diagnose import diagnose
     from repro_check.report.diagnosis import print_diagnosis
     from repro_check.report.terminal import Progress, make_console
 

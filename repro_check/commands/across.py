@@ -29,7 +29,7 @@ from typing import Any
 from repro_check.child import environment
 from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
-from repro_check.diagnose.diagnosis import Collector
+from repro_check.commands.diagnose import Collector
 from repro_check.diagnose.localize import CodeSides, Localization, compare
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.contents import CompilePriceRow, MetricPair, PriceRow
@@ -44,7 +44,7 @@ from repro_check.report.model import (
 )
 from repro_check.run import revisions
 from repro_check.run.axes import Axis, Cell, check_cores, check_interpreters, grid, usable_cores
-from repro_check.verdict import finished_report
+from repro_check.commands.check import finished_report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.compare.feed import Feed

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Literal
 
 from repro_check.compare.drift import loss_drift
-from repro_check.diagnose.diagnosis import Collector
+from repro_check.commands.diagnose import Collector
 from repro_check.diagnose.localize import CodeSides, compare
 from repro_check.errors import TargetNotFound, TraceFileError, UsageError
-from repro_check.gate.record import record_golden
-from repro_check.gate.verify import prepare, verify_golden
+from repro_check.commands.record import record_golden
+from repro_check.commands.verify import prepare, verify_golden
 from repro_check.report.model import BisectCommit, BisectPart, Report, JudgedCommit
 from repro_check.run import revisions
 from repro_check.run.options import InternalSettings, RunOptions

@@ -1,4 +1,4 @@
-"""``repro_check.diagnose.diagnosis``: why a training run is not reproducible, and what its seeding needs.
+"""``repro_check.commands.diagnose``: why a training run is not reproducible, and what its seeding needs.
 
 Three stages, each a set of paired runs like the check's:
 
@@ -30,7 +30,7 @@ from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
 from repro_check.report.contents import AblationRow, FlaggedOp, Need, PairResult
 from repro_check.report.model import DiagnosisPart, Report
-from repro_check.verdict import run_check
+from repro_check.commands.check import run_check
 from repro_check.run.options import InternalSettings, RunOptions, options_of
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import make_trace_dir
@@ -158,7 +158,8 @@ def diagnose(
     if max_sources:
         find_sources(report, part, common, internal, folder, say,
                      lambda step, opts, inner, where: _localize(step, where, opts, inner, say),
-                     max_sources, keep_replay)
+                     max_sources, keep_replay,
+                     check=lambda options, pinned: run_check(options, internal=pinned))
 
     if components:
         _ablation(report, part, components, base_off, baseline, common, internal, folder, say)

@@ -13,7 +13,7 @@ No DataLoader gets a generator of repro-check's in these runs (the ``dataloader`
 component only seeds the workers): the script could not save that generator, and a correct
 resume would look wrong.
 
-Above the runner (:mod:`repro_check.run`) and ``check`` (:mod:`repro_check.verdict`), whose
+Above the runner (:mod:`repro_check.run`) and ``check`` (:mod:`repro_check.commands.check`), whose
 report it finishes; what each run is told of its part is the
 :class:`~repro_check.trace.protocol.ResumeSettings` of its :class:`RunConfig`.
 """
@@ -41,7 +41,7 @@ from repro_check.trace import values
 from repro_check.trace.protocol import (InfoRecord, MetricsRecord, Record, ResumeSettings,
                                         StepRecord)
 from repro_check.trace.results import Listener, RunResult
-from repro_check.verdict import finished_report
+from repro_check.commands.check import finished_report
 
 #: points kept of each loss curve for the reports
 CURVE_POINTS = 2000

@@ -134,7 +134,7 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad options and
     :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a complete
     trace or whose header disagrees with what it holds. ``internal`` as
-    :func:`~repro_check.verdict.run_check` takes it.
+    :func:`~repro_check.commands.check.run_check` takes it.
     """
     golden_path = str(golden)
     prepared = prepare(options, golden_path)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repro_check import resume_check
+from repro_check.commands import resume as resume_check
 from repro_check.report.model import CheckpointFile, CheckpointInfo
 from repro_check.trace.protocol import record_of
 
