@@ -29,7 +29,7 @@ from typing import Any
 from repro_check.child import environment
 from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
-from repro_check.commands.diagnose import Collector
+from repro_check.commands.diagnose import ProbeCollector
 from repro_check.diagnose.localize import CodeSides, Localization, compare
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.contents import CompilePriceRow, MetricPair, PriceRow
@@ -523,7 +523,7 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
     steps = sorted({p.first_divergent_step for p in wanted if p.first_divergent_step})
     say(f"localization: {len(probe_specs)} probe run(s) to step {', '.join(map(str, steps))}, "
         "recording every op of that step")
-    collector = Collector()
+    collector = ProbeCollector()
     outcome = session.run(collector, options.jobs or len(probe_specs), specs=probe_specs,
                           fits=fits)
     if outcome.interrupted:

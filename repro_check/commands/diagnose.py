@@ -55,7 +55,7 @@ def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, Need
     return out
 
 
-class Collector:
+class ProbeCollector:
     """Keeps each run's probe and flagged records and passes every event on.
 
     Probes are kept per run and rank (``(run, rank)``; rank 0 for a run without torchrun)."""
@@ -138,7 +138,7 @@ def diagnose(
     # every run of the diagnosis lists the ops PyTorch flags instead of stopping at the first
     internal = InternalSettings(warn_only=True)
 
-    collector = Collector(listener)
+    collector = ProbeCollector(listener)
     baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
     say(f"check: two runs under {baseline} (deterministic algorithms in warn-only mode)")
     first_options, first_internal = plan(common, internal, folder / "check", []) \
@@ -266,7 +266,7 @@ def _localize(step: int, folder: Path, common: RunOptions, internal: InternalSet
     """Replay two runs up to ``step`` recording that step; if they part earlier, record that step."""
     for attempt in range(2):
         say(f"localization: replaying two runs to step {step}, recording every op of that step")
-        collector = Collector()
+        collector = ProbeCollector()
         rep = run_check(common.replace(max_steps=step,
                                        trace_dir=str(folder / f"localize-step-{step}")),
                         collector, internal.replace(probe_step=step))
