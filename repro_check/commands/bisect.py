@@ -20,10 +20,11 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import ContextManager, Literal
 
 from repro_check.compare.drift import loss_drift
 from repro_check.commands.diagnose import ProbeCollector
+from repro_check.commands.skeleton import Planned
 from repro_check.diagnose.localize import CodeSides, compare
 from repro_check.errors import TargetNotFound, TraceFileError, UsageError
 from repro_check.commands.record import record_golden
@@ -276,3 +277,27 @@ def _finish(report: Report, part: BisectPart, started: float, home: Path) -> Rep
         except OSError:
             pass
     return report
+
+
+class BisectCommand:
+    """``bisect GOOD BAD TARGET``: the first commit whose run differs from GOOD's (or from a
+    golden), one run a commit."""
+
+    name = "bisect"
+    timed = True
+
+    def __init__(self, options: RunOptions, good: str, bad: str, golden: str | None,
+                 progress: Callable[[RunOptions, int], ContextManager[Listener]],
+                 log: Log | None) -> None:
+        self.options, self.good, self.bad, self.golden = options, good, bad, golden
+        self.progress, self.log = progress, log
+
+    def describe(self, planned: Planned) -> str:
+        return f"bisecting {planned.target}"
+
+    def prepare(self, planned: Planned) -> None:
+        pass
+
+    def run(self, planned: Planned) -> Report:
+        with self.progress(self.options, 1) as listener:
+            return run_bisect(self.options, self.good, self.bad, self.golden, listener, self.log)

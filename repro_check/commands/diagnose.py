@@ -31,6 +31,7 @@ from repro_check.errors import UsageError
 from repro_check.report.contents import AblationRow, FlaggedOp, Need, PairResult
 from repro_check.report.model import DiagnosisPart, Report
 from repro_check.commands.check import run_check
+from repro_check.commands.skeleton import Planned
 from repro_check.run.options import InternalSettings, RunOptions, options_of
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import make_trace_dir
@@ -295,3 +296,29 @@ def check_options(no_seed: bool) -> None:
     if no_seed:
         raise UsageError("diagnose starts from full seeding (--without A,B turns components off "
                          "in every run; --ablate A,B chooses the components the ablation tests)")
+
+
+class DiagnoseCommand:
+    """``diagnose``: why a target's runs diverge (the check, the op that first differs, every
+    source, the seeding ablation), said as it goes."""
+
+    name = "diagnose"
+    timed = False
+
+    def __init__(self, options: RunOptions, listener: Listener | None, log: Log | None, *,
+                 ablate: Sequence[str] | None, localize: bool, max_sources: int,
+                 keep_replay: bool) -> None:
+        self.options, self.listener, self.log = options, listener, log
+        self.ablate, self.localize = ablate, localize
+        self.max_sources, self.keep_replay = max_sources, keep_replay
+
+    def describe(self, planned: Planned) -> str:
+        return f"diagnosing {planned.target}"
+
+    def prepare(self, planned: Planned) -> None:
+        pass
+
+    def run(self, planned: Planned) -> Report:
+        return diagnose(self.options, ablate=self.ablate, localize=self.localize,
+                        max_sources=self.max_sources, keep_replay=self.keep_replay,
+                        listener=self.listener, log=self.log)

@@ -26,7 +26,7 @@ import pytest
 import repro_check
 from repro_check.compare.drift import Drift
 from repro_check.compare.processes import ProcessComparison
-from repro_check.report.processes import finish_report as finish_processes
+from repro_check.report.processes import processes_part
 from repro_check.commands import diagnose as diagnosis_mod
 from repro_check.commands.diagnose import PairResult, explain_localization, flagged_ops
 from repro_check.diagnose.localize import Localization
@@ -161,7 +161,8 @@ def _distributed(tmp: Path, desync: bool) -> Report:
         results.append(job)
     report.results = results
     dist = Distributed(DistOptions(nproc_per_node=2), runs=2)
-    dist.finish_report(report, comparison)
+    report.distributed, warnings = dist.parts(report.results, comparison, report.comparison)
+    report.warnings += warnings
     assert report.distributed is not None and report.distributed.rank_values
     return report
 
@@ -180,7 +181,9 @@ def _metric_distributed(tmp: Path) -> Report:
     report.results = [JobResult(run, status="completed", steps=1,
                                 ranks=[RankResult(0, steps=1), RankResult(1, steps=1)])
                       for run in (1, 2)]
-    Distributed(DistOptions(nproc_per_node=2), runs=2).finish_report(report, comparison)
+    report.distributed, warnings = Distributed(DistOptions(nproc_per_node=2), runs=2).parts(
+        report.results, comparison, report.comparison)
+    report.warnings += warnings
     return report
 
 
@@ -200,7 +203,7 @@ def _processes(tmp: Path) -> Report:
                                            exitcode=0),
                              ProcessResult(2, status="killed")])
         for run in (1, 2)]
-    finish_processes(report, comparison)
+    report.processes = processes_part(report.results, comparison, report.comparison)
     assert report.processes is not None
     return report
 
