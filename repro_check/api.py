@@ -58,7 +58,7 @@ def check(
     exit 3), not raised.
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.verdict import run_check
+    from repro_check.commands.check import run_check
 
     return run_check(_options(options, target, CHECK_RUNS, **run_options), listener,
                      InternalSettings(policy_override=policy))
@@ -79,7 +79,7 @@ def record(
     record different numbers of steps (exit 1).
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.gate.record import record_golden
+    from repro_check.commands.record import record_golden
 
     return record_golden(_options(options, target, RECORD_RUNS, **run_options), output, listener)
 
@@ -101,7 +101,7 @@ def verify(
     golden that is not a complete trace.
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.gate.verify import verify_golden
+    from repro_check.commands.verify import verify_golden
 
     return verify_golden(_options(options, target, **run_options), golden, listener,
                          InternalSettings(policy_override=policy))
@@ -116,7 +116,7 @@ def diff(
 ) -> Report:
     """Compare two saved traces step by step (A is the reference); nothing is run."""
     # on first call: importing the API loads no command it does not run
-    from repro_check.gate.diff import diff_traces
+    from repro_check.commands.diff import diff_traces
 
     return diff_traces(a, b, tolerances, policy)
 
@@ -139,7 +139,7 @@ def across(
     the metrics side by side.
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.diagnose.across import run_across
+    from repro_check.commands.across import run_across
 
     opts = _options(options, target, 1, across=tuple(axes) if axes else None, **run_options)
     return run_across(opts, listener)
@@ -169,7 +169,7 @@ def resume(
     keywords (tolerances too) as for :func:`check`.
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.resume_check import run_resume
+    from repro_check.commands.resume import run_resume
 
     opts = _options(options, target, resume_at=at, resume_args=resume_args,
                     checkpoint=checkpoint, **run_options)
@@ -199,7 +199,7 @@ def bisect(
     TARGET. ``log``: called with a line as each step starts (what the command line prints).
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.gate.bisect import run_bisect
+    from repro_check.commands.bisect import run_bisect
 
     opts = _options(options, target, 1, **run_options)
     return run_bisect(opts, good, bad, None if golden is None else os.fspath(golden), listener,

@@ -95,11 +95,11 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
     run_options = build_options(target, given=keyword_values(options))
     if golden is not None:
         # when a test uses it: pytest loads this plugin in every session
-        from repro_check.gate.verify import verify_golden
+        from repro_check.commands.verify import verify_golden
 
         return verify_golden(run_options, golden)
     # when a test uses it: pytest loads this plugin in every session
-    from repro_check.verdict import run_check
+    from repro_check.commands.check import run_check
 
     return run_check(run_options)
 
@@ -157,7 +157,7 @@ def run_resume_check(target: str, trace_dir: str | Path | None = None, *, at: in
         raise TypeError(f"unexpected option(s) for repro-check resume: {', '.join(unknown)}")
     # when a test uses it: pytest loads this plugin in every session
     from repro_check.run.options import build_options, keyword_values
-    from repro_check.resume_check import run_resume
+    from repro_check.commands.resume import run_resume
 
     options["trace_dir"] = options.get("trace_dir") or trace_dir
     given = keyword_values({**options, "resume_at": at, "resume_args": resume_args,

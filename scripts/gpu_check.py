@@ -127,7 +127,7 @@ def main() -> int:
         print("gpu_check: CUDA is not available on this machine; nothing was run.")
         return 0
     from repro_check.api import across, check
-    from repro_check.diagnose.diagnosis import diagnose
+    from repro_check.commands.diagnose import diagnose
 
     print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     quick = "--quick" in sys.argv[1:]

@@ -37,7 +37,7 @@ from repro_check.run.runner import RunSpec, apply_event
 from repro_check.trace.format import TraceWriter, dumps, read_record
 from repro_check.trace.protocol import Record
 from repro_check.trace.results import RunResult
-from repro_check.verdict import run_check
+from repro_check.commands.check import run_check
 
 from .conftest import CliResult
 

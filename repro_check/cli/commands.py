@@ -9,62 +9,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from repro_check.cli import parsers
 from repro_check.cli.plan import (
+    OutputPaths,
+    Terminal,
     absolute,
-    announce,
-    Outputs,
-    finish,
-    html_report,
-    in_folder,
     options_for,
     outputs,
-    planned,
     printer,
-    replay_from,
+    planned,
     target_file,
     under,
 )
-from repro_check.config import Config, TargetEntry, load
+from repro_check.commands.skeleton import Command, Given, Planned, execute
+from repro_check.config import Config, load
 from repro_check.errors import ExitCode, UsageError
-from repro_check.report.model import Report
-from repro_check.run import signals
-from repro_check.run.options import RECORD_RUNS, RunOptions
+from repro_check.run.options import RunOptions
 from repro_check.trace.atomic import STDOUT, check_distinct, check_writable, write_text_atomic
-
-#: one target of a plan: its TARGET, its config entry, and (record, verify) its golden file
-Planned = tuple[Any, "TargetEntry | None", Any]
-
-
-def run_plan(ns: argparse.Namespace, cfg: Config, plan: Sequence[Planned], from_config: bool,
-             out: Outputs, describe: Callable[[Any, Any], str],
-             run_one: Callable[[Any, TargetEntry | None, Any], Report],
-             after: Callable[[Report, int], None] | None = None) -> list[Report]:
-    """Run every planned target (from the config's folder when they come from it), printing
-    each summary as it ends; an interrupt stops the plan."""
-    show = printer(out)
-    reports: list[Report] = []
-    with in_folder(cfg.root if from_config else None) as moved:
-        for i, (target, entry, extra) in enumerate(plan, 1):
-            if signals.stop_requested():
-                break  # a signal between two targets: report what was done
-            announce(ns, len(plan) > 1, describe(target, extra))
-            started = time.monotonic()
-            report = run_one(target, entry, extra)
-            report.wall_seconds = time.monotonic() - started
-            replay_from(report, moved)
-            show(report)
-            if after is not None:
-                after(report, i)
-            reports.append(report)
-            if report.interrupted:
-                break
-    return reports
 
 
 def _from_root(path: str, cfg: Config, from_config: bool) -> str:
@@ -100,161 +65,135 @@ def html_path_of(ns: argparse.Namespace) -> str | None:
     return path
 
 
-def run_targets(ns: argparse.Namespace, cfg: Config, command: str, verb: str,
-                run_one: Callable[[str, TargetEntry | None, Any], Report]) -> ExitCode:
-    """``check`` and ``resume``: TARGET or every configured target, their outputs and flags
-    checked before any run, each run by ``run_one`` with its HTML report written after it."""
+def given(ns: argparse.Namespace, cfg: Config, target_args: list[str] | None,
+          log: bool = False) -> Given:
+    """What the command line gives a command: each target's options from the flags over the
+    config, the progress display, and (``log``) what is being done on stderr."""
+    return Given(
+        options=lambda target, entry, **how: options_for(ns, cfg, target, entry, target_args,
+                                                         **how),
+        progress=lambda options, runs: progress(ns, options, runs),
+        log=said(ns) if log else None)
+
+
+def terminal(out: OutputPaths, *, quiet: bool = False, html_path: str | None = None) -> Terminal:
+    """The command line's outputs of a plan: each summary printed as :func:`printer` prints it."""
+    return Terminal(out, quiet=quiet, html_path=html_path, show=printer(out))
+
+
+def said(ns: argparse.Namespace) -> Callable[[str], None] | None:
+    """What is being done, dim on stderr (None with ``--quiet``)."""
+    if ns.quiet:
+        return None
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.report.terminal import make_console
+
+    errors = make_console(stderr=True)
+    return lambda text: errors.print(text, style="dim", highlight=False)
+
+
+def targets_plan(ns: argparse.Namespace, cfg: Config) -> tuple[list[Planned], bool]:
+    """TARGET or every configured target, and whether they come from the config."""
     targets, from_config = planned(ns, cfg)
-    if not targets:
+    return [Planned(t, e) for t, e in targets], from_config
+
+
+def with_goldens(plan: list[Planned], cfg: Config, from_config: bool, flag: str | None,
+                 command: str, option: str) -> list[Planned]:
+    """Each target with its golden: the flag's, else its config entry's (a usage error
+    without)."""
+    out = []
+    for p in plan:
+        path = flag or (str(g) if p.target and (g := cfg.golden_for(p.target, p.entry))
+                        else None)
+        if not path:
+            raise UsageError(f"{command} needs {option} for {p.target} (or golden in "
+                             "[tool.repro-check])")
+        out.append(Planned(p.target, p.entry,
+                           under(Path(path), cfg.root) if from_config else path))
+    return out
+
+
+# ---- check and resume --------------------------------------------------------------------------
+def check_command(argv: Sequence[str]) -> ExitCode:
+    ns, target_args, cfg = parsed(parsers.build_parser(), argv)
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.commands.across import AcrossCommand
+    from repro_check.commands.check import CheckCommand
+
+    command = AcrossCommand(given(ns, cfg, target_args, log=True)) if ns.across \
+        else CheckCommand(given(ns, cfg, target_args))
+    return run_targets(ns, cfg, command)
+
+
+def resume_command(argv: Sequence[str]) -> ExitCode:
+    ns, target_args, cfg = parsed(parsers.resume_parser(), argv)
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.commands.resume import ResumeCommand
+
+    return run_targets(ns, cfg, ResumeCommand(given(ns, cfg, target_args)))
+
+
+def run_targets(ns: argparse.Namespace, cfg: Config, command: Command) -> ExitCode:
+    """``check`` and ``resume``: TARGET or every configured target, their outputs and flags
+    checked before any run, each with its HTML report written after it."""
+    plan, from_config = targets_plan(ns, cfg)
+    if not plan:
         raise UsageError("the following arguments are required: TARGET")
-    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
+    out = outputs(ns, cfg, [("TARGET", target_file(p.target)) for p in plan],
                   [("--report", ns.report_path)])
     html_path = html_path_of(ns)
     parsers.flag_values(ns)  # a bad flag (--atol los=1) fails before any target runs
-
-    def after(report: Report, i: int) -> None:
-        if html_path:
-            html_report(report, html_path, i if len(targets) > 1 else None)
-
-    reports = run_plan(ns, cfg, [(t, e, None) for t, e in targets], from_config, out,
-                       lambda t, _: f"{verb} {t}", run_one, after)
-    return finish(reports, command, out)
-
-
-# ---- check -------------------------------------------------------------------------------------
-def check_command(argv: Sequence[str]) -> ExitCode:
-    # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.verdict import run_check
-
-    ns, target_args, cfg = parsed(parsers.build_parser(), argv)
-    across = bool(ns.across)
-
-    def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
-        # --across: each environment runs once unless --runs says (the config's runs are a check's)
-        options = options_for(ns, cfg, target, entry, target_args, compare_runs=not across,
-                              keys={"runs": None} if across else None,
-                              defaults={"runs": 1} if across else None)
-        if across:
-            return across_one(ns, options)
-        with progress(ns, options, options.runs) as listener:
-            return run_check(options, listener)
-
-    return run_targets(ns, cfg, "check", "checking", run_one)
-
-
-def across_one(ns: argparse.Namespace, options: RunOptions) -> Report:
-    """``--across``: every environment's runs, with progress and what is being done on stderr."""
-    # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.report.terminal import make_console
-    from repro_check.diagnose.across import run_across
-    from repro_check.run.axes import grid
-
-    errors = make_console(stderr=True)
-    log = None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False))
-    with progress(ns, options, len(grid(options.axes)) * options.runs) as listener:
-        return run_across(options, listener, log)
-
-
-# ---- resume ------------------------------------------------------------------------------------
-def resume_command(argv: Sequence[str]) -> ExitCode:
-    # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.resume_check import run_resume
-
-    ns, target_args, cfg = parsed(parsers.resume_parser(), argv)
-
-    def run_one(target: str, entry: TargetEntry | None, _: Any) -> Report:
-        options = options_for(ns, cfg, target, entry, target_args)
-        options.validate_resume()  # --at missing: one line before the progress display
-        with progress(ns, options, 3) as listener:
-            return run_resume(options, listener)
-
-    return run_targets(ns, cfg, "resume", "resuming", run_one)
+    return execute(command, plan, terminal(out, quiet=ns.quiet, html_path=html_path),
+                   root=cfg.root if from_config else None)
 
 
 # ---- record ------------------------------------------------------------------------------------
 def record_command(argv: Sequence[str]) -> ExitCode:
-    # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.gate.record import record_golden
-
     ns, target_args, cfg = parsed(parsers.record_parser(), argv)
-    targets, from_config = planned(ns, cfg)
-    if not targets:
+    plan, from_config = targets_plan(ns, cfg)
+    if not plan:
         raise UsageError("record needs TARGET (or targets in [tool.repro-check])")
-    if ns.output and len(targets) > 1:
+    if ns.output and len(plan) > 1:
         raise UsageError("-o names one golden file: give TARGET too")
-    plan: list[Planned] = []
-    for target, entry in targets:
-        path = ns.output or (str(g) if (g := cfg.golden_for(target, entry)) else None)
-        if not path:
-            raise UsageError(f"record needs -o PATH for {target} (or golden in "
-                             "[tool.repro-check])")
-        plan.append((target, entry, under(Path(path), cfg.root) if from_config else path))
-    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets],
-                  [("-o", _from_root(g, cfg, from_config)) for _, _, g in plan])
+    plan = with_goldens(plan, cfg, from_config, ns.output, "record", "-o PATH")
+    out = outputs(ns, cfg, [("TARGET", target_file(p.target)) for p in plan],
+                  [("-o", _from_root(p.golden or "", cfg, from_config)) for p in plan])
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.commands.record import RecordCommand
 
-    def run_one(target: str, entry: TargetEntry | None, golden: str) -> Report:
-        options = options_for(ns, cfg, target, entry, target_args,
-                              keys={"runs": "record-runs"}, defaults={"runs": RECORD_RUNS})
-        with progress(ns, options, options.runs) as listener:
-            return record_golden(options, golden, listener)
-
-    reports = run_plan(ns, cfg, plan, from_config, out, lambda t, g: f"recording {t} -> {g}",
-                       run_one)
-    return finish(reports, "record", out)
+    return execute(RecordCommand(given(ns, cfg, target_args)), plan,
+                   terminal(out, quiet=ns.quiet), root=cfg.root if from_config else None)
 
 
 # ---- verify ------------------------------------------------------------------------------------
 def verify_command(argv: Sequence[str]) -> ExitCode:
-    # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.gate.verify import prepare, verify_golden
-
     ns, target_args, cfg = parsed(parsers.verify_parser(), argv)
     if ns.target or ns.golden:
-        targets: list[tuple[str | None, TargetEntry | None]] = [
-            (ns.target, cfg.entry(ns.target) if ns.target else None)]
+        plan = [Planned(ns.target, cfg.entry(ns.target) if ns.target else None)]
         from_config = False
     else:
-        targets = [(e.target, e) for e in cfg.targets]
-        from_config = True
-    if not targets:
+        plan, from_config = [Planned(e.target, e) for e in cfg.targets], True
+    if not plan:
         raise UsageError("verify needs TARGET and --golden PATH (or targets and golden paths "
                          "in [tool.repro-check])")
-    plan: list[Planned] = []
-    for target, entry in targets:
-        path = ns.golden or (str(g) if target and (g := cfg.golden_for(target, entry)) else None)
-        if not path:
-            raise UsageError(f"verify needs --golden PATH for {target} (or golden in "
-                             "[tool.repro-check])")
-        plan.append((target, entry, under(Path(path), cfg.root) if from_config else path))
-    out = outputs(ns, cfg, [("TARGET", target_file(t)) for t, _ in targets]
-                  + [("golden", _from_root(g, cfg, from_config)) for _, _, g in plan],
+    plan = with_goldens(plan, cfg, from_config, ns.golden, "verify", "--golden PATH")
+    out = outputs(ns, cfg, [("TARGET", target_file(p.target)) for p in plan]
+                  + [("golden", _from_root(p.golden or "", cfg, from_config)) for p in plan],
                   [("--report", ns.report_path)])
     html_path = html_path_of(ns)
-    # the run count is verify's own (one run against the golden): never the config's check runs
-    keys: dict[str, str | None] = {"runs": None}
-    with in_folder(cfg.root if from_config else None):
-        for target, entry, golden in plan:  # every golden is checked before anything runs
-            prepare(options_for(ns, cfg, target, entry, target_args, keys=keys), golden)
+    # loaded by the command that runs: ``--help`` and the other commands do without it
+    from repro_check.commands.verify import VerifyCommand
 
-    def run_one(target: str | None, entry: TargetEntry | None, golden: str) -> Report:
-        options = options_for(ns, cfg, target, entry, target_args, keys=keys)
-        with progress(ns, options, 1) as listener:
-            return verify_golden(options, golden, listener)
-
-    def after(report: Report, i: int) -> None:
-        if html_path:
-            html_report(report, html_path, i if len(plan) > 1 else None)
-
-    reports = run_plan(ns, cfg, plan, from_config, out,
-                       lambda t, g: f"verifying {t} against {g}", run_one, after)
-    return finish(reports, "verify", out)
+    return execute(VerifyCommand(given(ns, cfg, target_args)), plan,
+                   terminal(out, quiet=ns.quiet, html_path=html_path),
+                   root=cfg.root if from_config else None)
 
 
 # ---- bisect ------------------------------------------------------------------------------------
 def bisect_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check import api
-    from repro_check.report.terminal import make_console
+    from repro_check.commands.bisect import BisectCommand
 
     ns, target_args, cfg = parsed(parsers.bisect_parser(), argv)
     if not ns.target:
@@ -267,34 +206,23 @@ def bisect_command(argv: Sequence[str]) -> ExitCode:
     options = options_for(ns, cfg, ns.target, cfg.entry(ns.target), target_args,
                           keys={"runs": None}, defaults={"runs": 1})
     options.policy()  # a bad tolerance fails before any run
-    errors = make_console(stderr=True)
-    log = None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False))
-    started = time.monotonic()
-    with progress(ns, options, 1) as listener:
-        report = api.bisect(ns.good, ns.bad, golden=ns.golden, options=options,
-                            listener=listener, log=log)
-    report.wall_seconds = time.monotonic() - started
-    printer(out)(report)
-    if html_path:
-        html_report(report, html_path, None)
-    return finish([report], "bisect", out)
+    command = BisectCommand(options, ns.good, ns.bad, ns.golden,
+                            lambda opts, runs: progress(ns, opts, runs), said(ns))
+    return execute(command, [Planned(ns.target)], terminal(out, html_path=html_path))
 
 
 # ---- diff --------------------------------------------------------------------------------------
 def diff_command(argv: Sequence[str]) -> ExitCode:
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.gate.diff import diff_traces
+    from repro_check.commands.diff import DiffCommand
 
     ns = parsers.diff_parser().parse_args(list(argv))
     cfg = load(ns.config)
     out = outputs(ns, cfg, [("trace A", ns.a), ("trace B", ns.b)], [("--report", ns.report_path)])
     html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
-    report = diff_traces(ns.a, ns.b, tol)
-    printer(out)(report)
-    if html_path:
-        html_report(report, html_path, None)
-    return finish([report], "diff", out)
+    return execute(DiffCommand(ns.a, ns.b, tol), [Planned(None)],
+                   terminal(out, html_path=html_path))
 
 
 # ---- doctor and diagnose -----------------------------------------------------------------------
@@ -363,26 +291,23 @@ def diagnose_command(argv: Sequence[str]) -> ExitCode:
         check_writable(ns.json_path, "--json")
     html_path = html_path_of(ns)
     # loaded by the command that runs: ``--help`` and the other commands do without it
-    from repro_check.diagnose.diagnosis import diagnose
+    from repro_check.commands.diagnose import DiagnoseCommand
     from repro_check.report.diagnosis import print_diagnosis
     from repro_check.report.terminal import Progress, make_console
 
-    errors = make_console(stderr=True)
     cfg = load(ns.config)
     # the run settings of [tool.repro-check] too (flags over the target's entry over the table);
     # not its no-seed, runs or fail-fast: diagnose starts from seeding and makes its own pairs
     options = options_for(ns, cfg, ns.target, cfg.entry(ns.target), target_args,
                           keys=DIAGNOSE_OWN)
-    report = diagnose(
-        options, ablate=[] if ns.no_ablation else ns.ablate, localize=not ns.no_localize,
-        max_sources=ns.max_sources, keep_replay=ns.keep_replay, listener=Progress(2, quiet=ns.quiet),
-        log=None if ns.quiet else (lambda text: errors.print(text, style="dim", highlight=False)),
-    )
-    print_diagnosis(report, make_console(file=summary_stream(ns.json_path)))
-    if html_path:
-        html_report(report, html_path, None)
-    write_json(ns.json_path, report.to_json())
-    return report.exit_code
+    command = DiagnoseCommand(
+        options, Progress(2, quiet=ns.quiet), said(ns),
+        ablate=[] if ns.no_ablation else ns.ablate, localize=not ns.no_localize,
+        max_sources=ns.max_sources, keep_replay=ns.keep_replay)
+    console = make_console(file=summary_stream(ns.json_path))
+    return execute(command, [Planned(ns.target)],
+                   Terminal(OutputPaths(ns.json_path, None), html_path=html_path,
+                            show=lambda report: print_diagnosis(report, console), ci=False))
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], ExitCode]] = {

@@ -5,17 +5,16 @@ go, and the exit code of them all."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import shlex
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repro_check.cli import parsers
+from repro_check.commands.skeleton import aggregate_exit
 from repro_check.config import Config, TargetEntry
 from repro_check.errors import ExitCode, UsageError
 from repro_check.report import ci
@@ -41,7 +40,9 @@ def options_for(ns: argparse.Namespace, cfg: Config, target: str | None,
 
 
 @dataclass
-class Outputs:
+class OutputPaths:
+    """Where the JSON report and the JUnit file go (None: not written)."""
+
     json_path: str | None
     junit_path: str | None
 
@@ -50,7 +51,7 @@ Named = tuple[str, "str | os.PathLike[str] | None"]
 
 
 def outputs(ns: argparse.Namespace, cfg: Config, inputs: Sequence[Named] = (),
-            more: Sequence[Named] = ()) -> Outputs:
+            more: Sequence[Named] = ()) -> OutputPaths:
     """Where the reports go (flag, else config); checked writable before anything runs, and
     checked to be none of the files read (``inputs``, the config, each other and ``more``, the
     command's other outputs), so that no report replaces what it reports on."""
@@ -64,7 +65,7 @@ def outputs(ns: argparse.Namespace, cfg: Config, inputs: Sequence[Named] = (),
         check_writable(json_path, "--json")
     if junit_path:
         check_writable(junit_path, "--junit")
-    return Outputs(absolute(json_path), absolute(junit_path))
+    return OutputPaths(absolute(json_path), absolute(junit_path))
 
 
 def target_file(target: str | None) -> str | None:
@@ -89,26 +90,6 @@ def cfg_path(cfg: Config, key: str) -> str | None:
     return str(p) if p is not None else None
 
 
-@contextlib.contextmanager
-def in_folder(folder: Path | None) -> Iterator[Path | None]:
-    """Run configured targets from the config's folder, as its paths are written; yields the
-    folder when it had to move there (replay lines then start with ``cd FOLDER &&``)."""
-    if folder is None or folder.resolve() == Path.cwd().resolve():
-        yield None
-        return
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield folder
-    finally:
-        os.chdir(before)
-
-
-def replay_from(report: Report, moved: Path | None) -> None:
-    if moved is not None and report.replay:
-        report.replay = f"cd {shlex.quote(str(moved))} && {report.replay}"
-
-
 def under(path: Path, root: Path | None) -> str:
     """``path`` relative to ``root`` when inside it (as written in the config), else absolute."""
     if root is not None:
@@ -117,14 +98,6 @@ def under(path: Path, root: Path | None) -> str:
         except ValueError:
             pass
     return str(path.resolve())
-
-
-def aggregate_exit(reports: Sequence[Report]) -> ExitCode:
-    codes = {r.exit_code for r in reports}
-    for code in (ExitCode.INTERRUPTED, ExitCode.TARGET_FAILED, ExitCode.NOT_REPRODUCIBLE):
-        if code in codes:
-            return code
-    return ExitCode.REPRODUCIBLE
 
 
 def combined_json(reports: Sequence[Report]) -> str:
@@ -142,7 +115,7 @@ def combined_json(reports: Sequence[Report]) -> str:
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
-def finish(reports: list[Report], command: str, out: Outputs) -> ExitCode:
+def finish(reports: Sequence[Report], command: str, out: OutputPaths) -> ExitCode:
     """Write the JSON and CI outputs of every target; the exit code of them all."""
     if out.json_path:
         try:
@@ -155,7 +128,7 @@ def finish(reports: list[Report], command: str, out: Outputs) -> ExitCode:
     return aggregate_exit(reports)
 
 
-def printer(out: Outputs | None = None) -> Any:
+def printer(out: OutputPaths | None = None) -> Any:
     """Prints each report's summary with the renderer its kind needs: on stdout, or on stderr
     when the JSON report goes to stdout (``--json -``), so that stdout stays one JSON document."""
     # rich and the renderers: only when a report is printed or written
@@ -165,11 +138,6 @@ def printer(out: Outputs | None = None) -> Any:
     to_stderr = out is not None and out.json_path == STDOUT
     console = make_console(file=sys.stderr if to_stderr else sys.stdout)
     return lambda report: console.print(summary(report), crop=False)
-
-
-def announce(ns: argparse.Namespace, several: bool, text: str) -> None:
-    if several and not ns.quiet:
-        sys.stderr.write(f"repro-check: {text}\n")
 
 
 def planned(ns: argparse.Namespace, cfg: Config) -> tuple[list[tuple[str, TargetEntry | None]], bool]:
@@ -194,3 +162,42 @@ def html_report(report: Report, path: str, index: int | None) -> None:
     retention.keep_for(report.trace_dir, [path])
     make_console(file=sys.stdout).print(Visible(Unwrapped(f"report: {path}", style="dim")),
                                         crop=False)
+
+
+class Terminal:
+    """The command line's outputs (:class:`~repro_check.commands.skeleton.Outputs`): which
+    target starts on stderr (unless quiet), each summary as its target ends (``show``: a
+    command's own, else :func:`printer`'s) with its HTML report (``--report``), then the JSON
+    report, and with ``ci`` the JUnit file, the GitHub outputs and the traces kept for them."""
+
+    def __init__(self, paths: OutputPaths, *, quiet: bool = False, html_path: str | None = None,
+                 show: Callable[[Report], None] | None = None, ci: bool = True) -> None:
+        self.paths = paths
+        self.quiet = quiet
+        self.html_path = html_path
+        self.print = show or printer(paths)
+        self.ci = ci
+
+    def announce(self, text: str) -> None:
+        if not self.quiet:
+            sys.stderr.write(f"repro-check: {text}\n")
+
+    def show(self, report: Report, index: int | None) -> None:
+        self.print(report)
+        if self.html_path:
+            html_report(report, self.html_path, index)
+
+    def write(self, reports: Sequence[Report], command: str) -> None:
+        if self.ci:
+            finish(reports, command, self.paths)
+        elif self.paths.json_path and reports:
+            write_json(self.paths.json_path, reports[0].to_json() if len(reports) == 1
+                       else combined_json(reports))
+
+
+def write_json(path: str, text: str) -> None:
+    """Write the JSON report to ``path`` atomically (``-``: standard output)."""
+    try:
+        write_text_atomic(path, text)
+    except OSError as e:
+        raise UsageError(f"cannot write --json {path!r}: {e.strerror}") from None

@@ -1,1 +1,2 @@
-"""Why runs diverge: the diagnosis, op-level localization and the seeding ablation."""
+"""Why runs diverge: op-level localization and the search of every source of a divergence (the
+``diagnose`` and ``--across`` commands in :mod:`repro_check.commands` use them)."""

@@ -27,12 +27,14 @@ from repro_check.compare.cause import EXPLANATION, from_signal, private_generato
 from repro_check.diagnose.localize import Localization, env_call_before
 from repro_check.report.contents import Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
-from repro_check.verdict import run_check
 from repro_check.run.options import InternalSettings, RunOptions
 from repro_check.trace.payloads import GeneratorNote, generator_note
 from repro_check.trace.results import Location
 
 Log = Callable[[str], None]
+#: runs a check of pinned runs: the ``check`` command's, given by ``diagnose`` (this package is
+#: below the commands)
+Checker = Callable[[RunOptions, InternalSettings], Report]
 #: replays a pair to ``step`` recording every op there: (step, options, internal, folder)
 Localizer = Callable[[int, RunOptions, InternalSettings, Path],
                      "tuple[Localization | None, str | None]"]
@@ -198,9 +200,11 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
 
 def find_sources(report: Report, part: DiagnosisPart, common: RunOptions,
                  internal: InternalSettings, folder: Path, say: Log, localize: Localizer,
-                 max_sources: int = DEFAULT_MAX_SOURCES, keep_replay: bool = False) -> None:
+                 max_sources: int = DEFAULT_MAX_SOURCES, keep_replay: bool = False, *,
+                 check: Checker) -> None:
     """Fill ``part.sources`` from the check's pair (made with :func:`plan`), then pair after
-    pair of pinned runs (``common`` and ``internal``: the options and settings of every pair)."""
+    pair of pinned runs (``common`` and ``internal``: the options and settings of every pair),
+    each pair run by ``check``."""
     started = time.monotonic()
     pins: list[dict[str, Any]] = []
     sources: list[Source] = []
@@ -233,7 +237,7 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions,
         where = folder / f"pinned-{len(sources)}"
         options, pinned = plan(common.replace(jobs=1, fail_fast=True), internal, where, pins)
         say(f"pinned: {src.pinned_by}; two more runs go on to the next divergence")
-        current = run_check(options, internal=pinned)
+        current = check(options, pinned)
         runs += 2
         replays.append(where / "replay")
         if src.pin["kind"] == "compute" and src.location is None:

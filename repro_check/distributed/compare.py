@@ -15,7 +15,7 @@ failure even when the runs agree with each other.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,8 @@ from repro_check.compare.steps import (Comparison, ComparisonResult, Divergence,
 from repro_check.errors import TraceFileError
 from repro_check.report.contents import (DesyncRankValue, DistributedLaunch, FailedRank,
                                          MetricRankValue, RankValue, StepRankValue)
-from repro_check.report.model import DistributedPart, RankDesync, RankRun, Report
+from repro_check.report.model import DistributedPart, RankDesync, RankRun
+from repro_check.run.options import DistOptions
 from repro_check.trace.format import iter_records
 from repro_check.trace.protocol import MetricsRecord, StepRecord
 from repro_check.trace.results import RunResult
@@ -63,6 +64,26 @@ def _signal_order(name: str) -> int:
     if head in SIGNAL_ORDER:
         return SIGNAL_ORDER.index(head)
     return SIGNAL_ORDER.index("grads")
+
+
+def divergence_key(step: int | None, signal: str, rank: int | None) -> tuple[float, int, int]:
+    """Which of several ranks' divergences comes first: the earliest step (a final metric after
+    every step), at one step the signal that comes about first (:data:`SIGNAL_ORDER`: a
+    difference entered where it shows first), then the lowest rank (a plain run's, None, first)."""
+    return (step if step is not None else float("inf"), _signal_order(signal),
+            -1 if rank is None else rank)
+
+
+def first_rank(per_rank: Mapping[int | None, ComparisonResult]) -> int | None:
+    """The rank whose comparison diverges first (:func:`divergence_key`), in its steps or its
+    final metrics; the lowest rank when none diverges."""
+    def key(rank: int | None) -> tuple[bool, tuple[float, int, int]]:
+        res = per_rank[rank]
+        div = res.divergence or (res.metric_divergences[0] if res.metric_divergences else None)
+        if div is None:
+            return (True, divergence_key(None, "", rank))
+        return (False, divergence_key(res.first_divergent_step, div.signal, rank))
+    return min(per_rank, key=key)
 
 
 @dataclass
@@ -202,10 +223,10 @@ class RankComparison(StreamComparison):
             for k, d in res.per_run.items():
                 if d is None or d.step is None:
                     continue
-                key = (d.step, _signal_order(d.signal), rank)
+                key = divergence_key(d.step, d.signal, rank)
                 current = per_run.get(k)
-                if current is None or key < (current.step, _signal_order(current.signal),
-                                             current.rank or 0):
+                if current is None or key < divergence_key(current.step, current.signal,
+                                                           current.rank or 0):
                     per_run[k] = _on_rank(d, rank)
                 if best is None or key + (k,) < best[0]:
                     best = (key + (k,), _on_rank(d, rank), res)
@@ -260,10 +281,10 @@ def signal_at(path: str | None, step: int, name: str) -> Any:
     return None
 
 
-def rank_values(report: Report, comparison: RankComparison) -> list[RankValue]:
-    """Each rank's values where the report's first divergence is."""
-    cmp = report.comparison
-    div = cmp.divergence if cmp else None
+def rank_values(results: Sequence[RunResult], result: ComparisonResult | None,
+                comparison: RankComparison) -> list[RankValue]:
+    """Each rank's values where the first divergence (of ``result``) is."""
+    div = result.divergence if result else None
     if div is None:
         return []
     if div.signal == RANK_DESYNC:
@@ -283,7 +304,7 @@ def rank_values(report: Report, comparison: RankComparison) -> list[RankValue]:
         return out
     name = "loss" if div.signal == "steps" else div.signal
     traces = {res.index: {r.rank: r.trace_path for r in res.rank_results()}
-              for res in report.results}
+              for res in results}
     for rank in sorted(comparison.by_rank):
         a = signal_at(traces.get(1, {}).get(rank), div.step, name)
         b = signal_at(traces.get(div.run, {}).get(rank), div.step, name)
@@ -292,22 +313,22 @@ def rank_values(report: Report, comparison: RankComparison) -> list[RankValue]:
     return out
 
 
-def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None:
-    """Add the distributed part to a report: the rank of the first divergence with every rank's
-    values there, the cross-rank check, each rank's end, the launch options."""
-    cmp = report.comparison
-    div = cmp.divergence if cmp else None
+def distributed_part(results: Sequence[RunResult], comparison: RankComparison,
+                     result: ComparisonResult | None, options: DistOptions) -> DistributedPart:
+    """The distributed part of a report: the rank of the first divergence (of ``result``) with
+    every rank's values there, the cross-rank check, each rank's end, the launch options."""
+    div = result.divergence if result else None
     desync = comparison.desync
-    failed = [FailedRank(run=r.index, rank=rank) for r in report.results
+    failed = [FailedRank(run=r.index, rank=rank) for r in results
               if (rank := r.first_failed_rank()) is not None]
-    report.distributed = DistributedPart(
+    return DistributedPart(
         launch=DistributedLaunch(
-            launcher="torch.distributed.run", torchrun_args=dist.options.torchrun_args(1),
+            launcher="torch.distributed.run", torchrun_args=options.torchrun_args(1),
             ranks=sorted(comparison.by_rank), ddp_model_seen=comparison.params_seen,
             cross_rank_steps=comparison.cross_rank_steps,
-            **dataclasses.asdict(dist.options)),
+            **dataclasses.asdict(options)),
         first_divergent_rank=div.rank if div is not None else None,
-        rank_values=rank_values(report, comparison),
+        rank_values=rank_values(results, result, comparison),
         rank_desync=None if desync is None else RankDesync(
             run=desync.run,
             runs=sorted(c.run for c in comparison.cross.values()
@@ -316,14 +337,17 @@ def finish_report(report: Report, comparison: RankComparison, dist: Any) -> None
             fingerprints={str(r): fp for r, fp in sorted(desync.fingerprints.items())},
         ),
         failed_rank=failed[0] if failed else None,
-        rank_results=[RankRun(run=r.index, ranks=r.rank_results()) for r in report.results],
+        rank_results=[RankRun(run=r.index, ranks=r.rank_results()) for r in results],
     )
-    report.warnings += dist.warnings
-    by_run = {r.index: tuple(rr.rank for rr in r.rank_results()) for r in report.results
+
+
+def rank_warnings(results: Sequence[RunResult]) -> list[str]:
+    """A warning when the runs did not get the same ranks on this node."""
+    by_run = {r.index: tuple(rr.rank for rr in r.rank_results()) for r in results
               if r.rank_results()}
-    if len(set(by_run.values())) > 1:
-        seen = "; ".join(f"run {k}: {', '.join(map(str, v))}" for k, v in sorted(by_run.items()))
-        report.warnings.append(
-            f"the runs did not get the same ranks on this node ({seen}), so their ranks are not "
+    if len(set(by_run.values())) <= 1:
+        return []
+    seen = "; ".join(f"run {k}: {', '.join(map(str, v))}" for k, v in sorted(by_run.items()))
+    return [f"the runs did not get the same ranks on this node ({seen}), so their ranks are not "
             "the same work; with several nodes, a static rendezvous (--master-addr, "
-            "--master-port, --node-rank) gives every run the same ranks")
+            "--master-port, --node-rank) gives every run the same ranks"]

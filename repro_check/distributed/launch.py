@@ -28,13 +28,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro_check.trace.payloads import RankExit, RankProcess, RunError
 from repro_check.child import runconfig
-from repro_check.distributed.compare import RankComparison, RankFeed, finish_report
+from repro_check.compare.steps import ComparisonResult, Policy
+from repro_check.distributed.compare import (RankComparison, RankFeed, distributed_part,
+                                              rank_warnings)
+from repro_check.report.model import DistributedPart
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.run import procs
 from repro_check.run.exitstatus import Status, classify_exit
@@ -51,7 +55,7 @@ from repro_check.run.runner import (
 )
 from repro_check.run.streams import EventFiles
 from repro_check.trace.protocol import ProtocolError, Record, record_of
-from repro_check.trace.results import RankResult, RunResult
+from repro_check.trace.results import Listener, RankResult, RunResult
 from repro_check.trace.format import (TraceWriter, dropped_reason, dropped_warning, dumps,
                                        parse_event)
 
@@ -361,11 +365,15 @@ class Distributed:
             return 1
         return requested or default
 
-    def comparison(self, policy: Any) -> Any:
+    def comparison(self, policy: Policy) -> RankComparison:
         return RankComparison(self.runs, policy, self.local_ranks)
 
-    def feed(self, comparison: Any, listener: Any) -> Any:
+    def feed(self, comparison: RankComparison, listener: Listener | None) -> RankFeed:
         return RankFeed(comparison, listener)
 
-    def finish_report(self, report: Any, comparison: Any) -> None:
-        finish_report(report, comparison, self)
+    def parts(self, results: Sequence[RunResult], comparison: RankComparison,
+              result: ComparisonResult | None) -> tuple[DistributedPart, list[str]]:
+        """The report's distributed part, and its warnings (the launch's, and ranks that
+        differ between the runs)."""
+        return (distributed_part(results, comparison, result, self.options),
+                [*self.warnings, *rank_warnings(results)])

@@ -1,1 +1,2 @@
-"""The pre-merge gate: golden traces, ``record``, ``verify`` and ``diff``."""
+"""The pre-merge gate's golden traces: writing, checking and reading them (the ``record``,
+``verify`` and ``diff`` commands in :mod:`repro_check.commands` use them)."""

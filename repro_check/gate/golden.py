@@ -13,16 +13,17 @@ import re
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repro_check.trace.payloads import TraceHeader
 from repro_check.child import environment, seeding
 from repro_check.compare import cause, printed
+from repro_check.compare.cause import Cause
 from repro_check.compare.steps import ComparisonResult
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.contents import EnvironmentDifference
-from repro_check.report.model import Report
 from repro_check.report.text import visible
 from repro_check.run.options import MAX_THREADS, RecordedSettings
 from repro_check.trace.results import RunResult, status_of
@@ -202,27 +203,43 @@ def environment_note(diffs: Sequence[environment.Difference], result: Comparison
     return f"the environment differs ({n}), but the values agree: {listed}"
 
 
-def attach_environment(report: Report, ref_header: TraceHeader | None,
-                        other_header: TraceHeader | None, labels: Sequence[str]) -> None:
+@dataclass
+class EnvironmentFinding:
+    """What two sides' environments say of a gate's result: their differences for the gate's
+    part, its note, and the cause of the report (None when the result is no verdict)."""
+
+    differences: list[EnvironmentDifference]
+    note: str | None
+    cause: Cause | None = None
+    cause_detail: str | None = None
+
+    def gate_fields(self) -> dict[str, Any]:
+        """The gate part's keywords: ``environment_differences`` and ``environment_note``."""
+        return {"environment_differences": self.differences, "environment_note": self.note}
+
+
+def environment_finding(ref_header: TraceHeader | None, other_header: TraceHeader | None,
+                        labels: Sequence[str], comparison: ComparisonResult | None, *,
+                        error: str | None, interrupted: bool = False) -> EnvironmentFinding:
+    """The environment differences of two sides, and with a verdict (no ``error``, not
+    ``interrupted``) the cause they make of ``comparison``."""
     diffs: list[environment.Difference] = []
     if ref_header is not None and other_header is not None:
         diffs = environment.differences(environment.run_settings(ref_header),
                                         environment.run_settings(other_header))
-    note = environment_note(diffs, report.comparison, labels) if report.error is None else None
-    gate = report.gate
-    assert gate is not None, "a gate report"
-    gate.environment_differences = [
-        EnvironmentDifference(key=d.key, label=d.label, reference=d.reference, value=d.value,
-                              text=d.describe(*labels)) for d in diffs]
-    gate.environment_note = note
-    if report.comparison is not None and report.error is None and not report.interrupted:
-        if report.comparison.reproducible:
-            report.cause = "none"
+    note = environment_note(diffs, comparison, labels) if error is None else None
+    found = EnvironmentFinding(
+        [EnvironmentDifference(key=d.key, label=d.label, reference=d.reference, value=d.value,
+                               text=d.describe(*labels)) for d in diffs], note)
+    if comparison is not None and error is None and not interrupted:
+        if comparison.reproducible:
+            found.cause = "none"
         elif diffs:
-            report.cause, report.cause_detail = "environment", note
+            found.cause, found.cause_detail = "environment", note
         else:
-            report.cause = cause.from_signal(report.divergent_signal, uses_dataloader=False)
-            report.cause_detail = cause.EXPLANATION[report.cause]
+            found.cause = cause.from_signal(comparison.divergent_signal, uses_dataloader=False)
+            found.cause_detail = cause.EXPLANATION[found.cause]
+    return found
 
 
 def check_golden(path: str | os.PathLike[str]) -> TraceStream:

@@ -6,21 +6,26 @@ In the report layer: it reads a finished per-process comparison
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from repro_check.compare.processes import ProcessComparison
+from repro_check.compare.steps import ComparisonResult
 from repro_check.report.contents import ProcessRow, ProcessRun
-from repro_check.report.model import ProcessesPart, Report
+from repro_check.report.model import ProcessesPart
+from repro_check.trace.results import RunResult
 
 
-def finish_report(report: Report, comparison: ProcessComparison) -> None:
-    """Add the part about processes when any process the target started recorded something:
-    where the first divergence is, and each process's steps and end in every run."""
+def processes_part(results: Sequence[RunResult], comparison: ProcessComparison,
+                   result: ComparisonResult | None) -> ProcessesPart | None:
+    """The part about processes, when any process the target started recorded something: where
+    the first divergence (of ``result``) is, and each process's steps and end in every run."""
     if not comparison.by_process:
-        return
-    div = report.comparison.divergence if report.comparison else None
-    by_run = {r.index: {p.index: p for p in r.processes} for r in report.results}
+        return None
+    div = result.divergence if result else None
+    by_run = {r.index: {p.index: p for p in r.processes} for r in results}
     rows = []
     for k in sorted(comparison.by_process):
-        got = [by_run.get(r.index, {}).get(k) for r in report.results]
+        got = [by_run.get(r.index, {}).get(k) for r in results]
         rows.append(ProcessRow(
             process=k,
             steps=[p.steps if p else 0 for p in got],
@@ -28,9 +33,9 @@ def finish_report(report: Report, comparison: ProcessComparison) -> None:
             traces=[p.trace_path if p else None for p in got],
         ))
     started = {k for procs in by_run.values() for k in procs}
-    report.processes = ProcessesPart(
+    return ProcessesPart(
         first_divergent_process=div.process if div is not None else None,
         processes=rows,
         ignored=sorted(started - set(comparison.by_process)),
-        results=[ProcessRun(run=r.index, processes=list(r.processes)) for r in report.results],
+        results=[ProcessRun(run=r.index, processes=list(r.processes)) for r in results],
     )

@@ -15,7 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,8 @@ from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import retention, revisions, signals
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
-from repro_check.run.runner import RunSpec, run_all
-from repro_check.trace.results import RunResult
+from repro_check.run.runner import Launcher, RunSpec, run_all
+from repro_check.trace.results import Listener, RunResult
 
 TRACE_ROOT = ".repro-check"
 
@@ -134,16 +134,26 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 # ---- what the runs tell ------------------------------------------------------------------------
-def failure(results: Sequence[RunResult], result: Any) -> str | None:
-    """The error message for exit 3, or None."""
+def failure(results: Sequence[RunResult], result: Any,
+            called: Mapping[int, str] | None = None) -> str | None:
+    """The error message for exit 3, or None. ``called``: what a run is called where the
+    command has its own names for them (``{1: "the reference (run 1)"}``)."""
     failed = [r for r in results if r.failed]
     if failed:
-        return "; ".join(r.describe_failure() for r in failed)
+        return "; ".join(described(r, called) for r in failed)
     if all(r.steps == 0 and not any(p.recorded for p in r.processes) for r in results) \
             and not any(result.metrics_of(r.index) for r in results):
         return ("the target recorded no optimizer step, no backward call and no metric: nothing to "
                 f"compare ({printed.HOW_TO_GET_A_METRIC})")
     return None
+
+
+def described(result: RunResult, called: Mapping[int, str] | None = None) -> str:
+    """How ``result`` failed, each run named as ``called`` names it (``run 1`` otherwise)."""
+    text = result.describe_failure()
+    for index, name in sorted((called or {}).items()):
+        text = text.replace(f"run {index}", name)
+    return text
 
 
 def merge_warnings(results: Sequence[RunResult]) -> list[str]:
@@ -181,7 +191,7 @@ class Session:
     """
 
     def __init__(self, options: RunOptions, *, runs: int | None = None,
-                 launcher: Any = None, share_threads: bool = False,
+                 launcher: Launcher | None = None, share_threads: bool = False,
                  processes: bool = False, internal: InternalSettings = PLAIN) -> None:
         if not options.target:
             raise UsageError("the following arguments are required: TARGET")
@@ -218,7 +228,7 @@ class Session:
                             if ranks_per_run > 1 else self.options.run_threads,
                             shared=self.share_threads)
 
-    def run(self, feed: Any, jobs: int | None = None,
+    def run(self, feed: Listener, jobs: int | None = None,
             should_stop: Callable[[], bool] | None = None,
             specs: Sequence[RunSpec] | None = None,
             fits: Callable[[RunSpec, list[RunSpec]], bool] | None = None,

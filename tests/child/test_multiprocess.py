@@ -12,7 +12,7 @@ import pytest
 
 import repro_check
 from repro_check.compare.processes import ProcessComparison
-from repro_check.report.processes import finish_report
+from repro_check.report.processes import processes_part
 from repro_check.compare.steps import Comparison
 from repro_check.report.model import Report
 from repro_check.run.runner import RunResult
@@ -198,7 +198,7 @@ def test_without_training_processes_the_result_is_the_main_streams_own() -> None
     report = Report(target="t", args=[], seed=1, components=[], runs=2,
                     results=[RunResult(1, processes=[ProcessResult(1, status="completed")])],
                     comparison=comp.result())
-    finish_report(report, comp)
+    report.processes = processes_part(report.results, comp, report.comparison)
     assert report.processes is None
     assert not {"first_divergent_process", "processes"} & set(report.to_dict())
 

@@ -102,7 +102,7 @@ def test_a_signal_while_repro_check_starts_is_exit_130_and_one_line(sig: int,
 def test_record_and_verify_accept_one_run_and_a_check_does_not() -> None:
     RunOptions("x:main", runs=1)  # what record and verify make
     with pytest.raises(UsageError, match="--runs must be at least 2"):
-        from repro_check.verdict import run_check
+        from repro_check.commands.check import run_check
 
         run_check(RunOptions("x:main", runs=1))
 

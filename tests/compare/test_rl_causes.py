@@ -76,7 +76,7 @@ def test_the_twin_sends_the_same_environment_calls_in_both_runs(seeded: CliResul
 def test_its_diagnosis_names_the_reset_too(gym: None, tmp_path: Path) -> None:
     """diagnose: the cause's location and the localization's env_call are the reset, not the
     line where the sampled batch enters the Q-network."""
-    from repro_check.diagnose.diagnosis import diagnose
+    from repro_check.commands.diagnose import diagnose
 
     report = diagnose(f"{SCRIPT}:main", ablate=[], max_sources=0, max_steps=2,
                       trace_dir=tmp_path / "dqn")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from repro_check.diagnose.diagnosis import diagnose
+from repro_check.commands.diagnose import diagnose
 from repro_check.diagnose.sources import identify
 from repro_check.report.contents import Source
 from repro_check.report.model import Report

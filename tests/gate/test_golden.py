@@ -308,7 +308,7 @@ def test_a_header_that_agrees_with_its_body_is_accepted(tmp_path: Path) -> None:
 
 
 def test_a_user_max_steps_says_what_was_not_compared() -> None:
-    from repro_check.gate.verify import _not_compared  # noqa: PLC2701 - the rule itself
+    from repro_check.commands.verify import _not_compared  # noqa: PLC2701 - the rule itself
     from repro_check.run.options import RunOptions
     from repro_check.run.runner import RunResult
     from repro_check.trace.format import TraceStream
@@ -343,7 +343,7 @@ def test_verify_runs_no_metric_rule_from_the_golden(tmp_path: Path) -> None:
     """A regex in a golden's header would run on every line the run prints (a catastrophic one
     hangs verify past --timeout): the rules come from the command line and config only."""
     from repro_check.errors import UsageError
-    from repro_check.gate.verify import prepare
+    from repro_check.commands.verify import prepare
     from repro_check.run.options import RunOptions
 
     evil = "(a+)+$"
@@ -404,7 +404,7 @@ def test_a_golden_swapped_during_the_run_is_refused(tmp_path: Path) -> None:
     gets the same checks and must hold what the first did."""
     from repro_check.compare.steps import Comparison
     from repro_check.gate.golden import check_golden
-    from repro_check.gate.verify import GoldenFeed
+    from repro_check.commands.verify import GoldenFeed
     from repro_check.run.runner import RunResult
     from repro_check.trace.format import TraceStream
     from repro_check.trace.protocol import record_of

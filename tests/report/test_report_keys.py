@@ -26,9 +26,9 @@ import pytest
 import repro_check
 from repro_check.compare.drift import Drift
 from repro_check.compare.processes import ProcessComparison
-from repro_check.report.processes import finish_report as finish_processes
-from repro_check.diagnose import diagnosis as diagnosis_mod
-from repro_check.diagnose.diagnosis import PairResult, explain_localization, flagged_ops
+from repro_check.report.processes import processes_part
+from repro_check.commands import diagnose as diagnosis_mod
+from repro_check.commands.diagnose import PairResult, explain_localization, flagged_ops
 from repro_check.diagnose.localize import Localization
 from repro_check.report.contents import EnvCall
 from repro_check.trace.results import Location
@@ -40,7 +40,7 @@ from repro_check.report.model import (AcrossCell, AcrossPair, AcrossPart, Bisect
                                       BisectPart, CheckpointInfo, DiagnosisPart, JudgedCommit,
                                       Report, ResumePart)
 from repro_check.run import axes as ax
-from repro_check.diagnose.across import metrics_side_by_side, price_of_determinism
+from repro_check.commands.across import metrics_side_by_side, price_of_determinism
 from repro_check.run.options import InternalSettings, options_of
 from repro_check.trace.results import RunResult
 from repro_check.run.streams import ProcessResult
@@ -114,7 +114,7 @@ def _diagnosis(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Report:
     options = options_of("train.py:main", runs=2)
     find_sources(env, part, options, InternalSettings(), tmp / "diagnose-sources",
                  lambda text: None, lambda step, opts, internal, where: (None, None),
-                 max_sources=1)
+                 max_sources=1, check=lambda options, internal: env)
     # the ablation: every pair reproducible (the check's runs stand in for them)
     same = _check_like(tmp, "diagnose-same")
     same.comparison = _same_comparison(tmp)
@@ -161,7 +161,8 @@ def _distributed(tmp: Path, desync: bool) -> Report:
         results.append(job)
     report.results = results
     dist = Distributed(DistOptions(nproc_per_node=2), runs=2)
-    dist.finish_report(report, comparison)
+    report.distributed, warnings = dist.parts(report.results, comparison, report.comparison)
+    report.warnings += warnings
     assert report.distributed is not None and report.distributed.rank_values
     return report
 
@@ -180,7 +181,9 @@ def _metric_distributed(tmp: Path) -> Report:
     report.results = [JobResult(run, status="completed", steps=1,
                                 ranks=[RankResult(0, steps=1), RankResult(1, steps=1)])
                       for run in (1, 2)]
-    Distributed(DistOptions(nproc_per_node=2), runs=2).finish_report(report, comparison)
+    report.distributed, warnings = Distributed(DistOptions(nproc_per_node=2), runs=2).parts(
+        report.results, comparison, report.comparison)
+    report.warnings += warnings
     return report
 
 
@@ -200,7 +203,7 @@ def _processes(tmp: Path) -> Report:
                                            exitcode=0),
                              ProcessResult(2, status="killed")])
         for run in (1, 2)]
-    finish_processes(report, comparison)
+    report.processes = processes_part(report.results, comparison, report.comparison)
     assert report.processes is not None
     return report
 

@@ -21,7 +21,7 @@ from repro_check.run import axes as ax
 from repro_check.run import revisions
 from repro_check.diagnose.localize import compare
 from repro_check.run.runner import COMPILE_CACHE_VARS
-from repro_check.diagnose.across import compile_detail, compile_warning, price_of_compile, unmatched
+from repro_check.commands.across import compile_detail, compile_warning, price_of_compile, unmatched
 from repro_check.targets import parse
 from repro_check.trace.protocol import RunConfig
 

@@ -157,9 +157,9 @@ class Kept:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[RunOptions, InternalSettings]] = []
-        from repro_check import resume_check, verdict
-        from repro_check.diagnose import across
-        from repro_check.gate import record, verify
+        from repro_check.commands import across, record, verify
+        from repro_check.commands import check as verdict
+        from repro_check.commands import resume as resume_check
 
         monkeypatch.setattr(resume_check, "run_resume", self.keep)
         monkeypatch.setattr(verdict, "run_check", self.keep)

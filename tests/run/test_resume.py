@@ -331,7 +331,7 @@ def test_under_torchrun_each_rank_is_compared_and_the_first_to_diverge_is_taken(
     agrees; the comparison taken is rank 1's (a rank left out would make this a false
     "resumes exactly")."""
     from repro_check.compare.steps import Policy
-    from repro_check.resume_check import Collector, compare_by_rank
+    from repro_check.commands.resume import Collector, compare_by_rank
     from repro_check.trace import values
     from repro_check.trace.protocol import StepRecord
 
@@ -383,7 +383,7 @@ def test_resume_under_torchrun_rank_0_saves(tmp_path: Path) -> None:
 def test_no_checkpoint_says_what_was_seen_and_names_the_pattern_given() -> None:
     """In process: why there is nothing to resume from. With --checkpoint given, the line names
     that pattern instead of asking for one."""
-    from repro_check.resume_check import no_checkpoint
+    from repro_check.commands.resume import no_checkpoint
 
     assert no_checkpoint(4, 3, [], None).startswith(
         "the script wrote no checkpoint at or after step 4 in 3 steps: it saved none that "

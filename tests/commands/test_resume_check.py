@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from repro_check import resume_check
+from repro_check.commands import resume as resume_check
 from repro_check.report.model import CheckpointFile, CheckpointInfo
 from repro_check.trace.protocol import record_of
 
-from .conftest import CliResult, run_cli
+from ..conftest import CliResult, run_cli
 
 
 def test_later_checkpoints_of_the_reference_are_moved_and_the_checkpoint_is_kept(

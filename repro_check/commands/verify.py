@@ -7,10 +7,11 @@ import os
 
 from repro_check.compare.control import ControlResult, skipped
 from repro_check.compare.steps import BAND, TOLERANCE, Comparison, Policy
+from repro_check.commands.skeleton import Given, Planned
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.gate.golden import (
     BodyCheck,
-    attach_environment,
+    environment_finding,
     check_golden,
     header_settings,
     missing_rules,
@@ -134,7 +135,7 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     is taken from the golden's header. Raises :class:`UsageError` (exit 2) for bad options and
     :class:`~repro_check.errors.TraceFileError` (exit 2) for a golden that is not a complete
     trace or whose header disagrees with what it holds. ``internal`` as
-    :func:`~repro_check.verdict.run_check` takes it.
+    :func:`~repro_check.commands.check.run_check` takes it.
     """
     golden_path = str(golden)
     prepared = prepare(options, golden_path)
@@ -153,29 +154,35 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
         else RunResult(2, status="cancelled")
     result = comparison.result()
     relabel(result, LABELS)
+    error = failure([run], result)
+    warnings = [f"this run: {w}" for w in run.warnings]
+    unread = _not_compared(options, scanned, run)
+    if unread:
+        warnings.append(unread)
+    if recorded.target and recorded.target != options.target:
+        warnings.append(f"the golden was recorded from {recorded.target}, this run is "
+                        f"{options.target}")
+    env = environment_finding(scanned.header, run.header, LABELS, result, error=error,
+                              interrupted=outcome.interrupted)
     report = Report(target=options.target or "", args=options.target_args, seed=options.run_seed,
                     components=options.components, runs=2,
                     results=[result_from_trace(1, scanned), run], comparison=result,
                     policy=policy, max_steps=options.max_steps, threads=options.run_threads,
                     interrupted=outcome.interrupted, trace_dir=str(outcome.folder),
-                    gate=GatePart("verify", labels=list(LABELS), golden=golden_path))
-    report.error = failure([run], result)
-    report.warnings += [f"this run: {w}" for w in run.warnings]
-    unread = _not_compared(options, scanned, run)
-    if unread:
-        report.warnings.append(unread)
-    if recorded.target and recorded.target != options.target:
-        report.warnings.append(f"the golden was recorded from {recorded.target}, this run is "
-                               f"{options.target}")
-    attach_environment(report, scanned.header, run.header, LABELS)
+                    error=error, warnings=warnings, cause=env.cause,
+                    cause_detail=env.cause_detail,
+                    gate=GatePart("verify", labels=list(LABELS), golden=golden_path,
+                                  **env.gate_fields()))
     if report.agrees:  # a planted change must fail the gate, or the match claims nothing
-        report.control, report.interrupted = golden_control(options, session, golden_path,
-                                                            policy, result.judged, run)
-    if not report.reproducible:
-        report.replay = replay_line(options, subcommand="verify", golden=golden_path,
-                                    upto=result.first_divergent_step or options.max_steps,
-                                    extra=options.tolerances.to_args())
-    return report
+        checked, stopped = golden_control(options, session, golden_path, policy, result.judged,
+                                          run)
+        report = dataclasses.replace(report, control=checked, interrupted=stopped)
+    if report.reproducible:
+        return report
+    return dataclasses.replace(report, replay=replay_line(
+        options, subcommand="verify", golden=golden_path,
+        upto=result.first_divergent_step or options.max_steps,
+        extra=options.tolerances.to_args()))
 
 
 def golden_control(options: RunOptions, session: Session, golden: str, policy: Policy,
@@ -210,3 +217,32 @@ def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> s
         return None
     return (f"--max-steps {options.max_steps} stopped this run: the golden's "
             f"{' and '.join(parts)} were not compared")
+
+
+#: the run count is verify's own (one run against the golden): never the config's check runs
+VERIFY_OWN: dict[str, str | None] = {"runs": None}
+
+
+class VerifyCommand:
+    """``verify``: each planned target run once against its golden, every golden checked
+    before anything runs."""
+
+    name = "verify"
+    timed = True
+
+    def __init__(self, given: Given) -> None:
+        self.given = given
+
+    def describe(self, planned: Planned) -> str:
+        return f"verifying {planned.target} against {planned.golden}"
+
+    def prepare(self, planned: Planned) -> None:
+        assert planned.golden is not None
+        prepare(self.given.options(planned.target, planned.entry, keys=VERIFY_OWN),
+                planned.golden)
+
+    def run(self, planned: Planned) -> Report:
+        assert planned.golden is not None
+        options = self.given.options(planned.target, planned.entry, keys=VERIFY_OWN)
+        with self.given.progress(options, 1) as listener:
+            return verify_golden(options, planned.golden, listener)

@@ -29,7 +29,7 @@ from typing import Any
 from repro_check.child import environment
 from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
-from repro_check.diagnose.diagnosis import Collector
+from repro_check.commands.diagnose import ProbeCollector
 from repro_check.diagnose.localize import CodeSides, Localization, compare
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.contents import CompilePriceRow, MetricPair, PriceRow
@@ -44,7 +44,8 @@ from repro_check.report.model import (
 )
 from repro_check.run import revisions
 from repro_check.run.axes import Axis, Cell, check_cores, check_interpreters, grid, usable_cores
-from repro_check.verdict import finished_report
+from repro_check.commands.check import finished_report
+from repro_check.commands.skeleton import Given, Planned
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.compare.feed import Feed
@@ -228,8 +229,6 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
     outcome = session.run(feed, options.jobs or len(specs), specs=specs, fits=fits)
     report = finished_report(options, outcome, main.result(), policy, feed.uses_dataloader,
                              runs=len(specs))
-    if any(a.kind == "threads" for a in axes):
-        report.threads = None  # each environment has its own
     by_index = {r.index: r for r in outcome.results}
     part = AcrossPart(axes=[(a.name, list(a.values)) for a in axes],
                       cells=[_cell(c, plan, by_index, feed, own.get(c.index)) for c in cells],
@@ -242,18 +241,21 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
         part.revisions = {
             v: BisectCommit(**revisions.describe(root, revisions.resolve(root, v)).to_dict())
             for v in checkouts}
-    report.across = part
-    if early:
-        report.warnings.insert(0, early)
     _loading_notes(part, plan, by_index, policy)
+    interrupted, notes = report.interrupted, list[str]()
     if report.error is None and not report.interrupted:
-        _localize(part, session, plan, specs, fits, options, report, say)
-    if not report.reproducible or report.error:
-        report.replay = replay_line(
-            options, upto=report.first_divergent_step or options.max_steps,
-            runs=options.runs if options.runs != 1 else None,
-            extra=[x for text in options.across or () for x in ("--across", text)])
-    return report
+        interrupted, notes = _localize(part, session, plan, specs, fits, options, say)
+    report = dataclasses.replace(
+        report, across=part, interrupted=interrupted,
+        # each environment has its own thread count when threads is an axis
+        threads=None if any(a.kind == "threads" for a in axes) else report.threads,
+        warnings=[*([early] if early else []), *report.warnings, *notes])
+    if report.reproducible and not report.error:
+        return report
+    return dataclasses.replace(report, replay=replay_line(
+        options, upto=report.first_divergent_step or options.max_steps,
+        runs=options.runs if options.runs != 1 else None,
+        extra=[x for text in options.across or () for x in ("--across", text)]))
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -496,15 +498,16 @@ def _may_compile(source: str) -> bool:
 
 
 def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[RunSpec],
-              fits: Fits, options: RunOptions, report: Report, say: Log) -> None:
+              fits: Fits, options: RunOptions, say: Log) -> tuple[bool, list[str]]:
     """A probe run of both sides of every pair that parts at a step, up to that step; the
-    first op whose result differs is the pair's culprit."""
+    first op whose result differs is the pair's culprit. Whether Ctrl-C or SIGTERM stopped
+    the probes, and the report's warnings of pairs whose probes failed."""
     wanted = [p for p in part.pairs if not p.identical and p.first_divergent_step is not None
               and p.signal not in (None, "steps") and not str(p.signal).startswith("metric:")
               and not (p.loading_note and (p.signal == "batch"
                                            or str(p.signal).startswith("rng.")))]
     if not wanted:
-        return
+        return False, []
     probes: dict[tuple[int, int], int] = {}
     probe_specs: list[RunSpec] = []
     for pair in wanted:
@@ -523,12 +526,12 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
     steps = sorted({p.first_divergent_step for p in wanted if p.first_divergent_step})
     say(f"localization: {len(probe_specs)} probe run(s) to step {', '.join(map(str, steps))}, "
         "recording every op of that step")
-    collector = Collector()
+    collector = ProbeCollector()
     outcome = session.run(collector, options.jobs or len(probe_specs), specs=probe_specs,
                           fits=fits)
     if outcome.interrupted:
-        report.interrupted = True
-        return
+        return True, []
+    notes: list[str] = []
     failed = {r.index: r for r in outcome.results if r.failed}
     for pair in wanted:
         step = pair.first_divergent_step
@@ -536,7 +539,7 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
         ia, ib = probes[(1, step)], probes[(pair.cell, step)]
         broken = [failed[i].describe_failure() for i in (ia, ib) if i in failed]
         if broken:
-            report.warnings.append(f"localization of {pair.b} failed: {'; '.join(broken)}")
+            notes.append(f"localization of {pair.b} failed: {'; '.join(broken)}")
             continue
         records_a = collector.probes.get((ia, 0), [])
         records_b = collector.probes.get((ib, 0), [])
@@ -555,6 +558,7 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
         pair.localization = loc
         if loc.found:
             pair.culprit, pair.culprit_op = loc.module, loc.op
+    return False, notes
 
 
 def unmatched(loc: Localization) -> bool:
@@ -596,3 +600,27 @@ def across_detail(loc: Localization, a: str) -> str:
     return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) than in {a}, "
             "which no earlier op produced: a value from outside the recorded ops (an environment "
             "variable, a Python number, ...)")
+
+
+class AcrossCommand:
+    """``check --across``: each planned target run in every environment, each compared with
+    the first; progress and what is being done said as it goes."""
+
+    name = "check"
+    timed = True
+
+    def __init__(self, given: Given) -> None:
+        self.given = given
+
+    def describe(self, planned: Planned) -> str:
+        return f"checking {planned.target}"
+
+    def prepare(self, planned: Planned) -> None:
+        pass
+
+    def run(self, planned: Planned) -> Report:
+        # each environment runs once unless --runs says (the config's runs are a check's)
+        options = self.given.options(planned.target, planned.entry, keys={"runs": None},
+                                     defaults={"runs": 1})
+        with self.given.progress(options, len(grid(options.axes)) * options.runs) as listener:
+            return run_across(options, listener, self.given.log)

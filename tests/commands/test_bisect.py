@@ -18,7 +18,7 @@ import pytest
 
 from repro_check.errors import UsageError
 from repro_check.report.model import BisectCommit, BisectPart, JudgedCommit, Report
-from repro_check.gate import bisect
+from repro_check.commands import bisect
 from repro_check.report.render import summary
 from repro_check.report.terminal import make_console
 from repro_check.run import revisions

@@ -32,7 +32,7 @@ from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, Report
 from repro_check.report.render import summary
 from repro_check.report.terminal import make_console
 from repro_check.run import axes as ax
-from repro_check.diagnose.across import Fits, price_of_determinism
+from repro_check.commands.across import Fits, price_of_determinism
 from repro_check.run.options import RunOptions
 from repro_check.run.runner import RunSpec
 from repro_check.trace.protocol import RunConfig
@@ -463,7 +463,7 @@ def test_device_runs_fingerprint_with_the_device_digest(same_python: CliResult, 
 
 def test_cross_device_comparison_and_localization_leave_out_one_sided_things() -> None:
     from repro_check.compare.steps import Policy
-    from repro_check.diagnose.across import cross_device, drop_transfers
+    from repro_check.commands.across import cross_device, drop_transfers
 
     policy = cross_device(Policy())
     assert policy.compares("loss") and policy.compares("params") and not policy.compares("rng.cuda")

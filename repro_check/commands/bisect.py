@@ -20,14 +20,15 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import ContextManager, Literal
 
 from repro_check.compare.drift import loss_drift
-from repro_check.diagnose.diagnosis import Collector
+from repro_check.commands.diagnose import ProbeCollector
+from repro_check.commands.skeleton import Planned
 from repro_check.diagnose.localize import CodeSides, compare
 from repro_check.errors import TargetNotFound, TraceFileError, UsageError
-from repro_check.gate.record import record_golden
-from repro_check.gate.verify import prepare, verify_golden
+from repro_check.commands.record import record_golden
+from repro_check.commands.verify import prepare, verify_golden
 from repro_check.report.model import BisectCommit, BisectPart, Report, JudgedCommit
 from repro_check.run import revisions
 from repro_check.run.options import InternalSettings, RunOptions
@@ -35,7 +36,7 @@ from repro_check.run.session import Session, make_trace_dir
 from repro_check.trace.results import Listener
 
 Log = Callable[[str], None]
-Verdict = Literal["good", "bad", "skip"]
+CommitVerdict = Literal["good", "bad", "skip"]
 #: what ``git bisect`` prints when it is done
 FOUND = "is the first bad commit"
 ONLY_SKIPPED = "only 'skip'ped commits left"
@@ -119,7 +120,7 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
                 rep = unresolved(options, e, search_dir)
             part.runs += 1
             reports[sha] = rep
-            verdict: Verdict = "skip" if rep.error is not None else \
+            verdict: CommitVerdict = "skip" if rep.error is not None else \
                 "good" if rep.reproducible else "bad"
             entry = JudgedCommit(**revisions.describe(root, sha).to_dict(), verdict=verdict,
                                  step=rep.first_divergent_step, signal=rep.divergent_signal,
@@ -248,7 +249,7 @@ def _localize(part: BisectPart, options: RunOptions, step: int,
         trace_path=session.folder / f"probe-{name}.jsonl"), root, folder)
         for folder, spec, name in ((good_dir, specs[0], "good"), (bad_dir, specs[1], "first-bad"))]
     say(f"localization: 2 probe runs to step {step}, recording every op of it")
-    collector = Collector()
+    collector = ProbeCollector()
     outcome = session.run(collector, 2, specs=probes)
     part.probe_runs = 2
     if outcome.interrupted or any(r.failed for r in outcome.results):
@@ -276,3 +277,27 @@ def _finish(report: Report, part: BisectPart, started: float, home: Path) -> Rep
         except OSError:
             pass
     return report
+
+
+class BisectCommand:
+    """``bisect GOOD BAD TARGET``: the first commit whose run differs from GOOD's (or from a
+    golden), one run a commit."""
+
+    name = "bisect"
+    timed = True
+
+    def __init__(self, options: RunOptions, good: str, bad: str, golden: str | None,
+                 progress: Callable[[RunOptions, int], ContextManager[Listener]],
+                 log: Log | None) -> None:
+        self.options, self.good, self.bad, self.golden = options, good, bad, golden
+        self.progress, self.log = progress, log
+
+    def describe(self, planned: Planned) -> str:
+        return f"bisecting {planned.target}"
+
+    def prepare(self, planned: Planned) -> None:
+        pass
+
+    def run(self, planned: Planned) -> Report:
+        with self.progress(self.options, 1) as listener:
+            return run_bisect(self.options, self.good, self.bad, self.golden, listener, self.log)

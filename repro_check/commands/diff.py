@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 from repro_check.compare.steps import Comparison, Policy
+from repro_check.commands.skeleton import Planned
 from repro_check.compare.tolerances import ToleranceOptions
 from repro_check.gate.golden import (
     BodyCheck,
-    attach_environment,
+    environment_finding,
     header_settings,
     relabel,
     result_from_trace,
@@ -46,20 +48,20 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
     if labels[0] == labels[1]:
         labels = [pa, pb]
     relabel(result, labels)
+    failed = [(label, r) for label, r in zip(labels, (ra, rb)) if r.status in FAILED_STATUSES]
+    error = "; ".join(f"{label} records a failed run ({r.describe_failure()})"
+                      for label, r in failed) if failed else None
+    env = environment_finding(sa.header, sb.header, labels, result, error=error)
     report = Report(target=hb.target or ha.target or "?", args=hb.args, seed=hb.seed,
                     components=hb.components, runs=2, results=[ra, rb], comparison=result,
-                    policy=policy, max_steps=hb.max_steps, threads=hb.threads,
-                    gate=GatePart("diff", labels=labels, a=pa, b=pb))
-    failed = [(label, r) for label, r in zip(labels, (ra, rb)) if r.status in FAILED_STATUSES]
-    if failed:
-        report.error = "; ".join(f"{label} records a failed run ({r.describe_failure()})"
-                                 for label, r in failed)
-    attach_environment(report, sa.header, sb.header, labels)
-    if not report.reproducible and hb.target:
-        report.replay = replay_line(RunOptions(target=hb.target).inherit(hb), subcommand="verify", golden=pa,
-                                    upto=result.first_divergent_step or hb.max_steps,
-                                    extra=tolerances.to_args())
-    return report
+                    policy=policy, max_steps=hb.max_steps, threads=hb.threads, error=error,
+                    gate=GatePart("diff", labels=labels, a=pa, b=pb, **env.gate_fields()),
+                    cause=env.cause, cause_detail=env.cause_detail)
+    if report.reproducible or not hb.target:
+        return report
+    return dataclasses.replace(report, replay=replay_line(
+        RunOptions(target=hb.target).inherit(hb), subcommand="verify", golden=pa,
+        upto=result.first_divergent_step or hb.max_steps, extra=tolerances.to_args()))
 
 
 def _failed(stream: TraceStream) -> bool:
@@ -87,3 +89,22 @@ def _compare_side_by_side(comparison: Comparison, sa: TraceStream, sb: TraceStre
                 comparison.add_step(run, ev.step, ev.signals, ev.band if run == 1 else None)
     comparison.set_metrics(1, sa.metrics, sa.metrics_band)
     comparison.set_metrics(2, sb.metrics)
+
+
+class DiffCommand:
+    """``diff``: two saved traces compared; nothing runs."""
+
+    name = "diff"
+    timed = False
+
+    def __init__(self, a: str, b: str, tolerances: ToleranceOptions) -> None:
+        self.a, self.b, self.tolerances = a, b, tolerances
+
+    def describe(self, planned: Planned) -> str:
+        return f"comparing {self.a} with {self.b}"
+
+    def prepare(self, planned: Planned) -> None:
+        pass
+
+    def run(self, planned: Planned) -> Report:
+        return diff_traces(self.a, self.b, self.tolerances)

@@ -13,7 +13,7 @@ import pytest
 from repro_check.trace.payloads import SeedOverride
 from repro_check.api import check
 from repro_check.errors import UsageError
-from repro_check.diagnose.diagnosis import (
+from repro_check.commands.diagnose import (
     THREADS_HINT,
     PairResult,
     diagnose,

@@ -1,4 +1,4 @@
-"""``repro_check.diagnose.diagnosis``: why a training run is not reproducible, and what its seeding needs.
+"""``repro_check.commands.diagnose``: why a training run is not reproducible, and what its seeding needs.
 
 Three stages, each a set of paired runs like the check's:
 
@@ -31,7 +31,8 @@ from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError
 from repro_check.report.contents import AblationRow, FlaggedOp, Need, PairResult
 from repro_check.report.model import DiagnosisPart, Report
-from repro_check.verdict import run_check
+from repro_check.commands.check import run_check
+from repro_check.commands.skeleton import Planned
 from repro_check.run.options import InternalSettings, RunOptions, options_of
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import make_trace_dir
@@ -56,7 +57,7 @@ def verdicts(full: PairResult, without: dict[str, PairResult]) -> dict[str, Need
     return out
 
 
-class Collector:
+class ProbeCollector:
     """Keeps each run's probe and flagged records and passes every event on.
 
     Probes are kept per run and rank (``(run, rank)``; rank 0 for a run without torchrun)."""
@@ -139,7 +140,7 @@ def diagnose(
     # every run of the diagnosis lists the ops PyTorch flags instead of stopping at the first
     internal = InternalSettings(warn_only=True)
 
-    collector = Collector(listener)
+    collector = ProbeCollector(listener)
     baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
     say(f"check: two runs under {baseline} (deterministic algorithms in warn-only mode)")
     first_options, first_internal = plan(common, internal, folder / "check", []) \
@@ -159,7 +160,8 @@ def diagnose(
     if max_sources:
         find_sources(report, part, common, internal, folder, say,
                      lambda step, opts, inner, where: _localize(step, where, opts, inner, say),
-                     max_sources, keep_replay)
+                     max_sources, keep_replay,
+                     check=lambda options, pinned: run_check(options, internal=pinned))
 
     if components:
         _ablation(report, part, components, base_off, baseline, common, internal, folder, say)
@@ -266,7 +268,7 @@ def _localize(step: int, folder: Path, common: RunOptions, internal: InternalSet
     """Replay two runs up to ``step`` recording that step; if they part earlier, record that step."""
     for attempt in range(2):
         say(f"localization: replaying two runs to step {step}, recording every op of that step")
-        collector = Collector()
+        collector = ProbeCollector()
         rep = run_check(common.replace(max_steps=step,
                                        trace_dir=str(folder / f"localize-step-{step}")),
                         collector, internal.replace(probe_step=step))
@@ -295,3 +297,29 @@ def check_options(no_seed: bool) -> None:
     if no_seed:
         raise UsageError("diagnose starts from full seeding (--without A,B turns components off "
                          "in every run; --ablate A,B chooses the components the ablation tests)")
+
+
+class DiagnoseCommand:
+    """``diagnose``: why a target's runs diverge (the check, the op that first differs, every
+    source, the seeding ablation), said as it goes."""
+
+    name = "diagnose"
+    timed = False
+
+    def __init__(self, options: RunOptions, listener: Listener | None, log: Log | None, *,
+                 ablate: Sequence[str] | None, localize: bool, max_sources: int,
+                 keep_replay: bool) -> None:
+        self.options, self.listener, self.log = options, listener, log
+        self.ablate, self.localize = ablate, localize
+        self.max_sources, self.keep_replay = max_sources, keep_replay
+
+    def describe(self, planned: Planned) -> str:
+        return f"diagnosing {planned.target}"
+
+    def prepare(self, planned: Planned) -> None:
+        pass
+
+    def run(self, planned: Planned) -> Report:
+        return diagnose(self.options, ablate=self.ablate, localize=self.localize,
+                        max_sources=self.max_sources, keep_replay=self.keep_replay,
+                        listener=self.listener, log=self.log)

@@ -13,7 +13,7 @@ No DataLoader gets a generator of repro-check's in these runs (the ``dataloader`
 component only seeds the workers): the script could not save that generator, and a correct
 resume would look wrong.
 
-Above the runner (:mod:`repro_check.run`) and ``check`` (:mod:`repro_check.verdict`), whose
+Above the runner (:mod:`repro_check.run`) and ``check`` (:mod:`repro_check.commands.check`), whose
 report it finishes; what each run is told of its part is the
 :class:`~repro_check.trace.protocol.ResumeSettings` of its :class:`RunConfig`.
 """
@@ -30,18 +30,20 @@ from repro_check.compare import resume as attribution
 from repro_check.compare.control import ControlResult, Planted, skipped
 from repro_check.compare.feed import NullListener
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
-from repro_check.distributed.launch import Distributed
+from repro_check.distributed.compare import first_rank
 from repro_check.report.model import CheckpointFile, CheckpointInfo, Report, ResumePart
 from repro_check.run import control
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.run.runner import RunSpec
-from repro_check.run.session import Outcome, Session, failure
+from repro_check.run.session import Outcome, Session, described, failure
 from repro_check.trace import values
 from repro_check.trace.protocol import (InfoRecord, MetricsRecord, Record, ResumeSettings,
                                         StepRecord)
 from repro_check.trace.results import Listener, RunResult
-from repro_check.verdict import finished_report
+from repro_check.commands.check import finished_report
+from repro_check.commands.shape import RunShape, shape_of
+from repro_check.commands.skeleton import Given, Planned
 
 #: points kept of each loss curve for the reports
 CURVE_POINTS = 2000
@@ -153,30 +155,19 @@ def _compare(ref: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]], *
 
 
 def compare_by_rank(feed: Collector, other: int, *, first: int, last_ref: int, offset: int,
-             other_steps: int, policy: Policy, metrics: bool
-             ) -> tuple[ComparisonResult, int | None]:
+                    other_steps: int, policy: Policy, metrics: bool
+                    ) -> tuple[ComparisonResult, int | None]:
     """The reference (run 1) against run ``other``, rank by rank (one comparison for a plain
-    run): the comparison of the rank whose divergence comes first (the lowest rank on a tie, and
-    rank 0's, or the plain run's, when none diverges) and that rank."""
-    best: tuple[ComparisonResult, int | None] | None = None
-    for rank in feed.ranks(1):
-        result = _compare(feed.steps_of(1, rank), feed.steps_of(other, rank), first=first,
-                          last_ref=last_ref, offset=offset, other_steps=other_steps,
-                          policy=policy, metrics=(feed.metrics_of(1, rank),
-                                                  feed.metrics_of(other, rank))
-                          if metrics else None)
-        diverged = result.divergence is not None or bool(result.metric_divergences)
-        if best is None:
-            best = (result, rank)
-        elif diverged:
-            was = best[0]
-            was_diverged = was.divergence is not None or bool(was.metric_divergences)
-            step = result.first_divergent_step
-            was_step = was.first_divergent_step
-            if not was_diverged or (step is not None and (was_step is None or step < was_step)):
-                best = (result, rank)
-    assert best is not None
-    return best
+    run): the comparison of the rank whose divergence comes first, as a check picks it
+    (:func:`~repro_check.distributed.compare.first_rank`), and that rank."""
+    per_rank = {rank: _compare(feed.steps_of(1, rank), feed.steps_of(other, rank), first=first,
+                               last_ref=last_ref, offset=offset, other_steps=other_steps,
+                               policy=policy, metrics=(feed.metrics_of(1, rank),
+                                                       feed.metrics_of(other, rank))
+                               if metrics else None)
+                for rank in feed.ranks(1)}
+    rank = first_rank(per_rank)
+    return per_rank[rank], rank
 
 
 def _curve(steps: dict[int, dict[str, Any]], offset: int = 0) -> list[tuple[int, float]]:
@@ -250,6 +241,11 @@ def _told(spec: RunSpec, resume: ResumeSettings, **changes: Any) -> RunSpec:
     return dataclasses.replace(spec, told=spec.told.replace(resume=resume, **changes))
 
 
+#: what the resume's runs are called where they fail
+CALLED = {1: "the reference (run 1)", 2: "the interrupted run (run 2)",
+          3: "the resumed run (run 3)"}
+
+
 def run_resume(options: RunOptions, listener: Listener | None = None,
                internal: InternalSettings = PLAIN) -> Report:
     """The reference and the interrupted run in parallel, then the resumed run; the report of the
@@ -265,14 +261,13 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
     options = options.replace(runs=2, fail_fast=False)
     # under torchrun each run is a job, every rank recorded; the checkpoint is the first save of
     # any rank (rank 0's, as usual)
-    dist = Distributed(options.distributed, 2) if options.distributed is not None else None
-    session = Session(options, runs=2, launcher=dist, share_threads=True, internal=internal)
-    copy_dir = session.folder / "checkpoint"
+    shape = shape_of(options, 2)
+    session = Session(options, runs=2, launcher=shape.launcher, share_threads=True,
+                      internal=internal)
     # the reference and the interrupted run save one at a time: they write the same paths
     base = ResumeSettings("reference", checkpoint=options.checkpoint,
                           lock=str(session.folder / "saves.lock"))
-    jobs = dist.jobs(options.jobs, session.default_jobs(dist.local_ranks)) if dist is not None \
-        else options.jobs or session.default_jobs()
+    jobs = shape.jobs(options.jobs, session)
     serial = "one job" if jobs < 2 else None
     if options.checkpoint:
         # a --checkpoint file is noticed only as the next step starts, and its write is no save
@@ -283,27 +278,39 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
     specs = [dataclasses.replace(_told(reference, base),
                                  trace_path=session.folder / "run-1-reference.jsonl"),
              dataclasses.replace(_told(interrupted, dataclasses.replace(
-                 base, role="interrupted", stop_at=at, copy_dir=str(copy_dir))),
+                 base, role="interrupted", stop_at=at, copy_dir=str(session.folder / "checkpoint"))),
                  trace_path=session.folder / "run-2-interrupted.jsonl")]
     feed = Collector(listener)
-    part = ResumePart(at=at, resume_args=options.resume_args, serial=serial)
-    # a torchrun job whose saving rank ended is stopped whole: its other ranks would wait in
-    # their next collective for the one that ended
     outcome = session.run(feed, jobs, specs=specs,
-                          stop_run=(lambda i: i == 2 and 2 in feed.checkpoint)
-                          if dist is not None else None)
-    results = list(outcome.results)
+                          stop_run=shape.stop_run(lambda i: i == 2 and 2 in feed.checkpoint))
+    resume = Resume(options, policy, shape, session, feed, reference, base,
+                    ResumePart(at=at, resume_args=options.resume_args, serial=serial))
+    return resume.after_first_runs(outcome)
 
-    def report_of(result: ComparisonResult | None, error: str | None) -> Report:
-        out = Outcome(results, outcome.interrupted, outcome.folder)
-        cmp = result if result is not None else Comparison(2, policy).result()
-        report = finished_report(options, out, cmp, policy, feed.uses_dataloader,
-                                 runs=len(results))
-        report.comparison = result
-        if error is not None:
-            report.error = error
-        report.resume = part
-        extra = ["--at", str(at)]
+
+class Resume:
+    """The resume once the reference and the interrupted run ended: the checkpoint, the resumed
+    run, their comparison and the report, built of its parts at whichever point it ends."""
+
+    def __init__(self, options: RunOptions, policy: Policy, shape: RunShape, session: Session,
+                 feed: Collector, reference: RunSpec, base: ResumeSettings,
+                 part: ResumePart) -> None:
+        self.options = options
+        self.policy = policy
+        self.shape = shape
+        self.session = session
+        self.feed = feed
+        self.reference = reference
+        self.base = base
+        self.part = part
+        self.results: list[RunResult] = []
+        self.interrupted = False
+
+    def report(self, result: ComparisonResult | None = None, error: str | None = None) -> Report:
+        """The report of the runs so far, with the comparison ``result`` (None: none made) and
+        ``error`` (the command's own: None leaves the runs')."""
+        options, results = self.options, self.results
+        extra = ["--at", str(self.part.at)]
         if options.resume_args is not None:
             # one word when it starts with a dash (--resume-args=--init_from=resume): argparse
             # would take a dashed value after a space for a flag of its own
@@ -311,81 +318,99 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
                 if options.resume_args.startswith("-") else ["--resume-args", options.resume_args]
         if options.checkpoint:
             extra += ["--checkpoint", options.checkpoint]
-        if options.distributed is not None:
-            extra += options.distributed.cli_args()
-        report.replay = replay_line(options, subcommand="resume", extra=extra)
-        part.steps = {name: r.steps for name, r in zip(("reference", "interrupted", "resumed"),
-                                                       results)}
-        return report
+        extra += self.shape.cli_args()
+        self.part.steps = {name: r.steps for name, r in zip(
+            ("reference", "interrupted", "resumed"), results)}
+        return finished_report(
+            options, Outcome(results, self.interrupted, self.session.folder), result,
+            self.policy, self.feed.uses_dataloader, runs=len(results), shape=self.shape,
+            error=error, resume=self.part,
+            replay=replay_line(options, subcommand="resume", extra=extra))
 
-    if outcome.interrupted:
-        return report_of(None, None)
-    error = failure(results, Comparison(2).result()) if any(r.failed for r in results) else None
-    if error:
-        return report_of(None, error.replace("run 1", "the reference (run 1)")
-                         .replace("run 2", "the interrupted run (run 2)"))
-    record = feed.checkpoint.get(2)
-    if record is None:
-        return report_of(None, no_checkpoint(at, results[1].steps,
-                                             feed.saves.get(2, []) + feed.saves.get(1, []),
-                                             options.checkpoint))
-    part.checkpoint = info = _checkpoint_info(record)
-    part.earlier_saves = feed.saves.get(2, [])
-    if record.get("error") or info.copy is None:
-        return report_of(None, str(record.get("error") or "the checkpoint was not copied"))
-    c = info.step
-    ref_steps = results[0].steps
-    if c >= ref_steps:  # a save after the last step: a resume from it would compare nothing
-        return report_of(None, f"the script's first checkpoint at or after step {at} was written "
-                               f"after step {c}, its last ({ref_steps} steps): nothing is left "
-                               "to resume (give a smaller --at, or save during training)")
-    prefix, rank = compare_by_rank(feed, 2, first=1, last_ref=c, offset=0,
-                            other_steps=min(results[1].steps, c), policy=policy, metrics=False)
-    part.reference_reproducible = prefix.divergence is None
-    if not part.reference_reproducible:
-        part.curves = {"reference": _curve(feed.steps_of(1, rank)),
-                       "interrupted": _curve(feed.steps_of(2, rank))}
-        return report_of(prefix, None)
-    if not os.path.exists(info.copy):
-        return report_of(None, f"the checkpoint's copy {info.copy} vanished before the resumed "
-                               "run could start")
-    if options.resume_args is None or PLACEHOLDER not in options.resume_args:
-        _put_back(info.copy, info.path)
-        part.moved_aside = move_aside(feed, info, session.folder / "later-checkpoints")
-    for other in info.files or []:  # the checkpoint's other files, where the script wrote them
-        if other.copy is not None and other.path != info.path:
-            _put_back(other.copy, other.path)
-    resumed_spec = dataclasses.replace(
-        _told(reference, dataclasses.replace(base, role="resumed"),
-              run=3, args=tuple(options.resumed_args(info.copy)),
-              max_steps=options.max_steps - c if options.max_steps is not None else None),
-        trace_path=session.folder / "run-3-resumed.jsonl")
-    second = session.run(feed, 1, specs=[resumed_spec])
-    results.append(second.results[0] if second.results else RunResult(3, status="cancelled"))
-    if second.interrupted:
-        outcome = Outcome(results, True, outcome.folder)
-        return report_of(None, None)
-    resumed = results[2]
-    if resumed.failed:
-        args = f" with --resume-args {options.resume_args!r}" if options.resume_args else ""
-        why = resumed.describe_failure().replace("run 3", "the resumed run (run 3)", 1)
-        return report_of(None, f"{why}{args}")
-    result, rank = compare_by_rank(feed, 3, first=c + 1, last_ref=ref_steps, offset=c,
-                            other_steps=resumed.steps, policy=policy, metrics=True)
-    ref, mine = feed.steps_of(1, rank), feed.steps_of(3, rank)
-    result.metrics = {1: feed.metrics_of(1, rank), 2: {}, 3: feed.metrics_of(3, rank)}
-    part.curves = {"reference": _curve(ref), "resumed": _curve(mine, c)}
-    if result.divergence is not None or result.metric_divergences:
-        part.not_restored = attribution.attribute(
-            ref, mine, c, ref_steps, resumed.steps, result.first_divergent_step,
-            resumed.generators)
-    report = report_of(result, None)
-    if report.agrees:  # Megatron's control: a resume that leaves a state out must differ
-        control = ResumeControl(options, session, feed, info, policy, dist is not None)
-        report.control, report.interrupted = control.run(
-            _told(reference, dataclasses.replace(base, role="resumed"), run=4,
-                  args=tuple(options.resumed_args(info.copy))), ref_steps)
-    return report
+    def after_first_runs(self, outcome: Outcome) -> Report:
+        """The checkpoint the interrupted run saved, the reference up to it compared with the
+        interrupted run, then the resumed run."""
+        feed, part, options = self.feed, self.part, self.options
+        self.results = results = list(outcome.results)
+        self.interrupted = outcome.interrupted
+        if outcome.interrupted:
+            return self.report()
+        if any(r.failed for r in results):
+            return self.report(error=failure(results, Comparison(2).result(), CALLED))
+        record = feed.checkpoint.get(2)
+        if record is None:
+            return self.report(error=no_checkpoint(
+                part.at, results[1].steps, feed.saves.get(2, []) + feed.saves.get(1, []),
+                options.checkpoint))
+        part.checkpoint = info = _checkpoint_info(record)
+        part.earlier_saves = feed.saves.get(2, [])
+        if record.get("error") or info.copy is None:
+            return self.report(error=str(record.get("error") or "the checkpoint was not copied"))
+        c, ref_steps = info.step, results[0].steps
+        if c >= ref_steps:  # a save after the last step: a resume from it would compare nothing
+            return self.report(error=(
+                f"the script's first checkpoint at or after step {part.at} was written after "
+                f"step {c}, its last ({ref_steps} steps): nothing is left to resume (give a "
+                "smaller --at, or save during training)"))
+        prefix, rank = compare_by_rank(feed, 2, first=1, last_ref=c, offset=0,
+                                       other_steps=min(results[1].steps, c), policy=self.policy,
+                                       metrics=False)
+        part.reference_reproducible = prefix.divergence is None
+        if not part.reference_reproducible:
+            part.curves = {"reference": _curve(feed.steps_of(1, rank)),
+                           "interrupted": _curve(feed.steps_of(2, rank))}
+            return self.report(prefix)
+        if not os.path.exists(info.copy):
+            return self.report(error=f"the checkpoint's copy {info.copy} vanished before the "
+                                     "resumed run could start")
+        return self.resumed(info)
+
+    def resumed(self, info: CheckpointInfo) -> Report:
+        """The checkpoint put back, the resumed run, its comparison with the reference from the
+        checkpoint on, and the control behind a match."""
+        feed, part, options, results = self.feed, self.part, self.options, self.results
+        assert info.copy is not None
+        if options.resume_args is None or PLACEHOLDER not in options.resume_args:
+            _put_back(info.copy, info.path)
+            part.moved_aside = move_aside(feed, info, self.session.folder / "later-checkpoints")
+        for other in info.files or []:  # the checkpoint's other files, where the script wrote them
+            if other.copy is not None and other.path != info.path:
+                _put_back(other.copy, other.path)
+        c, ref_steps = info.step, results[0].steps
+        resumed_told = dataclasses.replace(self.base, role="resumed")
+        resumed_spec = dataclasses.replace(
+            _told(self.reference, resumed_told, run=3,
+                  args=tuple(options.resumed_args(info.copy)),
+                  max_steps=options.max_steps - c if options.max_steps is not None else None),
+            trace_path=self.session.folder / "run-3-resumed.jsonl")
+        second = self.session.run(feed, 1, specs=[resumed_spec])
+        results.append(second.results[0] if second.results else RunResult(3, status="cancelled"))
+        if second.interrupted:
+            self.interrupted = True
+            return self.report()
+        resumed = results[2]
+        if resumed.failed:
+            args = f" with --resume-args {options.resume_args!r}" if options.resume_args else ""
+            return self.report(error=f"{described(resumed, CALLED)}{args}")
+        result, rank = compare_by_rank(feed, 3, first=c + 1, last_ref=ref_steps, offset=c,
+                                       other_steps=resumed.steps, policy=self.policy,
+                                       metrics=True)
+        ref, mine = feed.steps_of(1, rank), feed.steps_of(3, rank)
+        result.metrics = {1: feed.metrics_of(1, rank), 2: {}, 3: feed.metrics_of(3, rank)}
+        part.curves = {"reference": _curve(ref), "resumed": _curve(mine, c)}
+        if result.divergence is not None or result.metric_divergences:
+            part.not_restored = attribution.attribute(
+                ref, mine, c, ref_steps, resumed.steps, result.first_divergent_step,
+                resumed.generators)
+        report = self.report(result)
+        if not report.agrees:
+            return report
+        # Megatron's control: a resume that leaves a state out must differ
+        control = ResumeControl(options, self.session, feed, info, self.policy, self.shape)
+        checked, stopped = control.run(_told(self.reference, resumed_told, run=4,
+                                             args=tuple(options.resumed_args(info.copy))),
+                                       ref_steps)
+        return dataclasses.replace(report, control=checked, interrupted=stopped)
 
 
 #: resumed steps the control's run goes: the first after the checkpoint, and the next
@@ -401,13 +426,13 @@ class ResumeControl:
     told a resume that restores that state from one that does not."""
 
     def __init__(self, options: RunOptions, session: Session, feed: Collector,
-                 info: CheckpointInfo, policy: Policy, distributed: bool) -> None:
+                 info: CheckpointInfo, policy: Policy, shape: RunShape) -> None:
         self.options = options
         self.session = session
         self.feed = feed
         self.info = info
         self.policy = policy
-        self.distributed = distributed
+        self.shape = shape
 
     def state(self) -> str | None:
         """What to leave out: the RNG state when the checkpoint holds one (or what it holds
@@ -429,8 +454,8 @@ class ResumeControl:
         SIGTERM stopped it."""
         if not self.options.control:
             return skipped(control.SKIPPED, "reference"), False
-        if self.distributed:
-            return skipped("not run under torchrun yet", "reference"), False
+        if (why := self.shape.no_control("resume")) is not None:
+            return skipped(why, "reference"), False
         state = self.state()
         if state is None:
             return skipped("the checkpoint holds no RNG or optimizer state to leave out",
@@ -502,3 +527,26 @@ class ResumeControl:
 
 def trace_folder(report: Report) -> Path | None:
     return Path(report.trace_dir) if report.trace_dir else None
+
+
+class ResumeCommand:
+    """``resume``: each planned target stopped at a checkpoint, resumed, and compared with the
+    run that never stopped."""
+
+    name = "resume"
+    timed = True
+
+    def __init__(self, given: Given) -> None:
+        self.given = given
+
+    def describe(self, planned: Planned) -> str:
+        return f"resuming {planned.target}"
+
+    def prepare(self, planned: Planned) -> None:
+        pass
+
+    def run(self, planned: Planned) -> Report:
+        options = self.given.options(planned.target, planned.entry)
+        options.validate_resume()  # --at missing: one line before the progress display
+        with self.given.progress(options, 3) as listener:
+            return run_resume(options, listener)
