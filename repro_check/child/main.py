@@ -1,7 +1,7 @@
 """The entry point of one run: seed, install capture, run the target, stream the trace.
 
 Started by the runner as ``python -m repro_check.child`` with its configuration in a file that the
-``REPRO_CHECK_RUN`` environment variable names (:mod:`repro_check.child.runconfig`) and a pipe on which every trace line is written as it
+``REPRO_CHECK_RUN`` environment variable names (:mod:`repro_check.trace.runconfig`) and a pipe on which every trace line is written as it
 happens (unbuffered, so steps survive ``os._exit`` and crashes). The target's own output goes to
 this process's stdout/stderr, which the runner keeps a tail of.
 
@@ -27,12 +27,14 @@ import time
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import clock, isolation, runconfig
-from repro_check.child.emit import Emitter
-from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
+from repro_check.child.seeding import clock
+from repro_check.child.process import isolation
+from repro_check.trace import runconfig
+from repro_check.child.process.emit import Emitter
+from repro_check.trace.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
                                      EXIT_TERMINATED)
 from repro_check.trace.protocol import DEBUG_VAR, ProtocolError, RunConfig
-from repro_check.child import overrides as overrides_module
+from repro_check.child.seeding import overrides as overrides_module
 from repro_check.child import patches
 
 
@@ -104,10 +106,10 @@ def main() -> int:
 
     # torch comes with these: loaded once the run is tied to its supervisor (the rank supervisor
     # imports this module too, and never loads torch); the capture before seeding, as always
-    from repro_check.child import capture  # noqa: F401
-    from repro_check.child import environment  # noqa: F401
-    from repro_check.child import seeding
-    from repro_check.child import watch  # noqa: F401
+    from repro_check.child.observe import capture  # noqa: F401
+    from repro_check.trace import environment  # noqa: F401
+    from repro_check.child.seeding import components as seeding
+    from repro_check.child.observe import watch  # noqa: F401
 
     # a resume's runs: no DataLoader gets a generator of ours, which the script could not save
     # (its workers are still seeded from their torch seed)
@@ -118,7 +120,7 @@ def main() -> int:
     header = _header(config, target, done, started)
     recorder, overrides, checkpoints, saves = _install(config, emit, header, done)
     # the negative control's run: a 1-ulp change planted on purpose (any other run: nothing)
-    from repro_check.child import control
+    from repro_check.child.seeding import control
 
     plant = control.install(recorder, emit, config.control)
     control.leave_out(config.resume.leave_out if config.resume is not None else None, emit)
@@ -172,7 +174,7 @@ def _header(config: RunConfig, target: Any, done: dict[str, Any],
             started: float) -> dict[str, Any]:
     """The trace header: what was run, how it was seeded, in which environment."""
     # imports torch: loaded once the run is tied to its supervisor
-    from repro_check.child import environment
+    from repro_check.trace import environment
 
     seed = config.seed
     components = list(config.components)
@@ -199,7 +201,7 @@ def _header(config: RunConfig, target: Any, done: dict[str, Any],
     }
     if config.distributed:
         # only under torchrun
-        from repro_check.child import rank
+        from repro_check.child.process import rank
 
         header.update(rank.rank_header())
     return header
@@ -212,25 +214,25 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     recording of the processes the target starts; returns the first three and the watch on
     what the run saves."""
     # they import torch: loaded once the run is tied to its supervisor
-    from repro_check.child import capture
-    from repro_check.child import checkpoint
-    from repro_check.child import origin
-    from repro_check.child import saved
-    from repro_check.child import env_hooks
-    from repro_check.child import metric_hooks
-    from repro_check.child import watch
+    from repro_check.child.observe import capture
+    from repro_check.child.observe import checkpoint
+    from repro_check.child.observe import origin
+    from repro_check.child.observe import saved
+    from repro_check.child.observe import env_hooks
+    from repro_check.child.observe import metric_hooks
+    from repro_check.child.observe import watch
     from repro_check.trace.format import header_line
 
     recorder_class: type[Any] = capture.Recorder
     if config.distributed:
         # only under torchrun
-        from repro_check.child import rank
+        from repro_check.child.process import rank
 
         recorder_class = rank.RankRecorder
     emit(header_line(header))
     flag_ops = config.warn_only and "deterministic_algorithms" in config.components
     # they import torch: loaded once the run is tied to its supervisor
-    from repro_check.child import pin
+    from repro_check.child.seeding import pin
 
     # the private generators, and diagnose's pins: before the recorder, which sees their batches
     rank_index = header.get("distributed", {}).get("rank") if config.distributed else None
@@ -249,7 +251,7 @@ def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
     saves = saved.install(recorder, emit)  # every save, and the modules' state at the end
     if config.processes:  # the processes the target starts record streams of their own
         # only when the target's processes are recorded
-        from repro_check.child import processes
+        from repro_check.child.process import processes
 
         processes.install(config, header, done)
     return recorder, overrides, checkpoints, saves
@@ -278,7 +280,7 @@ def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
     """Call the target; how it went: a status to report (completed, stopped, exited), or the
     exit status of a run that failed (its error already emitted)."""
     # imports torch: loaded once the run is tied to its supervisor
-    from repro_check.child import capture
+    from repro_check.child.observe import capture
 
     try:
         result = run()
@@ -321,7 +323,7 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
 
 def _terminated() -> int:
     # they import torch: loaded once the run is tied to its supervisor
-    from repro_check.child import capture
+    from repro_check.child.observe import capture
 
     recorder = capture.active()
     if recorder is not None:

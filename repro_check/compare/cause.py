@@ -58,8 +58,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from repro_check.child import clock
-from repro_check.child.seeding import STREAM_NAMES
+from repro_check.child.seeding import clock
+from repro_check.child.seeding.components import STREAM_NAMES
 from repro_check.trace import signals
 from repro_check.trace.results import Location
 
@@ -152,7 +152,7 @@ def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
     """Per seeding call (its key and call site): the first record seen, and each run's value.
 
     A call whose value differs between the runs and equals the same coarse field of the time in
-    every run (the hour, the date: :func:`repro_check.child.clock.shared_field`) is given
+    every run (the hour, the date: :func:`repro_check.child.seeding.clock.shared_field`) is given
     ``source: clock`` and ``clock_field``."""
     out: dict[str, tuple[Mapping[str, Any], dict[int, Any]]] = {}
     fields: dict[str, dict[int, Any]] = {}
@@ -269,7 +269,7 @@ def seeding_detail(seedings: Mapping[int, Sequence[Mapping[str, Any]]] | None,
 
 # ---- private generators ---------------------------------------------------------------------
 
-#: what the child sends of a private generator (see :mod:`repro_check.child.pin`)
+#: what the child sends of a private generator (see :mod:`repro_check.child.seeding.pin`)
 GENERATOR_KINDS: dict[str, str] = {"torch": "torch.Generator",
                                    "numpy": "numpy Generator (default_rng)",
                                    "python": "random.Random"}
@@ -392,7 +392,7 @@ MAX_ENV_RECORDS = 320
 
 def env_record(body: Any) -> dict[str, Any] | None:
     """An environment call's record from a run (untrusted), checked and cut to what is used;
-    None when it is malformed (see :mod:`repro_check.child.env_hooks`)."""
+    None when it is malformed (see :mod:`repro_check.child.observe.env_hooks`)."""
     if not isinstance(body, dict):
         return None
     n, step, call = body.get("n"), body.get("step"), body.get("call")

@@ -11,7 +11,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
+from repro_check.trace.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
                                      EXIT_RESOLVE, EXIT_TERMINATED, PROTOCOL_MESSAGE)
 from repro_check.trace.results import FAILED_STATUSES, STATUSES, Status, status_of
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import seeding, watch
+from repro_check.child.seeding import components as seeding
+from repro_check.child.observe import watch
 from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import retention, revisions, signals

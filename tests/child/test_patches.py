@@ -28,23 +28,18 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from repro_check.child import (  # noqa: E402
+from repro_check.child.observe import (  # noqa: E402
     capture,
     checkpoint,
-    clock,
     env_hooks,
-    main,
     metric_hooks,
     origin,
-    overrides,
-    patches,
-    pin,
-    processes,
-    rank,
     saved,
-    seeding,
     watch,
 )
+from repro_check.child.seeding import clock, overrides, pin, components as seeding  # noqa: E402
+from repro_check.child import main, patches  # noqa: E402
+from repro_check.child.process import processes, rank  # noqa: E402
 
 
 def module_with(func: Any) -> types.ModuleType:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from repro_check.child import environment
-from repro_check.child import seeding
-from repro_check.child.environment import differences, fingerprint, run_settings
+from repro_check.trace import environment
+from repro_check.child.seeding import components as seeding
+from repro_check.trace.environment import differences, fingerprint, run_settings
 
 
 def test_fingerprint_has_what_the_bits_depend_on() -> None:

@@ -5,7 +5,7 @@ Installs PyTorch's global optimizer step hooks and thin wrappers around
 ``__next__``, so every optimizer step of any script is recorded without an import of repro-check
 in user code. Step N is the N-th optimizer step; a run that builds no optimizer counts its
 gradient computations instead: backward calls here, ``torch.autograd.grad`` and ``torch.func``
-transforms in :mod:`repro_check.child.gradients`, which says what such a step records.
+transforms in :mod:`repro_check.child.observe.gradients`, which says what such a step records.
 
 A step's signals, in the order the step happens:
 
@@ -17,10 +17,10 @@ A step's signals, in the order the step happens:
     moved since the recorder was installed, after seeding): the unseeded state of a stream that
     nothing uses changes no result and is no divergence. In a resume's runs (``lazy``) every
     step's states are taken at its first backward call or optimizer step instead, and batches
-    fetched and dropped before it are not its batch (:mod:`repro_check.child.checkpoint`).
+    fetched and dropped before it are not its batch (:mod:`repro_check.child.observe.checkpoint`).
 ``init`` (step 1 only)
     the parameters going into the first step, before it changes them (see
-    :mod:`repro_check.child.initial`): a model built from a different random state differs here.
+    :mod:`repro_check.child.observe.initial`): a model built from a different random state differs here.
 ``batch``
     the fingerprint of everything the DataLoader iterators yielded since the previous step, in
     order (several fetches for gradient accumulation combine); absent when nothing was fetched.
@@ -32,7 +32,7 @@ A step's signals, in the order the step happens:
     gradients of the leaf tensors the backward call reached.
 ``lr``, ``opt``, ``scaler``
     the learning rates, the optimizer's state going into the step and a GradScaler's scale
-    (taken by :mod:`repro_check.child.checkpoint` and placed here, before ``grads``).
+    (taken by :mod:`repro_check.child.observe.checkpoint` and placed here, before ``grads``).
 ``params``
     the optimizer's parameters after its step.
 
@@ -64,7 +64,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from repro_check.trace import fingerprint
-from repro_check.child import gradients, initial, metricset, origin, patches, rngstate
+from repro_check.child.observe import gradients, initial, metricset, origin
+from repro_check.child import patches
+from repro_check.child.seeding import rngstate
 from repro_check.trace import values
 
 Emit = Callable[[dict[str, Any]], None]
@@ -340,7 +342,7 @@ class StepSignals:
         #: and its forward pass), not when the previous step ends: a resume's runs, whose first
         #: resumed step has no previous step and must be measured where the reference's is, a
         #: state the script restores after fetching its first batch included (the HF Trainer)
-        #: (:mod:`repro_check.child.checkpoint`)
+        #: (:mod:`repro_check.child.observe.checkpoint`)
         self.lazy = False
         #: with ``lazy``: a batch was fetched and no backward call or optimizer step came since
         self.idle_fetch = False
@@ -492,7 +494,7 @@ class Recorder:
     record happen under one lock, so the trace is always numbered 1..N. A step's loss and
     gradients are its own thread's.
 
-    ``probe_step``: arm a :class:`~repro_check.child.probe.StepProbe` for that step only.
+    ``probe_step``: arm a :class:`~repro_check.child.observe.probe.StepProbe` for that step only.
     ``flag_ops``: report the ops PyTorch's warn-only deterministic mode warns about, each once,
     with the step it first ran at.
     """
@@ -529,14 +531,14 @@ class Recorder:
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
         #: called before every backward call and optimizer step, whatever updates the weights
-        #: (a resume's look at ``--checkpoint``'s files: :mod:`repro_check.child.checkpoint`)
+        #: (a resume's look at ``--checkpoint``'s files: :mod:`repro_check.child.observe.checkpoint`)
         self.step_starting: list[Callable[[], None]] = []
         #: signals of the step that just ended taken elsewhere (the optimizer's ``lr``, ``opt``:
-        #: :mod:`repro_check.child.checkpoint`), placed before ``grads``
+        #: :mod:`repro_check.child.observe.checkpoint`), placed before ``grads``
         self.extra_signals: list[Callable[[], dict[str, Any]]] = []
         #: the tensors the step being recorded trains, named as its signals name them (the
         #: optimizer's parameters, or the leaves a backward call reached): where the negative
-        #: control plants its change (:mod:`repro_check.child.control`); None before a step
+        #: control plants its change (:mod:`repro_check.child.seeding.control`); None before a step
         self.trained: Callable[[], Iterator[tuple[str, Any]]] | None = None
         self._own = threading.local()
         #: the tensors the last step without an optimizer trained, and their fingerprint as
@@ -568,7 +570,7 @@ class Recorder:
         self.hooks.install(self.flag_ops)
         if self.probe_step is not None:
             # only when a step is probed (diagnose)
-            from repro_check.child.probe import StepProbe
+            from repro_check.child.observe.probe import StepProbe
 
             self.probe = StepProbe(self.emit)
             if self.probe_step == 1:
@@ -674,7 +676,7 @@ class Recorder:
                 else:
                     self._shadow_step(loss, grads, updated)
 
-    # ---- gradients without an optimizer (see repro_check.child.gradients) -----------------
+    # ---- gradients without an optimizer (see repro_check.child.observe.gradients) -----------------
     def computing_now(self) -> bool:
         """Whether this thread is inside a gradient computation that is being recorded."""
         return getattr(self._own, "computing", 0) > 0
@@ -876,7 +878,7 @@ class Recorder:
     def metric(self, name: str, value: Any, source: str = metricset.LOG_METRIC) -> None:
         """Record final metric ``name`` from ``source`` (``log_metric``, ``return``, a logging
         library): a name another source recorded, or one in another source's namespace, is
-        recorded under a name of its own (:class:`~repro_check.child.metricset.Names`)."""
+        recorded under a name of its own (:class:`~repro_check.child.observe.metricset.Names`)."""
         enc = values.encode(value)
         if enc is None:
             self.emit({"warning": f"metric {metricset.short_name(str(name))!r} ignored: "
@@ -979,5 +981,5 @@ def _leaves(tensors: Any, inputs: Any) -> list[Any]:
 
 def _caller() -> str | None:
     """``file:line`` of the innermost frame of the target's own code on the stack (the rule of
-    :func:`repro_check.child.origin.is_library`), from the caller of ``on_flagged`` outward."""
+    :func:`repro_check.child.observe.origin.is_library`), from the caller of ``on_flagged`` outward."""
     return origin.caller(2)

@@ -49,7 +49,9 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from repro_check.child import clock, metric_hooks, patches
+from repro_check.child.seeding import clock
+from repro_check.child.observe import metric_hooks
+from repro_check.child import patches
 from repro_check.trace import fingerprint
 from repro_check.trace.protocol import ResumeSettings
 
@@ -606,7 +608,7 @@ class FrameworkSaves(metric_hooks.ImportHooks):
 
     def __init__(self, recorder: Any, saves: Any) -> None:
         """``saves``: whose ``wrap(kind, original, where)`` wraps each save (:class:`Saves`, or
-        :class:`repro_check.child.saved.SavedFiles` for every run)."""
+        :class:`repro_check.child.observe.saved.SavedFiles` for every run)."""
         super().__init__(recorder, {
             "torch.distributed.checkpoint": self.dcp,
             "lightning.pytorch.trainer.trainer": self.lightning,

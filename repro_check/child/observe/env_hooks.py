@@ -9,9 +9,9 @@ call that returned it, the place to seed.
 ``reset`` and ``step`` of ``gymnasium.Env`` (and of the older ``gym.Env``), of every subclass
 (wrappers and environments, defined later too: ``__init_subclass__``) and of gymnasium's vector
 environments are wrapped once the script imports the module that defines them (through
-:class:`~repro_check.child.metric_hooks.ImportHooks`; nothing here imports gymnasium). Only the
+:class:`~repro_check.child.observe.metric_hooks.ImportHooks`; nothing here imports gymnasium). Only the
 outermost call counts (``gym.make`` nests wrappers), at the innermost frame of the script's own
-code (:func:`repro_check.child.origin.is_library`). While the probe is armed each call is recorded
+code (:func:`repro_check.child.observe.origin.is_library`). While the probe is armed each call is recorded
 with a fingerprint of its observation (``{"k": "env"}``); otherwise only the last call is kept,
 undigested, and recorded when the probe arms (the observation a step starts from was returned
 in the step before). A hook never changes what the call does or returns.
@@ -37,8 +37,9 @@ import sys
 import threading
 from typing import Any
 
-from repro_check.child import origin, patches
-from repro_check.child.metric_hooks import ImportHooks
+from repro_check.child.observe import origin
+from repro_check.child import patches
+from repro_check.child.observe.metric_hooks import ImportHooks
 
 #: the methods wrapped on each environment class
 METHODS: tuple[str, ...] = ("reset", "step")
@@ -71,7 +72,7 @@ def observation_fingerprint(obs: Any) -> str:
     import torch
 
     # with torch, only when an environment's observation is fingerprinted
-    from repro_check.child.probe import arg_fingerprint
+    from repro_check.child.observe.probe import arg_fingerprint
     from repro_check.trace import fingerprint
 
     if isinstance(obs, torch.Tensor) or (type(obs).__module__ == "numpy"

@@ -2,13 +2,13 @@
 
 A run that makes a ``torch.optim`` optimizer counts its optimizer steps, whatever else it does
 (a run that makes one and never steps it has its gradient computations as its steps, kept aside
-until it ends: :meth:`repro_check.child.capture.Recorder.shadowing`). A run that makes none
+until it ends: :meth:`repro_check.child.observe.capture.Recorder.shadowing`). A run that makes none
 trains by hand: a meta-learning loop, a hand-written optimizer class, a
 physics-informed net, a ``torch.func`` loop over a dict of parameters. Its steps are its gradient
 computations, each one step, numbered in the order they run:
 
 * a call of ``torch.autograd.backward`` (``loss.backward()``; wrapped in
-  :mod:`repro_check.child.capture`);
+  :mod:`repro_check.child.observe.capture`);
 * a call of ``torch.autograd.grad``;
 * a call of a function made by ``torch.func.grad`` or ``torch.func.grad_and_value``, or of the
   ``vjp_fn`` that ``torch.func.vjp`` returns;
@@ -45,7 +45,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from repro_check.child import origin, patches
+from repro_check.child.observe import origin
+from repro_check.child import patches
 
 #: the ``torch.func`` transforms whose functions are wrapped, and what each returns
 TRANSFORMS: tuple[str, ...] = ("grad", "grad_and_value", "vjp", "vmap")
@@ -53,7 +54,7 @@ TRANSFORMS: tuple[str, ...] = ("grad", "grad_and_value", "vjp", "vmap")
 
 def install(hooks: Any, rec: Any) -> None:
     """Wrap ``torch.autograd.grad`` and the ``torch.func`` transforms, through ``hooks``
-    (:class:`repro_check.child.capture.Hooks`) for recorder ``rec``."""
+    (:class:`repro_check.child.observe.capture.Hooks`) for recorder ``rec``."""
     # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch.autograd
 

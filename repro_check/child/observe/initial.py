@@ -7,7 +7,7 @@ the loss, and look like a nondeterministic computation. The parameters are finge
 the first optimizer step changes them (at its pre-hook, every optimizer made so far, in the order
 they were made), or, without an optimizer, before the first backward call (the leaves it reaches).
 The top-level models holding them are reported once, with where they were built, as
-``{"info": {"models": [...]}}`` (see :mod:`repro_check.child.origin`).
+``{"info": {"models": [...]}}`` (see :mod:`repro_check.child.observe.origin`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from repro_check.child import origin
+from repro_check.child.observe import origin
 from repro_check.trace import fingerprint
 
 Emit = Callable[[dict[str, Any]], None]

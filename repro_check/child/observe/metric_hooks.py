@@ -32,7 +32,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from repro_check.child import metricset, origin, patches
+from repro_check.child.observe import metricset, origin
+from repro_check.child import patches
 from repro_check.trace import values
 
 #: record(prefix, name, value): what every hook calls
@@ -41,7 +42,7 @@ Record = Callable[[str, str, Any], None]
 
 class Sink:
     """Turns logged values into recorder metrics (numbers only), each under its library's
-    prefix: the prefix is the source (:mod:`repro_check.child.metricset`)."""
+    prefix: the prefix is the source (:mod:`repro_check.child.observe.metricset`)."""
 
     def __init__(self, recorder: Any, token: Any = None) -> None:
         self.recorder = recorder

@@ -58,7 +58,8 @@ def _library_roots() -> tuple[str, ...]:
 
 _ROOTS: tuple[str, ...] | None = None
 #: this package, and its bundled workloads (the target's own code when run)
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+#: (repro_check/, from child/observe/)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))) + os.sep
 _WORKLOADS = os.path.join(_PACKAGE, "workloads") + os.sep
 _IS_LIBRARY: dict[str, bool] = {}
 

@@ -14,7 +14,7 @@ pays nothing for the other steps. While armed it records, in execution order:
   environment's observation, a numpy array, bytes from the OS), with the line that made it
   (``{"k": "made"}``), so that a value no op produced is traced to where it entered;
 * what other hooks note (:meth:`StepProbe.note`): the observations an RL environment's
-  ``reset``/``step`` returned (``{"k": "env"}``, :mod:`repro_check.child.env_hooks`).
+  ``reset``/``step`` returned (``{"k": "env"}``, :mod:`repro_check.child.observe.env_hooks`).
 
 An op in forward belongs to the innermost module whose forward is running. An op in backward
 belongs to the module that created the autograd node being executed: each module, when its
@@ -36,7 +36,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from repro_check.child import origin, patches
+from repro_check.child.observe import origin
+from repro_check.child import patches
 from repro_check.trace import fingerprint
 
 Emit = Callable[[dict[str, Any]], None]

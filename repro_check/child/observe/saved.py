@@ -55,7 +55,8 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from repro_check.child import checkpoint, origin, patches
+from repro_check.child.observe import checkpoint, origin
+from repro_check.child import patches
 from repro_check.trace import fingerprint
 from repro_check.trace.protocol import SAVED_FILE, SAVED_STATE
 
@@ -464,7 +465,7 @@ FEATURE = "saved.files"
 
 class FrameworkSaves(checkpoint.FrameworkSaves):
     """Lightning's and the HF Trainer's saves, and ``torch.distributed.checkpoint``'s, wrapped
-    for every run (as :mod:`repro_check.child.checkpoint` wraps them for a resume)."""
+    for every run (as :mod:`repro_check.child.observe.checkpoint` wraps them for a resume)."""
 
     failure = "the files saved through {name} are not compared"
     feature = FEATURE

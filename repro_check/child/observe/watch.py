@@ -10,13 +10,13 @@ that seed a global generator (``torch.manual_seed``, ``torch.seed``, ``random.se
 a run as ``{"warning": text, "component": name, "key": what, "value": seen, "where": file:line,
 "source": ..., "order": n}``, so the report can also tell a constant seed from one that differs
 between runs. ``source`` says where a seed came from when that can be seen: ``"clock"`` (the
-value is the current time, see :mod:`repro_check.child.clock`), ``"entropy"`` (no value: OS
+value is the current time, see :mod:`repro_check.child.seeding.clock`), ``"entropy"`` (no value: OS
 entropy), ``"unseeded python"``/``"unseeded numpy"`` (that stream had been drawn from without a
 seed before the call, as ``seed = random.randint(...)`` does). ``order`` places the call among
-model constructions (:mod:`repro_check.child.origin`), ``at_step`` is the step in progress when
+model constructions (:mod:`repro_check.child.observe.origin`), ``at_step`` is the step in progress when
 it was made. A seed that equals a coarse field of the time (the hour, the date) carries
 ``"clock_fields"``: only the runs together can tell it from a constant
-(:func:`repro_check.child.clock.shared_field`). Seeding calls are reported once per call site.
+(:func:`repro_check.child.seeding.clock.shared_field`). Seeding calls are reported once per call site.
 
 DataLoader workers: a forked worker inherits the watch, and a seeding call made directly from
 the target's code in a worker (``np.random.seed()`` in a ``worker_init_fn`` or a Dataset's
@@ -54,8 +54,10 @@ import zlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-from repro_check.child import clock, origin, patches, rngstate
-from repro_check.child.seeding import STREAM_NAMES
+from repro_check.child.seeding import clock, rngstate
+from repro_check.child.observe import origin
+from repro_check.child import patches
+from repro_check.child.seeding.components import STREAM_NAMES
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -94,7 +96,7 @@ def _worker_id() -> int | None:
 def _step() -> int:
     """The step in progress (1 before the first optimizer step)."""
     # loaded when a seeding call or a worker needs it: the run entry imports this module before torch
-    from repro_check.child import capture
+    from repro_check.child.observe import capture
 
     recorder = capture.active()
     return (getattr(recorder, "step", 0) or 0) + 1
@@ -178,7 +180,7 @@ class SeedingWatch:
             if not isinstance(fd, int):
                 return None
             # loaded when a seeding call or a worker needs it: the run entry imports this module before torch
-            from repro_check.child.emit import Emitter
+            from repro_check.child.process.emit import Emitter
 
             self.worker_emit = (pid, Emitter(fd))
         return self.worker_emit[1]
@@ -197,7 +199,7 @@ class SeedingWatch:
             if fd is None:
                 # loaded when a seeding call or a worker needs it: the run entry imports this module
                 # before torch
-                from repro_check.child.emit import move_high
+                from repro_check.child.process.emit import move_high
 
                 with tempfile.TemporaryFile() as file:  # out of the target's way, as the trace's
                     fd = move_high(os.dup(file.fileno()))
@@ -548,7 +550,7 @@ def arrive(user_fn: Any, carry: dict[str, Any] | None) -> WorkerWatch:
     if carry is not None and _SPAWNED is None:
         try:
             # loaded when a seeding call or a worker needs it: the run entry imports this module before torch
-            from repro_check.child.emit import Emitter
+            from repro_check.child.process.emit import Emitter
 
             emit = Emitter(carry["emit"].detach())
             page = carry["page"].detach() if carry.get("page") is not None else None

@@ -6,7 +6,7 @@ code does ``os.closerange(3, ...)``) and open files of its own, which then get t
 closed. So the trace channel is moved to a high number at once (the lowest free numbers are what
 the target's own files get), and before every write one ``fstat`` checks that the number still
 names the very file or pipe it named at the start. When it does not, nothing is written: the run
-ends with :data:`~repro_check.child.exits.EXIT_CHANNEL`, a failed run, never a short one.
+ends with :data:`~repro_check.trace.exits.EXIT_CHANNEL`, a failed run, never a short one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any, NoReturn
 
-from repro_check.child.exits import EXIT_CHANNEL, EXIT_RAISED
+from repro_check.trace.exits import EXIT_CHANNEL, EXIT_RAISED
 
 #: ``os._exit`` as it was before the run entry wrapped it (the wrapper writes the pending steps,
 #: which would come back here); the calls below are bound at import too, so that a target that

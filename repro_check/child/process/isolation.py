@@ -28,7 +28,7 @@ def _under(path: Path, folder: Path) -> bool:
 def foreign_modules(root: Path, checkout: Path) -> list[tuple[str, str]]:
     """``(module, file)`` of every loaded module whose file is in the working tree ``root`` but
     not in ``checkout`` (nor in this package, nor in the interpreter's own folders)."""
-    ours = Path(__file__).resolve().parents[1]
+    ours = Path(__file__).resolve().parents[2]  # repro_check/, from child/process/
     installed = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
     found: list[tuple[str, str]] = []
     for name, module in list(sys.modules.items()):

@@ -44,10 +44,11 @@ import time
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import capture, patches
-from repro_check.child import seeding
-from repro_check.child import watch
-from repro_check.child.emit import Emitter
+from repro_check.child.observe import capture
+from repro_check.child import patches
+from repro_check.child.seeding import components as seeding
+from repro_check.child.observe import watch
+from repro_check.child.process.emit import Emitter
 from repro_check.trace.format import header_line
 from repro_check.trace.protocol import RunConfig
 
@@ -106,7 +107,8 @@ def _importable_at_start() -> bool:
     """Whether a new interpreter finds this package before multiprocessing gives it our
     ``sys.path``: the preparation data is unpickled first, and a failure there would be the
     child's end. Without it the child is seeded when its process object arrives."""
-    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # this package
+    # this package (repro_check/, from child/process/)
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     paths = (os.environ.get("PYTHONPATH") or "").split(os.pathsep)
     return here in {os.path.realpath(os.path.join(p, "repro_check")) for p in paths if p}
 

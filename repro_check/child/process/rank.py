@@ -7,7 +7,7 @@ import os
 import weakref
 from typing import Any
 
-from repro_check.child import capture
+from repro_check.child.observe import capture
 from repro_check.trace import fingerprint
 
 

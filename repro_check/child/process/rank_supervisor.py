@@ -1,4 +1,4 @@
-"""One rank of a distributed run, as torchrun starts it (``python -m repro_check.child.rank_supervisor``).
+"""One rank of a distributed run, as torchrun starts it (``python -m repro_check.child.process.rank_supervisor``).
 
 torchrun starts each rank in a session of its own and does not pass on the runner's pipe, so each
 rank writes its trace lines to a file of its own in the run's events folder, which the runner
@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Any
 
-from repro_check.child import runconfig
-from repro_check.child.exits import EXIT_PROTOCOL
+from repro_check.trace import runconfig
+from repro_check.trace.exits import EXIT_PROTOCOL
 from repro_check.child.main import PARENT_VAR
 from repro_check.trace.protocol import ProtocolError
 

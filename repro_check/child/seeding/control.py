@@ -6,7 +6,7 @@ last place: a check that cannot see that change cannot claim the runs are the sa
 
 ``step``
     right after step ``step`` is recorded (its signals are taken by then), one element of a
-    tensor that step trained (:attr:`~repro_check.child.capture.Recorder.trained`): of the
+    tensor that step trained (:attr:`~repro_check.child.observe.capture.Recorder.trained`): of the
     elements its gradient reaches, the one where a change moves the loss most (see
     :func:`pick`); without gradients, the first floating tensor's largest element. Without an
     optimizer (a hand-written update follows the step) the element's gradient moves too.
@@ -34,7 +34,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from repro_check.child import origin, patches
+from repro_check.child.observe import origin
+from repro_check.child import patches
 from repro_check.trace import values
 from repro_check.trace.protocol import ControlSettings
 

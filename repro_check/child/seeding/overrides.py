@@ -52,7 +52,7 @@ def imposes(config: RunConfig) -> bool:
 def loading(config: RunConfig) -> bool:
     """Whether ``config`` changes how the data is loaded (workers, start method): then the run
     also notes which global random streams its DataLoader fetches draw from
-    (:meth:`repro_check.child.watch.SeedingWatch.watch_draws`)."""
+    (:meth:`repro_check.child.observe.watch.SeedingWatch.watch_draws`)."""
     return config.num_workers is not None or config.start_method is not None
 
 

@@ -41,8 +41,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from repro_check.child import origin, patches
-from repro_check.child.capture import loader_iterator_class
+from repro_check.child.observe import origin
+from repro_check.child import patches
+from repro_check.child.observe.capture import loader_iterator_class
 
 #: the variable naming the pair's plan (a JSON file)
 PLAN_VAR = "REPRO_CHECK_PINS"
@@ -273,7 +274,7 @@ class Pins:
                 _set_stream_state(stream, torch.load(path, weights_only=False))
         if self.run != 1 and self.recorder is not None and self.recorder.signals is not None:
             # only when pins are applied (diagnose)
-            from repro_check.child import rngstate
+            from repro_check.child.seeding import rngstate
 
             signals = self.recorder.signals
             with self.recorder.quiet():
@@ -422,7 +423,7 @@ def _set_state(kind: str, obj: Any, state: Any) -> None:
 
 def _own_save(obj: Any, path: Any) -> None:
     """Save a pin's file with torch's own ``torch.save``, not the one the run's hooks wrap: a
-    file repro-check writes is none of the script's saves (:mod:`repro_check.child.saved`)."""
+    file repro-check writes is none of the script's saves (:mod:`repro_check.child.observe.saved`)."""
     # torch on use: only when pins are recorded (diagnose)
     import torch
 
@@ -433,7 +434,7 @@ def _own_save(obj: Any, path: Any) -> None:
 def _how(seed: Any, call: str) -> str:
     """How a seeding call seeds: ``clock`` for a value within a day of the wall clock."""
     # only when pins are applied (diagnose)
-    from repro_check.child import clock
+    from repro_check.child.seeding import clock
 
     try:
         return "clock" if clock.clock_unit(seed) else call

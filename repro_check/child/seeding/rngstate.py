@@ -1,6 +1,6 @@
 """Fingerprints of the global RNG streams' states, for the per-step ``rng.*`` signals.
 
-Only collection lives here; setting the streams is :mod:`repro_check.child.seeding`. Each stream is
+Only collection lives here; setting the streams is :mod:`repro_check.child.seeding.components`. Each stream is
 read without being advanced and without side effects: numpy is read only when the process
 already imported it, and a CUDA generator only once the process has started CUDA (reading it
 earlier would start CUDA, which changes what the run does).

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ..api_targets import STEPS, TINY, Golden
-from ..conftest import FIXTURES, CliResult, run_cli
+from ...api_targets import STEPS, TINY, Golden
+from ...conftest import FIXTURES, CliResult, run_cli
 
 # the shared API runs (same_check, golden, verify_same): made once a session
 pytest_plugins = ["tests.api_runs"]
@@ -89,7 +89,7 @@ class _Stream:
 
 def _expected_steps(make_loop) -> list[int]:
     """The expected-steps records the recorder emits while the loop trains in this process."""
-    from repro_check.child.capture import Recorder
+    from repro_check.child.observe.capture import Recorder
 
     events: list[dict] = []
     rec = Recorder(events.append).install()
@@ -179,7 +179,7 @@ from contextlib import contextmanager  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from repro_check.child import capture  # noqa: E402
+from repro_check.child.observe import capture  # noqa: E402
 
 SIGNAL_ORDER = ["rng.python", "rng.numpy", "rng.torch", "rng.cuda", "init", "batch", "loss",
                 "lr", "opt", "scaler", "grads", "params"]

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from repro_check.child import checkpoint, patches
+from repro_check.child.observe import checkpoint
+from repro_check.child import patches
 from repro_check.trace.protocol import ResumeSettings
 
 

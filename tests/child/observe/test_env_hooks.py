@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from repro_check.child import env_hooks
-from repro_check.child.probe import StepProbe, arg_fingerprint
+from repro_check.child.observe import env_hooks
+from repro_check.child.observe.probe import StepProbe, arg_fingerprint
 
 pytestmark = pytest.mark.frameworks
 

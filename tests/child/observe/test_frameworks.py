@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import FIXTURES, run_cli
+from ...conftest import FIXTURES, run_cli
 
 METRICS = FIXTURES / "metrics"
 

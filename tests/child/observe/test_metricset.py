@@ -8,8 +8,8 @@ import json
 import os
 from typing import Any
 
-from repro_check.child import capture, metric_hooks, metricset
-from repro_check.child.emit import Emitter
+from repro_check.child.observe import capture, metric_hooks, metricset
+from repro_check.child.process.emit import Emitter
 from repro_check.compare.steps import Comparison
 from repro_check.trace import format as trace_format
 from repro_check.trace import values

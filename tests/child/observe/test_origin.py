@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from repro_check.child import origin  # noqa: E402
-from repro_check.child.probe import StepProbe  # noqa: E402
+from repro_check.child.observe import origin  # noqa: E402
+from repro_check.child.observe.probe import StepProbe  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from repro_check.diagnose.localize import compare
-from repro_check.child.probe import StepProbe, arg_fingerprint
+from repro_check.child.observe.probe import StepProbe, arg_fingerprint
 
 
 class Shift(nn.Module):

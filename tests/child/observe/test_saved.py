@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from repro_check.child import origin, patches, saved
+from repro_check.child.observe import origin, saved
+from repro_check.child import patches
 from repro_check.trace.format import parse_event
 from repro_check.trace.protocol import SAVED_FILE, SAVED_STATE, SavedRecord, record_of
 

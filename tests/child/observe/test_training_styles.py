@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from repro_check.child import capture, origin
+from repro_check.child.observe import capture, origin
 
-from ..conftest import FIXTURES, CliResult, run_cli
+from ...conftest import FIXTURES, CliResult, run_cli
 
 STYLES = FIXTURES / "styles"
 _NAMES = itertools.count()

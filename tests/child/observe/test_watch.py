@@ -22,8 +22,9 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from repro_check.child import clock, patches  # noqa: E402
-from repro_check.child.watch import SeedingWatch, WorkerWatch, cross_run_notes  # noqa: E402
+from repro_check.child.seeding import clock  # noqa: E402
+from repro_check.child import patches  # noqa: E402
+from repro_check.child.observe.watch import SeedingWatch, WorkerWatch, cross_run_notes  # noqa: E402
 
 SEED = 1234
 THREADS = 1

@@ -19,7 +19,7 @@ from repro_check.run.runner import RunResult
 from repro_check.run.streams import ProcessResult
 from repro_check.trace.format import load_trace
 
-from ..conftest import FIXTURES, CliResult, run_cli
+from ...conftest import FIXTURES, CliResult, run_cli
 
 pytest_plugins = ["tests.api_runs"]  # same_check: a script that starts no process
 

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from typing import Any
 
-from repro_check.child import clock
+from repro_check.child.seeding import clock
 
-from ..conftest import ROOT, cli_env
+from ...conftest import ROOT, cli_env
 
 SCRIPT = r"""
 import copy, datetime, pickle, time
-from repro_check.child import clock
+from repro_check.child.seeding import clock
 # each bound below is the time since ``began`` plus a second: however long a loaded machine
 # pauses this process between two readings of the clock, no bound is broken by it
 began = time.monotonic()

@@ -1,4 +1,4 @@
-"""The negative control's plant inside a run (child/control.py), in this process: the 1-ulp
+"""The negative control's plant inside a run (child/seeding/control.py), in this process: the 1-ulp
 change, the element chosen, a metric's change, and a resume's states left out."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from repro_check.child import control, patches
+from repro_check.child.seeding import control
+from repro_check.child import patches
 from repro_check.trace import values
 
 

@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from repro_check import targets  # noqa: E402
-from repro_check.child import overrides, patches  # noqa: E402
+from repro_check.child.seeding import overrides  # noqa: E402
+from repro_check.child import patches  # noqa: E402
 from repro_check.trace.protocol import RunConfig  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-from repro_check.child import rngstate
+from repro_check.child.seeding import rngstate
 
 
 def test_streams_in_order_and_reading_does_not_advance() -> None:
@@ -44,7 +44,7 @@ def test_cuda_without_a_device_is_left_out() -> None:
 def test_python_state_read_in_place_agrees_with_getstate(monkeypatch) -> None:
     import random
 
-    from repro_check.child import rngstate
+    from repro_check.child.seeding import rngstate
 
     def slow() -> str:
         with monkeypatch.context() as m:

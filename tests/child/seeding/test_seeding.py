@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from repro_check.child import seeding
+from repro_check.child.seeding import components as seeding
 from repro_check.errors import UsageError
 
-from ..conftest import CliResult, run_cli
+from ...conftest import CliResult, run_cli
 
 
 @pytest.fixture(scope="module")
