@@ -58,8 +58,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from repro_check.child.seeding import clock
-from repro_check.child.seeding.components import STREAM_NAMES
+from repro_check.compare.seeds import shared_field
+from repro_check.trace.seeding import STREAM_NAMES
 from repro_check.trace import signals
 from repro_check.trace.results import Location
 
@@ -152,7 +152,7 @@ def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
     """Per seeding call (its key and call site): the first record seen, and each run's value.
 
     A call whose value differs between the runs and equals the same coarse field of the time in
-    every run (the hour, the date: :func:`repro_check.child.seeding.clock.shared_field`) is given
+    every run (the hour, the date: :func:`repro_check.compare.seeds.shared_field`) is given
     ``source: clock`` and ``clock_field``."""
     out: dict[str, tuple[Mapping[str, Any], dict[int, Any]]] = {}
     fields: dict[str, dict[int, Any]] = {}
@@ -169,7 +169,7 @@ def _seeds_by_key(seedings: Mapping[int, Sequence[Mapping[str, Any]]]
     for call, (rec, values) in list(out.items()):
         if rec.get("source") in (None, "clock") or str(rec.get("source")).startswith("unseeded"):
             runs = sorted(values)
-            field = clock.shared_field([fields[call].get(r) for r in runs],
+            field = shared_field([fields[call].get(r) for r in runs],
                                        [values[r] for r in runs])
             if field is not None and rec.get("source") != "clock":
                 out[call] = ({**rec, "source": "clock", "clock_field": field}, values)

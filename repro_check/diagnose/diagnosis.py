@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from repro_check.child.seeding import components as seeding
+from repro_check.trace import seeding
 from repro_check.diagnose.localize import Localization, compare, env_call_before
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from repro_check.child.seeding.pin import RECORDS, rank_file
+from repro_check.trace.pins import RECORDS, rank_file
 from repro_check.compare.cause import EXPLANATION, from_signal, private_generator
 from repro_check.diagnose.localize import Localization, env_call_before
 from repro_check.report.contents import Source, SourcesCost

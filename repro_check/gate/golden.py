@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.trace import environment
-from repro_check.child.seeding import components as seeding
+from repro_check.trace import seeding
 from repro_check.compare import cause, printed
 from repro_check.compare.steps import ComparisonResult
 from repro_check.errors import TraceFileError, UsageError

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from repro_check.child.seeding import components as seeding
+from repro_check.trace import seeding
 from repro_check.compare import printed
 from repro_check.compare.tolerances import ToleranceOptions, parse_cli, parse_config, parse_signals
 from repro_check.errors import UsageError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from repro_check.trace import environment
-from repro_check.child.seeding import components as seeding
+from repro_check.trace import seeding
 from repro_check.trace.environment import differences, fingerprint, run_settings
 
 

@@ -16,7 +16,9 @@ seed before the call, as ``seed = random.randint(...)`` does). ``order`` places 
 model constructions (:mod:`repro_check.child.observe.origin`), ``at_step`` is the step in progress when
 it was made. A seed that equals a coarse field of the time (the hour, the date) carries
 ``"clock_fields"``: only the runs together can tell it from a constant
-(:func:`repro_check.child.seeding.clock.shared_field`). Seeding calls are reported once per call site.
+(:func:`repro_check.compare.seeds.shared_field`, in the parent, where
+:func:`~repro_check.compare.seeds.cross_run_notes` names such seeds). Seeding calls are reported
+once per call site.
 
 DataLoader workers: a forked worker inherits the watch, and a seeding call made directly from
 the target's code in a worker (``np.random.seed()`` in a ``worker_init_fn`` or a Dataset's
@@ -57,7 +59,7 @@ from typing import Any, Literal
 from repro_check.child.seeding import clock, rngstate
 from repro_check.child.observe import origin
 from repro_check.child import patches
-from repro_check.child.seeding.components import STREAM_NAMES
+from repro_check.trace.seeding import STREAM_NAMES
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -566,35 +568,3 @@ def arrive(user_fn: Any, carry: dict[str, Any] | None) -> WorkerWatch:
             except Exception:  # noqa: BLE001
                 pass
     return WorkerWatch(user_fn, _SPAWNED)
-
-
-def cross_run_notes(overrides_by_run: dict[int, list[dict[str, Any]]]) -> list[str]:
-    """Seeds whose value differs between runs: the target seeds from the clock, OS entropy or an
-    unseeded stream, so the runs cannot agree."""
-    seen: dict[str, dict[int, Any]] = {}
-    fields: dict[str, dict[int, Any]] = {}
-    first: dict[str, dict[str, Any]] = {}
-    for run, records in sorted(overrides_by_run.items()):
-        for rec in records:
-            key = rec.get("key")
-            if isinstance(key, str) and "value" in rec:
-                call = f"{key}@{rec.get('where')}"  # one call site
-                seen.setdefault(call, {}).setdefault(run, rec.get("value"))
-                fields.setdefault(call, {}).setdefault(run, rec.get("clock_fields"))
-                first.setdefault(call, rec)
-    notes = []
-    for call, by_run in seen.items():
-        if len(by_run) > 1 and len({repr(v) for v in by_run.values()}) > 1:
-            rec = first[call]
-            key = rec["key"]
-            shown = ", ".join(f"run {r}: {v}" for r, v in sorted(by_run.items()))
-            at = f" at {rec['where']}" if rec.get("where") else ""
-            field = clock.shared_field([fields[call][r] for r in sorted(by_run)],
-                                       [by_run[r] for r in sorted(by_run)])
-            whence = {"clock": "from the clock", "entropy": "from OS entropy"}.get(
-                str(rec.get("source")), "from the clock, OS entropy or an unseeded stream")
-            if field is not None:
-                whence = f"from the clock (the seed is the {field} of the time)"
-            notes.append(f"{rec.get('component')} was reseeded differently in each run ({key}{at}; "
-                         f"{shown}): the target seeds it {whence}, so the runs cannot agree")
-    return notes

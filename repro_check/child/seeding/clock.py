@@ -30,8 +30,9 @@ microseconds or nanoseconds, give or take a day: the seeding watch calls such a 
 from the clock". A coarse field of the time (the hour, the date, ``hour * 60 + minute``) is a
 small number that a constant seed can equal by chance (42 at 00:42, 2026 in 2026), so one run
 cannot tell: :func:`clock_fields` lists the fields a value equals in this run, and
-:func:`shared_field` calls a seed clock-derived only when its value differs between runs and
-equals the same field in every one of them (a constant cannot differ).
+:func:`repro_check.compare.seeds.shared_field`, in the parent, calls a seed clock-derived only
+when its value differs between runs and equals the same field in every one of them (a constant
+cannot differ).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ _READ_BEFORE_NS = 61 * 10**9
 def clock_fields(value: Any) -> list[str]:
     """The coarse fields of the run's (moved) time, local or UTC, now or a minute ago, that
     ``value`` equals (``[]`` for anything that is not a whole number). Only a hint in one run:
-    see :func:`shared_field`."""
+    see :func:`repro_check.compare.seeds.shared_field`."""
     if isinstance(value, bool):
         return []
     if isinstance(value, float):
@@ -163,20 +164,6 @@ def clock_fields(value: Any) -> list[str]:
             if name not in found and secs // unit == value:
                 found.append(name)
     return found
-
-
-def shared_field(fields_by_run: list[Any], values_by_run: list[Any]) -> str | None:
-    """The field a seed was taken from, when its value differs between the runs and equals that
-    field of the time in every run (each run's :func:`clock_fields`); None otherwise."""
-    if len(values_by_run) < 2 or len({repr(v) for v in values_by_run}) < 2 \
-            or len(fields_by_run) != len(values_by_run):
-        return None
-    common: list[str] | None = None
-    for fields in fields_by_run:
-        if not isinstance(fields, list):
-            return None
-        common = [f for f in (fields if common is None else common) if f in fields]
-    return common[0] if common else None
 
 
 # ---- the moved functions -----------------------------------------------------------------------

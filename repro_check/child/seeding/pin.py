@@ -44,11 +44,7 @@ from typing import Any
 from repro_check.child.observe import origin
 from repro_check.child import patches
 from repro_check.child.observe.capture import loader_iterator_class
-
-#: the variable naming the pair's plan (a JSON file)
-PLAN_VAR = "REPRO_CHECK_PINS"
-#: the file of a run's generator and reseeding records, in the replay folder
-RECORDS = "generators-{run}.jsonl"
+from repro_check.trace.pins import PLAN_VAR, RECORDS, rank_file
 #: generators tracked in a run (a script making one a step would otherwise grow the set, and
 #: each one not drawn from yet is looked at after every step)
 MAX_TRACKED = 200
@@ -72,15 +68,6 @@ def user_stack(direct: bool = True) -> list[dict[str, Any]] | None:
         return None
     return [{"file": f.filename, "line": f.lineno, "function": f.name}
             for f in frames if not origin.is_library(f.filename)][-8:]
-
-
-def rank_file(file: str, rank: int | None) -> str:
-    """A replay file's name for a torchrun rank (``x-1.jsonl`` stays for rank 0 and single
-    runs; ``x-1.rank-2.jsonl`` for rank 2): the ranks of a run share its replay folder."""
-    if not rank:
-        return file
-    stem, dot, ext = file.partition(".")
-    return f"{stem}.rank-{rank}{dot}{ext}"
 
 
 def _digest(value: Any) -> str:

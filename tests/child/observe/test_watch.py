@@ -24,7 +24,8 @@ np = pytest.importorskip("numpy")
 
 from repro_check.child.seeding import clock  # noqa: E402
 from repro_check.child import patches  # noqa: E402
-from repro_check.child.observe.watch import SeedingWatch, WorkerWatch, cross_run_notes  # noqa: E402
+from repro_check.child.observe.watch import SeedingWatch, WorkerWatch  # noqa: E402
+from repro_check.compare.seeds import cross_run_notes, shared_field  # noqa: E402
 
 SEED = 1234
 THREADS = 1
@@ -424,13 +425,13 @@ def test_constant_seeds_are_never_a_clock_seed() -> None:
     """Whatever fields a constant equals in one run, it is the same in every run."""
     for value in (0, 1, 7, 42, 123, 1234, 2024, 2026, 31337, 20240101):
         fields = clock.clock_fields(value)
-        assert clock.shared_field([fields, fields], [value, value]) is None
+        assert shared_field([fields, fields], [value, value]) is None
     assert clock.clock_fields(4.5) == []
     assert clock.clock_fields(None) == [] and clock.clock_fields(True) == []
     assert [clock.clock_fields(v) for v in (123, 31337, 10**12)] == [[], [], []]
-    assert clock.shared_field([["hour"], ["hour", "second"]], [13, 14]) == "hour"
-    assert clock.shared_field([["hour"], ["minute"]], [13, 14]) is None
-    assert clock.shared_field([["hour"], None], [13, 14]) is None
+    assert shared_field([["hour"], ["hour", "second"]], [13, 14]) == "hour"
+    assert shared_field([["hour"], ["minute"]], [13, 14]) is None
+    assert shared_field([["hour"], None], [13, 14]) is None
 
 
 class _Augmented(torch.utils.data.Dataset):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from repro_check.child.seeding import components as seeding
+from repro_check.trace import seeding as vocabulary
 from repro_check.errors import UsageError
 
 from ...conftest import CliResult, run_cli
@@ -52,7 +53,7 @@ def test_hashseed_threads_and_flags(seeded: CliResult) -> None:
     assert m["threads"] == 2 and seeded.report["threads"] == 2
     assert m["cudnn_deterministic"] == 1 and m["cudnn_benchmark"] == 0
     assert m["deterministic_algorithms"] == 1
-    assert seeded.report["components"] == list(seeding.COMPONENTS)
+    assert seeded.report["components"] == list(vocabulary.COMPONENTS)
     assert seeded.report["environment"]["threads"] == 2
 
 
@@ -76,20 +77,20 @@ def test_turning_one_component_off_changes_only_its_stream(without_numpy: CliRes
 
 def test_unknown_component_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="did you mean 'numpy'"):
-        seeding.select_components(["numpi"])
+        vocabulary.select_components(["numpi"])
 
 
 def test_seed_range() -> None:
     with pytest.raises(UsageError):
-        seeding.check_seed(2**32)
-    assert seeding.check_seed(0) == 0
+        vocabulary.check_seed(2**32)
+    assert vocabulary.check_seed(0) == 0
 
 
 def test_child_environment_sets_what_is_read_at_start() -> None:
-    env = seeding.child_environment({"PYTHONHASHSEED": "0"}, 7, seeding.COMPONENTS, 3)
+    env = vocabulary.child_environment({"PYTHONHASHSEED": "0"}, 7, vocabulary.COMPONENTS, 3)
     assert env["PYTHONHASHSEED"] == "7" and env["OMP_NUM_THREADS"] == "3"
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-    off = seeding.child_environment({"PYTHONHASHSEED": "0"}, 7, (), None)
+    off = vocabulary.child_environment({"PYTHONHASHSEED": "0"}, 7, (), None)
     assert off["PYTHONHASHSEED"] == "random" and "OMP_NUM_THREADS" not in off
 
 
