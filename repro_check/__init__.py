@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from repro_check.child.capture import log_metric
+    from repro_check.child.observe.capture import log_metric
     from repro_check.api import across, bisect, check, diff, record, resume, verify
     from repro_check.errors import (
         ExitCode,
@@ -67,7 +67,7 @@ def __getattr__(name: str) -> Any:
         return __version__
     if name == "log_metric":
         # loaded on first use: the console script starts without it
-        from repro_check.child.capture import log_metric
+        from repro_check.child.observe.capture import log_metric
 
         return log_metric
     if name in ("across", "bisect", "check", "verify", "record", "diff", "resume"):

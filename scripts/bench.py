@@ -105,7 +105,7 @@ def bare(target_text: str, stop_at: int, args: list[str]) -> None:
     """One seeded run of the target without capture, one thread, exiting as a captured run
     does (re-executes itself with the seeded environment). ``stop_at``: leave at once after that
     optimizer step (the earliest a divergence there can be seen)."""
-    from repro_check.child import seeding
+    from repro_check.child.seeding import components as seeding
     from repro_check import targets
 
     if os.environ.get("_BENCH_BARE") != "1":

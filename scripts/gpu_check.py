@@ -47,7 +47,7 @@ def brief(report: Any) -> dict[str, Any]:
 
 def device_fingerprints(torch: Any) -> None:
     from repro_check.trace import fingerprint
-    from repro_check.child import rngstate
+    from repro_check.child.seeding import rngstate
 
     print("0. fingerprints on the device")
     g = torch.Generator().manual_seed(0)
@@ -73,7 +73,7 @@ def device_fingerprints(torch: Any) -> None:
         expect("resolved to the immediate fingerprints",
                texts == [fingerprint.tensors(params), fingerprint.nested(batch)], texts)
     # a whole training loop under capture: nothing synchronises until the held steps are flushed
-    from repro_check.child import capture
+    from repro_check.child.observe import capture
 
     events: list[dict[str, Any]] = []
     recorder = capture.Recorder(events.append)

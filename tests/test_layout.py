@@ -217,9 +217,39 @@ def test_the_training_process_side_never_imports_the_parent_side() -> None:
     assert not bad, "\n".join(bad)
 
 
+#: the one module of the parent side allowed to import the training process's side: the package
+#: root, which re-exports ``log_metric`` (a function the target calls inside its own run)
+ROOT = "repro_check"
+
+
+def test_the_parent_side_never_imports_the_training_process_side() -> None:
+    """What both processes need to know (the seeding components, the exit statuses, the run's
+    configuration file, the environment fingerprint, the pins' file names) is in the shared
+    modules; the parent starts a run by its module name only (``python -m repro_check.child``)."""
+    bad = [f"{MODULES[n].relative_to(PACKAGE.parent)}:{line} imports {mod}"
+           for n in MODULES if not n.startswith(INSIDE + SHARED) and n != ROOT
+           for mod, _, line in imports_of(n) if mod.startswith(INSIDE)]
+    assert not bad, "\n".join(bad)
+
+
+#: ``child/`` by role: what starts and ends a run (``process``), what seeds and pins it
+#: (``seeding``), what observes it (``observe``); at the top only the entry, the patch registry
+#: and the features installed through it
+CHILD_TOP = {"repro_check.child", "repro_check.child.__main__", "repro_check.child.main",
+             "repro_check.child.patches", "repro_check.child.features"}
+CHILD_ROLES = ("repro_check.child.process", "repro_check.child.seeding",
+               "repro_check.child.observe")
+
+
+def test_the_training_process_side_is_split_by_role() -> None:
+    loose = sorted(n for n in MODULES if n.startswith(INSIDE) and n not in CHILD_TOP
+                   and not n.startswith(CHILD_ROLES))
+    assert not loose, f"modules of child/ in no role's folder: {loose}"
+
+
 def test_every_folder_of_the_package_is_a_subpackage_with_a_docstring() -> None:
-    for folder in [p for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"
-                   and p.name != "data"]:
+    for folder in [p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"
+                   and "data" not in p.relative_to(PACKAGE).parts]:
         init = folder / "__init__.py"
         assert init.exists(), folder
         assert ast.get_docstring(ast.parse(init.read_text())), f"{init} says nothing of itself"

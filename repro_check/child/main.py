@@ -1,7 +1,7 @@
 """The entry point of one run: seed, install capture, run the target, stream the trace.
 
 Started by the runner as ``python -m repro_check.child`` with its configuration in a file that the
-``REPRO_CHECK_RUN`` environment variable names (:mod:`repro_check.child.runconfig`) and a pipe on which every trace line is written as it
+``REPRO_CHECK_RUN`` environment variable names (:mod:`repro_check.trace.runconfig`) and a pipe on which every trace line is written as it
 happens (unbuffered, so steps survive ``os._exit`` and crashes). The target's own output goes to
 this process's stdout/stderr, which the runner keeps a tail of.
 
@@ -27,13 +27,14 @@ import time
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import clock, isolation, runconfig
-from repro_check.child.emit import Emitter
-from repro_check.child.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
+from repro_check.child.seeding import clock
+from repro_check.child.process import isolation
+from repro_check.trace import runconfig
+from repro_check.child.process.emit import Emitter
+from repro_check.trace.exits import (EXIT_ORPHANED, EXIT_PROTOCOL, EXIT_RAISED, EXIT_RESOLVE,
                                      EXIT_TERMINATED)
 from repro_check.trace.protocol import DEBUG_VAR, ProtocolError, RunConfig
-from repro_check.child import overrides as overrides_module
-from repro_check.child import patches
+from repro_check.child import features, patches
 
 
 class Terminated(BaseException):
@@ -70,24 +71,6 @@ def _die_with_parent() -> None:
         os._exit(EXIT_ORPHANED)
 
 
-def _flush_before_os_exit(recorder: Any) -> None:
-    """``os._exit`` skips every handler: hand over the pending steps first (this process only)."""
-    owner = os.getpid()
-
-    def make(real_exit: Any) -> Any:
-        def _exit(code: int) -> None:
-            if os.getpid() == owner:
-                try:
-                    recorder.flush()
-                except BaseException:  # noqa: BLE001 - exiting anyway
-                    pass
-            real_exit(code)
-
-        return _exit
-
-    patches.PATCHES.wrap("main.flush", os, "_exit", make)
-
-
 def main() -> int:
     try:
         config = runconfig.read_config(os.environ)
@@ -104,10 +87,10 @@ def main() -> int:
 
     # torch comes with these: loaded once the run is tied to its supervisor (the rank supervisor
     # imports this module too, and never loads torch); the capture before seeding, as always
-    from repro_check.child import capture  # noqa: F401
-    from repro_check.child import environment  # noqa: F401
-    from repro_check.child import seeding
-    from repro_check.child import watch  # noqa: F401
+    from repro_check.child.observe import capture  # noqa: F401
+    from repro_check.trace import environment  # noqa: F401
+    from repro_check.child.seeding import components as seeding
+    from repro_check.child.observe import watch  # noqa: F401
 
     # a resume's runs: no DataLoader gets a generator of ours, which the script could not save
     # (its workers are still seeded from their torch seed)
@@ -116,16 +99,18 @@ def main() -> int:
         if config.seed is not None else {}
     target = config.target
     header = _header(config, target, done, started)
-    recorder, overrides, checkpoints, saves = _install(config, emit, header, done)
-    # the negative control's run: a 1-ulp change planted on purpose (any other run: nothing)
-    from repro_check.child import control
+    # the trace format: loaded once the configuration is read (another version's is refused)
+    from repro_check.trace.format import header_line
 
-    plant = control.install(recorder, emit, config.control)
-    control.leave_out(config.resume.leave_out if config.resume is not None else None, emit)
-    if overrides_module.imposes(config):  # an --across environment's workers, start, compile
-        overrides_module.install(config, lambda text: emit({"warning": text}))
-    if overrides_module.loading(config):  # which global streams the data loading draws from
-        overrides.watch_draws()
+    emit(header_line(header))
+    # every feature in the order patches.ORDER gives (child/features.py): the overrides of an
+    # --across environment, the pins, the seeding watch, the step recorder, the checkpoint
+    # signals, the saves, where models are built, the moved clock, the flush before os._exit,
+    # the processes the target starts, the logging libraries' metrics, an RL environment's
+    # calls and the negative control's plant
+    context = features.RunContext(config, emit, header, done)
+    features.install(context)
+    recorder, seeding_watch, plant = context.recorder, context.watch, context.plant
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target leaves is collected at exit by one collection of our
@@ -142,14 +127,15 @@ def main() -> int:
     shown = _debug_patches(emit)
     status = _call(run, target, emit, recorder)
     isolation.check(emit)  # a run at a git revision ran that revision's code only
-    checkpoints.target_returned()  # a checkpoint being taken ends here: the interrupted run stops
+    # a checkpoint being taken ends here: the interrupted run stops
+    context.checkpoints.target_returned()
     if not isinstance(status, int):  # the modules' state at the end (a failed run: nothing)
-        saves.target_returned()
+        context.saves.target_returned()
     _debug_patches(emit, shown)  # hooks put in as the target imported a library
     if isinstance(status, int):
         return status
     recorder.flush()
-    overrides.check()
+    seeding_watch.check()
     if plant is not None and status != "stopped":
         plant.metrics()  # a control run that planted nothing yet: in the metric it names
     if recorder.metrics and status != "stopped":
@@ -172,7 +158,7 @@ def _header(config: RunConfig, target: Any, done: dict[str, Any],
             started: float) -> dict[str, Any]:
     """The trace header: what was run, how it was seeded, in which environment."""
     # imports torch: loaded once the run is tied to its supervisor
-    from repro_check.child import environment
+    from repro_check.trace import environment
 
     seed = config.seed
     components = list(config.components)
@@ -199,60 +185,10 @@ def _header(config: RunConfig, target: Any, done: dict[str, Any],
     }
     if config.distributed:
         # only under torchrun
-        from repro_check.child import rank
+        from repro_check.child.process import rank
 
         header.update(rank.rank_header())
     return header
-
-
-def _install(config: RunConfig, emit: Emitter, header: dict[str, Any],
-             done: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """Emit the header, then install the step recorder (a rank's under torchrun), the watch on the
-    seeding, the checkpoint signals (and a resume's watch on saves) and, when asked, the
-    recording of the processes the target starts; returns the first three and the watch on
-    what the run saves."""
-    # they import torch: loaded once the run is tied to its supervisor
-    from repro_check.child import capture
-    from repro_check.child import checkpoint
-    from repro_check.child import origin
-    from repro_check.child import saved
-    from repro_check.child import env_hooks
-    from repro_check.child import metric_hooks
-    from repro_check.child import watch
-    from repro_check.trace.format import header_line
-
-    recorder_class: type[Any] = capture.Recorder
-    if config.distributed:
-        # only under torchrun
-        from repro_check.child import rank
-
-        recorder_class = rank.RankRecorder
-    emit(header_line(header))
-    flag_ops = config.warn_only and "deterministic_algorithms" in config.components
-    # they import torch: loaded once the run is tied to its supervisor
-    from repro_check.child import pin
-
-    # the private generators, and diagnose's pins: before the recorder, which sees their batches
-    rank_index = header.get("distributed", {}).get("rank") if config.distributed else None
-    pins = pin.from_environment(emit, rank_index)
-    recorder = recorder_class(emit, config.max_steps, probe_step=config.probe_step,
-                              flag_ops=flag_ops).install()
-    pins.attach(recorder)
-    _flush_before_os_exit(recorder)
-    metric_hooks.install(recorder)  # what the target logs to TensorBoard, Lightning, ...
-    env_hooks.install(recorder)  # an RL environment's calls: the first ones, and the probe's
-    overrides = watch.SeedingWatch(emit, done, config.seed).install()
-    recorder.watchers.append(overrides.check)
-    origin.SITES.install()
-    clock.install(config.run)  # a seed taken from the clock differs in every run
-    checkpoints = checkpoint.install(recorder, emit, config.resume)  # lr, opt, scaler; saves
-    saves = saved.install(recorder, emit)  # every save, and the modules' state at the end
-    if config.processes:  # the processes the target starts record streams of their own
-        # only when the target's processes are recorded
-        from repro_check.child import processes
-
-        processes.install(config, header, done)
-    return recorder, overrides, checkpoints, saves
 
 
 #: the environment variable that asks for repro-check's debugging output (here: the listing of
@@ -278,7 +214,7 @@ def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
     """Call the target; how it went: a status to report (completed, stopped, exited), or the
     exit status of a run that failed (its error already emitted)."""
     # imports torch: loaded once the run is tied to its supervisor
-    from repro_check.child import capture
+    from repro_check.child.observe import capture
 
     try:
         result = run()
@@ -321,7 +257,7 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
 
 def _terminated() -> int:
     # they import torch: loaded once the run is tied to its supervisor
-    from repro_check.child import capture
+    from repro_check.child.observe import capture
 
     recorder = capture.active()
     if recorder is not None:

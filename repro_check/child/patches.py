@@ -42,7 +42,7 @@ from repro_check.trace.protocol import patch_line
 #:
 #: * ``DataLoader.__init__``: an ``--across`` environment's worker count and start method nearest
 #:   the original, whatever the script or the features outside pass; the seeding watch sees the arguments the script passed (it makes
-#:   the ``worker_init_fn`` a :class:`~repro_check.child.watch.WorkerWatch`), then the pins note
+#:   the ``worker_init_fn`` a :class:`~repro_check.child.observe.watch.WorkerWatch`), then the pins note
 #:   the loader once it is made, then seeding gives it a generator and seeds its workers before
 #:   the (watched) ``worker_init_fn`` runs;
 #: * ``DataLoader.__iter__`` and the iterator's ``__next__``: diagnose's pins (a substituted

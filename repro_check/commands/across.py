@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from repro_check.child import environment
+from repro_check.trace import environment
 from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.commands.diagnose import ProbeCollector

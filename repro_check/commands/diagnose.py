@@ -7,7 +7,7 @@ Three stages, each a set of paired runs like the check's:
    stopping the run. Its first divergence gives the root cause (:mod:`repro_check.compare.cause`).
 2. **Localization** of a ``compute`` divergence: two fresh runs with the same seeding replay up to
    the first divergent step and record, at that step only, every op and every module's output
-   and output gradient (:mod:`repro_check.child.probe`); :mod:`repro_check.diagnose.localize` names the first
+   and output gradient (:mod:`repro_check.child.observe.probe`); :mod:`repro_check.diagnose.localize` names the first
    op whose result differs and the module that ran it. A random op that drew different numbers
    from the same inputs makes the cause ``rng`` (its generator differs, not the op); when every
    op agrees and the thread count was not pinned, threads are named as the likely cause.
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.trace.payloads import Flagged
-from repro_check.child import seeding
+from repro_check.trace import seeding
 from repro_check.diagnose.localize import Localization, compare, env_call_before
 from repro_check.diagnose.sources import DEFAULT_MAX_SOURCES, find_sources, plan
 from repro_check.errors import UsageError

@@ -418,7 +418,7 @@ CONTROL_STEPS = 2
 
 
 class ResumeControl:
-    """The negative control of a resume that matched (:mod:`repro_check.child.control`): the
+    """The negative control of a resume that matched (:mod:`repro_check.child.seeding.control`): the
     resumed run again, leaving out on purpose one state the checkpoint restores (the RNG state
     where it holds one the runs draw from after the checkpoint, else the optimizer's). It must
     differ from the reference within :data:`CONTROL_STEPS` resumed steps (on exact bits, in the

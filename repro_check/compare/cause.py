@@ -59,8 +59,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from repro_check.child import clock
-from repro_check.child.seeding import STREAM_NAMES
+from repro_check.compare.seeds import shared_field
+from repro_check.trace.seeding import STREAM_NAMES
 from repro_check.trace import signals
 from repro_check.trace.payloads import (GENERATOR_KINDS, EnvCall, GeneratorDrawn, GeneratorNote,
                                         GeneratorSeeded, JsonValue, LoaderEpoch, LoaderMade,
@@ -158,7 +158,7 @@ def _seeds_by_key(seedings: Seedings) -> dict[str, tuple[SeedOverride, dict[int,
     """Per seeding call (its key and call site): the first record seen, and each run's value.
 
     A call whose value differs between the runs and equals the same coarse field of the time in
-    every run (the hour, the date: :func:`repro_check.child.clock.shared_field`) is given
+    every run (the hour, the date: :func:`repro_check.compare.seeds.shared_field`) is given
     ``source: clock`` and ``clock_field``."""
     out: dict[str, tuple[SeedOverride, dict[int, JsonValue]]] = {}
     fields: dict[str, dict[int, list[str] | None]] = {}
@@ -175,7 +175,7 @@ def _seeds_by_key(seedings: Seedings) -> dict[str, tuple[SeedOverride, dict[int,
     for call, (rec, values) in list(out.items()):
         if rec.source in (None, "clock") or str(rec.source).startswith("unseeded"):
             runs = sorted(values)
-            field = clock.shared_field([fields[call].get(r) for r in runs],
+            field = shared_field([fields[call].get(r) for r in runs],
                                        [values[r] for r in runs])
             if field is not None and rec.source != "clock":
                 out[call] = (dataclasses.replace(rec, source="clock", clock_field=field), values)

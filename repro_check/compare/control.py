@@ -2,7 +2,7 @@
 
 A check (or ``verify``) whose runs agree says REPRODUCIBLE only if it could have seen a
 difference. The control run is started like the others and plants a 1-ulp change right after
-step 1 (:mod:`repro_check.child.control`); this module compares it, live, with the reference
+step 1 (:mod:`repro_check.child.seeding.control`); this module compares it, live, with the reference
 (run 1, or the golden) on exact bits, in the signals the check compares: the change must show
 at the step it follows or at the next one (where the runs end before that, in the final metrics;
 with no step recorded, in the final metrics). Tolerances are not applied: they say how large a

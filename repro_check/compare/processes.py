@@ -2,7 +2,7 @@
 
 A run is several streams: the main process's steps (stream 0, the run's own trace) and one stream
 for each process the target started (stream K, the K-th process it started; see
-:mod:`repro_check.child.processes`). Stream K of run N is compared with stream K of run 1 by the
+:mod:`repro_check.child.process.processes`). Stream K of run N is compared with stream K of run 1 by the
 usual streaming :class:`~repro_check.compare.steps.Comparison`, one per stream, like the ranks of
 a torchrun job. The first divergence is the earliest step of any stream (the lower stream at the
 same step). A process that recorded nothing in any run (a helper that only waits or serves) has

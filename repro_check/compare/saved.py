@@ -1,12 +1,12 @@
 """What the runs left, compared: every file each run saved, tensor by tensor, and its modules'
-state at its end (described inside the runs by :mod:`repro_check.child.saved`).
+state at its end (described inside the runs by :mod:`repro_check.child.observe.saved`).
 
 The saves of run N are paired with run 1's by their order (the K-th save with the K-th), not by
 their paths: a run that saves into a folder of its own, or names a file after the time or its
 process, is paired all the same. Two paired saves agree when every tensor and array of one has
 the same key path, dtype, shape and exact bits in the other; tensors are matched by key, so the
 order a dict was filled in does not matter. Numbers, strings and other values in a save are not
-compared (see :mod:`repro_check.child.saved`). A save that one run made and another did not is a
+compared (see :mod:`repro_check.child.observe.saved`). A save that one run made and another did not is a
 difference too, unless a run was cut short (failed, stopped by fail-fast, interrupted).
 
 A difference is a divergence of its own signal, ``saved:FILE:KEY`` or ``state:KEY``

@@ -1,7 +1,7 @@
 """Where inside a step two runs part: the first op, and its module, whose result differs.
 
 Works on the ``{"probe": ...}`` records two replays of the same step wrote (see
-:mod:`repro_check.child.probe`). Ops are matched by position: up to the first difference both runs
+:mod:`repro_check.child.observe.probe`). Ops are matched by position: up to the first difference both runs
 execute the same code on the same values, so they run the same ops in the same order.
 
 The first op whose result differs is the culprit. If its arguments agree, the op itself is not
@@ -17,7 +17,7 @@ entered is named (``entered``): the tensor made from outside data (``torch.tenso
 the runs and that the op's differing argument was computed from. When the target ran an RL
 environment (gymnasium), the environment call that returned the differing observation is named
 too (``env_call``): the one whose observation is the entered tensor's bytes, else the first
-whose observation differs between the runs (see :mod:`repro_check.child.env_hooks`). Either way the module that ran the op is the culprit module; the
+whose observation differs between the runs (see :mod:`repro_check.child.observe.env_hooks`). Either way the module that ran the op is the culprit module; the
 first module whose output (in forward) or whose output's gradient (in backward) differs is
 reported beside it.
 

@@ -1,7 +1,7 @@
 """``diagnose``: every source of non-determinism, not just the first ("pin and go on").
 
 Once two runs diverge everything after differs, so a later source hides behind the first one.
-Each source found at step K is pinned (:mod:`repro_check.child.pin`) in the next pair of runs,
+Each source found at step K is pinned (:mod:`repro_check.child.seeding.pin`) in the next pair of runs,
 which then goes on to its own first divergence (fail-fast), until the runs agree or
 ``max_sources`` are found. Within a step the order is: a global RNG stream, a private generator
 (by creation), the batch, the computation; the final metrics last (they need no pin).
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from repro_check.child.pin import RECORDS, rank_file
+from repro_check.trace.pins import RECORDS, rank_file
 from repro_check.compare.cause import EXPLANATION, from_signal, private_generator
 from repro_check.diagnose.localize import Localization, env_call_before
 from repro_check.report.contents import Source, SourcesCost

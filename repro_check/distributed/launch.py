@@ -1,7 +1,7 @@
 """Distributed runs: every run is a torchrun job, and every rank of it is recorded.
 
 Each run is launched with PyTorch's own launcher (``python -m torch.distributed.run``); every rank
-runs :mod:`repro_check.child.rank_supervisor`, which starts the usual run entry and appends its trace lines to a
+runs :mod:`repro_check.child.process.rank_supervisor`, which starts the usual run entry and appends its trace lines to a
 file of its own in the run's events folder. The runner tails these files (torchrun starts ranks in
 sessions of their own and passes no pipe on), so the steps of every rank survive crashes and
 ``os._exit``, and each rank's exit status and time are known: the rank that failed first is named.
@@ -11,7 +11,7 @@ started (the job runs under a supervisor of its own, see :mod:`repro_check.run.p
 Seeding: every rank gets the same base seed, so model initialisation, dropout and the DataLoader
 shuffling generator are what a seeded job has on each rank (DDP also broadcasts rank 0's weights;
 a DistributedSampler seeds itself). DataLoader *workers* are the exception: their seeds are mixed
-with the rank (see the ``dataloader`` component in :mod:`repro_check.child.seeding`), so random
+with the rank (see the ``dataloader`` component in :mod:`repro_check.child.seeding.components`), so random
 augmentations are not the same numbers on every rank.
 
 Cross-rank check: with a DistributedDataParallel model, every step also records a fingerprint of
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.trace.payloads import RankExit, RankProcess, RunError
-from repro_check.child import runconfig
+from repro_check.trace import runconfig
 from repro_check.compare.steps import ComparisonResult, Policy
 from repro_check.distributed.compare import (RankComparison, RankFeed, distributed_part,
                                               rank_warnings)
@@ -142,7 +142,7 @@ class Job:
         # the job's ranks compile into caches of its own, removed with its events (finish)
         self.compile_cache = fresh_compile_caches(env, spec.extra_env, under=self.events_dir)
         command = [sys.executable, "-m", "torch.distributed.run",
-                   *options.torchrun_args(spec.index), "-m", "repro_check.child.rank_supervisor"]
+                   *options.torchrun_args(spec.index), "-m", "repro_check.child.process.rank_supervisor"]
         self.supervised = procs.Supervised(command, env, spec.cwd)
         self.proc = self.supervised.proc
         self.event_reader = threading.Thread(target=self._tail_ranks, args=(events,), daemon=True)

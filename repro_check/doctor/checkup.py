@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from repro_check import config, targets
-from repro_check.child.environment import collect
+from repro_check.trace.environment import collect
 from repro_check.errors import ExitCode, UsageError
 from repro_check.doctor_codes import CODES, parse_codes
 from repro_check.doctor.scan import FileScan, Hit, program_hits, scan_tree

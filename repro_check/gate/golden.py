@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from repro_check.trace.payloads import TraceHeader
-from repro_check.child import environment, seeding
+from repro_check.trace import environment
+from repro_check.trace import seeding
 from repro_check.compare import cause, printed
 from repro_check.compare.cause import Cause
 from repro_check.compare.steps import ComparisonResult

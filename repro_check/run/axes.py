@@ -175,7 +175,7 @@ class Cell:
     def overrides(self) -> dict[str, object]:
         """What this cell imposes inside its runs, as the fields of the run's configuration
         (:class:`~repro_check.trace.protocol.RunConfig`) that carry it to the run
-        (:mod:`repro_check.child.overrides`)."""
+        (:mod:`repro_check.child.seeding.overrides`)."""
         out: dict[str, object] = {}
         if self.value("workers") is not None:
             out["num_workers"] = int(self.value("workers") or 0)
@@ -260,7 +260,7 @@ except Exception:
 try:
     import repro_check
     out["package"] = repro_check.__file__
-    import repro_check.child.main, repro_check.child.capture
+    import repro_check.child.main, repro_check.child.observe.capture
     from repro_check.trace import fingerprint
     out["fingerprints"] = fingerprint.ALGORITHM
 except Exception as e:

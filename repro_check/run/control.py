@@ -2,7 +2,7 @@
 
 Once the runs of a check (or ``verify``'s run and the golden) agree, :func:`run_control` starts
 one more run from the same :class:`RunSpec` as run 1 (same seed, options, environment), told to
-plant a 1-ulp change (:mod:`repro_check.child.control`), and compares it as it goes with the
+plant a 1-ulp change (:mod:`repro_check.child.seeding.control`), and compares it as it goes with the
 reference (:class:`~repro_check.compare.control.ControlJudge`). It is stopped as soon as the
 change is seen, or the step after the plant agreed: with a change after step 1 it costs a
 process start and two steps. Its trace is kept beside the others as ``control.jsonl``.

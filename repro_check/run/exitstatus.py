@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from repro_check.child.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
+from repro_check.trace.exits import (CHANNEL_MESSAGE, EXIT_CHANNEL, EXIT_PROTOCOL, EXIT_RAISED,
                                      EXIT_RESOLVE, EXIT_TERMINATED, PROTOCOL_MESSAGE)
 from repro_check.trace.payloads import RunError
 from repro_check.trace.results import FAILED_STATUSES, STATUSES, Status, status_of

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from repro_check.child import seeding
+from repro_check.trace import seeding
 from repro_check.compare import printed
 from repro_check.compare.tolerances import ToleranceOptions, parse_cli, parse_config, parse_signals
 from repro_check.errors import UsageError
@@ -455,7 +455,7 @@ class InternalSettings:
     """What repro-check's own commands set on their runs and no user option does: ``diagnose``'s
     runs with deterministic algorithms in warn-only mode (``warn_only``), a probe of every op at
     one step (``probe_step``) and a pin plan (``pin_plan``, a JSON file the runs read, see
-    :mod:`repro_check.child.pin`), and a :class:`Policy` object given to the Python API
+    :mod:`repro_check.child.seeding.pin`), and a :class:`Policy` object given to the Python API
     (``policy_override``, instead of the options' tolerances), and the checkout of another git
     revision the runs start from (``checkout``, ``bisect``'s). Passed beside the
     :class:`RunOptions` to the run machinery; the default is a plain run."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from repro_check.child import seeding
+from repro_check.trace import seeding
 from repro_check.run.options import CHECK_RUNS, RunOptions
 
 

@@ -253,7 +253,7 @@ def isolating_environment(root: Path, checkout: Path, given: dict[str, str]) -> 
     from there: ``PYTHONPATH`` with each folder of :func:`import_folders` taken from the checkout
     (first, so an editable install's finder is never asked) and no entry inside the working tree;
     and :data:`REVISION_VAR`, by which the run checks that nothing came from the working tree
-    all the same (:mod:`repro_check.child.isolation`)."""
+    all the same (:mod:`repro_check.child.process.isolation`)."""
     kept = [p for p in (given.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")).split(os.pathsep)
             if p and not _under(Path(p).resolve(), root)]
     mapped = [str(checkout / rel) for rel in import_folders(root)]

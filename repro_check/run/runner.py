@@ -35,8 +35,9 @@ from repro_check.compare import scanproc
 from repro_check.compare.cause import MAX_ENV_RECORDS, MAX_GENERATOR_RECORDS
 from repro_check.run import pathentry, procs, streams
 from repro_check.run.signals import CaughtSignals
-from repro_check.child import runconfig, seeding
-from repro_check.child.pin import PLAN_VAR
+from repro_check.trace import runconfig
+from repro_check.trace import seeding
+from repro_check.trace.pins import PLAN_VAR
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run.exitstatus import Status, classify_exit, status_of
 from repro_check.targets import Target

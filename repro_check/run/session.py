@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from repro_check import targets
-from repro_check.child import seeding, watch
+from repro_check.compare.seeds import cross_run_notes
+from repro_check.trace import seeding
 from repro_check.compare import printed
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run import retention, revisions, signals
@@ -164,7 +165,7 @@ def merge_warnings(results: Sequence[RunResult]) -> list[str]:
             runs = by_text.setdefault(w, [])
             if r.index not in runs:
                 runs.append(r.index)
-    out = watch.cross_run_notes({r.index: r.overrides for r in results if r.overrides})
+    out = cross_run_notes({r.index: r.overrides for r in results if r.overrides})
     for text, runs in by_text.items():
         if len(runs) == len(results) and len(results) > 1:
             out.append(text)

@@ -1,6 +1,6 @@
 """The trace streams of the processes a run's target starts, as the runner reads them.
 
-Each process the target's main process starts (see :mod:`repro_check.child.processes`) appends
+Each process the target's main process starts (see :mod:`repro_check.child.process.processes`) appends
 its trace lines to ``proc-K.events`` in the run's events folder, a hidden folder beside the run's
 trace: files, not the run's pipe, because a spawned child is handed no pipe and several writers
 on one pipe could interleave long lines. A thread tails the files while the run goes and puts each

@@ -4,7 +4,7 @@ Line 1 is the header ``{"format": "repro-check-trace", "version": 2, "header": {
 the order they happened, ``{"step": N, "signals": {...}}`` lines, at most one ``{"metrics": {...}}``
 line, optional ``{"warning": ...}`` and ``{"error": {...}}`` lines, ``{"flagged": {...}}`` lines (ops
 PyTorch reports as nondeterministic) and ``{"probe": {...}}`` lines (one step's ops, see
-:mod:`repro_check.child.probe`), and a final ``{"end": {...}}``
+:mod:`repro_check.child.observe.probe`), and a final ``{"end": {...}}``
 line with the run's exit status and the tail of its output. Signal and metric values are encoded
 scalars (see :mod:`repro_check.trace.values`) or fingerprint strings. A golden trace recorded from
 repeated runs adds ``"band": {name: {"min": v, "max": v}}`` to its step and metrics lines. The

@@ -86,7 +86,7 @@ class Location(JsonRecord):
 # ---- the seeding watch ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class SeedOverride:
-    """A seeding watch's record (a warning with ``component``, :mod:`repro_check.child.watch`):
+    """A seeding watch's record (a warning with ``component``, :mod:`repro_check.child.observe.watch`):
     the target overrode seeding component ``component`` or seeded a stream itself, with call
     ``key`` at ``where``; ``value`` the seed it gave (``has_value``: the run said one), ``source``
     where the seed came from (``clock``, ``entropy``, ``unseeded <stream>``), ``order`` its place
@@ -148,7 +148,7 @@ def _json(value: object) -> JsonValue:
 
 
 # ---- private generators ---------------------------------------------------------------------
-#: what the child sends of a private generator (see :mod:`repro_check.child.pin`)
+#: what the child sends of a private generator (see :mod:`repro_check.child.seeding.pin`)
 GENERATOR_KINDS: dict[str, str] = {"torch": "torch.Generator",
                                    "numpy": "numpy Generator (default_rng)",
                                    "python": "random.Random"}
@@ -262,7 +262,7 @@ class EnvCall:
 
 def env_call(body: object) -> EnvCall | None:
     """An environment call's record from a run (untrusted), checked and cut to what is used;
-    None when it is malformed (see :mod:`repro_check.child.env_hooks`)."""
+    None when it is malformed (see :mod:`repro_check.child.observe.env_hooks`)."""
     if not isinstance(body, dict):
         return None
     n, step, call, obs = _int(body.get("n")), _int(body.get("step")), body.get("call"), \
@@ -278,7 +278,7 @@ def env_call(body: object) -> EnvCall | None:
 # ---- models ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelBuilt:
-    """A top-level model whose parameters went into step 1 (:mod:`repro_check.child.origin`):
+    """A top-level model whose parameters went into step 1 (:mod:`repro_check.child.observe.origin`):
     its class, the name it was assigned to, where it was built and its place among the run's
     noted events (``order``)."""
 
@@ -421,7 +421,7 @@ class Flagged:
 @dataclass(frozen=True)
 class RankProcess:
     """A rank's supervisor started its run entry (``{"info": {"rank_process": ...}}``): the
-    process and process group to stop with the job (:mod:`repro_check.child.rank_supervisor`)."""
+    process and process group to stop with the job (:mod:`repro_check.child.process.rank_supervisor`)."""
 
     pid: int | None = None
     pgid: int | None = None

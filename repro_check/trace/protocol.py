@@ -2,7 +2,7 @@
 
 Both sides import this module, and nothing of the other side: the parent (``run/``,
 ``distributed/``) builds one frozen :class:`RunConfig` per run, serialises it once
-(:meth:`RunConfig.to_json`, carried by :mod:`repro_check.child.runconfig`); the run entry
+(:meth:`RunConfig.to_json`, carried by :mod:`repro_check.trace.runconfig`); the run entry
 (:mod:`repro_check.child.main`) reads it once (:meth:`RunConfig.from_json`) and passes the typed
 object on. What comes back are trace lines (:mod:`repro_check.trace.format`), which the parent's
 readers turn into the typed records below (:func:`record_of`) instead of recognising dicts by
@@ -33,7 +33,7 @@ from repro_check.trace.payloads import (EnvCall, Flagged, GeneratorNote, Locatio
 FORMAT = "repro-check-trace"
 VERSION = 2
 
-#: every seeding component, in the order it is applied (:mod:`repro_check.child.seeding`)
+#: every seeding component, in the order it is applied (:mod:`repro_check.child.seeding.components`)
 COMPONENTS: tuple[str, ...] = (
     "hashseed",
     "python",
@@ -103,7 +103,7 @@ LEFT_OUT = ("rng", "optimizer")
 
 @dataclass(frozen=True)
 class ResumeSettings:
-    """What a run of ``repro-check resume`` is told beside the rest (:mod:`repro_check.child.checkpoint`
+    """What a run of ``repro-check resume`` is told beside the rest (:mod:`repro_check.child.observe.checkpoint`
     reads it): its ``role``; for the interrupted run, ``stop_at`` (stop right after the first save
     made once that many steps are recorded) and ``copy_dir`` (where the save's copy goes);
     ``checkpoint``, ``--checkpoint``'s path or glob (a file whose save is not seen); ``lock``, the
@@ -115,7 +115,7 @@ class ResumeSettings:
     checkpoint: str | None = None
     lock: str | None = None
     #: the resume's negative control (a resumed run): the restored state it leaves out on
-    #: purpose, ``"rng"`` or ``"optimizer"`` (:mod:`repro_check.child.control`)
+    #: purpose, ``"rng"`` or ``"optimizer"`` (:mod:`repro_check.child.seeding.control`)
     leave_out: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,13 +134,13 @@ class ResumeSettings:
                    leave_out=leave_out)
 
 
-#: where a control run plants its change (:mod:`repro_check.child.control`)
+#: where a control run plants its change (:mod:`repro_check.child.seeding.control`)
 CONTROL_PLACES = ("step", "forward")
 
 
 @dataclass(frozen=True)
 class ControlSettings:
-    """What the negative control's run is told (:mod:`repro_check.child.control`): plant a
+    """What the negative control's run is told (:mod:`repro_check.child.seeding.control`): plant a
     1-ulp change ``where``: ``"step"``, in one element of a tensor step ``step`` trained, right
     after that step is recorded; ``"forward"`` (the runs recorded no step), in a parameter of the
     first module called, before its forward, or, when no module is called, in final metric
@@ -181,7 +181,7 @@ class RunConfig:
     probe_step: int | None = None
     #: ``--metric NAME=REGEX`` rules (picked by the parent; in the header for ``verify``)
     printed_metrics: tuple[tuple[str, str], ...] = ()
-    #: ``diagnose``'s pin plan: a JSON file the run reads (:mod:`repro_check.child.pin`, through
+    #: ``diagnose``'s pin plan: a JSON file the run reads (:mod:`repro_check.child.seeding.pin`, through
     #: the environment, as the target's own processes read it too)
     pin_plan: str | None = None
     #: the descriptor trace lines go to (set by whoever starts the run entry)
@@ -192,7 +192,7 @@ class RunConfig:
     processes: str | None = None
     #: a run of ``repro-check resume``: its role, where it stops, where its checkpoint's copy goes
     resume: ResumeSettings | None = None
-    #: what an ``--across`` environment imposes inside the run (:mod:`repro_check.child.overrides`;
+    #: what an ``--across`` environment imposes inside the run (:mod:`repro_check.child.seeding.overrides`;
     #: None: left alone): every DataLoader's ``num_workers``, the multiprocessing start method,
     #: and ``torch.compile`` off (False)
     num_workers: int | None = None
@@ -217,7 +217,7 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> str:
-        """The one serialised form (what :mod:`repro_check.child.runconfig` carries)."""
+        """The one serialised form (what :mod:`repro_check.trace.runconfig` carries)."""
         return json.dumps({
             "version": self.version,
             "run": self.run,
@@ -374,13 +374,13 @@ class InfoRecord(Record):
     @property
     def checkpoint(self) -> dict[str, Any] | None:
         """A resume's interrupted run: the checkpoint it took and copied, before it stopped
-        (:mod:`repro_check.child.checkpoint`)."""
+        (:mod:`repro_check.child.observe.checkpoint`)."""
         value = self.info.get("checkpoint")
         return value if isinstance(value, dict) else None
 
     @property
     def control(self) -> dict[str, Any] | None:
-        """The negative control's run: what it planted where (:mod:`repro_check.child.control`)."""
+        """The negative control's run: what it planted where (:mod:`repro_check.child.seeding.control`)."""
         value = self.info.get("control")
         return value if isinstance(value, dict) else None
 
@@ -406,21 +406,21 @@ class EndedInfo(InfoRecord):
 @dataclass
 class GeneratorInfo(InfoRecord):
     """A private generator the script made, seeded or first drew from
-    (:mod:`repro_check.child.pin`)."""
+    (:mod:`repro_check.child.seeding.pin`)."""
 
     note: GeneratorNote | None = None
 
 
 @dataclass
 class LoaderInfo(InfoRecord):
-    """A DataLoader the script made, or an epoch it started (:mod:`repro_check.child.pin`)."""
+    """A DataLoader the script made, or an epoch it started (:mod:`repro_check.child.seeding.pin`)."""
 
     note: LoaderNote | None = None
 
 
 @dataclass
 class EnvInfo(InfoRecord):
-    """One of the first calls of an RL environment (:mod:`repro_check.child.env_hooks`)."""
+    """One of the first calls of an RL environment (:mod:`repro_check.child.observe.env_hooks`)."""
 
     call: EnvCall | None = None
 
@@ -428,7 +428,7 @@ class EnvInfo(InfoRecord):
 @dataclass
 class DrawInfo(InfoRecord):
     """A global random stream a DataLoader fetch drew from (``worker``: in a worker process),
-    noted once a stream (:mod:`repro_check.child.watch`)."""
+    noted once a stream (:mod:`repro_check.child.observe.watch`)."""
 
     stream: str = ""
     worker: bool = False
@@ -443,14 +443,14 @@ class PatchesInfo(InfoRecord):
 
 @dataclass
 class ModelsInfo(InfoRecord):
-    """The top-level models whose parameters went into step 1 (:mod:`repro_check.child.initial`)."""
+    """The top-level models whose parameters went into step 1 (:mod:`repro_check.child.observe.initial`)."""
 
     models: tuple[ModelBuilt, ...] = ()
 
 
 @dataclass
 class ExpectedStepsInfo(InfoRecord):
-    """The steps the run expects in all, as its DataLoader tells (:mod:`repro_check.child.capture`)."""
+    """The steps the run expects in all, as its DataLoader tells (:mod:`repro_check.child.observe.capture`)."""
 
     total: int = 0
 
@@ -477,7 +477,7 @@ class SavedRecord(InfoRecord):
     """What a run saved (``kind`` ``file``: the ``order``-th save of the run, by ``saver``, to
     ``path`` relative to its working folder, after ``step`` optimizer steps, at ``location`` in the
     script) or its modules' state at its end (``state``): ``count`` tensors, described one by one
-    in ``tensors`` (:mod:`repro_check.child.saved`). Written as ``{"info": {"saved": {...}}}``."""
+    in ``tensors`` (:mod:`repro_check.child.observe.saved`). Written as ``{"info": {"saved": {...}}}``."""
 
     kind: str = SAVED_FILE
     order: int = 0

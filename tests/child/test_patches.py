@@ -10,6 +10,7 @@ objects the registry says it replaced.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import random
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_check import targets
+from repro_check.trace.pins import PLAN_VAR
 from repro_check.trace.protocol import ResumeSettings, RunConfig
 
 import pytest
@@ -28,23 +30,15 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
-from repro_check.child import (  # noqa: E402
+from repro_check.child.observe import (  # noqa: E402
     capture,
-    checkpoint,
-    clock,
-    env_hooks,
-    main,
     metric_hooks,
     origin,
-    overrides,
-    patches,
-    pin,
-    processes,
-    rank,
-    saved,
-    seeding,
     watch,
 )
+from repro_check.child.seeding import clock, overrides, components as seeding  # noqa: E402
+from repro_check.child import features, main, patches  # noqa: E402
+from repro_check.child.process import processes  # noqa: E402
 
 
 def module_with(func: Any) -> types.ModuleType:
@@ -232,30 +226,62 @@ def test_the_order_names_every_feature_once() -> None:
     assert not set(patches.ORDER) & set(patches.GUARDED)
 
 
+def test_the_features_are_installed_in_the_order_the_patch_order_gives() -> None:
+    """Each feature stands at its first entry of ``patches.ORDER``; every entry is one feature's,
+    but the seeding's (applied before the trace header, which says what it did)."""
+    ordered = features.ordered(features.features())
+    assert [f.name for f in ordered] == [
+        "overrides", "pin", "watch", "capture", "checkpoint", "saved", "origin", "clock", "main",
+        "processes", "metric_hooks", "env_hooks", "control"]
+    claimed = [entry for f in ordered for entry in f.patches]
+    assert len(claimed) == len(set(claimed))
+    assert sorted(claimed + list(features.BEFORE_THE_HEADER)) == sorted(patches.ORDER)
+
+
+def test_features_are_installed_in_that_order_whatever_order_they_are_given_and_taken_out_in_reverse(
+        ) -> None:
+    calls: list[str] = []
+
+    class Stub(features.Registered):
+        def __init__(self, name: str, entries: tuple[str, ...]) -> None:
+            self.name, self.patches = name, entries
+
+        def install(self, context: features.RunContext) -> None:
+            calls.append(self.name)
+
+        def uninstall(self) -> None:
+            calls.append(f"-{self.name}")
+
+    context = features.RunContext(RunConfig(run=1, target=targets.parse("train.py")),
+                                  lambda line: None, {}, {})
+    given = [Stub("late", ("control.forward",)), Stub("early", ("overrides.loaders",)),
+             Stub("middle", ("watch.seeding", "clock"))]
+    installed = features.install(context, given)
+    assert calls == ["early", "middle", "late"]
+    features.uninstall(installed)
+    assert calls[3:] == ["-late", "-middle", "-early"]
+    with pytest.raises(ValueError, match="not in the patch order"):
+        features.position(Stub("unknown", ("nowhere",)))
+
+
 # ---- a run's features, in this process ------------------------------------------------------------
-def install_a_run(events: list[dict[str, Any]], tmp: Path) -> Any:
-    """Every feature a run installs, in the order ``repro_check.child.main`` installs them (with
-    the step probe, flagged ops, torchrun's recorder, recorded processes and a moved clock)."""
+def install_a_run(events: list[dict[str, Any]], tmp: Path) -> tuple[Any, list[Any]]:
+    """Every feature a run installs, as ``repro_check.child.main`` installs them (through
+    ``child/features.py``, in the order ``patches.ORDER`` gives), with the step probe, flagged
+    ops, torchrun's recorder, diagnose's pins, recorded processes, a resume's saves, an
+    ``--across`` environment and a moved clock."""
     done = seeding.apply(7, ("python", "numpy", "torch", "dataloader"), None)
-    pins = pin.Pins({"dir": str(tmp / "replay"), "pins": [
-        {"kind": "data", "step": 1}]}, 1, events.append).install()
-    recorder = rank.RankRecorder(events.append, None, probe_step=1, flag_ops=True).install()
-    pins.attach(recorder)
-    main._flush_before_os_exit(recorder)
-    metric_hooks.install(recorder)
-    env_hooks.install(recorder)
-    watch.SeedingWatch(events.append, done, 7).install()
-    origin.SITES.install()
-    clock.install(2)
+    plan = tmp / "plan.json"
+    plan.write_text(json.dumps({"dir": str(tmp / "replay"), "pins": [{"kind": "data", "step": 1}]}))
+    os.environ[PLAN_VAR] = str(plan)  # the pins read (and take out) their plan
     resume = ResumeSettings(role="interrupted", stop_at=3, copy_dir=str(tmp / "copy"),
                             checkpoint=str(tmp / "*.npy"))
-    checkpoint.install(recorder, events.append, resume)  # a resume's saves, lr and opt signals
-    saved.install(recorder, events.append)  # every save described, the modules' end state
-    told = RunConfig(run=1, target=targets.parse("train.py"), seed=7, processes=str(tmp),
-                     resume=resume, num_workers=0, start_method="spawn", compile=False)
-    processes.install(told, {}, done)
-    overrides.install(told, events.append)  # an --across environment's workers, start, compile
-    return recorder
+    told = RunConfig(run=2, target=targets.parse("train.py"), seed=7, processes=str(tmp),
+                     resume=resume, num_workers=0, start_method="spawn", compile=False,
+                     distributed=str(tmp), probe_step=1, warn_only=True)
+    context = features.RunContext(told, events.append, {"distributed": {"rank": 0}}, done)
+    installed = features.install(context)
+    return context.recorder, installed
 
 
 @pytest.fixture()
@@ -293,7 +319,7 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     patches.PATCHES.undo()
     before = snapshot(owners)  # every object the registry patched, as it is with nothing patched
 
-    recorder = install_a_run(events, tmp_path)
+    recorder, _ = install_a_run(events, tmp_path)
     patched = set()
     for owner, name, _, original in patches.PATCHES.targets():  # what it replaced, exactly
         assert before[(id(owner), 0)][1].get(name, patches.MISSING) is original, name
@@ -359,6 +385,15 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     assert time.time is clock._real_time and datetime.datetime is clock.RealDatetime
     assert "now" in vars(datetime.datetime) and datetime.datetime.now().year < 2100  # the real one
     assert "TORCHDYNAMO_DISABLE" not in os.environ
+
+
+def test_uninstalling_a_run_s_features_takes_out_all_they_put_in(run_state: None,
+                                                                 tmp_path: Path) -> None:
+    patches.PATCHES.undo()
+    _, installed = install_a_run([], tmp_path)
+    features.uninstall(installed)
+    left = {f for row in patches.PATCHES.listing() if row.skipped is None for f in row.features}
+    assert left <= set(features.BEFORE_THE_HEADER)  # the seeding's own, applied before
 
 
 def test_debug_lists_what_a_run_patched(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ import pytest
 from rich.console import Console
 
 import repro_check
-from repro_check.child import metric_hooks
+from repro_check.child.observe import metric_hooks
 from repro_check.cli import parsers
 from repro_check.cli.plan import options_for
 from repro_check.compare import printed
@@ -342,7 +342,7 @@ def test_a_hook_that_does_not_fit_is_a_warning(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_installing_the_hooks_imports_none_of_them() -> None:
-    code = ("import sys; from repro_check.child import metric_hooks as h; "
+    code = ("import sys; from repro_check.child.observe import metric_hooks as h; "
             "before = set(sys.modules); h.install(None); "
             "print(sorted(m for m in set(sys.modules) - before "
             "if m.split('.')[0] in ('torch', 'lightning', 'pytorch_lightning', 'transformers', "

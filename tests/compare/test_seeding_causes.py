@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from repro_check.child import clock
+from repro_check.child.seeding import clock
 from repro_check.report.model import Report
 from repro_check.run import session
 from repro_check.trace.format import load_trace

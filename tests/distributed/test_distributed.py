@@ -338,7 +338,7 @@ def test_every_torchrun_job_compiles_in_cache_folders_of_its_own_removed_after(
 WORKER_SEEDS = """
 import os, torch
 from torch.utils.data import DataLoader, Dataset
-from repro_check.child import seeding
+from repro_check.child.seeding import components as seeding
 
 class Probe(Dataset):
     def __len__(self): return 4

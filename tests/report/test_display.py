@@ -8,7 +8,7 @@ from io import StringIO
 import numpy as np
 from rich.console import Console
 
-from repro_check.child.seeding import COMPONENTS
+from repro_check.trace.seeding import COMPONENTS
 from repro_check.compare.steps import Comparison
 from repro_check.report.model import Report
 from repro_check.report.render import summary

@@ -27,7 +27,7 @@ from repro_check.report.model import DiagnosisPart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import RunResult
-from repro_check.child.seeding import COMPONENTS
+from repro_check.trace.seeding import COMPONENTS
 from repro_check.trace.format import TraceWriter, header_line, load_trace
 from repro_check.trace.results import Location
 

@@ -24,7 +24,7 @@ from repro_check.run.options import RunOptions
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import RunResult
 from repro_check.trace.protocol import record_of
-from repro_check.child.seeding import COMPONENTS
+from repro_check.trace.seeding import COMPONENTS
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from repro_check.child.exits import EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE, EXIT_TERMINATED
+from repro_check.trace.exits import EXIT_CHANNEL, EXIT_RAISED, EXIT_RESOLVE, EXIT_TERMINATED
 from repro_check.run.exitstatus import classify_exit, status_of
 
 

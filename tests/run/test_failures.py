@@ -485,7 +485,7 @@ def test_a_target_that_takes_fds_signals_its_parent_or_has_huge_args(tmp_path: P
     and 3 close every inherited descriptor or dup2 their log over all of them, then train: the
     trace channel is never written into their log, and each is a failed run, not a short one."""
     from repro_check import targets
-    from repro_check.child.exits import CHANNEL_MESSAGE
+    from repro_check.trace.exits import CHANNEL_MESSAGE
     from repro_check.run import runner
     from repro_check.trace.protocol import RunConfig
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from repro_check.child import isolation
+from repro_check.child.process import isolation
 from repro_check.run import revisions
 from repro_check.trace.protocol import REVISION_VAR
 

@@ -228,7 +228,7 @@ def test_both_ends_refuse_another_version_of_the_trace_format(tmp_path: Path) ->
     other.write_text(
         f"#!{sys.executable}\n"
         "import json, os\n"
-        "from repro_check.child import runconfig\n"
+        "from repro_check.trace import runconfig\n"
         "config = runconfig.read_config(os.environ)\n"
         "out = os.fdopen(config.event_fd, 'w')\n"
         f"out.write(json.dumps({{'format': 'repro-check-trace', 'version': {VERSION + 1}, "

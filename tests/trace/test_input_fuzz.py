@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repro_check import config
-from repro_check.child import environment
+from repro_check.trace import environment
 from repro_check.cli.main import console_main
 from repro_check.compare.steps import compare_traces
 from repro_check.errors import TraceFileError, UsageError

@@ -147,6 +147,9 @@ def test_no_record_of_a_report_writes_its_json_by_hand() -> None:
         if isinstance(value, type) and value.__module__ == name and "to_dict" in vars(value)
         and value is not JsonRecord)
     assert by_hand == ["repro_check.report.model.Report",  # joins its parts with merge()
+                       # one fingerprint key that differs (moved from child/ with the
+                       # environment fingerprint); the reports write EnvironmentDifference
+                       "repro_check.trace.environment.Difference",
                        # a run's configuration (the protocol), no report's record
                        "repro_check.trace.protocol.ControlSettings",
                        "repro_check.trace.protocol.ResumeSettings"]

@@ -1,0 +1,391 @@
+"""The features a run installs into its process, each through one interface, in one order.
+
+Every feature (the step recorder, the seeding watch, diagnose's pins, the moved clock, ...) is a
+:class:`Feature`: a ``name``, the entries of :data:`repro_check.child.patches.ORDER` it wraps
+(``patches``), ``install(context)`` and ``uninstall()``. :func:`install` installs every feature
+of :data:`FEATURES` in the order ``patches.ORDER`` gives (a feature at its first entry there),
+so the one list that says how the features' wrappers nest also says in which order they are put
+in; the run entry (:mod:`repro_check.child.main`) calls it once, after the trace header.
+
+A feature installed before another it works with hands its part over through the
+:class:`RunContext`: the pins and the seeding watch come before the step recorder (the pins
+substitute batches the recorder then sees), so they leave what the recorder must call in
+:attr:`RunContext.on_recorder`, and the recorder's feature calls it, in install order, as soon as
+the recorder exists. The features after the recorder find it in :attr:`RunContext.recorder`.
+
+The seeding itself (:func:`repro_check.child.seeding.components.apply`, the ``seeding.loaders``
+entry) is applied before the header, which says what it did; it is not one of these features.
+
+Uninstalling a feature takes out what it installed (by default, every entry it names in the
+registry); a run never uninstalls (its process ends), the tests do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from repro_check.child import patches
+from repro_check.child.seeding import clock, overrides
+from repro_check.trace.protocol import RunConfig
+
+#: how a feature writes a trace line
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class RunContext:
+    """What the features of one run are installed with, and what they leave for each other and
+    for the run entry (the recorder, the seeding watch, the checkpoint signals, the saves, the
+    control's plant)."""
+
+    config: RunConfig
+    emit: Emit
+    #: the trace header, already written (a recorded process the target starts writes its own)
+    header: dict[str, Any]
+    #: what the seeding did, component by component
+    done: dict[str, Any]
+    recorder: Any = None
+    pins: Any = None
+    watch: Any = None
+    checkpoints: Any = None
+    saves: Any = None
+    plant: Any = None
+    #: what features installed before the recorder call with it once it exists, in their order
+    on_recorder: list[Callable[[Any], None]] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int | None:
+        """This process's rank under torchrun (None otherwise)."""
+        if not self.config.distributed:
+            return None
+        rank: int | None = self.header.get("distributed", {}).get("rank")
+        return rank
+
+
+class Feature(Protocol):
+    """One feature of a run: what it is called, the registry entries it wraps, how it is put
+    in and taken out again."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def patches(self) -> tuple[str, ...]:
+        """Its entries of :data:`repro_check.child.patches.ORDER`."""
+        ...
+
+    def install(self, context: RunContext) -> None: ...
+
+    def uninstall(self) -> None: ...
+
+
+class Registered:
+    """What every feature shares: taking out again every entry it names in the registry."""
+
+    name = ""
+    patches: tuple[str, ...] = ()
+    #: what :meth:`install` put in, for :meth:`uninstall` (where it is an object of its own)
+    installed: Any = None
+
+    def uninstall(self) -> None:
+        for entry in self.patches:
+            patches.PATCHES.remove(entry)
+
+
+class Overrides(Registered):
+    """What an ``--across`` environment imposes: DataLoader workers, start method, compile off."""
+
+    name = "overrides"
+    patches = ("overrides.loaders", "overrides.start_method", "overrides.compile")
+
+    def install(self, context: RunContext) -> None:
+        if overrides.imposes(context.config):
+            emit = context.emit
+            overrides.install(context.config, lambda text: emit({"warning": text}))
+
+    def uninstall(self) -> None:
+        overrides.remove()
+        super().uninstall()
+
+
+class Pins(Registered):
+    """The private generators' tracking, and diagnose's pins: before the recorder, which sees
+    their batches."""
+
+    name = "pin"
+    patches = ("pin.loaders", "pin.data", "pin.reseeding", "pin.generators")
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.seeding import pin
+
+        context.pins = pin.from_environment(context.emit, context.rank)
+        context.on_recorder.append(context.pins.attach)
+
+
+class SeedingWatch(Registered):
+    """The watch on the target's own seeding (and, for ``--across workers=/start=``, on the
+    global streams DataLoader fetches draw from); it checks the settings after every step."""
+
+    name = "watch"
+    patches = ("watch.loaders", "watch.seeding", "watch.draws")
+
+    def __init__(self) -> None:
+        self.watch: Any = None
+
+    def install(self, context: RunContext) -> None:
+        # they import torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import watch
+
+        self.watch = context.watch = watch.SeedingWatch(context.emit, context.done,
+                                                        context.config.seed).install()
+        check = self.watch.check
+        context.on_recorder.append(lambda recorder: recorder.watchers.append(check))
+        if overrides.loading(context.config):  # which global streams the data loading draws from
+            self.watch.watch_draws()
+
+    def uninstall(self) -> None:
+        if self.watch is not None:
+            self.watch.uninstall()
+        super().uninstall()
+
+
+class Capture(Registered):
+    """The step recorder (a rank's under torchrun), with its gradients without an optimizer and
+    its step probe; what the features before it left for it is called once it exists."""
+
+    name = "capture"
+    patches = ("capture.step_hooks", "capture.backward", "gradients.autograd", "gradients.func",
+               "gradients.no_grad", "capture.batches", "capture.optimizers", "capture.epochs",
+               "capture.alerts", "rank.models", "probe.factories")
+
+    def __init__(self) -> None:
+        self.recorder: Any = None
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import capture
+
+        config = context.config
+        recorder_class: type[Any] = capture.Recorder
+        if config.distributed:
+            # only under torchrun
+            from repro_check.child.process import rank
+
+            recorder_class = rank.RankRecorder
+        flag_ops = config.warn_only and "deterministic_algorithms" in config.components
+        self.recorder = context.recorder = recorder_class(
+            context.emit, config.max_steps, probe_step=config.probe_step,
+            flag_ops=flag_ops).install()
+        for hand_over in context.on_recorder:
+            hand_over(self.recorder)
+
+    def uninstall(self) -> None:
+        if self.recorder is not None:
+            self.recorder.uninstall()
+        super().uninstall()
+
+
+class Checkpoints(Registered):
+    """The optimizer's ``lr``, ``opt`` and ``scaler`` signals; a resume's watch on saves."""
+
+    name = "checkpoint"
+    patches = ("checkpoint.signals", "checkpoint.saves")
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import checkpoint
+
+        context.checkpoints = checkpoint.install(context.recorder, context.emit,
+                                                 context.config.resume)
+        self.installed = context.checkpoints
+
+    def uninstall(self) -> None:
+        self.installed.uninstall()
+        super().uninstall()
+
+
+class Saves(Registered):
+    """Every save the run makes, and the modules' state at its end."""
+
+    name = "saved"
+    patches = ("saved.files", "saved.modules")
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import saved
+
+        context.saves = saved.install(context.recorder, context.emit)
+        self.installed = context.saves
+
+    def uninstall(self) -> None:
+        self.installed.uninstall()
+        super().uninstall()
+
+
+class Origins(Registered):
+    """Where each model is built."""
+
+    name = "origin"
+    patches = ("origin.models",)
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import origin
+
+        origin.SITES.install()
+
+    def uninstall(self) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import origin
+
+        origin.SITES.uninstall()
+        super().uninstall()
+
+
+class Clock(Registered):
+    """The run's moved wall clock: a seed taken from the clock differs in every run."""
+
+    name = "clock"
+    patches = ("clock",)
+
+    def install(self, context: RunContext) -> None:
+        clock.install(context.config.run)
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        clock.offset = 0
+
+
+class Flush(Registered):
+    """``os._exit`` skips every handler: the recorder's pending steps are handed over first
+    (this process only)."""
+
+    name = "main"
+    patches = ("main.flush",)
+
+    def install(self, context: RunContext) -> None:
+        recorder = context.recorder
+        owner = os.getpid()
+
+        def make(real_exit: Any) -> Any:
+            def _exit(code: int) -> None:
+                if os.getpid() == owner:
+                    try:
+                        recorder.flush()
+                    except BaseException:  # noqa: BLE001 - exiting anyway
+                        pass
+                real_exit(code)
+
+            return _exit
+
+        patches.PATCHES.wrap("main.flush", os, "_exit", make)
+
+
+class Processes(Registered):
+    """When asked, the processes the target starts record streams of their own."""
+
+    name = "processes"
+    patches = ("processes.end", "processes.start", "processes.bootstrap",
+               "processes.preparation")
+
+    def install(self, context: RunContext) -> None:
+        if context.config.processes:
+            # only when the target's processes are recorded
+            from repro_check.child.process import processes
+
+            processes.install(context.config, context.header, context.done)
+
+
+class MetricHooks(Registered):
+    """What the target logs to TensorBoard, Lightning, the HF Trainer, wandb, mlflow."""
+
+    name = "metric_hooks"
+    patches = ("metric_hooks",)
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import metric_hooks
+
+        self.installed = metric_hooks.install(context.recorder)
+
+    def uninstall(self) -> None:
+        self.installed.uninstall()
+        super().uninstall()
+
+
+class EnvHooks(Registered):
+    """An RL environment's calls: the first ones, and the probe's."""
+
+    name = "env_hooks"
+    patches = ("env_hooks",)
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.observe import env_hooks
+
+        self.installed = env_hooks.install(context.recorder)
+
+    def uninstall(self) -> None:
+        self.installed.uninstall()
+        super().uninstall()
+
+
+class Control(Registered):
+    """The negative control's run: a 1-ulp change planted on purpose; a resume's control
+    leaves a restore out (any other run: nothing)."""
+
+    name = "control"
+    patches = ("control.forward", "control.leave_out")
+
+    def install(self, context: RunContext) -> None:
+        # imports torch: loaded once the run is tied to its supervisor
+        from repro_check.child.seeding import control
+
+        config = context.config
+        context.plant = control.install(context.recorder, context.emit, config.control)
+        control.leave_out(config.resume.leave_out if config.resume is not None else None,
+                          context.emit)
+
+
+#: the entry of ``patches.ORDER`` no feature here installs: the seeding, applied before the
+#: trace header (which says what it did)
+BEFORE_THE_HEADER = ("seeding.loaders",)
+
+
+def features() -> list[Feature]:
+    """A fresh instance of every feature of a run (in no particular order: :func:`ordered`)."""
+    return [Capture(), Checkpoints(), Clock(), Control(), EnvHooks(), Flush(), MetricHooks(),
+            Origins(), Overrides(), Pins(), Processes(), Saves(), SeedingWatch()]
+
+
+def position(feature: Feature, order: Sequence[str] = patches.ORDER) -> int:
+    """Where ``feature`` stands in ``order``: at its first entry there (an entry not in the
+    order is an error)."""
+    unknown = [entry for entry in feature.patches if entry not in order]
+    if unknown or not feature.patches:
+        raise ValueError(f"feature {feature.name!r}: entries not in the patch order: {unknown}")
+    return min(order.index(entry) for entry in feature.patches)
+
+
+def ordered(given: Iterable[Feature], order: Sequence[str] = patches.ORDER) -> list[Feature]:
+    """``given`` in the order ``order`` gives."""
+    return sorted(given, key=lambda feature: position(feature, order))
+
+
+def install(context: RunContext, given: Iterable[Feature] | None = None) -> list[Feature]:
+    """Install every feature (``given``, else :func:`features`) in the order ``patches.ORDER``
+    gives; returns them in that order."""
+    out = ordered(features() if given is None else given)
+    for feature in out:
+        feature.install(context)
+    return out
+
+
+def uninstall(installed: Sequence[Feature]) -> None:
+    """Take the features out again, the last installed first."""
+    for feature in reversed(installed):
+        feature.uninstall()

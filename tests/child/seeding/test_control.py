@@ -1,0 +1,115 @@
+"""The negative control's plant inside a run (child/seeding/control.py), in this process: the 1-ulp
+change, the element chosen, a metric's change, and a resume's states left out."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+
+from repro_check.child.seeding import control
+from repro_check.child import patches
+from repro_check.trace import values
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("x", [1.5, -0.375, 0.0, 3e-5])
+def test_nudge_moves_one_element_one_ulp_in_place(dtype: torch.dtype, x: float) -> None:
+    t = torch.full((3, 4), x, dtype=dtype).t()  # not contiguous: changed where it lives
+    t.requires_grad_(True)
+    x = t.detach()[0, 0].item()  # as the dtype holds it
+    before, after = control.nudge(t, (2, 1))
+    changed = t.detach()[2, 1]
+    assert changed.item() != x and before == x and after == changed.item()
+    assert abs(changed.item()) > abs(x)  # away from zero
+    if dtype in (torch.float32, torch.float64):  # nothing representable lies between
+        start = torch.tensor(x, dtype=dtype)
+        assert torch.nextafter(start, torch.tensor(float("inf") if x >= 0 else float("-inf"),
+                                                   dtype=dtype)) == changed
+    others = t.detach().clone()
+    others[2, 1] = x
+    assert bool((others == x).all()), "no other element moved"
+    assert t.grad is None and t.requires_grad
+
+
+def test_pick_takes_the_element_of_largest_value_times_gradient_in_any_tensor() -> None:
+    small = torch.tensor([0.1, -0.2], requires_grad=True)
+    big = torch.tensor([[5.0, -9.0], [7.0, 1.0]], requires_grad=True)
+    small.grad = torch.tensor([1.0, 1.0])
+    big.grad = torch.tensor([[1.0, 0.0], [1.0, 1.0]])  # -9.0 is not reached by the gradient
+    name, t, index = control.pick([("0.0", small), ("0.1", big)]) or ("", None, -1)
+    assert (name, t is big, control.unravel(index, tuple(big.shape))) == ("0.1", True, (1, 0))
+
+
+def test_pick_where_every_value_reached_is_zero_takes_the_largest_gradient() -> None:
+    w = torch.zeros(3, requires_grad=True)  # before a hand-written update: all still zero
+    w.grad = torch.tensor([1.0, -5.0, 2.0])
+    assert control.pick([("0", w)]) == ("0", w, 1)
+
+
+def test_pick_without_gradients_takes_the_first_floating_tensor_largest_element() -> None:
+    ints = torch.arange(4)
+    w = torch.tensor([0.5, -3.0, 2.0])
+    assert control.pick([("a", ints), ("b", w)]) == ("b", w, 1)
+    assert control.pick([("a", ints)]) is None
+
+
+@pytest.mark.parametrize("enc, moved", [
+    (values.encode_float64(0.1), 0.10000000000000002),
+    (values.encode_int(41), 42),
+    ({"dtype": "bool", "bits": "1", "value": True}, False),
+])
+def test_a_metric_as_reported_moves_one_unit(enc: dict[str, Any], moved: Any) -> None:
+    out = control.nudge_encoded(enc)
+    assert out is not None and out["value"] == moved and out["bits"] != enc["bits"]
+
+
+def test_a_float32_metric_moves_one_ulp() -> None:
+    enc = values.encode_tensor(torch.tensor(0.25, dtype=torch.float32))
+    out = control.nudge_encoded(enc)
+    assert out is not None
+    assert values.to_float(out) == torch.nextafter(torch.tensor(0.25), torch.tensor(1.0)).item()
+
+
+def test_leave_out_rng_makes_every_restore_do_nothing_and_says_so() -> None:
+    said: list[dict[str, Any]] = []
+    torch.manual_seed(1)
+    saved_torch, saved_python = torch.get_rng_state(), random.getstate()
+    torch.rand(3)
+    random.random()
+    moved_torch, moved_python = torch.get_rng_state(), random.getstate()
+    token = control.leave_out("rng", said.append)
+    try:
+        torch.set_rng_state(saved_torch)
+        random.setstate(saved_python)
+        torch.random.set_rng_state(saved_torch)
+        assert torch.equal(torch.get_rng_state(), moved_torch)
+        assert random.getstate() == moved_python
+    finally:
+        patches.PATCHES.release(token)
+    left = [d["info"]["control"]["left_out"] for d in said]
+    assert left == ["torch.set_rng_state", "random.setstate", "torch.random.set_rng_state"]
+    torch.set_rng_state(saved_torch)  # released: restores again
+    assert torch.equal(torch.get_rng_state(), saved_torch)
+
+
+def test_leave_out_optimizer_keeps_a_fresh_optimizer_state() -> None:
+    said: list[dict[str, Any]] = []
+    w = torch.nn.Parameter(torch.ones(2))
+    trained = torch.optim.Adam([w], lr=0.1)
+    w.grad = torch.ones(2)
+    trained.step()
+    state = trained.state_dict()
+    fresh = torch.optim.Adam([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+    token = control.leave_out("optimizer", said.append)
+    try:
+        fresh.load_state_dict(state)
+    finally:
+        patches.PATCHES.release(token)
+    assert not fresh.state  # nothing restored
+    assert said == [{"info": {"control": {"left_out":
+                                          "torch.optim.Optimizer.load_state_dict"}}}]
+    fresh.load_state_dict(state)
+    assert fresh.state
