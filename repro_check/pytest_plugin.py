@@ -106,7 +106,6 @@ def run_reproducibility(target: str, trace_dir: str | Path | None = None, **opti
 
 def report_text(report: Report, width: int = 100) -> str:
     """The report as the terminal shows it, in plain text, for a test failure."""
-    # rich on use: import repro_check, --help and the run entry never load it
     from rich.console import Console
 
     # when a test uses it: pytest loads this plugin in every session

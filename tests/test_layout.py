@@ -277,16 +277,69 @@ def test_the_tests_mirror_the_package() -> None:
 
 
 def function_level_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import inside a function of ``path``."""
+    """(line, module) of every import inside a function of ``path``: for ``from M import N`` where
+    ``M.N`` is a module of the package, that module."""
     out = {}
+    name = module_name(path)
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     for fn in ast.walk(parsed(path)):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
                 if isinstance(node, ast.ImportFrom):
-                    out[node.lineno] = ("." * node.level) + (node.module or "")
+                    mod = node.module or ""
+                    if node.level:
+                        mod = ".".join(here[: len(here) - node.level + 1] + ([mod] if mod else []))
+                    sub = f"{mod}.{node.names[0].name}"
+                    out[node.lineno] = sub if sub in MODULES else mod
                 elif isinstance(node, ast.Import):
                     out[node.lineno] = node.names[0].name
     return sorted(out.items())
+
+
+#: libraries that cost seconds or megabytes to load, which ``import repro_check``, ``--help`` and
+#: a run's start before seeding must not pay for: an import of one inside a function needs no
+#: comment, the reason is this list
+HEAVY = frozenset({"torch", "torchvision", "numpy", "rich", "matplotlib", "PIL", "safetensors",
+                   "pandas", "scipy"})
+
+
+def top_level_imports(name: str) -> set[str]:
+    """Every module ``name`` imports when it is loaded (not inside a function, not under
+    ``if TYPE_CHECKING:``), of the package or not."""
+    out: set[str] = set()
+    tree = parsed(MODULES[name])
+    here = name.split(".") if MODULES[name].name == "__init__.py" else name.split(".")[:-1]
+    body = [n for n in tree.body if not (isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))]
+    for node in body:
+        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(sub, ast.Import):
+                out |= {a.name for a in sub.names}
+            elif isinstance(sub, ast.ImportFrom):
+                mod = sub.module or ""
+                if sub.level:
+                    mod = ".".join(here[: len(here) - sub.level + 1] + ([mod] if mod else []))
+                out.add(mod)
+                out |= {f"{mod}.{a.name}" for a in sub.names if f"{mod}.{a.name}" in MODULES}
+    return out
+
+
+@functools.cache
+def loads_heavy(module: str) -> bool:
+    """Whether loading ``module`` loads a library of :data:`HEAVY`: it is one, or a module of the
+    package that imports one (or such a module) when it is loaded."""
+    if module.split(".")[0] in HEAVY:
+        return True
+    if module not in MODULES:
+        return False
+    seen, todo = {module}, [module]
+    while todo:
+        for dep in top_level_imports(todo.pop()):
+            if dep.split(".")[0] in HEAVY:
+                return True
+            if dep in MODULES and dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return False
 
 
 #: what a comment may hold that gives no reason: a linter's or a type checker's pragma
@@ -315,16 +368,27 @@ def says_why(lines: list[str], lineno: int) -> bool:
     return i >= 0 and lines[i].strip().startswith("#") and _comment(lines[i])
 
 
-def test_an_import_inside_a_function_says_why() -> None:
+def test_an_import_inside_a_function_is_heavy_or_says_why() -> None:
     """An import belongs at the top of its module, where the module's dependencies are seen at
-    a glance; one inside a function is there only to keep start-up cheap (a heavy library such
-    as torch, numpy or rich, or a module ``--help``, ``import repro_check`` or a run's entry
-    need not load), and says so in a comment, every one of them."""
+    a glance; one inside a function is there only to keep start-up cheap. Where it loads a heavy
+    library (:data:`HEAVY`, directly or through a module of the package that imports one when
+    loaded) the structure says why and no comment is asked for; any other (a module ``--help``
+    or a run's entry need not load, one a platform lacks) says why in a comment."""
     bad = []
     for name, path in MODULES.items():
         lines = path.read_text().splitlines()
         for lineno, module in function_level_imports(path):
-            if says_why(lines, lineno):
+            if loads_heavy(module) or says_why(lines, lineno):
                 continue
             bad.append(f"{path.relative_to(PACKAGE.parent)}:{lineno} imports {module}")
     assert not bad, f"{len(bad)} imports inside functions say not why:\n" + "\n".join(bad)
+
+
+def test_the_heavy_rule_sees_what_loads_torch() -> None:
+    """The rule's own premise: the terminal renderers load rich when loaded; the options, the
+    trace format and the step recorder (torch only once a step is taken) do not."""
+    assert loads_heavy("repro_check.report.terminal")
+    assert loads_heavy("torch.nn")
+    assert not loads_heavy("repro_check.run.options")
+    assert not loads_heavy("repro_check.child.observe.capture")
+    assert not loads_heavy("repro_check.trace.format")

@@ -423,7 +423,6 @@ def _show(v: Any) -> str:
 
 def environment_table(env: dict[str, Any]) -> Any:
     """The environment as a two-column rich table, with remarks below it."""
-    # rich on use: import repro_check, --help and the run entry never load it
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -467,7 +466,6 @@ def environment_table(env: dict[str, Any]) -> Any:
 
 def summary(report: DoctorReport) -> Any:
     """The report as rich renderables: environment, findings, one verdict line."""
-    # rich on use: import repro_check, --help and the run entry never load it
     from rich.console import Group
     from rich.padding import Padding
     from rich.text import Text
@@ -511,7 +509,6 @@ def summary(report: DoctorReport) -> Any:
 
 
 def print_summary(report: DoctorReport, console: Any = None) -> None:
-    # rich and the renderers: loaded only to print
     from repro_check.report.terminal import make_console
 
     # rich and the renderers: loaded only to print

@@ -44,7 +44,6 @@ def bisect_lines(part: BisectPart) -> list[str]:
 
 def terminal_parts(part: BisectPart) -> list[Any]:
     """The bisect's lines under the report's summary, headed."""
-    # rich on use: import repro_check, --help and the run entry never load it
     from rich.text import Text
 
     return [Text("Bisect", style="bold"), *(Text(line) for line in bisect_lines(part))]

@@ -64,7 +64,6 @@ def _failure_text(report: Report) -> str | None:
 
 def _kind(report: Report) -> Kind:
     """The report's kind (:mod:`repro_check.report.kinds`)."""
-    # every kind's renderer with rich, only when a CI output is written
     from repro_check.report.kinds import kind_of
 
     return kind_of(report)
@@ -72,7 +71,6 @@ def _kind(report: Report) -> Kind:
 
 def plain_summary(report: Report, width: int = 100) -> str:
     """The terminal summary as plain text (for the body of a JUnit failure)."""
-    # rich on use: import repro_check, --help and the run entry never load it
     from rich.console import Console
 
     buf = io.StringIO()

@@ -55,7 +55,6 @@ def read_curve(path: str | os.PathLike[str], signal: str = "loss",
 
 # ---- plots ---------------------------------------------------------------------------------------
 def new_figure() -> Any:
-    # matplotlib on use: only the HTML report draws
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(FIG_W / DPI, FIG_H / DPI), dpi=DPI)

@@ -256,7 +256,6 @@ class Visible:
             if seg.control or not _CONTROL.search(seg.text):
                 yield seg
             else:
-                # rich on use: import repro_check, --help and the run entry never load it
                 from rich.segment import Segment
 
                 yield Segment(visible(seg.text), seg.style, seg.control)

@@ -196,7 +196,6 @@ def collect() -> Facts:
         numerics=numerics_variables(),
     )
     try:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
     except Exception:  # noqa: BLE001 - torch missing or broken
         return facts

@@ -56,7 +56,6 @@ _FAST: tuple[frozenset[Any], Any] | None = None
 
 def _fast_case() -> tuple[frozenset[Any], Any]:
     global _FAST
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     _FAST = (frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
@@ -70,7 +69,6 @@ def _bytes_view(t: Any) -> memoryview:
     direct, strided = _FAST or _fast_case()
     if t.dtype in direct and t.layout is strided and t.is_cpu and t.is_contiguous():
         return memoryview(t.numpy()).cast("B")  # the common case, in as few calls as possible
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     t = _flat(t.cpu())
@@ -104,7 +102,6 @@ DEVICE_CHUNK = 1 << 22
 
 def _words(t: Any) -> Any:
     """The tensor's bytes as a flat int32 tensor on its device (zero-padded to whole words)."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     data = _flat(t).view(torch.uint8)
@@ -126,7 +123,6 @@ def device_digest(*tensors: Any) -> Any:
     many small parameters costs a few dozen kernels, not a few dozen per parameter.
     Returns an int64 tensor of shape (2,) on the tensors' device, without synchronising.
     """
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     device = tensors[0].device
@@ -216,7 +212,6 @@ def resolve(values: Sequence[Any]) -> list[Any]:
     deferred = [v for v in values if isinstance(v, Deferred)]
     if not deferred:
         return list(values)
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     by_device: dict[Any, list[Any]] = defaultdict(list)
@@ -300,7 +295,6 @@ class _Builder:
 
     def _unusual(self, t: Any) -> None:
         """Nested, sparse and quantized tensors: by their parts, each exactly."""
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         t = t.detach()

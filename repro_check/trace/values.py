@@ -62,7 +62,6 @@ _FAST_FLOATS: dict[Any, tuple[str, Any, str, str]] = {}
 
 
 def _fast_floats() -> dict[Any, tuple[str, Any, str, str]]:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     _FAST_FLOATS.update({torch.float32: ("float32", torch.int32, ">i", ">f"),
@@ -80,7 +79,6 @@ def encode_tensor(t: Any) -> Encoded:
         packed = struct.pack(bits_format, t.detach().reshape(()).view(as_int).item())
         return {"dtype": name, "bits": packed.hex(),
                 "value": readable_float(struct.unpack(float_format, packed)[0])}
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     t = t.detach().reshape(()).cpu()
@@ -111,7 +109,6 @@ def encode_tensors(items: list[Any]) -> list[Encoded | None]:
         else:
             groups.setdefault((t.device, t.dtype), []).append(i)
     if groups:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         for index in groups.values():

@@ -83,7 +83,6 @@ class IdxMNIST(Dataset):
         return len(self.targets)
 
     def __getitem__(self, i: int):
-        # PIL on use: only the workload's images need it
         from PIL import Image
 
         img = Image.fromarray(self.data[i].numpy(), mode="L")
@@ -106,12 +105,10 @@ class Net(nn.Module):
 
 
 def datasets(folder: Path, download: bool, root: str | None):
-    # torchvision on use: seconds of start-up only the workload needs
     from torchvision import transforms
 
     transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
     if download and root:
-        # torchvision on use: seconds of start-up only the workload needs
         from torchvision import datasets as tv
 
         return (tv.MNIST(root, train=True, download=True, transform=transform),

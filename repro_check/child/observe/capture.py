@@ -144,7 +144,6 @@ class Hooks:
         patches.PATCHES.release(self)
 
     def install(self, flag_ops: bool) -> None:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
@@ -163,7 +162,6 @@ class Hooks:
             self._alerts()
 
     def _backward(self) -> None:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch.autograd
 
         rec = self.rec
@@ -244,7 +242,6 @@ class Hooks:
         self.replace("capture.batches", iterator_cls, "__next__", make)
 
     def _optimizer_init(self) -> None:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         from torch.optim.optimizer import Optimizer
 
         rec = self.rec
@@ -262,7 +259,6 @@ class Hooks:
 
     def loaders(self) -> None:
         """Notice each epoch a DataLoader starts (for the expected steps)."""
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         from torch.utils.data import DataLoader
 
         rec = self.rec
@@ -315,7 +311,6 @@ class Hooks:
 def loader_iterator_class(feature: str) -> Any:
     """torch's private base class of DataLoader iterators, whose ``__next__`` every batch passes;
     None (``feature`` skipped, with the reason listed) when this torch has none."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     from torch.utils.data import dataloader
 
     cls = getattr(dataloader, "_BaseDataLoaderIter", None)
@@ -946,7 +941,6 @@ def _optimizer_params(optimizer: Any) -> Iterator[tuple[str, Any]]:
 def _leaves(tensors: Any, inputs: Any) -> list[Any]:
     """The leaf tensors a backward call from ``tensors`` accumulates gradients into, in a fixed
     order (depth first along the autograd graph), or ``inputs`` when the call names them."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if inputs is not None:

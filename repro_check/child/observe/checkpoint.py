@@ -94,7 +94,6 @@ def learning_rates(optimizer: Any) -> str:
 def optimizer_state(optimizer: Any, defer: bool = True) -> Any:
     """A fingerprint of the optimizer's state, parameter by parameter in group order: tensors by
     their bits, numbers by value; an empty state (nothing restored, no step yet) has its own."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     items: list[tuple[str, Any]] = []
@@ -153,7 +152,6 @@ class StepSignals:
 
 # ---- what a checkpoint holds -------------------------------------------------------------------
 def _is_tensor(x: Any) -> bool:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     return isinstance(x, torch.Tensor)
@@ -162,7 +160,6 @@ def _is_tensor(x: Any) -> bool:
 def kind_of(value: Any, key: str = "") -> str:
     """What one value of a checkpoint is: model, optimizer, scheduler, rng, grad_scaler, a
     list of them, or other."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     name = key.lower()
@@ -196,7 +193,6 @@ def kind_of(value: Any, key: str = "") -> str:
 def _is_rng(value: Any, name: str) -> bool:
     """An RNG state: torch's (a uint8 tensor), Python's ``random.getstate()``, numpy's
     ``get_state()`` (tuple or dict), a list of CUDA states, or anything under a key naming one."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -217,7 +213,6 @@ def _is_rng(value: Any, name: str) -> bool:
 
 def rng_streams(value: Any, key: str = "") -> list[str]:
     """Which RNG streams an RNG entry holds, as far as can be told (python, numpy, torch, cuda)."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     name = key.lower()
@@ -675,7 +670,6 @@ class Checkpoints:
         self.frameworks: FrameworkSaves | None = None
 
     def install(self) -> Checkpoints:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -709,7 +703,6 @@ class Checkpoints:
         return self
 
     def _torch_saves(self, saves: Saves) -> None:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         registry = patches.PATCHES

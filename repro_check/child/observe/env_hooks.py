@@ -68,7 +68,6 @@ def observation_fingerprint(obs: Any) -> str:
     """A numpy array or tensor observation as the probe fingerprints the tensor made from it
     (``torch.as_tensor(obs)``: equal digests mean the same bytes); anything else (a dict
     observation) by its content."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     # with torch, only when an environment's observation is fingerprinted

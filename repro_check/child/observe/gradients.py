@@ -55,7 +55,6 @@ TRANSFORMS: tuple[str, ...] = ("grad", "grad_and_value", "vjp", "vmap")
 def install(hooks: Any, rec: Any) -> None:
     """Wrap ``torch.autograd.grad`` and the ``torch.func`` transforms, through ``hooks``
     (:class:`repro_check.child.observe.capture.Hooks`) for recorder ``rec``."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch.autograd
 
     def make_grad(original: Any) -> Any:
@@ -116,7 +115,6 @@ def _legacy(hooks: Any, rec: Any) -> None:
 def install_no_grad(hooks: Any, rec: Any) -> None:
     """Wrap ``torch.no_grad``'s ``__enter__`` and ``__exit__`` (the decorator form goes through
     them too): the outermost block of a thread tells ``rec`` where it starts and ends."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     cls = torch.no_grad

@@ -166,7 +166,6 @@ class ModelSites:
 
     def install(self) -> ModelSites:
         """Note where each module is built (installing again changes nothing)."""
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch.nn as nn
 
         sites = self

@@ -52,7 +52,6 @@ _UNRECORDED = ("profiler::",)
 
 
 def _tensors_in(obj: Any, depth: int = 0) -> Iterator[Any]:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -67,7 +66,6 @@ def _tensors_in(obj: Any, depth: int = 0) -> Iterator[Any]:
 
 def _plain(a: Any, depth: int = 0) -> bool:
     """Whether ``repr(a)`` is a faithful, address-free text of the value."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if a is None or isinstance(a, (bool, int, float, complex, str, torch.dtype, torch.device,
@@ -81,7 +79,6 @@ def _plain(a: Any, depth: int = 0) -> bool:
 def arg_fingerprint(a: Any) -> str:
     """One argument or result of an op: tensors by their bytes, numbers and other plain values
     by ``repr``, anything else (handles, opaque objects) by its type only."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     try:
@@ -128,7 +125,6 @@ class StepProbe:
         return self.step is not None
 
     def arm(self, step: int) -> None:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch.nn.modules.module as mod
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -195,7 +191,6 @@ class StepProbe:
 
     # ---- tensors made from outside data ---------------------------------------------------
     def _wrap_factories(self) -> None:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         for name in FACTORIES:
@@ -311,7 +306,6 @@ class StepProbe:
         name = schema.name if schema is not None else str(func)
         if self._quiet or name.startswith(_UNRECORDED):
             return func(*args, **kwargs)
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         ins = [arg_fingerprint(a) for a in args] + [arg_fingerprint(v) for v in kwargs.values()]

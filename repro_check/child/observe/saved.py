@@ -75,7 +75,6 @@ MORE = "(more)"
 
 # ---- walking what was saved --------------------------------------------------------------------
 def _is_tensor(x: Any) -> bool:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     return isinstance(x, torch.Tensor)
@@ -91,7 +90,6 @@ def walk(obj: Any) -> Iterator[tuple[str, Any]]:
     them: dict keys, list and tuple indices, dataclass fields, the attributes of other objects,
     a module's parameters and buffers, an optimizer's state dict. Numbers, strings and the like
     are left out (not compared); so is anything past :data:`MAX_DEPTH` or :data:`MAX_VISITS`."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     seen: set[int] = set()
@@ -178,7 +176,6 @@ def _module_tensors(module: Any, prefix: str) -> Iterator[tuple[str, Any]]:
 def _attribute_tensors(module: Any, prefix: str) -> Iterator[tuple[str, Any]]:
     """Tensors a module and its submodules hold as plain attributes (not parameters or buffers):
     a shadow copy kept in a list or a dict, a cached statistic."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     try:
@@ -357,7 +354,6 @@ class SavedFiles:
 
     # -- installing -------------------------------------------------------------------------
     def install(self) -> SavedFiles:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         registry = patches.PATCHES
@@ -485,7 +481,6 @@ class ModuleState:
         self.known = -1
 
     def install(self) -> ModuleState:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch.nn as nn
 
         def make(original: Any) -> Any:

@@ -234,7 +234,6 @@ class SeedingWatch:
     def install(self, page_fd: int | None = None) -> SeedingWatch:
         """Watch the seeding calls and DataLoaders (through the patch registry: a watch installed
         later in this process, as in a forked child, takes this one's place)."""
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
         import torch.random
 
@@ -318,7 +317,6 @@ class SeedingWatch:
     def _wrap_loaders(self) -> None:
         """Every DataLoader's ``worker_init_fn`` (its own or none) becomes a :class:`WorkerWatch`,
         which watches a spawned worker (a forked one inherits the watch)."""
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         from torch.utils.data import DataLoader
 
         def watched(given: dict[str, Any]) -> None:
@@ -348,7 +346,6 @@ class SeedingWatch:
         return seed
 
     def _torch_manual_seed(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         @functools.wraps(original)
@@ -480,7 +477,6 @@ class SeedingWatch:
         """Compare the current settings with what seeding applied (cheap: a few flag reads)."""
         if self.seed is None or os.getpid() != self.pid:
             return
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         on = self.applied

@@ -38,7 +38,6 @@ class RankRecorder(capture.Recorder):
 
     def install(self) -> RankRecorder:
         super().install()
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         from torch.nn.parallel import DistributedDataParallel
 
         models = self._models

@@ -48,7 +48,6 @@ def seed_numpy(seed: int) -> int | None:
 
 def seed_torch(seed: int) -> int:
     """Seed torch's default CPU generator only (CUDA is its own component)."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     torch.default_generator.manual_seed(seed)
@@ -57,7 +56,6 @@ def seed_torch(seed: int) -> int:
 
 def seed_cuda(seed: int) -> int:
     """Seed every CUDA device's generator; lazy, so it does not start CUDA."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     torch.cuda.manual_seed_all(seed)
@@ -66,7 +64,6 @@ def seed_cuda(seed: int) -> int:
 
 def configure_cudnn() -> dict[str, bool]:
     """Turn cuDNN autotuning off and ask for deterministic cuDNN kernels."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     torch.backends.cudnn.benchmark = False
@@ -76,7 +73,6 @@ def configure_cudnn() -> dict[str, bool]:
 
 def enable_deterministic_algorithms(warn_only: bool = False) -> dict[str, Any]:
     """Make PyTorch raise (or warn) on ops it knows to be nondeterministic."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if "torch._inductor.config" in sys.modules:
@@ -95,7 +91,6 @@ def enable_deterministic_algorithms(warn_only: bool = False) -> dict[str, Any]:
 
 def fix_threads(threads: int) -> int:
     """Use the same intra-op thread count in every run: thread count changes result bits."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     torch.set_num_threads(threads)
@@ -117,7 +112,6 @@ def _seeded_worker_init(worker_id: int, user_fn: Any = None) -> None:
     the same loader seed (so samplers shuffle alike), but random augmentations in workers must
     not repeat the same numbers on every rank.
     """
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     rank = os.environ.get(RANK_ENV)
@@ -144,7 +138,6 @@ def seed_dataloaders(seed: int, generators: bool = True) -> int:
     the workers' base seeds do not depend on how much of torch's global stream ran before.
     Returns the number of loaders patched so far (0 at install time).
     """
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch.utils.data as tud
 
     loader_cls = tud.DataLoader

@@ -115,7 +115,6 @@ class Plant:
         if self.settings.where == "step":
             self.rec.watchers.append(self.after_step)
         else:
-            # torch on use: the run entry loads it before this
             from torch.nn.modules.module import register_module_forward_pre_hook
 
             patches.PATCHES.hook(FEATURE, "torch.nn.modules.module."
@@ -211,7 +210,6 @@ def pick(tensors: Iterable[tuple[str, Any]]) -> tuple[str, Any, int] | None:
     zero (a parameter that starts at zero, before a hand-written update), the largest
     ``|grad|`` (the largest value after that update). Without gradients, the first floating
     tensor's largest element."""
-    # torch on use: the run entry loads it before this
     import torch
 
     first: tuple[str, Any, int] | None = None
@@ -254,7 +252,6 @@ def _head(t: Any) -> Any:
 
 def largest(t: Any) -> int:
     """The flat index of ``t``'s element of largest magnitude (a finite one when there is)."""
-    # torch on use: the run entry loads it before this
     import torch
 
     values = _head(t).float().abs()
@@ -274,7 +271,6 @@ def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 def nudge(tensor: Any, index: tuple[int, ...], direction: int = 0) -> tuple[float, float]:
     """Move one element one unit in the last place, in place, unseen by autograd: away from zero
     (``direction`` 0), or towards +inf (1) or -inf (-1); returns the value before and after."""
-    # torch on use: the run entry loads it before this
     import torch
 
     with torch.no_grad():

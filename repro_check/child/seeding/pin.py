@@ -229,7 +229,6 @@ class Pins:
         self.reseeds[stream] = n + 1
         pinned = any(p["kind"] == "reseed" and p["stream"] == stream for p in self.pins)
         if pinned:
-            # torch on use: import repro_check, --help and a run's start before seeding never load it
             import torch
 
             path = self.path(f"reseed-{stream}-{n}.pt")
@@ -250,7 +249,6 @@ class Pins:
         streams = [p["stream"] for p in self.pins if p["kind"] == "rng" and p["step"] == step]
         if not streams:
             return
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         for stream in streams:
@@ -278,7 +276,6 @@ class Pins:
         step = self.step()
         if first is None or step < first:
             return item
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         n = self.fetches.get(step, 0)
@@ -292,7 +289,6 @@ class Pins:
     # ---- op outputs ------------------------------------------------------------------------
     def op_output(self, func: Any, out: Any) -> Any:
         """An output of the pinned op: saved (run 1) or replaced by run 1's (run 2)."""
-        # torch on use: import repro_check, --help and a run's start before seeding never load it
         import torch
 
         step = self.step()
@@ -384,7 +380,6 @@ _BASE: list[Any] = []
 
 def _fresh(obj: Any) -> bool:
     """A torch generator not drawn from since its seeding is known by its seed alone."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     probe = _BASE[0](device=obj.device)
@@ -397,7 +392,6 @@ def _set_state(kind: str, obj: Any, state: Any) -> None:
         if isinstance(state, int):
             _BASE[0].manual_seed(obj, state)  # the untracked method
         else:
-            # torch on use: import repro_check, --help and a run's start before seeding never load it
             import torch
 
             obj.set_state(torch.tensor(state, dtype=torch.uint8))
@@ -430,7 +424,6 @@ def _how(seed: Any, call: str) -> str:
 
 
 def _track_generators(pins: Pins) -> None:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     base = patches.PATCHES.original(torch, "Generator")
@@ -493,7 +486,6 @@ def _track_generators(pins: Pins) -> None:
 def _track_loaders(pins: Pins) -> None:
     """Where the script makes each DataLoader and when each starts an epoch: a ``data`` cause
     names the loader whose batches differed."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     from torch.utils.data import DataLoader
 
     def made(original: Any) -> Any:
@@ -523,10 +515,8 @@ def _track_loaders(pins: Pins) -> None:
 
 
 def _track_reseeding(pins: Pins) -> None:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch.random
 
     def wrap(owner: Any, name: str, stream: str) -> None:
@@ -552,7 +542,6 @@ def _track_reseeding(pins: Pins) -> None:
 
 
 def _stream_state(stream: str) -> Any:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if stream == "python":
@@ -580,7 +569,6 @@ def _state_digest(stream: str) -> str:
 
 
 def _set_stream_state(stream: str, state: Any) -> None:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if stream == "python":
@@ -595,7 +583,6 @@ def _set_stream_state(stream: str, state: Any) -> None:
 
 # ---- op outputs ------------------------------------------------------------------------------
 def _detached(out: Any) -> Any:
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if isinstance(out, torch.Tensor):
@@ -615,7 +602,6 @@ def _aliases(func: Any) -> bool:
 
 def _copy_into(out: Any, saved: Any) -> None:
     """Run 1's values written into this run's output tensors, where shape and dtype agree."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if isinstance(out, torch.Tensor) and isinstance(saved, torch.Tensor):
@@ -628,7 +614,6 @@ def _copy_into(out: Any, saved: Any) -> None:
 
 def _like(out: Any, saved: Any) -> Any:
     """Run 1's output in the place of this run's, where shape and dtype agree."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if isinstance(out, torch.Tensor) and isinstance(saved, torch.Tensor):
@@ -644,7 +629,6 @@ def _like(out: Any, saved: Any) -> Any:
 def _replay_op(pins: Pins, op: str, first: int) -> None:
     """A dispatch mode, on from the start, that hands every output of ``op`` from step ``first``
     on to :meth:`Pins.op_output`."""
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Replay(TorchDispatchMode):

@@ -129,7 +129,6 @@ def cuda_state(available: bool) -> str | None:
     """Every CUDA device's default generator; None without CUDA."""
     if not available:
         return None
-    # torch on use: import repro_check, --help and a run's start before seeding never load it
     import torch
 
     if not torch.cuda.is_initialized():
