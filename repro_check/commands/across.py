@@ -45,7 +45,7 @@ from repro_check.report.model import (
 from repro_check.run import revisions
 from repro_check.run.axes import Axis, Cell, check_cores, check_interpreters, grid, usable_cores
 from repro_check.commands.check import finished_report
-from repro_check.commands.skeleton import Given, Planned
+from repro_check.commands.skeleton import GivenCommand, Planned
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.compare.feed import Feed
@@ -602,21 +602,15 @@ def across_detail(loc: Localization, a: str) -> str:
             "variable, a Python number, ...)")
 
 
-class AcrossCommand:
+class AcrossCommand(GivenCommand):
     """``check --across``: each planned target run in every environment, each compared with
     the first; progress and what is being done said as it goes."""
 
     name = "check"
     timed = True
 
-    def __init__(self, given: Given) -> None:
-        self.given = given
-
     def describe(self, planned: Planned) -> str:
         return f"checking {planned.target}"
-
-    def prepare(self, planned: Planned) -> None:
-        pass
 
     def run(self, planned: Planned) -> Report:
         # each environment runs once unless --runs says (the config's runs are a check's)

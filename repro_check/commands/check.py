@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from repro_check.commands.shape import RunShape, shape_of
-from repro_check.commands.skeleton import Given, Planned
+from repro_check.commands.skeleton import GivenCommand, Planned
 from repro_check.compare import cause, printed, saved
 from repro_check.compare.control import ControlResult, skipped
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
@@ -145,20 +145,14 @@ def evidence(results: list[RunResult], rank: int | None) -> dict[int, Any]:
     return out
 
 
-class CheckCommand:
+class CheckCommand(GivenCommand):
     """``check``: each planned target run ``runs`` times, the runs compared with each other."""
 
     name = "check"
     timed = True
 
-    def __init__(self, given: Given) -> None:
-        self.given = given
-
     def describe(self, planned: Planned) -> str:
         return f"checking {planned.target}"
-
-    def prepare(self, planned: Planned) -> None:
-        pass
 
     def run(self, planned: Planned) -> Report:
         options = self.given.options(planned.target, planned.entry, compare_runs=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from repro_check.compare.steps import Comparison, Policy
-from repro_check.commands.skeleton import Given, Planned
+from repro_check.commands.skeleton import GivenCommand, Planned
 from repro_check.gate.golden import make_parent, write_golden
 from repro_check.report.model import GatePart, Report
 from repro_check.run.options import PLAIN, RECORD_RUNS, InternalSettings, RunOptions
@@ -57,20 +57,14 @@ def record_golden(options: RunOptions, output: str | os.PathLike[str],
                   trace_dir=str(outcome.folder), gate=gate, replay=replay)
 
 
-class RecordCommand:
+class RecordCommand(GivenCommand):
     """``record``: each planned target run and saved as its golden."""
 
     name = "record"
     timed = True
 
-    def __init__(self, given: Given) -> None:
-        self.given = given
-
     def describe(self, planned: Planned) -> str:
         return f"recording {planned.target} -> {planned.golden}"
-
-    def prepare(self, planned: Planned) -> None:
-        pass
 
     def run(self, planned: Planned) -> Report:
         assert planned.golden is not None

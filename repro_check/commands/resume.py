@@ -43,7 +43,7 @@ from repro_check.trace.protocol import (InfoRecord, MetricsRecord, Record, Resum
 from repro_check.trace.results import Listener, RunResult
 from repro_check.commands.check import finished_report
 from repro_check.commands.shape import RunShape, shape_of
-from repro_check.commands.skeleton import Given, Planned
+from repro_check.commands.skeleton import GivenCommand, Planned
 
 #: points kept of each loss curve for the reports
 CURVE_POINTS = 2000
@@ -529,21 +529,15 @@ def trace_folder(report: Report) -> Path | None:
     return Path(report.trace_dir) if report.trace_dir else None
 
 
-class ResumeCommand:
+class ResumeCommand(GivenCommand):
     """``resume``: each planned target stopped at a checkpoint, resumed, and compared with the
     run that never stopped."""
 
     name = "resume"
     timed = True
 
-    def __init__(self, given: Given) -> None:
-        self.given = given
-
     def describe(self, planned: Planned) -> str:
         return f"resuming {planned.target}"
-
-    def prepare(self, planned: Planned) -> None:
-        pass
 
     def run(self, planned: Planned) -> Report:
         options = self.given.options(planned.target, planned.entry)

@@ -83,6 +83,18 @@ class Command(Protocol):
         ...
 
 
+class GivenCommand:
+    """What the commands that run planned targets share: the front end's :class:`Given`, and
+    nothing to check before the runs (a command that has, :class:`VerifyCommand`'s golden,
+    overrides :meth:`prepare`)."""
+
+    def __init__(self, given: Given) -> None:
+        self.given = given
+
+    def prepare(self, planned: Planned) -> None:
+        """Nothing to check before the runs."""
+
+
 class Outputs(Protocol):
     """Where a front end puts the reports: each as it ends, then all of them."""
 

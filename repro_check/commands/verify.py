@@ -7,7 +7,7 @@ import os
 
 from repro_check.compare.control import ControlResult, skipped
 from repro_check.compare.steps import BAND, TOLERANCE, Comparison, Policy
-from repro_check.commands.skeleton import Given, Planned
+from repro_check.commands.skeleton import GivenCommand, Planned
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.gate.golden import (
     BodyCheck,
@@ -223,15 +223,12 @@ def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> s
 VERIFY_OWN: dict[str, str | None] = {"runs": None}
 
 
-class VerifyCommand:
+class VerifyCommand(GivenCommand):
     """``verify``: each planned target run once against its golden, every golden checked
     before anything runs."""
 
     name = "verify"
     timed = True
-
-    def __init__(self, given: Given) -> None:
-        self.given = given
 
     def describe(self, planned: Planned) -> str:
         return f"verifying {planned.target} against {planned.golden}"
