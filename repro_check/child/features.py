@@ -119,7 +119,7 @@ class Pins(Registered):
     patches = ("pin.loaders", "pin.data", "pin.reseeding", "pin.generators")
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.seeding import pin
 
         context.pins = pin.from_environment(context.emit, context.rank)
@@ -137,7 +137,7 @@ class SeedingWatch(Registered):
         self.watch: Any = None
 
     def install(self, context: RunContext) -> None:
-        # they import torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without them
         from repro_check.child.observe import watch
 
         self.watch = context.watch = watch.SeedingWatch(context.emit, context.done,
@@ -166,7 +166,7 @@ class Capture(Registered):
         self.recorder: Any = None
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.observe import capture
 
         config = context.config
@@ -196,7 +196,7 @@ class Checkpoints(Registered):
     patches = ("checkpoint.signals", "checkpoint.saves")
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.observe import checkpoint
 
         context.checkpoints = checkpoint.install(context.recorder, context.emit,
@@ -215,7 +215,7 @@ class Saves(Registered):
     patches = ("saved.files", "saved.modules")
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.observe import saved
 
         context.saves = saved.install(context.recorder, context.emit)
@@ -233,13 +233,13 @@ class Origins(Registered):
     patches = ("origin.models",)
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.observe import origin
 
         origin.SITES.install()
 
     def uninstall(self) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.observe import origin
 
         origin.SITES.uninstall()
@@ -307,7 +307,7 @@ class MetricHooks(Registered):
     patches = ("metric_hooks",)
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.observe import metric_hooks
 
         self.installed = metric_hooks.install(context.recorder)
@@ -324,7 +324,7 @@ class EnvHooks(Registered):
     patches = ("env_hooks",)
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.observe import env_hooks
 
         self.installed = env_hooks.install(context.recorder)
@@ -342,7 +342,7 @@ class Control(Registered):
     patches = ("control.forward", "control.leave_out")
 
     def install(self, context: RunContext) -> None:
-        # imports torch: loaded once the run is tied to its supervisor
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
         from repro_check.child.seeding import control
 
         config = context.config

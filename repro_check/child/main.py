@@ -157,7 +157,7 @@ def main() -> int:
 def _header(config: RunConfig, target: Any, done: dict[str, Any],
             started: float) -> dict[str, Any]:
     """The trace header: what was run, how it was seeded, in which environment."""
-    # imports torch: loaded once the run is tied to its supervisor
+    # loaded once the run is tied to its supervisor: the run's start before seeding does without it
     from repro_check.trace import environment
 
     seed = config.seed
@@ -213,7 +213,7 @@ def _debug_patches(emit: Any, shown: list[Any] | None = None) -> list[Any]:
 def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
     """Call the target; how it went: a status to report (completed, stopped, exited), or the
     exit status of a run that failed (its error already emitted)."""
-    # imports torch: loaded once the run is tied to its supervisor
+    # loaded once the run is tied to its supervisor: the run's start before seeding does without it
     from repro_check.child.observe import capture
 
     try:
@@ -256,7 +256,7 @@ def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
 
 
 def _terminated() -> int:
-    # they import torch: loaded once the run is tied to its supervisor
+    # loaded once the run is tied to its supervisor: the run's start before seeding does without them
     from repro_check.child.observe import capture
 
     recorder = capture.active()
