@@ -130,7 +130,8 @@ def across(
     **run_options: Any,
 ) -> Report:
     """Run ``target`` ``runs`` times (default 1) in each environment of ``axes``
-    (``["threads=1,2", "env:NAME=a,b"]``; also ``workers=``, ``start=``, ``compile=``, ``rev=``,
+    (``["threads=1,2", "env:NAME=a,b"]``; also ``workers=``, ``start=``, ``compile=``,
+    ``compile-cache=``, ``rev=``,
     docs/across.md; a grid when several) and compare each with the first.
 
     Other run options (``args``, ``seed``, ``max_steps``, ``tolerances``, ...) are keywords as

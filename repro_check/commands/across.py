@@ -17,12 +17,15 @@ digest, so equal bytes give equal fingerprints on both sides.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,16 @@ from repro_check.report.model import (
     plain_value,
 )
 from repro_check.run import revisions
-from repro_check.run.axes import Axis, Cell, check_cores, check_interpreters, grid, usable_cores
+from repro_check.run.axes import (
+    CACHE_VARIABLES,
+    Axis,
+    Cell,
+    check_cores,
+    check_interpreters,
+    cold_twin,
+    grid,
+    usable_cores,
+)
 from repro_check.commands.check import finished_report
 from repro_check.commands.skeleton import GivenCommand, Planned
 from repro_check.run.options import RunOptions
@@ -80,6 +92,26 @@ class Plan:
     #: with a rev axis: the repository, and the checkout of each revision as written
     root: Path | None = None
     checkouts: dict[str, Path] = dataclasses.field(default_factory=dict)
+    #: with a compile-cache axis: the folder that holds the caches each cold cell's first run
+    #: fills for its warm twin (removed after the runs)
+    caches: Path | None = None
+
+    def cache_folder(self, cold: Cell) -> Path:
+        """The compile caches the first run of ``cold`` fills and its warm twin's runs use."""
+        assert self.caches is not None
+        return self.caches / f"env-{cold.index}"
+
+    def cache_env(self, cell: Cell, run: int) -> dict[str, str]:
+        """Where a run's compile caches are, when the compile-cache axis decides it: the first
+        run of a cold cell fills the shared caches, every run of a warm cell starts from them.
+        The other runs get fresh caches of their own, as every run does."""
+        if self.caches is None:
+            return {}
+        cold = cold_twin(cell, self.cells) if cell.warm else (cell if run == 1 else None)
+        if cold is None:
+            return {}
+        folder = self.cache_folder(cold)
+        return {var: str(folder / var.split("_")[0].lower()) for var in CACHE_VARIABLES}
 
     def index(self, cell: int, run: int) -> int:
         return (cell - 1) * self.per_cell + run
@@ -87,12 +119,19 @@ class Plan:
     def locate(self, index: int) -> tuple[Cell, int]:
         return self.cells[(index - 1) // self.per_cell], (index - 1) % self.per_cell + 1
 
+    def probe_env(self, cell: Cell, env: dict[str, str]) -> dict[str, str]:
+        """A probe run's environment: a cold cell's probe starts from fresh compile caches (its
+        first run's are filled by now), a warm cell's from the filled ones."""
+        if self.caches is None or cell.warm:
+            return env
+        return {k: v for k, v in env.items() if k not in CACHE_VARIABLES}
+
     def specs(self, base: Sequence[RunSpec]) -> list[RunSpec]:
         """The session's specs, each set up for its environment."""
         out = []
         for spec in base:
             cell, run = self.locate(spec.index)
-            env = {**spec.extra_env, **cell.environment()}
+            env = {**spec.extra_env, **cell.environment(), **self.cache_env(cell, run)}
             if self.device_digest:
                 env[DEVICE_DIGEST_ENV] = "1"
             told = spec.told.replace(threads=cell.threads or spec.told.threads,
@@ -110,11 +149,15 @@ class Plan:
 
 class Fits:
     """Which runs may go at the same time: each needs its thread count of cores (all of them
-    when the count is not fixed), and runs on the GPU go one at a time."""
+    when the count is not fixed), runs on the GPU go one at a time, and a warm run waits for
+    the cold run that fills its compile caches (runs start in order, so that one has started)."""
 
-    def __init__(self, cells: dict[int, Cell], cores: int) -> None:
+    def __init__(self, cells: dict[int, Cell], cores: int,
+                 fillers: dict[int, int] | None = None) -> None:
         self.cells = cells
         self.cores = cores
+        #: run index -> the index of the run that fills its compile caches
+        self.fillers = fillers or {}
 
     def cost(self, spec: RunSpec) -> int:
         return min(self.cores, spec.told.threads or self.cores)
@@ -123,7 +166,74 @@ class Fits:
         if self.cells[spec.index].uses_gpu and any(self.cells[r.index].uses_gpu
                                                    for r in running):
             return False
+        filler = self.fillers.get(spec.index)
+        if filler is not None and any(r.index == filler for r in running):
+            return False
         return sum(self.cost(r) for r in running) + self.cost(spec) <= self.cores
+
+
+def cache_fillers(plan: Plan) -> dict[int, int]:
+    """Every run of a warm cell, with the run that fills its compile caches (its cold twin's
+    first run)."""
+    out: dict[int, int] = {}
+    for cell in plan.cells:
+        cold = cold_twin(cell, plan.cells)
+        if cold is not None:
+            for run in range(1, plan.per_cell + 1):
+                out[plan.index(cell.index, run)] = plan.index(cold.index, 1)
+    return out
+
+
+@contextlib.contextmanager
+def compile_caches(axes: Sequence[Axis]) -> Iterator[Path | None]:
+    """A folder for the compile caches of a compile-cache axis (None without one), removed
+    when the runs are done: cached kernels are no one else's."""
+    if not any(a.kind == "compile-cache" for a in axes):
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="repro-check-caches-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def cache_contents(folder: Path) -> tuple[int, int]:
+    """Files and bytes under ``folder`` (nothing when it does not exist)."""
+    files = size = 0
+    for path, _, names in os.walk(folder):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(path, name)).st_size
+            except OSError:
+                continue
+            files += 1
+    return files, size
+
+
+def cache_notes(plan: Plan, by_index: dict[int, RunResult]) -> list[str]:
+    """What each warm environment started from: the files its cold twin's first run left in
+    the compile caches, or that it left none, so that the pair could not show a cache's effect."""
+    if plan.caches is None:
+        return []
+    notes = []
+    for cell in plan.cells:
+        cold = cold_twin(cell, plan.cells)
+        if cold is None:
+            continue
+        filler = by_index.get(plan.index(cold.index, 1))
+        files, size = cache_contents(plan.cache_folder(cold))
+        if filler is not None and filler.failed:
+            notes.append(f"compile-cache: {cold.label} failed, so {cell.label} started from "
+                         f"whatever its first run left in the compile caches ({files} file(s))")
+        elif files:
+            notes.append(f"compile-cache: {cell.label} started from the compile caches "
+                         f"{cold.label} filled: {files} file(s), {size / 2**20:.1f} MiB")
+        else:
+            notes.append(f"compile-cache: {cold.label} left its compile caches empty (nothing "
+                         f"was compiled, or the caches are off), so {cell.label} ran as cold as "
+                         "it did: the pair could not show a cache's effect")
+    return notes
 
 
 class AcrossFeed(Feed):
@@ -181,18 +291,20 @@ def run_across(options: RunOptions, listener: Listener | None = None,
     check_cores(axes)
     rev_axis = next((a for a in axes if a.kind == "rev"), None)
     if rev_axis is None:
-        return _run_across(options, listener, log, None, {})
+        with compile_caches(axes) as caches:
+            return _run_across(options, listener, log, None, {}, caches)
     root = revisions.repository()
     shas = {v: revisions.resolve(root, v) for v in rev_axis.values}  # before any run
-    with revisions.Checkouts(root) as checkouts:
+    with revisions.Checkouts(root) as checkouts, compile_caches(axes) as caches:
         folders = {v: checkouts.checkout(sha) for v, sha in shas.items()}
         if options.target:
             revisions.check_target(options.target, root, folders)  # before any run
-        return _run_across(options, listener, log, root, folders)
+        return _run_across(options, listener, log, root, folders, caches)
 
 
 def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
-                root: Path | None, checkouts: dict[str, Path]) -> Report:
+                root: Path | None, checkouts: dict[str, Path],
+                caches: Path | None = None) -> Report:
     say = log or (lambda text: None)
     axes = options.axes
     cells = grid(axes)
@@ -201,7 +313,7 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
         check_interpreters(cells)
         devices = any(a.kind == "device" for a in axes)
         plan = Plan(cells, options.runs, session.folder, device_digest=devices, root=root,
-                    checkouts=checkouts)
+                    checkouts=checkouts, caches=caches)
         specs = plan.specs(session.specs())
     except UsageError:
         shutil.rmtree(session.folder, ignore_errors=True)  # nothing ran
@@ -223,7 +335,8 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
                 route += [(cmp, 1) for cmp in pair_cmps.values()] if cell.index == 1 \
                     else [(pair_cmps[cell.index], 2)]
     feed = AcrossFeed(main, routes, listener)
-    fits = Fits({s.index: plan.locate(s.index)[0] for s in specs}, usable_cores())
+    fits = Fits({s.index: plan.locate(s.index)[0] for s in specs}, usable_cores(),
+                cache_fillers(plan))
     say(f"across {', '.join(a.flag() for a in axes)}: {len(cells)} environments, "
         f"{options.runs} run(s) each")
     outcome = session.run(feed, options.jobs or len(specs), specs=specs, fits=fits)
@@ -242,9 +355,10 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
             v: BisectCommit(**revisions.describe(root, revisions.resolve(root, v)).to_dict())
             for v in checkouts}
     _loading_notes(part, plan, by_index, policy)
-    interrupted, notes = report.interrupted, list[str]()
+    interrupted, notes = report.interrupted, cache_notes(plan, by_index)
     if report.error is None and not report.interrupted:
-        interrupted, notes = _localize(part, session, plan, specs, fits, options, say)
+        interrupted, probed = _localize(part, session, plan, specs, fits, options, say)
+        notes += probed
     report = dataclasses.replace(
         report, across=part, interrupted=interrupted,
         # each environment has its own thread count when threads is an axis
@@ -460,7 +574,8 @@ def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
 def compile_warning(axes: Sequence[Axis], target: Any) -> str | None:
     """``compile=`` on a script whose source never calls ``torch.compile``: a warning (it may
     compile through a library), not an error."""
-    if not any(a.kind == "compile" for a in axes):
+    axis = next((a for a in axes if a.kind in ("compile", "compile-cache")), None)
+    if axis is None:
         return None
     path = getattr(target, "path", None)
     if path is None:
@@ -471,8 +586,8 @@ def compile_warning(axes: Sequence[Axis], target: Any) -> str | None:
         return None
     if _may_compile(source):
         return None
-    return (f"--across compile=: {path} never calls torch.compile (unless a library it uses "
-            "does): its environments will run the same code")
+    return (f"--across {axis.name}=: {path} never calls torch.compile (unless a library it "
+            "uses does): its environments will run the same code")
 
 
 #: modules whose ``compile`` is not torch's (regular expressions)
@@ -522,6 +637,7 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
             base = specs[plan.index(cell, 1) - 1]
             probe_specs.append(dataclasses.replace(
                 base, told=base.told.replace(run=index, max_steps=step, probe_step=step),
+                extra_env=plan.probe_env(plan.cells[cell - 1], base.extra_env),
                 trace_path=plan.folder / f"probe-env-{cell}-step-{step}.jsonl"))
     steps = sorted({p.first_divergent_step for p in wanted if p.first_divergent_step})
     say(f"localization: {len(probe_specs)} probe run(s) to step {', '.join(map(str, steps))}, "

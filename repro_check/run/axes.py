@@ -33,12 +33,18 @@ from repro_check.run import pathentry
 from repro_check.trace import fingerprint
 
 #: the axes, as users write them (``env:NAME`` stands for any environment variable)
-AXES = ("threads", "device", "python", "deterministic", "workers", "start", "compile", "rev",
-        "env:NAME")
+AXES = ("threads", "device", "python", "deterministic", "workers", "start", "compile",
+        "compile-cache", "rev", "env:NAME")
 DEVICES = ("cpu", "cuda")
 #: multiprocessing start methods (``start=``); those this platform lacks are refused
 START_METHODS = ("fork", "spawn", "forkserver")
 SWITCH = ("on", "off")
+#: ``compile-cache=cold,warm``: runs with empty compile caches, then runs with the caches the
+#: first cold run filled (its first value must be cold: a warm cell needs a cold run before it)
+CACHE_STATES = ("cold", "warm")
+#: where torch.compile keeps what it compiled (inductor's kernels, Triton's binaries); the
+#: compile-cache axis sets both, so an ``env:`` axis must not
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 #: seeding components the ``deterministic`` axis turns on or off together
 DETERMINISTIC_COMPONENTS = ("cudnn", "deterministic_algorithms")
 #: seconds an interpreter may take to say what it has
@@ -94,6 +100,9 @@ def parse_axis(text: str) -> Axis:
 
 
 def _check_values(axis: Axis, text: str) -> None:
+    if axis.kind == "compile-cache" and axis.values != CACHE_STATES:
+        raise UsageError(f"--across {text!r}: the compile-cache axis is compile-cache=cold,warm "
+                         "(the warm runs use the caches the first cold run filled)")
     allowed = {"device": DEVICES, "deterministic": SWITCH, "compile": SWITCH,
                "start": START_METHODS}.get(axis.kind)
     if allowed is not None:
@@ -129,6 +138,11 @@ def parse_axes(texts: Iterable[str]) -> tuple[Axis, ...]:
             raise UsageError(f"--across {axis.name} is given twice: list all its values in one "
                              f"flag ({axis.name}=A,B,C)")
         seen.add(axis.name)
+    if "compile-cache" in seen:
+        clash = [v for v in CACHE_VARIABLES if f"env:{v}" in seen]
+        if clash:
+            raise UsageError(f"--across env:{clash[0]} and compile-cache= both set where the "
+                             "compile caches are: give one of them")
     return axes
 
 
@@ -145,6 +159,11 @@ class Cell:
 
     def value(self, kind: str) -> str | None:
         return next((v for a, v in self.settings if a.kind == kind), None)
+
+    @property
+    def warm(self) -> bool:
+        """Its runs start from the compile caches its cold twin's first run filled."""
+        return self.value("compile-cache") == "warm"
 
     @property
     def threads(self) -> int | None:
@@ -199,6 +218,16 @@ def grid(axes: Sequence[Axis]) -> list[Cell]:
     """Every combination of the axes' values, the first values first."""
     combos = itertools.product(*[[(a, v) for v in a.values] for a in axes])
     return [Cell(i, tuple(combo)) for i, combo in enumerate(combos, 1)]
+
+
+def cold_twin(cell: Cell, cells: Sequence[Cell]) -> Cell | None:
+    """The cell whose first run fills the compile caches a warm ``cell`` starts from: the same
+    settings but ``compile-cache=cold`` (earlier in the grid, cold being the axis's first
+    value). None for a cell that is not warm."""
+    if not cell.warm:
+        return None
+    want = tuple((a, "cold" if a.kind == "compile-cache" else v) for a, v in cell.settings)
+    return next((c for c in cells if c.settings == want), None)
 
 
 # ---- what the machine can honour -------------------------------------------------------------

@@ -32,7 +32,14 @@ from repro_check.report.model import AcrossCell, AcrossPair, AcrossPart, Report
 from repro_check.report.render import summary
 from repro_check.report.terminal import make_console
 from repro_check.run import axes as ax
-from repro_check.commands.across import Fits, price_of_determinism
+from repro_check.commands.across import (
+    Fits,
+    Plan,
+    cache_fillers,
+    cache_notes,
+    compile_caches,
+    price_of_determinism,
+)
 from repro_check.run.options import RunOptions
 from repro_check.run.runner import RunSpec
 from repro_check.trace.protocol import RunConfig
@@ -149,6 +156,47 @@ def test_runs_go_together_only_where_their_threads_and_the_gpu_fit() -> None:
     assert not fits(two_cpu, [one_cpu, two_gpu])  # 1 + 2 + 2 threads > 4 cores
     assert not Fits(by_run, cores=2)(two_cpu, [one_cpu])
     assert Fits(by_run, cores=2).cost(_spec(1, None)) == 2  # thread count not fixed: all cores
+
+
+def test_warm_runs_use_the_caches_the_first_cold_run_fills_and_wait_for_it(tmp_path: Path) -> None:
+    cells = ax.grid(ax.parse_axes(["threads=1,2", "compile-cache=cold,warm"]))
+    plan = Plan(cells, 2, tmp_path, caches=tmp_path / "caches")
+    filled = {var: str(tmp_path / "caches" / "env-1" / sub)
+              for var, sub in zip(ax.CACHE_VARIABLES, ("torchinductor", "triton"))}
+    assert plan.cache_env(cells[0], 1) == filled  # the first cold run fills them
+    assert plan.cache_env(cells[0], 2) == {}  # the second compiles in fresh caches, as any run
+    assert plan.cache_env(cells[1], 1) == plan.cache_env(cells[1], 2) == filled
+    assert plan.cache_env(cells[3], 2) == plan.cache_env(cells[2], 1) != filled
+    assert plan.probe_env(cells[0], {**filled, "A": "1"}) == {"A": "1"}  # a cold probe: fresh
+    assert plan.probe_env(cells[1], filled) == filled
+    assert Plan(cells, 2, tmp_path).cache_env(cells[1], 1) == {}  # no compile-cache axis
+    fillers = cache_fillers(plan)
+    assert fillers == {3: 1, 4: 1, 7: 5, 8: 5}
+    by_run = {plan.index(c.index, r): c for c in cells for r in (1, 2)}
+    fits = Fits(by_run, cores=8, fillers=fillers)
+    first, second, warm = _spec(1, 1), _spec(2, 1), _spec(3, 1)
+    assert not fits(warm, [first]) and not fits(warm, [second, first])
+    assert fits(warm, [second])  # the run that fills its caches has ended
+
+
+def test_the_cache_folder_is_removed_and_what_a_warm_run_started_from_is_said(
+        tmp_path: Path) -> None:
+    axes = ax.parse_axes(["compile-cache=cold,warm"])
+    cells = ax.grid(axes)
+    with compile_caches(axes) as folder:
+        assert folder is not None and folder.is_dir()
+        plan = Plan(cells, 1, tmp_path, caches=folder)
+        (empty,) = cache_notes(plan, {})
+        assert "left its compile caches empty" in empty and "could not show" in empty
+        kernels = plan.cache_folder(cells[0]) / "torchinductor"
+        kernels.mkdir(parents=True)
+        (kernels / "k.py").write_bytes(b"x" * 2**20)
+        (filled,) = cache_notes(plan, {})
+        assert filled == ("compile-cache: compile-cache=warm started from the compile caches "
+                          "compile-cache=cold filled: 1 file(s), 1.0 MiB")
+    assert not folder.exists()
+    with compile_caches(ax.parse_axes(["threads=1,2"])) as none:
+        assert none is None
 
 
 # ---- the interpreter probe -----------------------------------------------------------------------

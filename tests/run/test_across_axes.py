@@ -63,6 +63,9 @@ def test_the_light_targets_swap_only_the_optimizer() -> None:
     ("start=fork,thread", "'thread' is not one of fork, spawn, forkserver"),
     ("compile=on,maybe", "'maybe' is not one of on, off"),
     ("rev=HEAD", "at least two values"),
+    ("compile-cache=warm,cold", "compile-cache=cold,warm"),
+    ("compile-cache=cold,hot", "compile-cache=cold,warm"),
+    ("compile-cache=cold,warm,warm", "compile-cache=cold,warm"),
 ])
 def test_malformed_axis_is_one_usage_error(text: str, says: str) -> None:
     with pytest.raises(UsageError, match=says.replace("(", r"\(").replace(".", r"\.")):
@@ -80,6 +83,25 @@ def test_cells_impose_workers_start_and_compile() -> None:
     base = RunConfig(run=1, target=parse("t.py"))
     told = base.replace(**first.overrides())
     assert RunConfig.from_json(told.to_json()) == told
+
+
+def test_compile_cache_may_not_be_set_twice() -> None:
+    for var in COMPILE_CACHE_VARS:
+        with pytest.raises(UsageError, match=f"env:{var} and compile-cache= both"):
+            ax.parse_axes(["compile-cache=cold,warm", f"env:{var}=a,b"])
+    assert ax.CACHE_VARIABLES == COMPILE_CACHE_VARS  # the axis sets what every run gets
+
+
+def test_each_warm_cell_has_the_cold_twin_before_it() -> None:
+    cells = ax.grid(ax.parse_axes(["threads=1,2", "compile-cache=cold,warm"]))
+    assert [c.label for c in cells] == [
+        "threads=1, compile-cache=cold", "threads=1, compile-cache=warm",
+        "threads=2, compile-cache=cold", "threads=2, compile-cache=warm"]
+    assert [c.warm for c in cells] == [False, True, False, True]
+    assert [ax.cold_twin(c, cells) for c in cells] == [None, cells[0], None, cells[2]]
+    # the axis imposes nothing inside the run: only where its caches are (the across plan)
+    assert all(c.overrides() == {} and "compile-cache" not in str(c.environment())
+               for c in cells)
 
 
 def test_compile_on_a_script_that_never_compiles_is_a_warning(tmp_path: Path) -> None:
@@ -363,6 +385,35 @@ def test_a_deterministic_compiled_model_repeats_and_is_compared_with_eager(tmp_p
     folders = [r[v] for r in runs for v in COMPILE_CACHE_VARS]
     assert all(folders) and len(set(folders)) == len(folders)  # no run shares one
     assert not any(Path(f).exists() for f in folders)  # removed when each run ended
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(inductor_compiles() is not None, reason=str(inductor_compiles()))
+def test_warm_runs_start_from_the_caches_the_first_cold_run_filled(tmp_path: Path) -> None:
+    """compile-cache=cold,warm with two runs each: the first cold run fills the shared caches
+    (inductor misses), the other cold run compiles in caches of its own, both warm runs start
+    from the filled caches and hit them; the shared folder is gone afterwards."""
+    caches = tmp_path / "caches.jsonl"
+    res = run_cli("compiled.py:main", "--across", "compile-cache=cold,warm", "--runs", "2",
+                  "--", "--steps", "2", "--deterministic", "--caches", str(caches),
+                  tmp=tmp_path, timeout=1500)
+    assert res.code in (0, 1), res.stdout + res.stderr
+    assert res.report is not None
+    (pair,) = res.report["across"]["pairs"]
+    assert pair["a"] == "compile-cache=cold" and pair["b"] == "compile-cache=warm"
+    runs = [json.loads(line) for line in caches.read_text().splitlines()]
+    assert len(runs) >= 4  # probe runs may add some
+    var = "TORCHINDUCTOR_CACHE_DIR"
+    warm = [r for r in runs if r[f"{var}:filled at start"]]
+    cold = [r for r in runs if not r[f"{var}:filled at start"]]
+    assert len(warm) >= 2 and len(cold) >= 2
+    assert all(r["fxgraph_cache_hit"] > 0 and r["fxgraph_cache_miss"] == 0 for r in warm)
+    assert all(r["fxgraph_cache_hit"] == 0 for r in cold)
+    shared = {r[var] for r in warm}
+    assert len(shared) == 1 and shared <= {r[var] for r in cold}  # one cold run filled it
+    assert not any(Path(r[v]).exists() for r in runs for v in COMPILE_CACHE_VARS)
+    said = " ".join(res.report["warnings"])
+    assert "compile-cache=warm started from the compile caches compile-cache=cold filled" in said
 
 
 CACHES = """
