@@ -131,7 +131,7 @@ def across(
 ) -> Report:
     """Run ``target`` ``runs`` times (default 1) in each environment of ``axes``
     (``["threads=1,2", "env:NAME=a,b"]``; also ``workers=``, ``start=``, ``compile=``,
-    ``compile-cache=``, ``rev=``,
+    ``compile-cache=``, ``rev=``, ``args=A|B``,
     docs/across.md; a grid when several) and compare each with the first.
 
     Other run options (``args``, ``seed``, ``max_steps``, ``tolerances``, ...) are keywords as

@@ -135,6 +135,7 @@ class Plan:
             if self.device_digest:
                 env[DEVICE_DIGEST_ENV] = "1"
             told = spec.told.replace(threads=cell.threads or spec.told.threads,
+                                     args=(*spec.told.args, *cell.args),
                                      components=tuple(cell.components(spec.told.components)),
                                      **cell.overrides())
             placed = dataclasses.replace(
@@ -671,6 +672,8 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
         if compiled and unmatched(loc):
             loc.found = False
             loc.detail = compile_detail(loc, step)
+        elif plan.cells[0].args != plan.cells[pair.cell - 1].args and loc.found:
+            loc.detail = args_detail(loc, step, pair.a, pair.b)
         pair.localization = loc
         if loc.found:
             pair.culprit, pair.culprit_op = loc.module, loc.op
@@ -690,6 +693,25 @@ def compile_detail(loc: Localization, step: int) -> str:
     return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
             f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
             f"eager op, so no single op can be named{where}")
+
+
+def args_detail(loc: Localization, step: int, a: str, b: str) -> str:
+    """The culprit op of two argument lists, said of the arguments: they change what the
+    script runs or passes, so what differs is their doing, not a value that is not
+    reproducible."""
+    where = f"module {loc.module!r}" if loc.module else "code outside any module"
+    if unmatched(loc):
+        return (f"with {b} the script runs other ops than with {a} from op {loc.op_index} of "
+                f"step {step} on ({loc.op} in {where}): the arguments change the code that "
+                "runs, so no op whose result differs can be told apart from that change")
+    if loc.inputs_agree:
+        return (f"{loc.op} in {where} ({loc.phase}) returns other bits with {b} than with {a} "
+                "for the same tensor inputs: the arguments call it otherwise (an option that "
+                "is not a tensor) or under other settings")
+    args = ", ".join(map(str, loc.differing_inputs))
+    return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) with {b} than "
+            f"with {a}, which no earlier op produced: the arguments pass it another value (a "
+            "number, a mode, an option)")
 
 
 #: ops that move or copy a tensor: between devices they are what only the GPU side runs

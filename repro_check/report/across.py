@@ -69,7 +69,8 @@ def drift_cells(pair: AcrossPair) -> str:
 def _head(report: Report, part: AcrossPart) -> Panel:
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
-    flags = " ".join(f"{name}={','.join(vals)}" for name, vals in part.axes)
+    flags = " ".join(f"{name}={('|' if name == 'args' else ',').join(vals)}"
+                     for name, vals in part.axes)
     each = f"{part.runs_per_cell} run{'s' if part.runs_per_cell > 1 else ''} each"
     head.append(f"\nacross {flags} · {len(part.cells)} environments · {each} · {seed}"
                 f" · {report.policy.describe()}")

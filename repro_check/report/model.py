@@ -261,7 +261,9 @@ class AcrossPart(JsonRecord):
     def values(self) -> list[str]:
         """The values of the one axis, or each cell's label in a grid."""
         if len(self.axes) == 1:
-            return list(self.axes[0][1])
+            name, values = self.axes[0]
+            # an empty argument list (args=|--flag) is shown as a cell's label shows it
+            return [v or "(none)" if name == "args" else v for v in values]
         return [c.label for c in self.cells]
 
     def run_name(self, index: int) -> str:

@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from repro_check.trace import fingerprint
 
 #: the axes, as users write them (``env:NAME`` stands for any environment variable)
 AXES = ("threads", "device", "python", "deterministic", "workers", "start", "compile",
-        "compile-cache", "rev", "env:NAME")
+        "compile-cache", "rev", "args", "env:NAME")
 DEVICES = ("cpu", "cuda")
 #: multiprocessing start methods (``start=``); those this platform lacks are refused
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -69,8 +70,63 @@ class Axis:
     def variable(self) -> str | None:
         return self.name[4:] if self.kind == "env" else None
 
+    @property
+    def separator(self) -> str:
+        """What separates the values as written: ``|`` for ``args=`` (its values hold commas)."""
+        return "|" if self.kind == "args" else ","
+
     def flag(self) -> str:
-        return f"{self.name}={','.join(self.values)}"
+        return f"{self.name}={self.separator.join(self.values)}"
+
+
+def split_unquoted(text: str, sep: str) -> list[str]:
+    """``text`` cut at every ``sep`` outside shell quotes (``'...'``, ``"..."``, a backslash)."""
+    parts, start, quote, i = [], 0, "", 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == sep:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def argument_list(value: str, text: str) -> tuple[str, ...]:
+    """One ``args=`` value as the arguments it gives the script, split as a shell splits them."""
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as e:
+        raise UsageError(f"--across {text!r}: cannot split {value!r} into arguments ({e})") \
+            from None
+
+
+def parse_args_axis(text: str, listed: str) -> Axis:
+    """``args=A|B[|C]``: each value an argument list appended to the script's arguments (one
+    may be empty: the script's arguments alone); values that split into the same list are one."""
+    try:
+        shlex.split(listed)
+    except ValueError as e:
+        raise UsageError(f"--across {text!r}: cannot split it into arguments ({e})") from None
+    values = tuple(v.strip() for v in split_unquoted(listed, "|"))
+    if len(values) < 2:
+        raise UsageError(f"--across {text!r}: give at least two argument lists to compare, "
+                         "separated by | (args='|--flag' compares without and with --flag)")
+    seen: dict[tuple[str, ...], str] = {}
+    for value in values:
+        args = argument_list(value, text)
+        if args in seen:
+            raise UsageError(f"--across {text!r}: {seen[args]!r} and {value!r} are the same "
+                             "arguments")
+        seen[args] = value
+    return Axis("args", values)
 
 
 def parse_axis(text: str) -> Axis:
@@ -89,6 +145,8 @@ def parse_axis(text: str) -> Axis:
         close = difflib.get_close_matches(name, [a for a in AXES if a != "env:NAME"], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UsageError(f"--across: unknown axis {name!r}{hint}; axes: {', '.join(AXES)}")
+    if name == "args":
+        return parse_args_axis(text, listed)
     values = tuple(v.strip() for v in listed.split(","))
     if any(not v for v in values):
         raise UsageError(f"--across {text!r}: an empty value in the list (write {name}=A,B)")
@@ -155,7 +213,13 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{axis.name}={value}" for axis, value in self.settings)
+        return ", ".join(f"{axis.name}={shown(axis, value)}" for axis, value in self.settings)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """The arguments an ``args=`` axis appends to the script's own (none without one)."""
+        v = self.value("args")
+        return tuple(shlex.split(v)) if v else ()
 
     def value(self, kind: str) -> str | None:
         return next((v for a, v in self.settings if a.kind == kind), None)
@@ -212,6 +276,11 @@ class Cell:
 
     def settings_dict(self) -> dict[str, str]:
         return {axis.name: value for axis, value in self.settings}
+
+
+def shown(axis: Axis, value: str) -> str:
+    """A value as a cell's label shows it: an empty argument list as ``(none)``."""
+    return "(none)" if axis.kind == "args" and not value else value
 
 
 def grid(axes: Sequence[Axis]) -> list[Cell]:

@@ -199,6 +199,47 @@ def test_the_cache_folder_is_removed_and_what_a_warm_run_started_from_is_said(
         assert none is None
 
 
+@pytest.mark.parametrize("text, values, args", [
+    ("args=|--checkpointing", ("", "--checkpointing"), [(), ("--checkpointing",)]),
+    ("args=--lr=0.1, 0.2|--lr 0.5", ("--lr=0.1, 0.2", "--lr 0.5"),
+     [("--lr=0.1,", "0.2"), ("--lr", "0.5")]),  # commas are arguments' own
+    ("args=--name 'a|b'|--name \"c d\"|--name e\\|f", ("--name 'a|b'", '--name "c d"', "--name e\\|f"),
+     [("--name", "a|b"), ("--name", "c d"), ("--name", "e|f")]),  # a quoted | is no separator
+])
+def test_argument_lists_split_at_unquoted_bars_and_as_a_shell_splits(
+        text: str, values: tuple[str, ...], args: list[tuple[str, ...]]) -> None:
+    axis = ax.parse_axis(text)
+    assert axis.values == values and axis.flag() == text
+    assert [c.args for c in ax.grid([axis])] == args
+
+
+@pytest.mark.parametrize("text, says", [
+    ("args=--x", "at least two argument lists"),
+    ("args=--x|--x", "'--x' and '--x' are the same arguments"),
+    ("args=--lr 1| --lr  1", "the same arguments"),
+    ("args=|", "the same arguments"),
+    ("args=--name 'a|--b", "cannot split it into arguments (No closing quotation)"),
+])
+def test_malformed_argument_lists_are_one_usage_error(text: str, says: str) -> None:
+    with pytest.raises(UsageError) as e:
+        ax.parse_axis(text)
+    assert says in str(e.value)
+
+
+def test_each_cell_appends_its_arguments_to_the_scripts_own(tmp_path: Path) -> None:
+    cells = ax.grid(ax.parse_axes(["args=|--checkpointing", "threads=1,2"]))
+    assert [c.label for c in cells] == [
+        "args=(none), threads=1", "args=(none), threads=2",
+        "args=--checkpointing, threads=1", "args=--checkpointing, threads=2"]
+    assert all(c.overrides() == {} and c.environment() == {} for c in cells)
+    plan = Plan(cells, 1, tmp_path)
+    base = [RunSpec(RunConfig(run=i, target=parse("t.py:main"), args=("--steps", "3")))
+            for i in range(1, 5)]
+    assert [s.told.args for s in plan.specs(base)] == [
+        ("--steps", "3"), ("--steps", "3"), ("--steps", "3", "--checkpointing"),
+        ("--steps", "3", "--checkpointing")]
+
+
 # ---- the interpreter probe -----------------------------------------------------------------------
 def _facts(**over: Any) -> dict[str, Any]:
     facts = {"python": "3.11.7", "torch": "2.14.1", "cuda": None, "cuda_available": False,
@@ -608,3 +649,26 @@ def test_a_gpu_numerics_variable_is_named_as_the_environment_difference(targets:
     assert report.exit_code == 0 and report.across is not None
     pair = report.across.pairs[0]
     assert pair.bit_identical and pair.environment_differences == ["NCCL_ALGO: Ring vs Tree"]
+
+
+@pytest.mark.slow
+def test_argument_lists_as_an_axis_name_the_flag_that_changes_the_bits(tmp_path: Path) -> None:
+    """args=|--checkpointing|--approximate tanh: activation checkpointing recomputes the same
+    bits, GELU's tanh approximation does not, and its first op is named as the arguments'
+    doing (3 runs, 2 probe runs)."""
+    res = run_cli("flags.py:main", "--across", "args=|--checkpointing|--approximate tanh",
+                  "--", "--steps", "4", tmp=tmp_path)
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None
+    across = res.report["across"]
+    assert [c["settings"] for c in across["cells"]] == [
+        {"args": ""}, {"args": "--checkpointing"}, {"args": "--approximate tanh"}]
+    checkpointing, approximate = across["pairs"]
+    assert checkpointing["bit_identical"] and checkpointing["b"] == "args=--checkpointing"
+    assert not approximate["identical"] and approximate["first_divergent_step"] == 1
+    assert approximate["culprit"] == "Net.block.1" and approximate["culprit_op"] == "aten::gelu"
+    detail = approximate["localization"]["detail"]
+    assert "with args=--approximate tanh than with args=(none)" in detail
+    out = " ".join(res.stdout.split())
+    assert "across args=|--checkpointing|--approximate tanh" in out
+    assert "--across 'args=|--checkpointing|--approximate tanh'" in out  # the replay line
