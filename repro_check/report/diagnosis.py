@@ -58,10 +58,12 @@ def diagnosis(report: Report) -> Group:
     # the cause and its paragraph stand once on the screen: the check's summary above has them
     # ("Cause: ..."), so the diagnosis says only a cause the summary leaves out (none)
     shown = cause_shown(report)
+    said = shown
     if report.cause is not None and shown is None:
         parts.append(hanging(Text("cause: ", style="bold"),
                              Text.assemble((report.cause, "bold"), f" — {report.cause_detail}"
                                            if report.cause_detail else "")))
+        said = report.cause_detail
     loc = x.localization
     if loc:
         if loc.found:
@@ -97,7 +99,7 @@ def diagnosis(report: Report) -> Group:
                                    ", ".join(needed) if needed else "none"))
     if x.ablation_note:
         parts.append(Text(x.ablation_note, style="dim"))
-    parts.extend(sources_block(x.sources, x.sources_cost, x.sources_note))
+    parts.extend(sources_block(x.sources, x.sources_cost, x.sources_note, said))
     return Group(*parts)
 
 
@@ -106,8 +108,10 @@ def _where(loc: Location | None) -> str:
 
 
 def sources_block(sources: list[Source], cost: SourcesCost | None,
-                  note: str | None) -> list[Any]:
-    """Every source found by pinning and going on: one block each, the first in full."""
+                  note: str | None, shown: str | None = None) -> list[Any]:
+    """Every source found by pinning and going on: one block each, the first in full. A
+    source's paragraph that the screen already shows as the cause's (``shown``) is pointed
+    at, not printed again."""
     if cost is None:
         return []
     out: list[Any] = []
@@ -129,7 +133,9 @@ def sources_block(sources: list[Source], cost: SourcesCost | None,
         lines: list[Text] = [head]
         if src.location:
             lines.append(Text(f"at {_where(src.location)}"))
-        if src.detail:
+        if src.detail and shown and str(src.detail) in shown:
+            lines.append(Text("what differs and why: as the cause above says", style="dim"))
+        elif src.detail:
             lines.append(Text(str(src.detail), style="dim"))
         if n == 1:
             for frame in (src.stack or [])[:-1][::-1]:
@@ -186,8 +192,10 @@ def html_section(report: Report) -> list[str]:
 
 
 def _page_parts(report: Report, part: DiagnosisPart) -> list[str]:
-    """``diagnose``'s own sections: the culprit op, flagged ops, sources, the ablation."""
+    """``diagnose``'s own sections: the culprit op, flagged ops, sources, the ablation; what
+    the cause's box above already says is pointed at, not said again."""
     out: list[str] = []
+    said = report.cause_detail if report.cause not in (None, "none") else None
     loc = part.localization
     if loc:
         out.append("<h3>Culprit</h3>")
@@ -195,7 +203,7 @@ def _page_parts(report: Report, part: DiagnosisPart) -> list[str]:
             out.append(f'<p id="culprit"><b>{escape(part.culprit or "(outside any module)")}</b> · op '
                        f"<code>{escape(part.culprit_op)}</code> · {escape(loc.phase)} · step "
                        f"{escape(loc.step)}</p>")
-        if loc.detail:
+        if loc.detail and loc.detail not in (said or ""):  # once on the page
             out.append(f"<p>{escape(loc.detail)}</p>")
     out.append("<h3>Ops PyTorch reports as nondeterministic</h3>")
     if part.flagged_ops:
@@ -205,7 +213,7 @@ def _page_parts(report: Report, part: DiagnosisPart) -> list[str]:
     else:
         out.append("<p>None was reported.</p>")
     if part.sources_cost is not None:
-        out += _page_sources(part)
+        out += _page_sources(part, said)
     if part.ablation:
         scope = f", at most {report.max_steps} steps a run" if report.max_steps else ""
         out.append(f"<h3>Seeding ablation (a pair of runs with the component off{escape(scope)})</h3>")
@@ -223,8 +231,9 @@ def _page_parts(report: Report, part: DiagnosisPart) -> list[str]:
     return out
 
 
-def _page_sources(part: DiagnosisPart) -> list[str]:
-    """Every source found by pinning one and going on, each with its file:line and detail."""
+def _page_sources(part: DiagnosisPart, said: str | None) -> list[str]:
+    """Every source found by pinning one and going on, each with its file:line and detail (a
+    detail the cause's box says (``said``) pointed at)."""
     cost = part.sources_cost or SourcesCost(0, 0.0)
     spent = f"{cost.runs} pinned runs, {float(cost.seconds):.1f} s"
     if not part.sources:
@@ -241,7 +250,9 @@ def _page_sources(part: DiagnosisPart) -> list[str]:
                         f"<code>{escape(src.culprit_op)}</code>")
         if src.location:
             item.append(f"at <code>{escape(_page_where(src.location))}</code>")
-        if src.detail:
+        if src.detail and said and src.detail in said:
+            item.append('<span class="sub">what differs and why: as the cause above says</span>')
+        elif src.detail:
             item.append(escape(src.detail))
         for frame in (src.stack or [])[:-1][::-1]:
             item.append(f'<span class="sub">called from <code>{escape(_page_where(frame))}</code></span>')

@@ -9,7 +9,8 @@ from rich.console import Console
 from repro_check.trace import values
 from repro_check.compare.steps import ComparisonResult, Divergence
 from repro_check.report.terminal import summary
-from repro_check.report.diagnosis import diagnosis
+from repro_check.report.diagnosis import diagnosis, html_section
+from repro_check.report.htmlkit import escape
 from repro_check.diagnose.localize import Localization
 from repro_check.report.contents import AblationRow, FlaggedOp, PairResult, Source, SourcesCost
 from repro_check.report.model import DiagnosisPart, Report
@@ -116,3 +117,28 @@ def test_the_cause_paragraph_stands_once_on_a_diagnosis_screen() -> None:
     assert "culprit: encoder.2 · op aten::index_add" in screen
     rep.cause = "none"  # a cause the summary leaves out: the diagnosis says it
     assert "cause: none" in render(diagnosis(rep))
+
+
+def test_a_source_whose_paragraph_is_the_cause_points_at_it() -> None:
+    """With the first source's detail the cause's paragraph, the diagnosis screen says it once:
+    under "Cause:", the source pointing there; a source with another detail shows its own."""
+    rep = sources_report()
+    screen = render(summary(rep)) + render(diagnosis(rep))
+    assert rep.cause_detail is not None
+    assert " ".join(screen.split()).count(" ".join(rep.cause_detail.split())) == 1
+    assert "what differs and why: as the cause above says" in screen
+    assert "seeded from OS entropy (no seed given) at three_sources.py:23" in screen
+    rep.cause = "none"  # the summary shows no cause, the diagnosis does: once, too
+    screen = " ".join((render(summary(rep)) + render(diagnosis(rep))).split())
+    assert screen.count(" ".join(rep.cause_detail.split())) == 1
+    assert "cause: none" in screen and "as the cause above says" in screen
+
+
+def test_the_page_says_the_cause_paragraph_once_too() -> None:
+    rep = sources_report()
+    assert rep.diagnosis is not None and rep.diagnosis.localization is not None
+    rep.diagnosis.localization.detail = rep.cause_detail or ""
+    page = "".join(html_section(rep))
+    assert page.count(escape(rep.cause_detail or "")) == 1  # in the cause's box only
+    assert "what differs and why: as the cause above says" in page
+    assert escape("seeded from OS entropy (no seed given) at three_sources.py:23") in page
