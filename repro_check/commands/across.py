@@ -58,7 +58,9 @@ from repro_check.run.axes import (
 )
 from repro_check.commands.check import finished_report
 from repro_check.commands.skeleton import GivenCommand, Planned
-from repro_check.run.options import RunOptions
+from repro_check.distributed.compare import signal_at
+from repro_check.distributed.launch import Distributed
+from repro_check.run.options import DistOptions, RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.compare.feed import Feed
 from repro_check.run.runner import RunSpec
@@ -66,13 +68,26 @@ from repro_check.run.session import Session
 from repro_check.trace.results import Listener, RunResult
 from repro_check.trace import values
 from repro_check.trace.fingerprint import DEVICE_DIGEST_ENV
-from repro_check.trace.protocol import MetricsRecord, StepRecord
+from repro_check.trace.protocol import MetricsRecord, Record, SavedRecord, StepRecord
 
 Log = Callable[[str], None]
 
 #: signals a CPU run and a GPU run both record (``rng.cuda`` exists on the GPU side only)
 CROSS_DEVICE_SIGNALS = ("rng.python", "rng.numpy", "rng.torch", "batch", "loss", "grads",
                         "params", "updated")
+
+
+#: what every rank of a data-parallel job holds alike, and a one-process run holds too: the
+#: parameters going in and after each step, the gradients (averaged over the ranks), the
+#: optimizer's state and learning rate. The batch, the loss and the RNG states are each rank's
+#: own (rank 0 sees its share of the global batch).
+ACROSS_RANKS_SIGNALS = ("init", "grads", "lr", "opt", "scaler", "params", "updated")
+
+
+def across_ranks(policy: Policy) -> Policy:
+    """``policy`` for cells of different process counts: their global signals only."""
+    kept = frozenset(s for s in ACROSS_RANKS_SIGNALS if policy.compares(s))
+    return dataclasses.replace(policy, signals=kept)
 
 
 def cross_device(policy: Policy) -> Policy:
@@ -141,6 +156,9 @@ class Plan:
             placed = dataclasses.replace(
                 spec, told=told, executable=cell.executable, extra_env=env,
                 trace_path=self.folder / f"env-{cell.index}-run-{run}.jsonl")
+            if cell.nproc is not None:  # one torchrun job a run, rank 0 compared
+                placed = dataclasses.replace(
+                    placed, launcher=Distributed(DistOptions(nproc_per_node=cell.nproc), 1))
             rev = cell.value("rev")
             if rev is not None and self.root is not None:
                 placed = revisions.relocate(placed, self.root, self.checkouts[rev])
@@ -161,7 +179,8 @@ class Fits:
         self.fillers = fillers or {}
 
     def cost(self, spec: RunSpec) -> int:
-        return min(self.cores, spec.told.threads or self.cores)
+        ranks = self.cells[spec.index].nproc or 1
+        return min(self.cores, (spec.told.threads or self.cores) * ranks)
 
     def __call__(self, spec: RunSpec, running: list[RunSpec]) -> bool:
         if self.cells[spec.index].uses_gpu and any(self.cells[r.index].uses_gpu
@@ -251,6 +270,14 @@ class AcrossFeed(Feed):
         #: how much a time per step can be trusted on a loaded machine)
         self.gaps: dict[int, list[float]] = {}
 
+    def event(self, index: int, event: Record) -> None:
+        """A torchrun job's rank 0 stands for its run (the others hold the same parameters,
+        which the job's own ranks check); the other ranks' records go to the listener only."""
+        if event.rank and isinstance(event, (StepRecord, MetricsRecord, SavedRecord)):
+            self.listener.event(index, event)
+            return
+        super().event(index, event)
+
     def add_step(self, index: int, event: StepRecord) -> None:
         super().add_step(index, event)
         now = time.monotonic()
@@ -323,6 +350,8 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
     if early:
         say(f"warning: {early}")
     policy = cross_device(options.policy()) if devices else options.policy()
+    if any(a.kind == "nproc" for a in axes):
+        policy = across_ranks(policy)
     main = Comparison(len(specs), policy)
     pair_cmps = {c.index: Comparison(2, policy) for c in cells[1:]}
     own = {c.index: Comparison(options.runs, policy) for c in cells} if options.runs > 1 else {}
@@ -356,6 +385,7 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
             v: BisectCommit(**revisions.describe(root, revisions.resolve(root, v)).to_dict())
             for v in checkouts}
     _loading_notes(part, plan, by_index, policy)
+    _scaling_notes(part, plan, by_index)
     interrupted, notes = report.interrupted, cache_notes(plan, by_index)
     if report.error is None and not report.interrupted:
         interrupted, probed = _localize(part, session, plan, specs, fits, options, say)
@@ -392,7 +422,8 @@ def _cell(cell: Cell, plan: Plan, by_index: dict[int, RunResult], feed: AcrossFe
         steps=max((r.steps for r in results), default=0),
         seconds=_median([r.seconds for r in ran]) or 0.0, loop_seconds=_median(loops),
         versions=versions, reproducible=own.result().reproducible if own else None,
-        step_spread=statistics.stdev(gaps) if len(gaps) >= 2 else None)
+        step_spread=statistics.stdev(gaps) if len(gaps) >= 2 else None,
+        global_batch=results[0].batch_samples if results and cell.nproc is not None else None)
 
 
 def _pair(part: AcrossPart, cell: Cell, result: ComparisonResult, a: RunResult | None,
@@ -404,8 +435,10 @@ def _pair(part: AcrossPart, cell: Cell, result: ComparisonResult, a: RunResult |
                       first_divergent_step=result.first_divergent_step,
                       signal=result.divergent_signal,
                       metrics=metrics_side_by_side(result.metrics_of(1), result.metrics_of(2)))
+    # each rank's loss is over its share of the batch: no drift of it between process counts
+    ranks_differ = cell.value("nproc") != part.cells[0].settings.get("nproc")
     if not pair.bit_identical and a is not None and b is not None and a.trace_path \
-            and b.trace_path:
+            and b.trace_path and not ranks_differ:
         pair.drift = _drift(a.trace_path, b.trace_path, policy)
     env_a = (a.header or {}).get("environment") if a else None
     env_b = (b.header or {}).get("environment") if b else None
@@ -572,6 +605,46 @@ def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
         pair.loading_note = note
 
 
+def _scaling_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult]) -> None:
+    """For each pair whose process counts differ: whether step 1 trained on as many samples in
+    all (the global batch: every rank's batch added up) and from the same parameters, and how
+    to make both so. Only then can the parameters after each step agree (to the order of the
+    ranks' gradient sum, which already changes their last bits)."""
+    first = plan.cells[0]
+    for pair in part.pairs:
+        cell = plan.cells[pair.cell - 1]
+        if cell.nproc == first.nproc:
+            continue
+        a, b = by_index.get(plan.index(1, 1)), by_index.get(plan.index(cell.index, 1))
+        if a is None or b is None:
+            continue
+        said: list[str] = []
+        na, nb = a.batch_samples, b.batch_samples
+        if na is not None and nb is not None:
+            pair.same_global_batch = na == nb
+            per = f" ({nb // cell.nproc} a rank)" if cell.nproc and nb % cell.nproc == 0 else ""
+            if na == nb:
+                said.append(f"the global batch is {nb} samples on both sides{per}")
+            else:
+                said.append(f"the global batch differs: {na} samples with {pair.a}, {nb} with "
+                            f"{pair.b}{per}, so the numbers cannot agree: keep the global "
+                            "batch fixed (each rank's batch the global batch over the process "
+                            "count)")
+        ia, ib = signal_at(a.trace_path, 1, "init"), signal_at(b.trace_path, 1, "init")
+        if ia is not None and ib is not None:
+            pair.same_initial_weights = ia == ib
+            said.append("the initial weights are the same" if ia == ib else
+                        "the initial weights differ: start every process count from one saved "
+                        "initial checkpoint (a seed checkpoint), loaded before training")
+        if said:
+            pair.scaling_note = "; ".join(said) + (
+                "; even so, the ranks' gradients are summed in another order than one process "
+                "sums them, and each rank draws its own random numbers (dropout masks, "
+                "augmentations) where one process draws one stream for the whole batch: the "
+                "bits part unless the model draws none and the sums round alike"
+                if pair.same_global_batch and pair.same_initial_weights else "")
+
+
 def compile_warning(axes: Sequence[Axis], target: Any) -> str | None:
     """``compile=`` on a script whose source never calls ``torch.compile``: a warning (it may
     compile through a library), not an error."""
@@ -622,6 +695,11 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
               and p.signal not in (None, "steps") and not str(p.signal).startswith("metric:")
               and not (p.loading_note and (p.signal == "batch"
                                            or str(p.signal).startswith("rng.")))]
+    jobs = [p for p in wanted if plan.cells[p.cell - 1].nproc is not None]
+    if jobs:  # a probe records one process's ops; a job's ranks each run their share
+        wanted = [p for p in wanted if p not in jobs]
+        say("localization: not run for torchrun jobs (nproc=): the first step and signal that "
+            "differ are what is named")
     if not wanted:
         return False, []
     probes: dict[tuple[int, int], int] = {}

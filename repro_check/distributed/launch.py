@@ -305,6 +305,9 @@ class Job:
         res.warnings = [f"rank {rr.rank}: {w}" for rr in ranks for w in rr.warnings]
         res.incomplete = [f"rank {rr.rank}: {w}" for rr in ranks for w in rr.incomplete]
         res.held_metrics = next((rr.held_metrics for rr in ranks if rr.held_metrics), [])
+        sizes = [rr.batch_samples for rr in ranks]
+        res.batch_samples = sum(s for s in sizes if s is not None) \
+            if ranks and None not in sizes else None
         failed = [rr for rr in ranks if rr.failed]
         root = min(failed, key=lambda rr: rr.failure_order) if failed else None
         if self.killed_for is not None:

@@ -163,6 +163,8 @@ def _notes(part: AcrossPart) -> list[Any]:
                             f"{p.drift.nonfinite_at}", style="yellow"))
         if p.loading_note:
             out.append(Text.assemble((f"  {p.b}: ", "bold"), p.loading_note))
+        if p.scaling_note:
+            out.append(Text.assemble((f"  {p.b}: ", "bold"), p.scaling_note))
     return out
 
 
@@ -323,6 +325,8 @@ def html_section(report: Report) -> list[str]:
             out.append(f"<p><b>{escape(p.b)}:</b> {escape(detail)}</p>")
         if p.loading_note:
             out.append(f'<p class="loading"><b>{escape(p.b)}:</b> {escape(p.loading_note)}</p>')
+        if p.scaling_note:
+            out.append(f'<p class="loading"><b>{escape(p.b)}:</b> {escape(p.scaling_note)}</p>')
     if part.revisions:
         out.append("<h2>Revisions</h2>")
         out.append(table(["revision", "commit", "subject", "date"],

@@ -165,6 +165,9 @@ class AcrossCell(JsonRecord):
     #: standard deviation of the seconds between consecutive steps (None: under 3 steps)
     step_spread: float | None = json_field(default=None, key="seconds_per_step_spread",
                                            digits=6)
+    #: with an nproc axis: the samples of step 1 over all ranks of its first run (None: not
+    #: seen, or no nproc axis)
+    global_batch: int | None = json_field(default=None, omit_none=True)
 
     @property
     def per_step(self) -> float | None:
@@ -218,6 +221,12 @@ class AcrossPair(JsonRecord):
     first_batch_step: int | None = None
     worker_draw: list[str] = field(default_factory=list)
     loading_note: str | None = None
+    #: with an nproc axis, for a pair whose process counts differ: whether both sides trained
+    #: step 1 on as many samples in all and from the same parameters (None: not known), and
+    #: the reading of it in words
+    same_global_batch: bool | None = json_field(default=None, omit_none=True)
+    same_initial_weights: bool | None = json_field(default=None, omit_none=True)
+    scaling_note: str | None = json_field(default=None, omit_none=True)
 
     @property
     def verdict(self) -> Literal["bit-identical", "agrees", "differs"]:

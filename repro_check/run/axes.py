@@ -35,7 +35,7 @@ from repro_check.trace import fingerprint
 
 #: the axes, as users write them (``env:NAME`` stands for any environment variable)
 AXES = ("threads", "device", "python", "deterministic", "workers", "start", "compile",
-        "compile-cache", "rev", "args", "env:NAME")
+        "compile-cache", "rev", "args", "nproc", "env:NAME")
 DEVICES = ("cpu", "cuda")
 #: multiprocessing start methods (``start=``); those this platform lacks are refused
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -48,6 +48,8 @@ CACHE_STATES = ("cold", "warm")
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 #: seeding components the ``deterministic`` axis turns on or off together
 DETERMINISTIC_COMPONENTS = ("cudnn", "deterministic_algorithms")
+#: processes a ``nproc=`` value may start: a torchrun job of that many ranks on this machine
+MAX_NPROC = 64
 #: seconds an interpreter may take to say what it has
 PROBE_TIMEOUT = 120.0
 
@@ -172,6 +174,11 @@ def _check_values(axis: Axis, text: str) -> None:
             if not v.isdigit() or int(v) < 1:
                 raise UsageError(f"--across {text!r}: thread counts are whole numbers from 1, "
                                  f"got {v!r}")
+    if axis.kind == "nproc":
+        for v in axis.values:
+            if not (v.isascii() and v.isdigit()) or not 1 <= int(v) <= MAX_NPROC:
+                raise UsageError(f"--across {text!r}: process counts are whole numbers from 1 "
+                                 f"to {MAX_NPROC}, got {v!r}")
     if axis.kind == "workers":
         for v in axis.values:
             if not (v.isascii() and v.isdigit()) or len(v) > 4:
@@ -232,6 +239,12 @@ class Cell:
     @property
     def threads(self) -> int | None:
         v = self.value("threads")
+        return int(v) if v is not None else None
+
+    @property
+    def nproc(self) -> int | None:
+        """With an ``nproc=`` axis: the ranks of its torchrun jobs (each run is one job)."""
+        v = self.value("nproc")
         return int(v) if v is not None else None
 
     @property

@@ -207,7 +207,8 @@ class RunOptions:
             raise UsageError("--fail-fast stops at the first divergence, --across measures the "
                              "drift over every step: keep one of them")
         if self.distributed is not None:
-            raise UsageError("--across does not combine with torchrun (--nproc-per-node)")
+            raise UsageError("--across does not combine with torchrun (--nproc-per-node): "
+                             "compare process counts with --across nproc=1,2")
 
     @property
     def axes(self) -> tuple[across_axes.Axis, ...]:
@@ -712,7 +713,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "run in each environment (--runs times, default once) and compare each with the "
                "first; axes: threads=1,2  device=cpu,cuda  python=PATH,PATH  deterministic=on,off"
                "  workers=0,2  start=fork,spawn  compile=off,on  compile-cache=cold,warm"
-               "  rev=main,WORKTREE  'args=A|B'  env:NAME=a,b; "
+               "  rev=main,WORKTREE  'args=A|B'  nproc=1,2  env:NAME=a,b; "
                "repeat for a grid", metavar="AXIS=A,B", action="append",
                from_flag=tuple, pytest=False),
     #: ``repro-check resume`` (and repro_check.resume, assert_resumes): the other commands ignore

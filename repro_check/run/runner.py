@@ -41,10 +41,11 @@ from repro_check.trace.pins import PLAN_VAR
 from repro_check.errors import Interrupted, TargetNotFound, UsageError
 from repro_check.run.exitstatus import Status, classify_exit, status_of
 from repro_check.targets import Target
-from repro_check.trace.protocol import (DEBUG_VAR, DrawInfo, EndedInfo, EnvInfo, ErrorRecord,
-                                        GeneratorInfo, HeaderRecord, LoaderInfo, MetricsRecord,
-                                        ModelsInfo, PatchesInfo, ProtocolError, Record,
-                                        RunConfig, StepRecord, WarningRecord, record_of)
+from repro_check.trace.protocol import (DEBUG_VAR, BatchSamplesInfo, DrawInfo, EndedInfo,
+                                        EnvInfo, ErrorRecord, GeneratorInfo, HeaderRecord,
+                                        LoaderInfo, MetricsRecord, ModelsInfo, PatchesInfo,
+                                        ProtocolError, Record, RunConfig, StepRecord,
+                                        WarningRecord, record_of)
 from repro_check.trace.results import PRINTED_STATUSES, Listener, RankResult, RunResult
 from repro_check.trace.format import (MAX_LINE_BYTES, TraceWriter, dropped_reason,
                                        dropped_warning, dumps, read_record)
@@ -245,6 +246,8 @@ def apply_event(res: RunResult | RankResult, ev: Record) -> bool:
                 sys.stderr.write(f"repro-check: {name} patched {row.line}\n")
     elif isinstance(ev, ModelsInfo):
         res.models = list(ev.models)
+    elif isinstance(ev, BatchSamplesInfo):
+        res.batch_samples = ev.samples
     elif isinstance(ev, EndedInfo):
         res.status = status_of(ev.status)
         if ev.held_metrics is not None:

@@ -455,6 +455,15 @@ class ExpectedStepsInfo(InfoRecord):
     total: int = 0
 
 
+@dataclass
+class BatchSamplesInfo(InfoRecord):
+    """The samples of the batches of step 1, as the leading size of each batch's first tensor
+    (:mod:`repro_check.child.observe.capture`): under torchrun, the ranks' add up to the global
+    batch that ``--across nproc=`` compares."""
+
+    samples: int = 0
+
+
 #: the kinds of a :class:`SavedRecord`: a file the run saved, the modules' state at its end
 SAVED_FILE = "file"
 SAVED_STATE = "state"
@@ -607,6 +616,8 @@ def info_record(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord:
                                            if m is not None))
     elif _is_int(info.get("expected_steps")):
         return ExpectedStepsInfo(raw, info, info["expected_steps"])
+    elif _is_int(info.get("batch_samples")) and info["batch_samples"] >= 0:
+        return BatchSamplesInfo(raw, info, info["batch_samples"])
     if info.get("status") is not None:
         held = info.get("held_metrics")
         return EndedInfo(raw, info, steps=_int_or(info.get("steps"), 0),

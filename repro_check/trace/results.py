@@ -131,6 +131,8 @@ class RunResult:
     held_metrics: list[str] = field(default_factory=list)
     #: why what the run recorded is incomplete (records it wrote that could not be taken)
     incomplete: list[str] = field(default_factory=list)
+    #: the samples of its step 1 (of all its ranks under torchrun; None: not seen)
+    batch_samples: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -292,6 +294,7 @@ class RankResult(JsonRecord):
     #: as for a run (:class:`~repro_check.run.runner.RunResult`)
     held_metrics: list[str] = json_field(default_factory=list, skip=True)
     incomplete: list[str] = json_field(default_factory=list, skip=True)
+    batch_samples: int | None = json_field(default=None, skip=True)
     trace_path: str | None = json_field(default=None, key="trace")
     pid: int | None = None
     pgid: int | None = None

@@ -33,13 +33,18 @@ from repro_check.report.render import summary
 from repro_check.report.terminal import make_console
 from repro_check.run import axes as ax
 from repro_check.commands.across import (
+    AcrossFeed,
     Fits,
     Plan,
     cache_fillers,
     cache_notes,
     compile_caches,
+    ACROSS_RANKS_SIGNALS,
+    across_ranks,
     price_of_determinism,
 )
+from repro_check.distributed.launch import Distributed
+from repro_check.trace.protocol import StepRecord
 from repro_check.run.options import RunOptions
 from repro_check.run.runner import RunSpec
 from repro_check.trace.protocol import RunConfig
@@ -238,6 +243,49 @@ def test_each_cell_appends_its_arguments_to_the_scripts_own(tmp_path: Path) -> N
     assert [s.told.args for s in plan.specs(base)] == [
         ("--steps", "3"), ("--steps", "3"), ("--steps", "3", "--checkpointing"),
         ("--steps", "3", "--checkpointing")]
+
+
+def test_each_run_of_an_nproc_cell_is_a_torchrun_job_of_that_many_ranks(tmp_path: Path) -> None:
+    cells = ax.grid(ax.parse_axes(["nproc=1,2", "threads=1,2"]))
+    assert [c.nproc for c in cells] == [1, 1, 2, 2]
+    plan = Plan(cells, 1, tmp_path)
+    base = [RunSpec(RunConfig(run=i, target=parse("t.py:main"))) for i in range(1, 5)]
+    specs = plan.specs(base)
+    launchers = [s.launcher for s in specs]
+    assert all(isinstance(x, Distributed) for x in launchers)
+    assert [x.local_ranks for x in launchers if isinstance(x, Distributed)] == [1, 1, 2, 2]
+    assert plan.specs([RunSpec(RunConfig(run=1, target=parse("t.py:main")))])[0].launcher \
+        is not None
+    fits = Fits({s.index: plan.locate(s.index)[0] for s in specs}, cores=4)
+    assert [fits.cost(s) for s in specs] == [1, 2, 2, 4]  # threads x ranks
+    assert not fits(specs[3], [specs[0]]) and fits(specs[2], [specs[1]])
+    plain = Plan(ax.grid(ax.parse_axes(["threads=1,2"])), 1, tmp_path)
+    assert all(s.launcher is None for s in plain.specs(base[:2]))
+
+
+def test_process_counts_are_compared_on_what_every_rank_holds_alike() -> None:
+    policy = across_ranks(RunOptions("t.py:main").policy())
+    assert all(policy.compares(s) for s in ("init", "grads", "params", "opt", "lr"))
+    assert not any(policy.compares(s) for s in ("loss", "batch", "rng.torch", "rng.python"))
+
+
+class _Cmp:
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, int]] = []
+
+    def add_step(self, run: int, step: int, signals: dict[str, Any], band: Any = None) -> None:
+        self.steps.append((run, step))
+
+
+def test_a_jobs_rank_0_stands_for_its_run() -> None:
+    main, pair = _Cmp(), _Cmp()
+    feed = AcrossFeed(main, {2: [(pair, 2)]})  # type: ignore[arg-type]
+    for rank in (None, 0, 1, 2):
+        raw: dict[str, Any] = {"step": 1, "signals": {"params": "x"}}
+        if rank is not None:
+            raw["rank"] = rank
+        feed.event(2, StepRecord(raw, 1, {"params": "x"}))
+    assert main.steps == [(2, 1), (2, 1)] and pair.steps == [(2, 1), (2, 1)]
 
 
 # ---- the interpreter probe -----------------------------------------------------------------------
@@ -672,3 +720,30 @@ def test_argument_lists_as_an_axis_name_the_flag_that_changes_the_bits(tmp_path:
     out = " ".join(res.stdout.split())
     assert "across args=|--checkpointing|--approximate tanh" in out
     assert "--across 'args=|--checkpointing|--approximate tanh'" in out  # the replay line
+
+
+@pytest.mark.slow
+def test_process_counts_name_the_global_batch_and_the_initial_weights(tmp_path: Path) -> None:
+    """nproc=1,2 on a DDP script (gloo, real torchrun jobs): per-rank batches of 16 double the
+    global batch with two ranks; a fixed global batch of 16 is the same on both sides, from the
+    same initial weights, and the pair is compared on what every rank holds alike."""
+    grown = run_cli("ddp/train.py:main", "--across", "nproc=1,2", tmp=tmp_path / "grown")
+    fixed = run_cli("ddp/train.py:main", "--across", "nproc=1,2", "--", "--global-batch", "16",
+                    tmp=tmp_path / "fixed")
+    for res in (grown, fixed):
+        assert res.code == 1, res.stdout + res.stderr
+        assert res.report is not None
+    assert grown.report is not None and fixed.report is not None
+    (pair,) = grown.report["across"]["pairs"]
+    assert [c["global_batch"] for c in grown.report["across"]["cells"]] == [16, 32]
+    assert pair["same_global_batch"] is False and pair["same_initial_weights"] is True
+    assert "the global batch differs: 16 samples with nproc=1, 32 with nproc=2 (16 a rank)" \
+        in pair["scaling_note"]
+    (pair,) = fixed.report["across"]["pairs"]
+    assert [c["global_batch"] for c in fixed.report["across"]["cells"]] == [16, 16]
+    assert pair["same_global_batch"] is True and pair["same_initial_weights"] is True
+    assert pair["first_divergent_step"] == 1 and pair["signal"] in ACROSS_RANKS_SIGNALS
+    assert pair["drift"] is None and pair["localization"] is None  # rank 0's loss is its own
+    assert "(8 a rank)" in " ".join(fixed.stdout.split())
+    traces = list((tmp_path / "fixed" / "traces").glob("*/env-2-run-1.rank-*.jsonl"))
+    assert len(traces) == 2  # both ranks of the job recorded

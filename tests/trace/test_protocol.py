@@ -122,3 +122,12 @@ def test_a_line_is_validated_before_it_is_typed() -> None:
     assert isinstance(rec, StepRecord) and rec.proc == 2
     with pytest.raises(trace_format.TraceFileError):
         trace_format.read_record(b'{"step": 0, "signals": {}}')  # no step 0
+
+
+def test_the_samples_of_step_1_are_read_into_their_record() -> None:
+    from repro_check.trace.protocol import BatchSamplesInfo
+
+    got = record_of({"info": {"batch_samples": 16}, "rank": 1})
+    assert isinstance(got, BatchSamplesInfo) and (got.samples, got.rank) == (16, 1)
+    for bad in (-1, "16", 1.5, True, None):  # not a count: a plain info record no reader uses
+        assert not isinstance(record_of({"info": {"batch_samples": bad}}), BatchSamplesInfo)

@@ -321,6 +321,24 @@ def loader_iterator_class(feature: str) -> Any:
     return cls
 
 
+def leading_size(item: Any, depth: int = 0) -> int | None:
+    """The samples of a batch: the leading size of its first tensor with one (in a tuple,
+    list or dict, as collate functions nest them); None without."""
+    import torch
+
+    if isinstance(item, torch.Tensor):
+        return int(item.shape[0]) if item.dim() else None
+    if depth > 4:
+        return None
+    inner = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) \
+        else ()
+    for x in inner:
+        size = leading_size(x, depth + 1)
+        if size is not None:
+            return size
+    return None
+
+
 class StepSignals:
     """The signals of a step that come from the whole process rather than from the optimizer:
     the RNG streams' states at the step's start and what the DataLoaders yielded for it."""
@@ -333,6 +351,11 @@ class StepSignals:
         self.live: set[str] = set()
         self.rng: dict[str, Any] | None = None
         self.batch: list[Any] | None = None
+        #: samples of the batches of step 1 (the leading size of each batch's first tensor;
+        #: None: none had a tensor), counted until step 1 is taken: ``--across nproc=`` adds
+        #: the ranks' up into the global batch
+        self.samples: int | None = None
+        self.counting = True
         #: take every step's states at its first backward call or optimizer step (after its data
         #: and its forward pass), not when the previous step ends: a resume's runs, whose first
         #: resumed step has no previous step and must be measured where the reference's is, a
@@ -353,6 +376,10 @@ class StepSignals:
             if self.batch is None:
                 self.batch = []
             self.batch.append(fingerprint.nested(item, defer=True))
+            if self.counting:
+                size = leading_size(item)
+                if size is not None:
+                    self.samples = (self.samples or 0) + size
 
     def take(self) -> dict[str, Any]:
         """The signals of the step that just ended, in the order it happened (its ``loss`` a
@@ -826,6 +853,9 @@ class Recorder:
         signals = self.signals.take()
         if self.step == 1:
             signals = self.initial.place(signals)
+            self.signals.counting = False
+            if self.signals.samples is not None:
+                self.emit({"info": {"batch_samples": self.signals.samples}})
         for take in self.extra_signals:
             signals.update(take())
         if grads is not None:

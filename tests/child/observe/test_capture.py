@@ -97,7 +97,7 @@ def _expected_steps(make_loop) -> list[int]:
         make_loop()()
     finally:
         rec.uninstall()
-    return [e["info"]["expected_steps"] for e in events if "info" in e]
+    return [e["info"]["expected_steps"] for e in events if "expected_steps" in e.get("info", {})]
 
 
 def _loaders():
@@ -486,3 +486,14 @@ def test_max_steps_stops_a_run_only_when_it_starts_a_step_past_the_limit(
         except capture.StopTraining:
             how = "stopped"
     assert how == ended and len(steps(events)) == recorded
+
+
+def test_the_samples_of_a_batch_are_its_first_tensors_leading_size() -> None:
+    from repro_check.child.observe.capture import leading_size
+
+    x, y = torch.zeros(8, 3), torch.zeros(8)
+    assert leading_size((x, y)) == 8 and leading_size([x]) == 8
+    assert leading_size({"input_ids": torch.zeros(4, 9, dtype=torch.long)}) == 4
+    assert leading_size((["text a", "text b"], torch.zeros(2, 5))) == 2  # the first tensor
+    assert leading_size(torch.tensor(3.0)) is None and leading_size(["a", 1]) is None
+    assert leading_size([[[[[[x]]]]]]) is None  # nested past any collate: not looked for
