@@ -72,19 +72,51 @@ def _die_with_parent() -> None:
 
 
 def main() -> int:
+    configured = _configuration()
+    if configured is None:  # nothing to record through: the parent reads the exit status
+        return EXIT_PROTOCOL
+    config, event_fd = configured
+    emit = Emitter(event_fd)
+    started = time.time()
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault shows where it happened
+    context = _prepare(config, emit, started)
+    try:
+        run = targets.resolve(config.target, list(config.args))
+    except targets.TargetNotFound as e:
+        emit({"error": {"kind": "resolve", "message": str(e), "traceback": e.detail}})
+        return EXIT_RESOLVE
+    status = _run_target(run, context)
+    if isinstance(status, int):
+        return status
+    _report_end(context, status, started)
+    if config.distributed:
+        # a process group still alive (stopped mid-training, or a script that never destroys it):
+        # its communication threads can abort the interpreter's exit with SIGABRT
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def _configuration() -> tuple[RunConfig, int] | None:
+    """The run's configuration and the descriptor of its trace channel, this process tied to
+    its supervisor; None (said on stderr) when the configuration cannot be read or names no
+    channel."""
     try:
         config = runconfig.read_config(os.environ)
-    except ProtocolError as e:  # nothing to record through: the parent reads the exit status
+    except ProtocolError as e:
         sys.stderr.write(f"repro-check: {e}\n")
-        return EXIT_PROTOCOL
+        return None
     _die_with_parent()
     if config.event_fd is None:
         sys.stderr.write("repro-check: the run configuration names no trace channel\n")
-        return EXIT_PROTOCOL
-    emit = Emitter(config.event_fd)
-    started = time.time()
-    faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault shows where it happened
+        return None
+    return config, config.event_fd
 
+
+def _prepare(config: RunConfig, emit: Emitter, started: float) -> features.RunContext:
+    """Everything before the target runs: the seeding, the trace header written, every feature
+    installed, what is loaded by now frozen out of the collector's reach."""
     # torch comes with these: loaded once the run is tied to its supervisor (the rank supervisor
     # imports this module too, and never loads torch); the capture before seeding, as always
     from repro_check.child.observe import capture  # noqa: F401
@@ -97,8 +129,7 @@ def main() -> int:
     done = seeding.apply(config.seed, list(config.components), config.threads,
                          config.warn_only, loader_generators=config.resume is None) \
         if config.seed is not None else {}
-    target = config.target
-    header = _header(config, target, done, started)
+    header = _header(config, config.target, done, started)
     # the trace format: loaded once the configuration is read (another version's is refused)
     from repro_check.trace.format import header_line
 
@@ -110,7 +141,6 @@ def main() -> int:
     # calls and the negative control's plant
     context = features.RunContext(config, emit, header, done)
     features.install(context)
-    recorder, seeding_watch, plant = context.recorder, context.watch, context.plant
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target leaves is collected at exit by one collection of our
@@ -119,23 +149,30 @@ def main() -> int:
     # garbage once the script returns) unfinalized, so a log it never closed lost its buffer.
     gc.freeze()
     atexit.register(gc.collect)
-    try:
-        run = targets.resolve(target, list(config.args))
-    except targets.TargetNotFound as e:
-        emit({"error": {"kind": "resolve", "message": str(e), "traceback": e.detail}})
-        return EXIT_RESOLVE
+    return context
+
+
+def _run_target(run: Any, context: features.RunContext) -> str | int:
+    """Call the resolved target and close what watched it: its status (completed, stopped,
+    exited), or the exit status of a run that failed."""
+    emit = context.emit
     shown = _debug_patches(emit)
-    status = _call(run, target, emit, recorder)
+    status = _call(run, context.config.target, emit, context.recorder)
     isolation.check(emit)  # a run at a git revision ran that revision's code only
     # a checkpoint being taken ends here: the interrupted run stops
     context.checkpoints.target_returned()
     if not isinstance(status, int):  # the modules' state at the end (a failed run: nothing)
         context.saves.target_returned()
     _debug_patches(emit, shown)  # hooks put in as the target imported a library
-    if isinstance(status, int):
-        return status
+    return status
+
+
+def _report_end(context: features.RunContext, status: str, started: float) -> None:
+    """The trace's end of a run that did not fail: the held steps, the seeding watch's
+    findings, the final metrics and the run's ``info``."""
+    recorder, plant, emit = context.recorder, context.plant, context.emit
     recorder.flush()
-    seeding_watch.check()
+    context.watch.check()
     if plant is not None and status != "stopped":
         plant.metrics()  # a control run that planted nothing yet: in the metric it names
     if recorder.metrics and status != "stopped":
@@ -145,13 +182,6 @@ def main() -> int:
     if status == "stopped" and recorder.metrics:  # recorded before the cut: not final
         info["held_metrics"] = list(recorder.metrics)[:5]
     emit({"info": info})
-    if config.distributed:
-        # a process group still alive (stopped mid-training, or a script that never destroys it):
-        # its communication threads can abort the interpreter's exit with SIGABRT
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
 
 
 def _header(config: RunConfig, target: Any, done: dict[str, Any],
@@ -210,7 +240,7 @@ def _debug_patches(emit: Any, shown: list[Any] | None = None) -> list[Any]:
     return rows
 
 
-def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
+def _call(run: Any, target: Any, emit: features.Emit, recorder: Any) -> str | int:
     """Call the target; how it went: a status to report (completed, stopped, exited), or the
     exit status of a run that failed (its error already emitted)."""
     # loaded once the run is tied to its supervisor: the run's start before seeding does without it
@@ -245,7 +275,7 @@ def _call(run: Any, target: Any, emit: Emitter, recorder: Any) -> str | int:
     return "completed"
 
 
-def _raised(e: BaseException, emit: Emitter, recorder: Any) -> int:
+def _raised(e: BaseException, emit: features.Emit, recorder: Any) -> int:
     tb = targets.target_traceback(e)
     sys.stderr.write(tb)
     sys.stderr.flush()

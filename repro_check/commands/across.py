@@ -337,53 +337,24 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
     axes = options.axes
     cells = grid(axes)
     session = Session(options, runs=len(cells) * options.runs)
-    try:
-        check_interpreters(cells)
-        devices = any(a.kind == "device" for a in axes)
-        plan = Plan(cells, options.runs, session.folder, device_digest=devices, root=root,
-                    checkouts=checkouts, caches=caches)
-        specs = plan.specs(session.specs())
-    except UsageError:
-        shutil.rmtree(session.folder, ignore_errors=True)  # nothing ran
-        raise
+    plan, specs = _planned(session, cells, options, root, checkouts, caches)
     early = compile_warning(axes, session.target)
     if early:
         say(f"warning: {early}")
-    policy = cross_device(options.policy()) if devices else options.policy()
+    policy = cross_device(options.policy()) if plan.device_digest else options.policy()
     if any(a.kind == "nproc" for a in axes):
         policy = across_ranks(policy)
-    main = Comparison(len(specs), policy)
-    pair_cmps = {c.index: Comparison(2, policy) for c in cells[1:]}
-    own = {c.index: Comparison(options.runs, policy) for c in cells} if options.runs > 1 else {}
-    routes: dict[int, list[tuple[Comparison, int]]] = {}
-    for cell in cells:
-        for run in range(1, options.runs + 1):
-            route = routes.setdefault(plan.index(cell.index, run), [])
-            if cell.index in own:
-                route.append((own[cell.index], run))
-            if run == 1:
-                route += [(cmp, 1) for cmp in pair_cmps.values()] if cell.index == 1 \
-                    else [(pair_cmps[cell.index], 2)]
-    feed = AcrossFeed(main, routes, listener)
+    compared = CellComparisons.of(plan, policy, len(specs))
+    feed = AcrossFeed(compared.main, compared.routes, listener)
     fits = Fits({s.index: plan.locate(s.index)[0] for s in specs}, usable_cores(),
                 cache_fillers(plan))
     say(f"across {', '.join(a.flag() for a in axes)}: {len(cells)} environments, "
         f"{options.runs} run(s) each")
     outcome = session.run(feed, options.jobs or len(specs), specs=specs, fits=fits)
-    report = finished_report(options, outcome, main.result(), policy, feed.uses_dataloader,
-                             runs=len(specs))
+    report = finished_report(options, outcome, compared.main.result(), policy,
+                             feed.uses_dataloader, runs=len(specs))
     by_index = {r.index: r for r in outcome.results}
-    part = AcrossPart(axes=[(a.name, list(a.values)) for a in axes],
-                      cells=[_cell(c, plan, by_index, feed, own.get(c.index)) for c in cells],
-                      pairs=[], runs_per_cell=options.runs)
-    part.pairs = [_pair(part, c, pair_cmps[c.index].result(), by_index.get(plan.index(1, 1)),
-                        by_index.get(plan.index(c.index, 1)), policy) for c in cells[1:]]
-    part.price = price_of_determinism(cells, part.cells)
-    part.compile_price = price_of_compile(cells, part.cells)
-    if root is not None:
-        part.revisions = {
-            v: BisectCommit(**revisions.describe(root, revisions.resolve(root, v)).to_dict())
-            for v in checkouts}
+    part = _across_part(axes, plan, by_index, feed, compared, policy)
     _loading_notes(part, plan, by_index, policy)
     _scaling_notes(part, plan, by_index)
     interrupted, notes = report.interrupted, cache_notes(plan, by_index)
@@ -401,6 +372,69 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
         options, upto=report.first_divergent_step or options.max_steps,
         runs=options.runs if options.runs != 1 else None,
         extra=[x for text in options.across or () for x in ("--across", text)]))
+
+
+def _planned(session: Session, cells: list[Cell], options: RunOptions, root: Path | None,
+             checkouts: dict[str, Path], caches: Path | None) -> tuple[Plan, list[RunSpec]]:
+    """The plan of every environment's runs and their specs; a :class:`UsageError` (the
+    session's folder removed: nothing ran) for an environment this machine cannot run."""
+    try:
+        check_interpreters(cells)
+        devices = any(a.kind == "device" for a in options.axes)
+        plan = Plan(cells, options.runs, session.folder, device_digest=devices, root=root,
+                    checkouts=checkouts, caches=caches)
+        return plan, plan.specs(session.specs())
+    except UsageError:
+        shutil.rmtree(session.folder, ignore_errors=True)  # nothing ran
+        raise
+
+
+@dataclasses.dataclass
+class CellComparisons:
+    """The comparisons the runs feed: ``main``, every run against run 1 of the first
+    environment (the check's); ``pairs``, each environment's first run against the first
+    environment's (its row); ``own``, each environment's runs among themselves (with --runs
+    above 1); ``routes``, the comparisons each run index feeds, as which of their runs."""
+
+    main: Comparison
+    pairs: dict[int, Comparison]
+    own: dict[int, Comparison]
+    routes: dict[int, list[tuple[Comparison, int]]]
+
+    @classmethod
+    def of(cls, plan: Plan, policy: Policy, total: int) -> CellComparisons:
+        """The comparisons of ``total`` runs planned by ``plan``."""
+        cells, runs = plan.cells, plan.per_cell
+        pairs = {c.index: Comparison(2, policy) for c in cells[1:]}
+        own = {c.index: Comparison(runs, policy) for c in cells} if runs > 1 else {}
+        routes: dict[int, list[tuple[Comparison, int]]] = {}
+        for cell in cells:
+            for run in range(1, runs + 1):
+                route = routes.setdefault(plan.index(cell.index, run), [])
+                if cell.index in own:
+                    route.append((own[cell.index], run))
+                if run == 1:
+                    route += [(cmp, 1) for cmp in pairs.values()] if cell.index == 1 \
+                        else [(pairs[cell.index], 2)]
+        return cls(Comparison(total, policy), pairs, own, routes)
+
+
+def _across_part(axes: Sequence[Axis], plan: Plan, by_index: dict[int, RunResult],
+                 feed: AcrossFeed, compared: CellComparisons, policy: Policy) -> AcrossPart:
+    """The report's part: each environment's row, each pair with the first, the price of
+    determinism and of compiling, the revisions run."""
+    cells = plan.cells
+    infos = [_cell(c, plan, by_index, feed, compared.own.get(c.index)) for c in cells]
+    pairs = [_pair(infos[0], c, compared.pairs[c.index].result(),
+                   by_index.get(plan.index(1, 1)), by_index.get(plan.index(c.index, 1)), policy)
+             for c in cells[1:]]
+    root = plan.root
+    described = {} if root is None else {
+        v: BisectCommit(**revisions.describe(root, revisions.resolve(root, v)).to_dict())
+        for v in plan.checkouts}
+    return AcrossPart(axes=[(a.name, list(a.values)) for a in axes], cells=infos, pairs=pairs,
+                      runs_per_cell=plan.per_cell, price=price_of_determinism(cells, infos),
+                      compile_price=price_of_compile(cells, infos), revisions=described)
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -426,17 +460,16 @@ def _cell(cell: Cell, plan: Plan, by_index: dict[int, RunResult], feed: AcrossFe
         global_batch=results[0].batch_samples if results and cell.nproc is not None else None)
 
 
-def _pair(part: AcrossPart, cell: Cell, result: ComparisonResult, a: RunResult | None,
+def _pair(first: AcrossCell, cell: Cell, result: ComparisonResult, a: RunResult | None,
           b: RunResult | None, policy: Policy) -> AcrossPair:
-    """Environment ``cell`` against the first: verdict, first divergence, drift, metrics."""
-    first = part.cells[0]
+    """Environment ``cell`` against the ``first``: verdict, first divergence, drift, metrics."""
     pair = AcrossPair(a=first.label, b=cell.label, cell=cell.index,
                       identical=result.reproducible, bit_identical=result.groups == [[1, 2]],
                       first_divergent_step=result.first_divergent_step,
                       signal=result.divergent_signal,
                       metrics=metrics_side_by_side(result.metrics_of(1), result.metrics_of(2)))
     # each rank's loss is over its share of the batch: no drift of it between process counts
-    ranks_differ = cell.value("nproc") != part.cells[0].settings.get("nproc")
+    ranks_differ = cell.value("nproc") != first.settings.get("nproc")
     if not pair.bit_identical and a is not None and b is not None and a.trace_path \
             and b.trace_path and not ranks_differ:
         pair.drift = _drift(a.trace_path, b.trace_path, policy)
@@ -691,10 +724,7 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
     """A probe run of both sides of every pair that parts at a step, up to that step; the
     first op whose result differs is the pair's culprit. Whether Ctrl-C or SIGTERM stopped
     the probes, and the report's warnings of pairs whose probes failed."""
-    wanted = [p for p in part.pairs if not p.identical and p.first_divergent_step is not None
-              and p.signal not in (None, "steps") and not str(p.signal).startswith("metric:")
-              and not (p.loading_note and (p.signal == "batch"
-                                           or str(p.signal).startswith("rng.")))]
+    wanted = [p for p in part.pairs if _probed(p)]
     jobs = [p for p in wanted if plan.cells[p.cell - 1].nproc is not None]
     if jobs:  # a probe records one process's ops; a job's ranks each run their share
         wanted = [p for p in wanted if p not in jobs]
@@ -702,22 +732,7 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
             "differ are what is named")
     if not wanted:
         return False, []
-    probes: dict[tuple[int, int], int] = {}
-    probe_specs: list[RunSpec] = []
-    for pair in wanted:
-        step = pair.first_divergent_step
-        assert step is not None
-        for cell in (1, pair.cell):
-            if (cell, step) in probes:
-                continue
-            index = len(specs) + len(probe_specs) + 1
-            probes[(cell, step)] = index
-            fits.cells[index] = plan.cells[cell - 1]
-            base = specs[plan.index(cell, 1) - 1]
-            probe_specs.append(dataclasses.replace(
-                base, told=base.told.replace(run=index, max_steps=step, probe_step=step),
-                extra_env=plan.probe_env(plan.cells[cell - 1], base.extra_env),
-                trace_path=plan.folder / f"probe-env-{cell}-step-{step}.jsonl"))
+    probes, probe_specs = _probe_specs(wanted, plan, specs, fits)
     steps = sorted({p.first_divergent_step for p in wanted if p.first_divergent_step})
     say(f"localization: {len(probe_specs)} probe run(s) to step {', '.join(map(str, steps))}, "
         "recording every op of that step")
@@ -736,26 +751,65 @@ def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[Ru
         if broken:
             notes.append(f"localization of {pair.b} failed: {'; '.join(broken)}")
             continue
-        records_a = collector.probes.get((ia, 0), [])
-        records_b = collector.probes.get((ib, 0), [])
-        if plan.cells[0].value("device") != plan.cells[pair.cell - 1].value("device"):
-            records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
-        if plan.cells[0].value("rev") != plan.cells[pair.cell - 1].value("rev"):
-            # two revisions run different code: ops that differ are the change
-            loc = compare(step, records_a, records_b, code=CodeSides(pair.a, pair.b))
-        else:
-            loc = compare(step, records_a, records_b)
-            loc.detail = across_detail(loc, pair.a)
-        compiled = plan.cells[0].value("compile") != plan.cells[pair.cell - 1].value("compile")
-        if compiled and unmatched(loc):
-            loc.found = False
-            loc.detail = compile_detail(loc, step)
-        elif plan.cells[0].args != plan.cells[pair.cell - 1].args and loc.found:
-            loc.detail = args_detail(loc, step, pair.a, pair.b)
-        pair.localization = loc
-        if loc.found:
-            pair.culprit, pair.culprit_op = loc.module, loc.op
+        _localize_pair(pair, step, plan, collector.probes.get((ia, 0), []),
+                       collector.probes.get((ib, 0), []))
     return False, notes
+
+
+def _probed(pair: AcrossPair) -> bool:
+    """Whether a pair's probe can name an op: it parts at a step, on a signal a step's ops
+    make, and not on batches or streams its data loading already explains."""
+    return not pair.identical and pair.first_divergent_step is not None \
+        and pair.signal not in (None, "steps") and not str(pair.signal).startswith("metric:") \
+        and not (pair.loading_note and (pair.signal == "batch"
+                                        or str(pair.signal).startswith("rng.")))
+
+
+def _probe_specs(wanted: Sequence[AcrossPair], plan: Plan, specs: Sequence[RunSpec],
+                 fits: Fits) -> tuple[dict[tuple[int, int], int], list[RunSpec]]:
+    """One probe run per environment and step the ``wanted`` pairs need (the first
+    environment's shared), numbered after the check's runs: their indices by (cell, step),
+    and their specs."""
+    probes: dict[tuple[int, int], int] = {}
+    probe_specs: list[RunSpec] = []
+    for pair in wanted:
+        step = pair.first_divergent_step
+        assert step is not None
+        for cell in (1, pair.cell):
+            if (cell, step) in probes:
+                continue
+            index = len(specs) + len(probe_specs) + 1
+            probes[(cell, step)] = index
+            fits.cells[index] = plan.cells[cell - 1]
+            base = specs[plan.index(cell, 1) - 1]
+            probe_specs.append(dataclasses.replace(
+                base, told=base.told.replace(run=index, max_steps=step, probe_step=step),
+                extra_env=plan.probe_env(plan.cells[cell - 1], base.extra_env),
+                trace_path=plan.folder / f"probe-env-{cell}-step-{step}.jsonl"))
+    return probes, probe_specs
+
+
+def _localize_pair(pair: AcrossPair, step: int, plan: Plan, records_a: list[dict[str, Any]],
+                   records_b: list[dict[str, Any]]) -> None:
+    """The first op of ``step`` whose result differs between the pair's probes, said of two
+    environments: the pair's localization and culprit."""
+    first, other = plan.cells[0], plan.cells[pair.cell - 1]
+    if first.value("device") != other.value("device"):
+        records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
+    if first.value("rev") != other.value("rev"):
+        # two revisions run different code: ops that differ are the change
+        loc = compare(step, records_a, records_b, code=CodeSides(pair.a, pair.b))
+    else:
+        loc = compare(step, records_a, records_b)
+        loc.detail = across_detail(loc, pair.a)
+    if first.value("compile") != other.value("compile") and unmatched(loc):
+        loc.found = False
+        loc.detail = compile_detail(loc, step)
+    elif first.args != other.args and loc.found:
+        loc.detail = args_detail(loc, step, pair.a, pair.b)
+    pair.localization = loc
+    if loc.found:
+        pair.culprit, pair.culprit_op = loc.module, loc.op
 
 
 def unmatched(loc: Localization) -> bool:

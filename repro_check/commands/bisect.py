@@ -76,95 +76,157 @@ def run_bisect(options: RunOptions, good: str, bad: str, golden: str | None = No
     Session(options)  # the target resolves (exit 2) before anything is checked out
     if golden is not None:  # a golden that cannot be read fails before any run too
         prepare(options, golden)
-    started = time.monotonic()
-    part = BisectPart(good=commit_of(root, good_sha), bad=commit_of(root, bad_sha),
-                      candidates=len(between))
+    bisection = Bisection(options, root, (good_sha, bad_sha), len(between), listener, say)
     say(f"bisect: {len(between)} commit(s) after {good_sha[:12]} up to {bad_sha[:12]}, about "
         f"{max(1, len(between) - 1).bit_length()} run(s) to test them")
-    #: GOOD's golden, and the bisect log when the report's run kept no trace folder
-    home = make_trace_dir(options.trace_dir)
     with revisions.Checkouts(root) as checkouts:
+        return bisection.run(checkouts, golden)
+
+
+class Bisection:
+    """One bisect from GOOD to BAD: the reference, each commit git picks run and judged, then
+    the first that differs localized. Its :class:`BisectPart` fills as the runs go; the report
+    returned is one run's, with the part added."""
+
+    #: set by :meth:`run` once the reference is known: the search's checkout, the runs' settings
+    #: to start from it, the reference golden
+    search_dir: Path
+    at_search: InternalSettings
+    reference: str
+
+    def __init__(self, options: RunOptions, root: Path, ends: tuple[str, str], candidates: int,
+                 listener: Listener | None, say: Log) -> None:
+        self.options, self.root, self.listener, self.say = options, root, listener, say
+        self.good_sha, self.bad_sha = ends
+        self.started = time.monotonic()
+        self.part = BisectPart(good=commit_of(root, self.good_sha),
+                               bad=commit_of(root, self.bad_sha), candidates=candidates)
+        #: GOOD's golden, and the bisect log when the report's run kept no trace folder
+        self.home = make_trace_dir(options.trace_dir)
+        #: each tested commit's report, by sha
+        self.reports: dict[str, Report] = {}
+
+    def run(self, checkouts: revisions.Checkouts, golden: str | None) -> Report:
+        """The reference (GOOD's run, or ``golden``), the search, the report."""
         if golden is None:
-            good_dir = checkouts.checkout(good_sha)
-            reference = str(home / "good.golden.jsonl")
-            say(f"recording GOOD {good_sha[:12]}")
-            try:
-                recorded = record_golden(options, reference, listener,
-                                         InternalSettings(checkout=(str(root), str(good_dir))))
-            except TargetNotFound as e:  # TARGET resolves here, but not at GOOD
-                recorded = unresolved(options, e, good_dir)
-            part.runs += 1
+            recorded = self.record_good(checkouts)
             if recorded.error is not None or recorded.interrupted or \
                     recorded.gate is None or recorded.gate.golden is None:
-                part.seconds = time.monotonic() - started
-                recorded.bisect = part
-                if recorded.error is not None:
-                    recorded.error = f"GOOD {good_sha[:12]} cannot run: {recorded.error}"
-                elif not recorded.interrupted:
-                    recorded.error = f"GOOD {good_sha[:12]} recorded nothing to compare"
-                return recorded
-            reference = recorded.gate.golden
+                return self.good_failed(recorded)
+            self.reference = recorded.gate.golden
         else:
-            reference = golden
-        part.reference = "golden" if golden is not None else "GOOD"
-        search_dir = checkouts.checkout(bad_sha)
+            self.reference = golden
+        self.part.reference = "golden" if golden is not None else "GOOD"
+        self.search_dir = checkouts.checkout(self.bad_sha)
         #: the search's runs start from its own checkout, which git bisect moves
-        at_search = InternalSettings(checkout=(str(root), str(search_dir)))
-        reports: dict[str, Report] = {}
+        self.at_search = InternalSettings(checkout=(str(self.root), str(self.search_dir)))
+        found, self.part.undecided, self.part.log = search(
+            self.search_dir, self.good_sha, self.bad_sha, self.verdict_of)
+        return self.conclude(found, checkouts)
 
-        def test(sha: str) -> Report:
-            say(f"testing {sha[:12]} ({len(part.tested) + 1})")
-            try:
-                rep = verify_golden(options, reference, listener, at_search)
-            except TargetNotFound as e:  # a commit without it (or broken there) is skipped
-                rep = unresolved(options, e, search_dir)
-            part.runs += 1
-            reports[sha] = rep
-            verdict: CommitVerdict = "skip" if rep.error is not None else \
-                "good" if rep.reproducible else "bad"
-            entry = JudgedCommit(**revisions.describe(root, sha).to_dict(), verdict=verdict,
-                                 step=rep.first_divergent_step, signal=rep.divergent_signal,
-                                 error=rep.error if verdict == "skip" else None)
-            if verdict == "skip":
-                part.skipped.append(sha)
-            part.tested.append(entry)
-            return rep
+    def record_good(self, checkouts: revisions.Checkouts) -> Report:
+        """GOOD's run, recorded as the reference golden in :attr:`home`."""
+        good_dir = checkouts.checkout(self.good_sha)
+        reference = str(self.home / "good.golden.jsonl")
+        self.say(f"recording GOOD {self.good_sha[:12]}")
+        try:
+            recorded = record_golden(self.options, reference, self.listener,
+                                     InternalSettings(checkout=(str(self.root), str(good_dir))))
+        except TargetNotFound as e:  # TARGET resolves here, but not at GOOD
+            recorded = unresolved(self.options, e, good_dir)
+        self.part.runs += 1
+        return recorded
 
-        def verdict_of(sha: str) -> str | None:
-            rep = test(sha)
-            return None if rep.interrupted else part.tested[-1].verdict
+    def good_failed(self, recorded: Report) -> Report:
+        """GOOD's run, which left nothing to compare with: exit 3 (or the interrupt's)."""
+        self.part.seconds = time.monotonic() - self.started
+        error = recorded.error
+        if error is not None:
+            error = f"GOOD {self.good_sha[:12]} cannot run: {error}"
+        elif not recorded.interrupted:
+            error = f"GOOD {self.good_sha[:12]} recorded nothing to compare"
+        return dataclasses.replace(recorded, bisect=self.part, error=error)
 
-        found, part.undecided, part.log = search(search_dir, good_sha, bad_sha, verdict_of)
-        interrupted = next((r for r in reports.values() if r.interrupted), None)
+    def test(self, sha: str) -> Report:
+        """Run the checked-out commit ``sha`` once against the reference, and judge it."""
+        part = self.part
+        self.say(f"testing {sha[:12]} ({len(part.tested) + 1})")
+        try:
+            rep = verify_golden(self.options, self.reference, self.listener, self.at_search)
+        except TargetNotFound as e:  # a commit without it (or broken there) is skipped
+            rep = unresolved(self.options, e, self.search_dir)
+        part.runs += 1
+        self.reports[sha] = rep
+        verdict: CommitVerdict = "skip" if rep.error is not None else \
+            "good" if rep.reproducible else "bad"
+        entry = JudgedCommit(**revisions.describe(self.root, sha).to_dict(), verdict=verdict,
+                             step=rep.first_divergent_step, signal=rep.divergent_signal,
+                             error=rep.error if verdict == "skip" else None)
+        if verdict == "skip":
+            part.skipped.append(sha)
+        part.tested.append(entry)
+        return rep
+
+    def verdict_of(self, sha: str) -> str | None:
+        """``git bisect``'s word for ``sha`` (None: interrupted, stop)."""
+        rep = self.test(sha)
+        return None if rep.interrupted else self.part.tested[-1].verdict
+
+    def conclude(self, found: str | None, checkouts: revisions.Checkouts) -> Report:
+        """The report once git bisect is done: BAD tested when it named BAD untested, an
+        interrupt's, the undecided's, or the first commit that differs, localized."""
+        part = self.part
+        interrupted = next((r for r in self.reports.values() if r.interrupted), None)
         if interrupted is not None:
-            return _finish(interrupted, part, started, home)
-        if found is not None and found not in reports:  # BAD, which git takes as bad untested
-            search_at(search_dir, found)
-            rep = test(found)
+            return self.finish(interrupted)
+        if found is not None and found not in self.reports:  # BAD, which git takes as bad untested
+            search_at(self.search_dir, found)
+            rep = self.test(found)
             if rep.interrupted:
-                return _finish(rep, part, started, home)
+                return self.finish(rep)
             if part.tested[-1].verdict == "good":
                 part.matches = True
-                return _finish(rep, part, started, home)
+                return self.finish(rep)
             if part.tested[-1].verdict == "skip":
                 part.undecided = [found]
                 found = None
         if found is None:
-            last = reports[part.tested[-1].sha]
-            last.error = ("the first commit that differs is one of "
-                          f"{', '.join(s[:12] for s in part.undecided)}: the target does not run "
-                          "there")
-            return _finish(last, part, started, home)
-        report = reports[found]
-        part.first_bad = commit_of(root, found)
+            return self.finish(self.reports[part.tested[-1].sha], error=(
+                "the first commit that differs is one of "
+                f"{', '.join(s[:12] for s in part.undecided)}: the target does not run there"))
+        return self.first_bad(found, checkouts)
+
+    def first_bad(self, found: str, checkouts: revisions.Checkouts) -> Report:
+        """The first commit that differs: its step, signal and loss drift, and the op that
+        differs first (a probe run of each side) when a step's values differ."""
+        part, report = self.part, self.reports[found]
+        part.first_bad = commit_of(self.root, found)
         part.step, part.signal = report.first_divergent_step, report.divergent_signal
-        _drift(part, reference, report)
+        _drift(part, self.reference, report)
         if part.step is not None and part.signal not in (None, "steps") \
                 and not str(part.signal).startswith("metric:"):
-            good_dir = checkouts.checkout(good_sha)
-            search_at(search_dir, found)
-            _localize(part, options, part.step, root, good_dir, search_dir, say)
-        return _finish(report, part, started, home)
+            good_dir = checkouts.checkout(self.good_sha)
+            search_at(self.search_dir, found)
+            _localize(part, self.options, part.step, self.root, good_dir, self.search_dir,
+                      self.say)
+        return self.finish(report)
+
+    def finish(self, report: Report, error: str | None = None) -> Report:
+        """``report`` with the bisect's part (and ``error`` when given); the bisect log
+        written beside the report's run, or in the bisect's own folder (a run that did not
+        resolve kept none)."""
+        part = self.part
+        part.seconds = time.monotonic() - self.started
+        if part.log:
+            path = Path(report.trace_dir or self.home) / "bisect.log"
+            try:
+                path.write_text(part.log)
+                part.log_path = str(path)
+            except OSError:
+                pass
+        if error is None:
+            return dataclasses.replace(report, bisect=part)
+        return dataclasses.replace(report, bisect=part, error=error)
 
 
 def unresolved(options: RunOptions, error: TargetNotFound, checkout: Path) -> Report:
@@ -263,20 +325,6 @@ def _localize(part: BisectPart, options: RunOptions, step: int,
     part.localization = loc
     if loc.found:
         part.op, part.module = loc.op, loc.module
-
-
-def _finish(report: Report, part: BisectPart, started: float, home: Path) -> Report:
-    part.seconds = time.monotonic() - started
-    report.bisect = part
-    if part.log:  # beside the report's run, or in the bisect's own folder (a run that
-        # did not resolve kept none)
-        path = Path(report.trace_dir or home) / "bisect.log"
-        try:
-            path.write_text(part.log)
-            part.log_path = str(path)
-        except OSError:
-            pass
-    return report
 
 
 class BisectCommand:

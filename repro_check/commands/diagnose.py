@@ -19,8 +19,10 @@ Three stages, each a set of paired runs like the check's:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,45 +129,73 @@ def diagnose(
     say = log or (lambda text: None)
     if isinstance(max_sources, bool) or not isinstance(max_sources, int) or max_sources < 0:
         raise UsageError(f"--max-sources must be a whole number from 0, got {max_sources!r}")
-    base_off = list(options.without or ())
-    on = seeding.select_components(base_off)  # unknown names: one clear line
-    seeding.select_components(ablate or ())
-    components = [c for c in (on if ablate is None else ablate) if c not in base_off]
-    if not on and components:
-        raise UsageError("every seeding component is off: there is nothing to ablate")
-    folder = make_trace_dir(options.trace_dir)
-    # diagnose looks for what differs; the negative control stands behind a check's verdict
-    common = options.replace(runs=2, no_seed=False, fail_fast=False, without=tuple(base_off),
-                             control=False)
-    # every run of the diagnosis lists the ops PyTorch flags instead of stopping at the first
-    internal = InternalSettings(warn_only=True)
-
-    collector = ProbeCollector(listener)
-    baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
-    say(f"check: two runs under {baseline} (deterministic algorithms in warn-only mode)")
-    first_options, first_internal = plan(common, internal, folder / "check", []) \
-        if max_sources else (common.replace(trace_dir=str(folder / "check")), internal)
-    report = run_check(first_options, collector, first_internal)
-    part = DiagnosisPart(flagged_ops=flagged_ops(collector.flagged))
-    report.diagnosis = part
+    setup = DiagnosisSetup.of(options, ablate)
+    report, part = _first_check(setup, max_sources, listener, say)
     if report.error is not None or report.interrupted:
-        return report
-
+        return dataclasses.replace(report, diagnosis=part)
+    warnings = list(report.warnings)
     if localize and report.first_divergent_step is not None and _localizable(report):
-        loc, note = _localize(report.first_divergent_step, folder, common, internal, say)
+        loc, note = _localize(report.first_divergent_step, setup.folder, setup.common,
+                              setup.internal, say)
         if loc is not None:
-            explain_localization(report, part, loc)
+            report = explain_localization(report, part, loc)
         if note:
-            report.warnings.append(note)
+            warnings.append(note)
     if max_sources:
-        find_sources(report, part, common, internal, folder, say,
+        find_sources(report, part, setup.common, setup.internal, setup.folder, say,
                      lambda step, opts, inner, where: _localize(step, where, opts, inner, say),
                      max_sources, keep_replay,
                      check=lambda options, pinned: run_check(options, internal=pinned))
+    if setup.components:
+        _ablation(report, part, setup.components, setup.base_off, setup.baseline, setup.common,
+                  setup.internal, setup.folder, say)
+    return dataclasses.replace(report, diagnosis=part, warnings=warnings)
 
-    if components:
-        _ablation(report, part, components, base_off, baseline, common, internal, folder, say)
-    return report
+
+@dataclass(frozen=True)
+class DiagnosisSetup:
+    """What every pair of a diagnosis shares, decided (and checked) before any run."""
+
+    #: components off in every pair, and the baseline they make (``full seeding`` when none)
+    base_off: list[str]
+    baseline: str
+    #: the components the ablation tests one by one
+    components: list[str]
+    common: RunOptions
+    internal: InternalSettings
+    folder: Path
+
+    @classmethod
+    def of(cls, options: RunOptions, ablate: Sequence[str] | None) -> DiagnosisSetup:
+        """The setup of ``options``; a :class:`UsageError` for unknown components, or an
+        ablation with every component off."""
+        base_off = list(options.without or ())
+        on = seeding.select_components(base_off)  # unknown names: one clear line
+        seeding.select_components(ablate or ())
+        components = [c for c in (on if ablate is None else ablate) if c not in base_off]
+        if not on and components:
+            raise UsageError("every seeding component is off: there is nothing to ablate")
+        folder = make_trace_dir(options.trace_dir)
+        # diagnose looks for what differs; the negative control stands behind a check's verdict
+        common = options.replace(runs=2, no_seed=False, fail_fast=False,
+                                 without=tuple(base_off), control=False)
+        baseline = "full seeding" if not base_off else f"seeding without {', '.join(base_off)}"
+        # every run of the diagnosis lists the ops PyTorch flags instead of stopping at the first
+        return cls(base_off, baseline, components, common, InternalSettings(warn_only=True),
+                   folder)
+
+
+def _first_check(setup: DiagnosisSetup, max_sources: int, listener: Listener | None,
+                 say: Log) -> tuple[Report, DiagnosisPart]:
+    """The check's pair (planned for the sources when they are looked for), and the diagnosis
+    part it starts: the ops PyTorch flagged."""
+    collector = ProbeCollector(listener)
+    say(f"check: two runs under {setup.baseline} (deterministic algorithms in warn-only mode)")
+    first_options, first_internal = plan(setup.common, setup.internal, setup.folder / "check",
+                                         []) if max_sources else \
+        (setup.common.replace(trace_dir=str(setup.folder / "check")), setup.internal)
+    report = run_check(first_options, collector, first_internal)
+    return report, DiagnosisPart(flagged_ops=flagged_ops(collector.flagged))
 
 
 def _localizable(report: Report) -> bool:
@@ -240,19 +270,21 @@ THREADS_HINT = ("; yet the check's runs differed, and the thread count was not p
                 "the threads component on")
 
 
-def explain_localization(report: Report, part: DiagnosisPart, loc: Localization) -> None:
-    """Put the localization into the report: a random op whose generator differs makes the
-    cause ``rng``; nothing found with an unpinned thread count names threads."""
+def explain_localization(report: Report, part: DiagnosisPart, loc: Localization) -> Report:
+    """The localization put into the diagnosis ``part``, and the report it makes: a random op
+    whose generator differs makes the cause ``rng`` (a new report; else ``report`` itself);
+    nothing found with an unpinned thread count names threads."""
     env_call_before(loc, report.results)
     if loc.cause == "rng" and report.cause_location is None:  # else the generator is named
-        report.cause, report.cause_detail = "rng", loc.detail
-        if loc.location:  # the env call, or where a value from outside torch entered
-            report.cause_location = loc.location
+        # the env call, or where a value from outside torch entered
+        report = dataclasses.replace(report, cause="rng", cause_detail=loc.detail,
+                                     cause_location=loc.location or report.cause_location)
     elif not loc.found and not threads_pinned(report):
         loc.detail += THREADS_HINT
     part.localization = loc
     if loc.found:
         part.culprit, part.culprit_op = loc.module, loc.op
+    return report
 
 
 def threads_pinned(report: Report) -> bool:

@@ -13,7 +13,6 @@ from repro_check.gate.golden import (
     BodyCheck,
     environment_finding,
     header_settings,
-    relabel,
     result_from_trace,
 )
 from repro_check.report.model import GatePart, Report
@@ -36,7 +35,8 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
     sa, sb = TraceStream(pa, require_end=True), TraceStream(pb, require_end=True)
     try:
         ha, hb = header_settings(sa.header, pa), header_settings(sb.header, pb)
-        comparison = Comparison(2, policy)
+        labels = side_labels(pa, pb)
+        comparison = Comparison(2, policy, names=labels)
         _compare_side_by_side(comparison, sa, sb, BodyCheck(sa.header, pa),
                               BodyCheck(sb.header, pb))
     finally:
@@ -44,10 +44,6 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
         sb.close()
     ra, rb = result_from_trace(1, sa), result_from_trace(2, sb)
     result = comparison.result()
-    labels = [Path(pa).name, Path(pb).name]
-    if labels[0] == labels[1]:
-        labels = [pa, pb]
-    relabel(result, labels)
     failed = [(label, r) for label, r in zip(labels, (ra, rb)) if r.status in FAILED_STATUSES]
     error = "; ".join(f"{label} records a failed run ({r.describe_failure()})"
                       for label, r in failed) if failed else None
@@ -62,6 +58,13 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
     return dataclasses.replace(report, replay=replay_line(
         RunOptions(target=hb.target).inherit(hb), subcommand="verify", golden=pa,
         upto=result.first_divergent_step or hb.max_steps, extra=tolerances.to_args()))
+
+
+def side_labels(pa: str, pb: str) -> list[str]:
+    """What the report calls the two files: their names, or their paths when the names are
+    the same."""
+    labels = [Path(pa).name, Path(pb).name]
+    return [pa, pb] if labels[0] == labels[1] else labels
 
 
 def _failed(stream: TraceStream) -> bool:

@@ -15,7 +15,6 @@ from repro_check.gate.golden import (
     check_golden,
     header_settings,
     missing_rules,
-    relabel,
     result_from_trace,
 )
 from repro_check.report.model import GatePart, Report
@@ -142,7 +141,7 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     options, scanned, recorded = prepared.options, prepared.golden, prepared.recorded
     policy = options.policy(internal.policy_override)
     session = Session(options, runs=1, internal=internal)
-    comparison = Comparison(2, policy)
+    comparison = Comparison(2, policy, names=LABELS)
     stream = TraceStream(golden_path, require_end=True)
     feed = GoldenFeed(comparison, stream, listener, scanned)
     stop = comparison.settled_divergence if options.fail_fast else None
@@ -153,7 +152,6 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     run = dataclasses.replace(outcome.results[0], index=2) if outcome.results \
         else RunResult(2, status="cancelled")
     result = comparison.result()
-    relabel(result, LABELS)
     error = failure([run], result)
     warnings = [f"this run: {w}" for w in run.warnings]
     unread = _not_compared(options, scanned, run)

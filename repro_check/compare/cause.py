@@ -55,7 +55,7 @@ A check whose target failed or that was interrupted has no cause (``None``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -393,6 +393,147 @@ def init_detail(models: Sequence[ModelBuilt] | None, seedings: Seedings | None) 
     return f"{why}: {'; '.join(parts)}"
 
 
+#: what :func:`classify` finds: the cause (None: none, the check failed), why, where
+Classified = tuple[Cause | None, str, Location | None]
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What a check's outcome says about its cause (:func:`classify`'s arguments)."""
+
+    reproducible: bool
+    failed: bool
+    divergent_signal: str | None
+    environments: Sequence[Mapping[str, Any] | None]
+    uses_dataloader: bool
+    seedings: Seedings | None = None
+    models: Sequence[ModelBuilt] | None = None
+    generators: Mapping[int, Sequence[GeneratorNote]] | None = None
+    divergence: tuple[int, int] | None = None
+    loaders: Sequence[LoaderNote] | None = None
+    env_calls: Mapping[int, Sequence[EnvCall]] | None = None
+
+    @property
+    def signal_cause(self) -> Cause:
+        """The cause the first divergent signal points to."""
+        return from_signal(self.divergent_signal, self.uses_dataloader)
+
+    @property
+    def step(self) -> int | None:
+        """The first divergent step (None: not known)."""
+        return self.divergence[1] if self.divergence is not None else None
+
+
+def _failed(outcome: CheckOutcome) -> Classified | None:
+    """A target that failed, or an interrupted check: no cause."""
+    return (None, "", None) if outcome.failed else None
+
+
+def _agreed(outcome: CheckOutcome) -> Classified | None:
+    return ("none", EXPLANATION["none"], None) if outcome.reproducible else None
+
+
+def _environment(outcome: CheckOutcome) -> Classified | None:
+    """Different environments explain any later difference: named before the signals."""
+    diffs = environment_differences(outcome.environments)
+    if not diffs:
+        return None
+    shown = ", ".join(
+        f"{d['key']}: {d['reference']!r} in run 1, {d['value']!r} in run {d['run']}"
+        for d in diffs[:3]
+    )
+    more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+    return "environment", f"{EXPLANATION['environment']}: {shown}{more}", None
+
+
+def _clock_seed(outcome: CheckOutcome) -> Classified | None:
+    """A generator seeded from the clock, whatever signal showed the difference first."""
+    call = seeding_call(outcome.seedings, clock_only=True)
+    return ("rng", call.detail, call.location) if call is not None else None
+
+
+def _private_generator(outcome: CheckOutcome) -> Classified | None:
+    """A generator the script made itself, seeded differently in each run and drawn from by
+    the divergent step (no global stream records it)."""
+    signal, divergence, generators = outcome.divergent_signal, outcome.divergence, \
+        outcome.generators
+    if not generators or divergence is None or signal is None or signal.startswith("rng."):
+        return None
+    run, step = divergence
+    found = private_generator(generators.get(1, ()), generators.get(run, ()), step)
+    if found is None:
+        return None
+    return "rng", f"{EXPLANATION['generator']}: {found.detail}", found.location
+
+
+def _env_call(outcome: CheckOutcome) -> Classified | None:
+    """An RL environment whose observation (or the action given it) differs before the
+    divergent step: the environment's entropy, not the computation, data or evaluation."""
+    if not outcome.env_calls or outcome.signal_cause not in ("compute", "data", "metrics"):
+        return None
+    run = outcome.divergence[0] if outcome.divergence is not None else 2
+    env = env_call_differs(outcome.env_calls.get(1, ()), outcome.env_calls.get(run, ()),
+                           outcome.step)
+    return ("rng", env.detail, env.location) if env is not None else None
+
+
+def _stream_seeded(outcome: CheckOutcome) -> Classified | None:
+    """A global stream that differs first, and the seeding call that gave it a different seed
+    in each run."""
+    if outcome.signal_cause != "rng":
+        return None
+    signal = outcome.divergent_signal
+    stream = signal.split(".", 1)[-1] if signal else None
+    call = seeding_call(outcome.seedings, clock_only=False, stream=stream)
+    return ("rng", call.detail, call.location) if call is not None else None
+
+
+def _reseeded_in_step(outcome: CheckOutcome) -> Classified | None:
+    """A global stream reseeded with a different seed in each run during the divergent step
+    (its state at the start of the step agreed), or in a DataLoader worker, whose batch then
+    differs: the reseed is the source, not the computation or the data."""
+    cause, step = outcome.signal_cause, outcome.step
+    if cause not in ("compute", "data") or step is None or outcome.divergent_signal == "steps":
+        return None
+    call = seeding_call(outcome.seedings, clock_only=False, step=step)
+    if call is None or not (call.worker if cause == "data" else call.step == step):
+        return None
+    detail = call.detail
+    if call.worker and outcome.loaders:
+        loader = loader_at(outcome.loaders, step)
+        made = loader.location if loader is not None else None
+        if made is not None:
+            detail += f"; the batches come from the DataLoader made at {made.site}"
+    return "rng", detail, call.location
+
+
+#: the rules that name a cause before the first divergent signal's own, in order: the first
+#: that finds one wins (the module docstring says why each comes where it does)
+CAUSE_RULES: tuple[Callable[[CheckOutcome], Classified | None], ...] = (
+    _failed, _agreed, _environment, _clock_seed, _private_generator, _env_call, _stream_seeded,
+    _reseeded_in_step)
+
+
+def signal_explained(outcome: CheckOutcome) -> Classified:
+    """The cause the first divergent signal points to, explained: where the models were built
+    (``init``), a shorter run, the DataLoader the batches come from (``data``)."""
+    cause = outcome.signal_cause
+    why = init_detail(outcome.models, outcome.seedings) if cause == "init" else EXPLANATION[cause]
+    if outcome.divergent_signal == "steps":
+        why = ("every recorded step agrees but one run made fewer steps: "
+               + ("the DataLoader yielded fewer batches" if cause == "data"
+                  else "the training loop ended on a condition that is not reproducible"))
+    where = None
+    if cause == "data" and outcome.loaders and outcome.step is not None:
+        loader = loader_at(outcome.loaders, outcome.step)
+        where = loader.location if loader is not None else None
+        if loader is not None and where is not None:
+            workers = f", {loader.workers} workers" if loader.workers else ""
+            why += (f"; the batches come from the DataLoader made at {where.site} "
+                    f"(dataset {loader.dataset}{workers})")
+    return cause, why, where
+
+
 def classify(
     *,
     reproducible: bool,
@@ -406,8 +547,9 @@ def classify(
     divergence: tuple[int, int] | None = None,
     loaders: Sequence[LoaderNote] | None = None,
     env_calls: Mapping[int, Sequence[EnvCall]] | None = None,
-) -> tuple[Cause | None, str, Location | None]:
-    """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules.
+) -> Classified:
+    """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules
+    (:data:`CAUSE_RULES`, then :func:`signal_explained`).
 
     ``seedings``: each run's seeding-watch records (``component``, ``key``, ``value``,
     ``where``, ``source``, ``order``); ``models``: run 1's top-level models (``class``,
@@ -417,66 +559,13 @@ def classify(
     DataLoader records, for a ``data`` cause (``location``: where the loader was made);
     ``env_calls``: each run's first RL environment calls (``location``: the call whose
     observation differs first)."""
-    if failed:
-        return None, "", None
-    if reproducible:
-        return "none", EXPLANATION["none"], None
-    diffs = environment_differences(environments)
-    if diffs:
-        shown = ", ".join(
-            f"{d['key']}: {d['reference']!r} in run 1, {d['value']!r} in run {d['run']}"
-            for d in diffs[:3]
-        )
-        more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
-        return "environment", f"{EXPLANATION['environment']}: {shown}{more}", None
-    from_clock = seeding_call(seedings, clock_only=True)
-    if from_clock is not None:
-        return "rng", from_clock.detail, from_clock.location
-    if generators and divergence is not None and divergent_signal is not None \
-            and not divergent_signal.startswith("rng."):
-        run, step = divergence
-        found = private_generator(generators.get(1, ()), generators.get(run, ()), step)
+    outcome = CheckOutcome(
+        reproducible=reproducible, failed=failed, divergent_signal=divergent_signal,
+        environments=environments, uses_dataloader=uses_dataloader, seedings=seedings,
+        models=models, generators=generators, divergence=divergence, loaders=loaders,
+        env_calls=env_calls)
+    for rule in CAUSE_RULES:
+        found = rule(outcome)
         if found is not None:
-            return "rng", f"{EXPLANATION['generator']}: {found.detail}", found.location
-    cause = from_signal(divergent_signal, uses_dataloader)
-    if env_calls and cause in ("compute", "data", "metrics"):
-        run = divergence[0] if divergence is not None else 2
-        env = env_call_differs(env_calls.get(1, ()), env_calls.get(run, ()),
-                               divergence[1] if divergence is not None else None)
-        if env is not None:
-            return "rng", env.detail, env.location
-    why = EXPLANATION[cause]
-    if cause == "rng":
-        stream = divergent_signal.split(".", 1)[-1] if divergent_signal else None
-        call = seeding_call(seedings, clock_only=False, stream=stream)
-        if call is not None:
-            return "rng", call.detail, call.location
-    elif cause in ("compute", "data") and divergence is not None \
-            and divergent_signal != "steps":
-        # a global stream reseeded with a different seed in each run during the divergent step
-        # (its state at the start of the step agreed), or in a DataLoader worker, whose batch
-        # then differs: the reseed is the source, not the computation or the data
-        call = seeding_call(seedings, clock_only=False, step=divergence[1])
-        if call is not None and (call.worker if cause == "data"
-                                 else call.step == divergence[1]):
-            if call.worker and loaders:
-                loader = loader_at(loaders, divergence[1])
-                made = loader.location if loader is not None else None
-                if made is not None:
-                    call.detail += f"; the batches come from the DataLoader made at {made.site}"
-            return "rng", call.detail, call.location
-    elif cause == "init":
-        why = init_detail(models, seedings)
-    if divergent_signal == "steps":
-        why = ("every recorded step agrees but one run made fewer steps: "
-               + ("the DataLoader yielded fewer batches" if cause == "data"
-                  else "the training loop ended on a condition that is not reproducible"))
-    where = None
-    if cause == "data" and loaders and divergence is not None:
-        loader = loader_at(loaders, divergence[1])
-        where = loader.location if loader is not None else None
-        if loader is not None and where is not None:
-            workers = f", {loader.workers} workers" if loader.workers else ""
-            why += (f"; the batches come from the DataLoader made at {where.site} "
-                    f"(dataset {loader.dataset}{workers})")
-    return cause, why, where
+            return found
+    return signal_explained(outcome)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,10 +278,14 @@ def _stream_bytes(step: int, signals: Mapping[str, Any]) -> bytes:
 class Comparison:
     """Feed it steps, ends and metrics of runs 1..N in any interleaving; ask for the result."""
 
-    def __init__(self, runs: int, policy: Policy | None = None, focus: str = "loss") -> None:
+    def __init__(self, runs: int, policy: Policy | None = None, focus: str = "loss",
+                 names: Sequence[str] = ()) -> None:
         self.runs = runs
         self.policy = policy or Policy()
         self.focus = focus
+        #: what the divergences' sentences call run 1, 2, ... (``run K`` beyond them): a gate's
+        #: "golden" and "this run", or the files compared
+        self.names = list(names)
         self.ref: dict[int, dict[str, Any]] = {}
         self.ref_waiting: dict[int, int] = {}
         self.ref_ended: int | None = None
@@ -443,13 +447,18 @@ class Comparison:
             n_short = pair.ended if other is None else self.ref_ended
             pair.first = Divergence(
                 pair.run, step, "steps", (ref or {}).get(self.focus), (other or {}).get(self.focus),
-                detail=f"run {shorter} recorded {n_short} steps and stopped; run {longer} went on",
+                detail=f"{self.called(shorter)} recorded {n_short} steps and stopped; "
+                       f"{self.called(longer)} went on",
             )
             pair.after.append(row)
         else:
             pair.later += 1
             if len(pair.after) < CONTEXT_AFTER + 1:
                 pair.after.append(row)
+
+    def called(self, run: int) -> str:
+        """What the divergences' sentences call ``run``: its name, else ``run N``."""
+        return self.names[run - 1] if run <= len(self.names) else f"run {run}"
 
     # ---- results -------------------------------------------------------------------------
     def settled_divergence(self) -> bool:
@@ -474,7 +483,7 @@ class Comparison:
                     continue
                 absdiff, rel = values.differences(a, b) if a and b else (None, None)
                 detail = "" if a is not None and b is not None else \
-                    f"metric {name!r} recorded by run {1 if b is None else k} only"
+                    f"metric {name!r} recorded by {self.called(1 if b is None else k)} only"
                 out.append(Divergence(k, None, signals.metric(name), a, b, absdiff, rel,
                                       detail=detail,
                                       policy=self.policy.rule(f"metric:{name}", band)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from repro_check.doctor.names import UNKNOWN, Names
@@ -91,74 +92,100 @@ class Evaluator(Names):
         self._memo: dict[Any, Any] = {}  # what a name evaluates to, so shared names cost once
 
     def const(self, expr: Any, seen: frozenset[Any] = frozenset()) -> Any:
-        """The constant an expression always has, or UNKNOWN."""
+        """The constant an expression always has, or UNKNOWN (by the kind of expression:
+        :attr:`CONST_RULES`)."""
         if expr is UNKNOWN or not isinstance(expr, ast.AST) or len(seen) > DEPTH:
             return UNKNOWN
-        if isinstance(expr, ast.Constant):
-            return expr.value
-        if isinstance(expr, ast.Name):
-            return self._agree(self.lookup(expr.id, expr), ("name", expr.id, self.scope(expr)), seen)
-        if isinstance(expr, ast.Attribute):
-            if isinstance(expr.value, ast.Name) and expr.value.id == "self":
-                return self._agree(self.attributes.get(expr.attr), ("self", expr.attr), seen)
-            if self.module_of(expr) is None:
-                return self._agree(self.options.get(expr.attr), ("option", expr.attr), seen)
+        for kind, rule in Evaluator.CONST_RULES:
+            if isinstance(expr, kind):
+                return rule(self, expr, seen)
+        return UNKNOWN
+
+    def _const_name(self, expr: ast.Name, seen: frozenset[Any]) -> Any:
+        return self._agree(self.lookup(expr.id, expr), ("name", expr.id, self.scope(expr)), seen)
+
+    def _const_attribute(self, expr: ast.Attribute, seen: frozenset[Any]) -> Any:
+        """``self.x`` as every assignment to it agrees; ``args.x`` as its option's default."""
+        if isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            return self._agree(self.attributes.get(expr.attr), ("self", expr.attr), seen)
+        if self.module_of(expr) is None:
+            return self._agree(self.options.get(expr.attr), ("option", expr.attr), seen)
+        return UNKNOWN
+
+    def _const_subscript(self, expr: ast.Subscript, seen: frozenset[Any]) -> Any:
+        """``d["key"]`` as every value given that key agrees."""
+        key = expr.slice
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            return self._agree(self.keys.get(key.value), ("key", key.value), seen)
+        return UNKNOWN
+
+    def _const_unary(self, expr: ast.UnaryOp, seen: frozenset[Any]) -> Any:
+        v = self.const(expr.operand, seen)
+        if v is UNKNOWN:
             return UNKNOWN
-        if isinstance(expr, ast.Subscript):
-            key = expr.slice
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                return self._agree(self.keys.get(key.value), ("key", key.value), seen)
+        try:
+            return {ast.Not: lambda x: not x, ast.USub: lambda x: -x,
+                    ast.UAdd: lambda x: +x}[type(expr.op)](v)
+        except (KeyError, TypeError):
             return UNKNOWN
-        if isinstance(expr, ast.UnaryOp):
-            v = self.const(expr.operand, seen)
+
+    def _const_binary(self, expr: ast.BinOp, seen: frozenset[Any]) -> Any:
+        """Whole-number arithmetic only."""
+        a, b = self.const(expr.left, seen), self.const(expr.right, seen)
+        if not (isinstance(a, int) and isinstance(b, int)):
+            return UNKNOWN
+        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+               ast.FloorDiv: lambda: a // b}
+        try:
+            return ops[type(expr.op)]()
+        except (KeyError, ZeroDivisionError):
+            return UNKNOWN
+
+    def _const_bool(self, expr: ast.BoolOp, seen: frozenset[Any]) -> Any:
+        """``a or b``, ``a and b``: the operand that decides, once every one before is known."""
+        v = UNKNOWN
+        for item in expr.values:
+            v = self.const(item, seen)
             if v is UNKNOWN:
                 return UNKNOWN
-            try:
-                return {ast.Not: lambda x: not x, ast.USub: lambda x: -x,
-                        ast.UAdd: lambda x: +x}[type(expr.op)](v)
-            except (KeyError, TypeError):
-                return UNKNOWN
-        if isinstance(expr, ast.BinOp):
-            a, b = self.const(expr.left, seen), self.const(expr.right, seen)
-            if not (isinstance(a, int) and isinstance(b, int)):
-                return UNKNOWN
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-                   ast.FloorDiv: lambda: a // b}
-            try:
-                return ops[type(expr.op)]()
-            except (KeyError, ZeroDivisionError):
-                return UNKNOWN
-        if isinstance(expr, ast.BoolOp):
-            v = UNKNOWN
-            for item in expr.values:
-                v = self.const(item, seen)
-                if v is UNKNOWN:
-                    return UNKNOWN
-                if bool(v) == isinstance(expr.op, ast.Or):
-                    return v
-            return v
-        if isinstance(expr, ast.IfExp):
-            a, b = self.const(expr.body, seen), self.const(expr.orelse, seen)
-            if a == b:
-                return a
-            if isinstance(a, int) and isinstance(b, int) and a > 0 and b > 0:
-                return min(a, b)
-            return UNKNOWN
-        if isinstance(expr, ast.Call):
-            q = self.qualname(expr.func)
-            if q in CPU_COUNTS:
-                return 2  # at least one core; the machine decides how many
-            if q == "len" and expr.args and isinstance(expr.args[0], ast.Call) and \
-                    self.qualname(expr.args[0].func) == "os.sched_getaffinity":
-                return 2
-            if q in ("int", "bool") and len(expr.args) == 1:
-                v = self.const(expr.args[0], seen)
-                return UNKNOWN if v is UNKNOWN else (int(v) if q == "int" else bool(v))
-            if q in ("min", "max") and expr.args and not expr.keywords:
-                vals = [self.const(a, seen) for a in expr.args]
-                if all(isinstance(v, int) for v in vals):
-                    return (min if q == "min" else max)(vals)
+            if bool(v) == isinstance(expr.op, ast.Or):
+                return v
+        return v
+
+    def _const_if(self, expr: ast.IfExp, seen: frozenset[Any]) -> Any:
+        """Both branches' value when they agree; the smaller of two positive counts."""
+        a, b = self.const(expr.body, seen), self.const(expr.orelse, seen)
+        if a == b:
+            return a
+        if isinstance(a, int) and isinstance(b, int) and a > 0 and b > 0:
+            return min(a, b)
         return UNKNOWN
+
+    def _const_call(self, expr: ast.Call, seen: frozenset[Any]) -> Any:
+        """A CPU count (2: at least one core, the machine decides how many); ``int``,
+        ``bool``, ``min`` and ``max`` of known values."""
+        q = self.qualname(expr.func)
+        if q in CPU_COUNTS:
+            return 2
+        if q == "len" and expr.args and isinstance(expr.args[0], ast.Call) and \
+                self.qualname(expr.args[0].func) == "os.sched_getaffinity":
+            return 2
+        if q in ("int", "bool") and len(expr.args) == 1:
+            v = self.const(expr.args[0], seen)
+            return UNKNOWN if v is UNKNOWN else (int(v) if q == "int" else bool(v))
+        if q in ("min", "max") and expr.args and not expr.keywords:
+            vals = [self.const(a, seen) for a in expr.args]
+            if all(isinstance(v, int) for v in vals):
+                return (min if q == "min" else max)(vals)
+        return UNKNOWN
+
+    #: how :meth:`const` evaluates each kind of expression (any other is UNKNOWN)
+    CONST_RULES: tuple[tuple[type, Callable[[Evaluator, Any, frozenset[Any]], Any]], ...] = (
+        (ast.Constant, lambda self, expr, seen: expr.value),
+        (ast.Name, _const_name), (ast.Attribute, _const_attribute),
+        (ast.Subscript, _const_subscript), (ast.UnaryOp, _const_unary),
+        (ast.BinOp, _const_binary), (ast.BoolOp, _const_bool), (ast.IfExp, _const_if),
+        (ast.Call, _const_call))
 
     def _agree(self, values: list[Any] | None, key: Any, seen: frozenset[Any]) -> Any:
         """The one constant every binding agrees on (positive ints agree with each other)."""
@@ -226,69 +253,95 @@ class Evaluator(Names):
 
     def draws(self, expr: Any, seen: frozenset[Any] = frozenset(), via: int = 0) -> list[Draw]:
         """The draws from global streams a value is computed from, followed through names,
-        ``obj.attr = ...``, argparse defaults, dict keys and the arguments of calls in this file.
+        ``obj.attr = ...``, argparse defaults, dict keys and the arguments of calls in this file
+        (by the kind of expression: :attr:`DRAW_RULES`).
 
         Branches a known value rules out are skipped: ``args.seed or random.randint(...)`` with
         a ``--seed`` default, ``if args.seed is None: args.seed = ...`` likewise.
         """
         if not isinstance(expr, ast.AST) or len(seen) > DEPTH:
             return []
-        if isinstance(expr, ast.Call):
-            stream = self.draw_stream(expr)
-            if stream is not None:
-                return [(stream, expr, via)]
-            parts: list[Any] = [*expr.args, *(k.value for k in expr.keywords)]
-            f = expr.func
-            if isinstance(f, ast.Attribute) and not isinstance(f.value, (ast.Name, ast.Attribute)):
-                parts.append(f.value)  # torch.randint(...).item(), not cfg.get_seed()
-            return [d for p in parts for d in self.draws(p, seen, via)]
-        if isinstance(expr, ast.Starred):
-            return self.draws(expr.value, seen, via)
-        if isinstance(expr, ast.IfExp):
-            taken = self._branch(expr)
-            return [d for p in taken for d in self.draws(p, seen, via)]
-        if isinstance(expr, ast.BoolOp):
-            out: list[Draw] = []
-            for item in expr.values:
-                out += self.draws(item, seen, via)
-                v = self.const(item)
-                if v is not UNKNOWN and bool(v) == isinstance(expr.op, ast.Or):
-                    break
-            return out
-        if isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.JoinedStr,
-                             ast.FormattedValue)):
-            return [d for p in ast.iter_child_nodes(expr) if isinstance(p, ast.expr)
-                    for d in self.draws(p, seen, via)]
-        if isinstance(expr, ast.Subscript):
-            index = expr.slice
-            if isinstance(index, ast.Constant) and isinstance(index.value, str):
-                return self._bound_draws(self.keys.get(index.value), ("key", index.value), seen,
-                                         via)
-            return self.draws(expr.value, seen, via) + self.draws(index, seen, via)
-        if isinstance(expr, ast.Name) and isinstance(expr.ctx, ast.Load):
-            key: tuple[Any, ...] = ("name", expr.id, self.scope(expr))
-            memo = ("draws", key, via)
-            if key in seen:
-                return []
-            if memo not in self._memo:
-                self._memo[memo] = []  # a name that refers back to itself adds nothing
-                scope = self.binding_scope(expr.id, expr)
-                out = self._bound_draws(self.lookup(expr.id, expr), key, seen, via)
-                passed = self.passed_for(scope, expr.id) if scope is not None else None
-                out += [d for p in passed or [] for d in self.draws(p, seen | {key}, via + 1)]
-                self._memo[memo] = out
-            return self._memo[memo]
-        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-            if expr.value.id == "self":
-                return self._bound_draws(self.attributes.get(expr.attr), ("self", expr.attr),
-                                         seen, via)
-            if self.module_of(expr) is not None:
-                return []
-            key = ("field", expr.value.id, expr.attr)
-            return (self._bound_draws(self.fields.get((expr.value.id, expr.attr)), key, seen, via)
-                    + self._bound_draws(self.options.get(expr.attr), ("option", expr.attr), seen,
-                                        via))
+        for kind, rule in Evaluator.DRAW_RULES:
+            if isinstance(expr, kind):
+                return rule(self, expr, seen, via)
         return []
+
+    def _parts_draws(self, parts: Iterable[Any], seen: frozenset[Any], via: int) -> list[Draw]:
+        return [d for p in parts for d in self.draws(p, seen, via)]
+
+    def _call_draws(self, expr: ast.Call, seen: frozenset[Any], via: int) -> list[Draw]:
+        """The call's own draw, or its arguments' (and its receiver's)."""
+        stream = self.draw_stream(expr)
+        if stream is not None:
+            return [(stream, expr, via)]
+        parts: list[Any] = [*expr.args, *(k.value for k in expr.keywords)]
+        f = expr.func
+        if isinstance(f, ast.Attribute) and not isinstance(f.value, (ast.Name, ast.Attribute)):
+            parts.append(f.value)  # torch.randint(...).item(), not cfg.get_seed()
+        return self._parts_draws(parts, seen, via)
+
+    def _bool_draws(self, expr: ast.BoolOp, seen: frozenset[Any], via: int) -> list[Draw]:
+        """Operands up to the first known to decide the value."""
+        out: list[Draw] = []
+        for item in expr.values:
+            out += self.draws(item, seen, via)
+            v = self.const(item)
+            if v is not UNKNOWN and bool(v) == isinstance(expr.op, ast.Or):
+                break
+        return out
+
+    def _subscript_draws(self, expr: ast.Subscript, seen: frozenset[Any],
+                         via: int) -> list[Draw]:
+        index = expr.slice
+        if isinstance(index, ast.Constant) and isinstance(index.value, str):
+            return self._bound_draws(self.keys.get(index.value), ("key", index.value), seen, via)
+        return self.draws(expr.value, seen, via) + self.draws(index, seen, via)
+
+    def _name_draws(self, expr: ast.Name, seen: frozenset[Any], via: int) -> list[Draw]:
+        """What the name is bound to, and what calls in this file pass for it as a parameter."""
+        if not isinstance(expr.ctx, ast.Load):
+            return []
+        key: tuple[Any, ...] = ("name", expr.id, self.scope(expr))
+        memo = ("draws", key, via)
+        if key in seen:
+            return []
+        if memo not in self._memo:
+            self._memo[memo] = []  # a name that refers back to itself adds nothing
+            scope = self.binding_scope(expr.id, expr)
+            out = self._bound_draws(self.lookup(expr.id, expr), key, seen, via)
+            passed = self.passed_for(scope, expr.id) if scope is not None else None
+            out += [d for p in passed or [] for d in self.draws(p, seen | {key}, via + 1)]
+            self._memo[memo] = out
+        return self._memo[memo]
+
+    def _attribute_draws(self, expr: ast.Attribute, seen: frozenset[Any],
+                         via: int) -> list[Draw]:
+        """``self.x``, ``obj.x`` (its assignments) and ``args.x`` (its option's default)."""
+        if not isinstance(expr.value, ast.Name):
+            return []
+        if expr.value.id == "self":
+            return self._bound_draws(self.attributes.get(expr.attr), ("self", expr.attr),
+                                     seen, via)
+        if self.module_of(expr) is not None:
+            return []
+        key = ("field", expr.value.id, expr.attr)
+        return (self._bound_draws(self.fields.get((expr.value.id, expr.attr)), key, seen, via)
+                + self._bound_draws(self.options.get(expr.attr), ("option", expr.attr), seen,
+                                    via))
+
+    #: how :meth:`draws` follows each kind of expression (any other draws nothing)
+    DRAW_RULES: tuple[tuple[type | tuple[type, ...],
+                            Callable[[Evaluator, Any, frozenset[Any], int], list[Draw]]], ...] = (
+        (ast.Call, _call_draws),
+        (ast.Starred, lambda self, expr, seen, via: self.draws(expr.value, seen, via)),
+        (ast.IfExp, lambda self, expr, seen, via: self._parts_draws(self._branch(expr), seen,
+                                                                     via)),
+        (ast.BoolOp, _bool_draws),
+        ((ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.JoinedStr, ast.FormattedValue),
+         lambda self, expr, seen, via: self._parts_draws(
+             [p for p in ast.iter_child_nodes(expr) if isinstance(p, ast.expr)], seen, via)),
+        (ast.Subscript, _subscript_draws), (ast.Name, _name_draws),
+        (ast.Attribute, _attribute_draws))
 
     def _bound_draws(self, values: list[Any] | None, key: Any, seen: frozenset[Any],
                      via: int) -> list[Draw]:

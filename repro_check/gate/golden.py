@@ -9,7 +9,6 @@ streaming, so memory does not grow with the step count.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -179,14 +178,6 @@ def result_from_trace(index: int, stream: TraceStream) -> RunResult:
 
 
 # ---- the comparison of a reference trace with a run or another trace ---------------------------
-def relabel(result: ComparisonResult, labels: Sequence[str]) -> None:
-    """Divergence details say "golden"/"this run" (or the file names) instead of run 1/run 2."""
-    names = {"1": labels[0], "2": labels[1]}
-    for div in [result.divergence, *result.per_run.values(), *result.metric_divergences]:
-        if div is not None and div.detail:
-            div.detail = re.sub(r"\brun ([12])\b", lambda m: names[m.group(1)], div.detail)
-
-
 def environment_note(diffs: Sequence[environment.Difference], result: ComparisonResult | None,
                      labels: Sequence[str]) -> str | None:
     """One sentence on what the environment differences mean for this result."""
@@ -229,18 +220,19 @@ def environment_finding(ref_header: TraceHeader | None, other_header: TraceHeade
         diffs = environment.differences(environment.run_settings(ref_header),
                                         environment.run_settings(other_header))
     note = environment_note(diffs, comparison, labels) if error is None else None
-    found = EnvironmentFinding(
-        [EnvironmentDifference(key=d.key, label=d.label, reference=d.reference, value=d.value,
-                               text=d.describe(*labels)) for d in diffs], note)
+    named: Cause | None = None
+    detail: str | None = None
     if comparison is not None and error is None and not interrupted:
         if comparison.reproducible:
-            found.cause = "none"
+            named = "none"
         elif diffs:
-            found.cause, found.cause_detail = "environment", note
+            named, detail = "environment", note
         else:
-            found.cause = cause.from_signal(comparison.divergent_signal, uses_dataloader=False)
-            found.cause_detail = cause.EXPLANATION[found.cause]
-    return found
+            named = cause.from_signal(comparison.divergent_signal, uses_dataloader=False)
+            detail = cause.EXPLANATION[named]
+    return EnvironmentFinding(
+        [EnvironmentDifference(key=d.key, label=d.label, reference=d.reference, value=d.value,
+                               text=d.describe(*labels)) for d in diffs], note, named, detail)
 
 
 def check_golden(path: str | os.PathLike[str]) -> TraceStream:

@@ -303,13 +303,24 @@ def html_section(report: Report) -> list[str]:
     part = report.across
     if part is None:
         return []
-    out = ['<h2>Environments</h2>', table(
+    return [*_html_environments(part), *_html_pairs(part), *_html_revisions(part),
+            *_html_drift(part), *_html_prices(part)]
+
+
+def _html_environments(part: AcrossPart) -> list[str]:
+    """Each environment's steps, time per step and versions."""
+    return ['<h2>Environments</h2>', table(
         ["environment", "steps", "seconds", "per step", "in the loop", "Python", "torch", "CUDA",
          "numpy", "device"],
         [([c.label, c.steps, f"{c.seconds:.1f}", number(c.per_step), number(c.loop_per_step),
            *[c.versions.get(k) or "—" for k in ("python", "torch", "cuda", "numpy", "device")]],
           "") for c in part.cells], "env")]
-    out.append(f"<h2>Each environment against {escape(part.cells[0].label)}</h2>")
+
+
+def _html_pairs(part: AcrossPart) -> list[str]:
+    """Each environment against the first: verdict, culprit, drift; then what each pair's
+    localization and data loading say."""
+    out = [f"<h2>Each environment against {escape(part.cells[0].label)}</h2>"]
     rows = []
     for p in part.pairs:
         d = p.drift
@@ -327,14 +338,23 @@ def html_section(report: Report) -> list[str]:
             out.append(f'<p class="loading"><b>{escape(p.b)}:</b> {escape(p.loading_note)}</p>')
         if p.scaling_note:
             out.append(f'<p class="loading"><b>{escape(p.b)}:</b> {escape(p.scaling_note)}</p>')
-    if part.revisions:
-        out.append("<h2>Revisions</h2>")
-        out.append(table(["revision", "commit", "subject", "date"],
-                          [([name, c.sha[:12], c.subject, c.date], "")
-                           for name, c in part.revisions.items()]))
+    return out
+
+
+def _html_revisions(part: AcrossPart) -> list[str]:
+    """With a rev axis: the commit each revision named."""
+    if not part.revisions:
+        return []
+    return ["<h2>Revisions</h2>", table(["revision", "commit", "subject", "date"],
+                                         [([name, c.sha[:12], c.subject, c.date], "")
+                                          for name, c in part.revisions.items()])]
+
+
+def _html_drift(part: AcrossPart) -> list[str]:
+    """The loss drift of each environment against the first, per step on a log scale."""
     img = difference_plot({f"|{p.b} − {p.a}|": p.drift.series for p in part.pairs
                            if p.drift is not None}, None)
-    out.append("<h2>Loss drift per step</h2>")
+    out = ["<h2>Loss drift per step</h2>"]
     if img:
         out.append(f'<figure id="drift-plot"><img alt="loss drift per step, log scale" '
                    f'width="{FIG_W}" height="{FIG_H}" src="data:image/png;base64,{img}">'
@@ -342,6 +362,12 @@ def html_section(report: Report) -> list[str]:
                    "steps where the losses are equal are left out.</figcaption></figure>")
     else:
         out.append("<p>The loss has the same bits in every environment at every step.</p>")
+    return out
+
+
+def _html_prices(part: AcrossPart) -> list[str]:
+    """The price of determinism and of torch.compile: time per step on against off."""
+    out = []
     if part.price:
         out.append("<h2>Price of determinism</h2>")
         out.append(table(["deterministic on", "per step", "± spread", "deterministic off",

@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.htmlkit import escape, table
-from repro_check.report.model import Report
+from repro_check.compare.steps import Divergence
+from repro_check.report.model import GatePart, Report
 from repro_check.report.part import PageSections, Section
 from repro_check.trace.results import RunResult
 from repro_check.report.terminal import (
@@ -81,55 +82,14 @@ def _has_band(report: Report) -> bool:
 def summary(report: Report) -> Group:
     """The whole result of record, verify or diff as rich renderables."""
     parts: list[Any] = [Panel(_head(report), box=box.ROUNDED, expand=False)]
-    labels = report.labels
     gate = report.gate
     assert gate is not None, "a gate report"
-    mode = gate.mode
     parts += _path_lines(report)
-    cmp = report.comparison
-
-    if mode != "diff":  # a saved trace has no output to show, only its error
+    if gate.mode != "diff":  # a saved trace has no output to show, only its error
         parts += failure_parts(report, label=lambda r: "the run")
     elif report.error is not None:
         parts.append(Text(f"error: {report.error}", style="red"))
-
-    if mode == "record":
-        parts += _record_lines(report)
-    else:
-        div = cmp.divergence if cmp else None
-        if div is not None:
-            where = f"step {div.step}" if div.step is not None else "final metrics"
-            parts.append(Text.assemble(("First divergence: ", "bold"), f"{where}, signal ",
-                                       (div.signal, "bold"), f", {labels[1]} vs {labels[0]}"))
-            if div.detail:
-                parts.append(Text(f"  {div.detail}"))
-            if div.policy:
-                parts.append(Text(f"  judged by {div.policy}"))
-            t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-            for col, justify in (("", "left"), (labels[0], "right"), (labels[1], "right"),
-                                 ("|diff|", "right"), ("rel", "right")):
-                t.add_column(col, justify=justify)  # type: ignore[arg-type]
-            t.add_row(div.signal, value_text(div.reference), value_text(div.value), diff_text(div.abs_diff),
-                      diff_text(div.rel_diff))
-            parts.append(t)
-            if div.step is not None:
-                parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
-        elif report.error is None and not report.interrupted and cmp is not None:
-            parts.append(Text(agreement(cmp, report.results)))
-        if cmp is not None and cmp.judged:
-            parts.append(Text(f"values accepted: {judged_text(cmp.judged)}", style="dim"))
-        diffs = gate.environment_differences
-        diverged = cmp is not None and not cmp.reproducible
-        if diffs:
-            head = (f"The divergence comes with {len(diffs)} environment difference(s):"
-                    if diverged else f"Environment differences ({len(diffs)}), values agree:")
-            parts.append(Text(head, style="bold yellow" if diverged else "bold"))
-            for d in diffs:
-                parts.append(Text(f"  {d.text}"))
-        elif diverged and gate.environment_note:
-            parts.append(Text(f"Note: {gate.environment_note}", style="yellow"))
-        parts += _metrics_table(report, labels)
-
+    parts += _record_lines(report) if gate.mode == "record" else _compared_parts(report, gate)
     parts += control_parts(report)
     for w in report.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
@@ -139,6 +99,52 @@ def summary(report: Report) -> Group:
     if report.trace_dir:
         parts.append(Unwrapped(f"traces: {report.trace_dir}", style="dim"))
     return Group(*parts)
+
+
+def _compared_parts(report: Report, gate: GatePart) -> list[Any]:
+    """Verify's or diff's comparison: the first divergence (or the agreement), the values
+    accepted, the environment differences, the metrics."""
+    labels, cmp = report.labels, report.comparison
+    parts: list[Any] = []
+    div = cmp.divergence if cmp else None
+    if div is not None:
+        parts += _divergence_parts(div, labels)
+    elif report.error is None and not report.interrupted and cmp is not None:
+        parts.append(Text(agreement(cmp, report.results)))
+    if cmp is not None and cmp.judged:
+        parts.append(Text(f"values accepted: {judged_text(cmp.judged)}", style="dim"))
+    diffs = gate.environment_differences
+    diverged = cmp is not None and not cmp.reproducible
+    if diffs:
+        head = (f"The divergence comes with {len(diffs)} environment difference(s):"
+                if diverged else f"Environment differences ({len(diffs)}), values agree:")
+        parts.append(Text(head, style="bold yellow" if diverged else "bold"))
+        for d in diffs:
+            parts.append(Text(f"  {d.text}"))
+    elif diverged and gate.environment_note:
+        parts.append(Text(f"Note: {gate.environment_note}", style="yellow"))
+    return parts + _metrics_table(report, labels)
+
+
+def _divergence_parts(div: Divergence, labels: list[str]) -> list[Any]:
+    """The first divergence: where, on which signal, its values side by side."""
+    where = f"step {div.step}" if div.step is not None else "final metrics"
+    parts: list[Any] = [Text.assemble(("First divergence: ", "bold"), f"{where}, signal ",
+                                      (div.signal, "bold"), f", {labels[1]} vs {labels[0]}")]
+    if div.detail:
+        parts.append(Text(f"  {div.detail}"))
+    if div.policy:
+        parts.append(Text(f"  judged by {div.policy}"))
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col, justify in (("", "left"), (labels[0], "right"), (labels[1], "right"),
+                         ("|diff|", "right"), ("rel", "right")):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    t.add_row(div.signal, value_text(div.reference), value_text(div.value), diff_text(div.abs_diff),
+              diff_text(div.rel_diff))
+    parts.append(t)
+    if div.step is not None:
+        parts.append(Text(f"  {div.later_steps} later step(s) differ too"))
+    return parts
 
 
 def _record_lines(report: Report) -> list[Any]:

@@ -320,8 +320,17 @@ class _LiveRun:
         # the user's --metric rules run in a process of their own (see scanproc)
         self.printed = scanproc.scanner(spec.told.printed_metrics)
         read_fd, write_fd = os.pipe()
-        config_fd = -1
         self.compile_cache: str | None = None
+        self.supervised = self._launch(read_fd, write_fd)
+        self.proc = self.supervised.proc
+        self._start_reading(read_fd)
+
+    def _launch(self, read_fd: int, write_fd: int) -> procs.Supervised:
+        """The run entry started under its supervisor, told (in its configuration file) to
+        write its trace to ``write_fd``, which this process then closes; when it cannot start,
+        what the run had opened is let go (``read_fd`` closed) and the error raised."""
+        spec = self.spec
+        config_fd = -1
         try:
             told = spec.told.replace(
                 event_fd=write_fd,
@@ -329,9 +338,9 @@ class _LiveRun:
             config_fd = runconfig.config_file(told)
             env = run_environment(spec, runconfig.by_descriptor(config_fd))
             self.compile_cache = fresh_compile_caches(env, spec.extra_env)
-            self.supervised = procs.Supervised([spec.executable or sys.executable, "-m",
-                                                "repro_check.child"], env,
-                                               spec.cwd, pass_fds=(write_fd, config_fd))
+            return procs.Supervised([spec.executable or sys.executable, "-m",
+                                     "repro_check.child"], env,
+                                    spec.cwd, pass_fds=(write_fd, config_fd))
         except BaseException:
             os.close(read_fd)
             self.printed.close()
@@ -346,13 +355,15 @@ class _LiveRun:
             os.close(write_fd)
             if config_fd >= 0:
                 os.close(config_fd)
-        self.proc = self.supervised.proc
+
+    def _start_reading(self, read_fd: int) -> None:
+        """A reader thread for the trace pipe (``read_fd``) and one for the run's output."""
         assert self.proc.stdout is not None
         out_fd = self.proc.stdout.fileno()
         self.pipes = {procs.pipe_inode(read_fd), procs.pipe_inode(out_fd)}
         lines = _Lines(self._line, self._long_line)
-        if pacer is not None:
-            pacer.start(spec.index)
+        if self.pacer is not None:
+            self.pacer.start(self.spec.index)
         self.readers = [
             threading.Thread(target=self._pump, args=(read_fd, lines.add, True), daemon=True),
             threading.Thread(target=self._pump, args=(out_fd, self._output, False), daemon=True),
