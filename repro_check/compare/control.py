@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from repro_check.compare.steps import Policy, first_difference
 from repro_check.trace.jsonfields import JsonRecord, json_field
-from repro_check.trace.payloads import ControlNote
+from repro_check.trace.payloads import ControlNote, JsonValue
 from repro_check.trace.protocol import (ControlInfo, InfoRecord, MetricsRecord, Record,
                                         StepRecord, typed_info)
 from repro_check.trace.results import Listener, RunResult
@@ -43,8 +43,8 @@ class Planted(JsonRecord):
     index: list[int] = field(default_factory=list)
     step: int = 0
     where: str = "step"
-    before: Any = None
-    after: Any = None
+    before: JsonValue = None
+    after: JsonValue = None
     #: its gradient moved too (a step without an optimizer: the script's own update follows)
     gradient: bool = False
 
