@@ -533,7 +533,9 @@ def patch_line(row: Mapping[str, Any]) -> str:
 
 @dataclass
 class ProbeRecord(Record):
-    """One op of the probed step (``diagnose``)."""
+    """One record of the probed step (``diagnose``): an op, a module's output, a tensor made from
+    outside data, an environment's call (:mod:`repro_check.trace.probes`); None when the run
+    sent one of no known kind or malformed."""
 
     probe: ProbeOp | None = None
 
@@ -612,7 +614,7 @@ def info_record(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord:
         return ModelsInfo(raw, info, tuple(m for m in map(ModelBuilt.parse, info["models"])
                                            if m is not None))
     elif "checkpoint" in info or "save" in info or "control" in info:
-        typed = _resume_info(raw, info)
+        typed = _saved_or_planted(raw, info)
         if typed is not None:
             return typed
     elif _is_int(info.get("expected_steps")):
@@ -627,7 +629,7 @@ def info_record(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord:
     return InfoRecord(raw, info)
 
 
-def _resume_info(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord | None:
+def _saved_or_planted(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord | None:
     """The record of a resume's checkpoint or save, or of a control's plant; None when its
     payload cannot be taken."""
     checkpoint = CheckpointNote.parse(info.get("checkpoint"))
