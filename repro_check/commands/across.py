@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from repro_check.trace import environment
 from repro_check.compare.drift import Drift, first_differences, loss_drift
@@ -68,7 +68,11 @@ from repro_check.run.session import Session
 from repro_check.trace.results import Listener, RunResult
 from repro_check.trace import values
 from repro_check.trace.fingerprint import DEVICE_DIGEST_ENV
+from repro_check.trace.probes import OpRun, ProbeInput, ProbeOp
 from repro_check.trace.protocol import MetricsRecord, Record, SavedRecord, StepRecord
+
+#: a probe record, typed or as the run wrote it (:func:`drop_transfers` keeps what it is given)
+P = TypeVar("P", bound=ProbeInput)
 
 Log = Callable[[str], None]
 
@@ -789,8 +793,8 @@ def _probe_specs(wanted: Sequence[AcrossPair], plan: Plan, specs: Sequence[RunSp
     return probes, probe_specs
 
 
-def _localize_pair(pair: AcrossPair, step: int, plan: Plan, records_a: list[dict[str, Any]],
-                   records_b: list[dict[str, Any]]) -> None:
+def _localize_pair(pair: AcrossPair, step: int, plan: Plan, records_a: list[ProbeOp],
+                   records_b: list[ProbeOp]) -> None:
     """The first op of ``step`` whose result differs between the pair's probes, said of two
     environments: the pair's localization and culprit."""
     first, other = plan.cells[0], plan.cells[pair.cell - 1]
@@ -851,12 +855,14 @@ TRANSFERS = frozenset({"aten::_to_copy", "aten::copy_", "aten::to", "aten::lift_
                        "aten::_to_device"})
 
 
-def drop_transfers(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def drop_transfers(records: Sequence[P]) -> list[P]:
     """Probe records without the ops that only move bytes (a result equal to an argument): a
     CPU run has no copy to the GPU, so ops would no longer match by position."""
-    return [r for r in records if not (
-        r.get("k") == "op" and str(r.get("op")) in TRANSFERS
-        and any(o in (r.get("in") or []) for o in r.get("out") or []))]
+    return [r for r in records if not _transfer(ProbeOp.parse(r))]
+
+
+def _transfer(rec: ProbeOp | None) -> bool:
+    return isinstance(rec, OpRun) and rec.op in TRANSFERS and any(o in rec.ins for o in rec.outs)
 
 
 def across_detail(loc: Localization, a: str) -> str:

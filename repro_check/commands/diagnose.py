@@ -38,6 +38,7 @@ from repro_check.commands.skeleton import Planned
 from repro_check.run.options import InternalSettings, RunOptions, options_of
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import make_trace_dir
+from repro_check.trace.probes import ProbeOp
 from repro_check.trace.protocol import FlaggedRecord, ProbeRecord, Record
 from repro_check.trace.results import Listener, RunResult
 
@@ -66,7 +67,7 @@ class ProbeCollector:
 
     def __init__(self, inner: Listener | None = None) -> None:
         self.inner = inner or NullListener()
-        self.probes: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+        self.probes: dict[tuple[int, int], list[ProbeOp]] = defaultdict(list)
         self.flagged: dict[int, list[Flagged]] = defaultdict(list)
 
     def run_started(self, index: int) -> None:
@@ -74,7 +75,8 @@ class ProbeCollector:
 
     def event(self, index: int, event: Record) -> None:
         if isinstance(event, ProbeRecord):
-            self.probes[(index, event.rank or 0)].append(event.probe)
+            if event.probe is not None:
+                self.probes[(index, event.rank or 0)].append(event.probe)
             return
         if isinstance(event, FlaggedRecord):
             self.flagged[index].append(event.flagged)

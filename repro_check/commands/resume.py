@@ -38,8 +38,9 @@ from repro_check.run.replay import replay_line
 from repro_check.run.runner import RunSpec
 from repro_check.run.session import Outcome, Session, described, failure
 from repro_check.trace import values
-from repro_check.trace.protocol import (InfoRecord, MetricsRecord, Record, ResumeSettings,
-                                        StepRecord)
+from repro_check.trace.payloads import CheckpointNote, SaveNote
+from repro_check.trace.protocol import (CheckpointedInfo, MetricsRecord, Record, ResumeSettings,
+                                        SaveInfo, StepRecord)
 from repro_check.trace.results import Listener, RunResult
 from repro_check.commands.check import finished_report
 from repro_check.commands.shape import RunShape, shape_of
@@ -65,7 +66,7 @@ class Collector:
         self.steps: dict[int, dict[int | None, dict[int, dict[str, Any]]]] = {}
         #: run -> rank -> metrics
         self.metrics: dict[int, dict[int | None, dict[str, Any]]] = {}
-        self.checkpoint: dict[int, dict[str, Any]] = {}
+        self.checkpoint: dict[int, CheckpointNote] = {}
         self.saves: dict[int, list[int]] = {}
         #: path -> the last step the reference saved there after (bounded)
         self.reference_saves: dict[str, int] = {}
@@ -83,21 +84,24 @@ class Collector:
             self.uses_dataloader = self.uses_dataloader or "batch" in event.signals
         elif isinstance(event, MetricsRecord):
             self.metrics.setdefault(index, {}).setdefault(event.rank, {}).update(event.metrics)
-        elif isinstance(event, InfoRecord):
-            if event.checkpoint is not None and index not in self.checkpoint:
-                self.checkpoint[index] = event.checkpoint
-            elif event.save is not None:
-                step = event.save.get("step")
-                if isinstance(step, int) and len(self.saves.setdefault(index, [])) < 20:
-                    self.saves[index].append(step)
-                path = event.save.get("path")
-                if index == 1 and isinstance(step, int) and isinstance(path, str) and (
-                        path in self.reference_saves or len(self.reference_saves) < MAX_MOVED):
-                    self.reference_saves[path] = step
-                if index == 3 and isinstance(path, str) and path not in self.resumed_saves \
-                        and len(self.resumed_saves) < MAX_MOVED:
-                    self.resumed_saves.append(path)
+        elif isinstance(event, CheckpointedInfo):
+            self.checkpoint.setdefault(index, event.checkpoint)
+        elif isinstance(event, SaveInfo):
+            self._saved(index, event.save)
         self.listener.event(index, event)
+
+    def _saved(self, index: int, save: SaveNote) -> None:
+        """A save of run ``index`` that was not the checkpoint: its step kept, the paths the
+        reference and the resumed run saved to noted (bounded)."""
+        step, path = save.step, save.path
+        if step is not None and len(self.saves.setdefault(index, [])) < 20:
+            self.saves[index].append(step)
+        if index == 1 and step is not None and path is not None and (
+                path in self.reference_saves or len(self.reference_saves) < MAX_MOVED):
+            self.reference_saves[path] = step
+        if index == 3 and path is not None and path not in self.resumed_saves \
+                and len(self.resumed_saves) < MAX_MOVED:
+            self.resumed_saves.append(path)
 
     def run_finished(self, result: RunResult) -> None:
         self.listener.run_finished(result)
@@ -114,22 +118,13 @@ class Collector:
         return self.metrics.get(index, {}).get(rank, {})
 
 
-def _checkpoint_info(record: dict[str, Any]) -> CheckpointInfo:
-    got = record.get("contents")
-    contents: dict[str, Any] = got if isinstance(got, dict) else {}
-    keys = [str(k) for k in contents.get("keys", []) if isinstance(k, str)][:40]
-    kinds = {str(k): str(v) for k, v in (contents.get("kinds") or {}).items()}
-    return CheckpointInfo(step=int(record.get("step", 0)), path=str(record.get("path", "")),
-                          copy=record.get("copy") if isinstance(record.get("copy"), str) else None,
-                          kind=str(record.get("kind", "?")), keys=keys, kinds=kinds,
-                          rng=[str(s) for s in contents.get("rng", [])][:4],
-                          stopped_after=float(record["stopped_after"])
-                          if isinstance(record.get("stopped_after"), (int, float)) else None,
-                          files=[CheckpointFile(str(f.get("path", "")),
-                                                f.get("copy") if isinstance(f.get("copy"), str)
-                                                else None)
-                                 for f in record["files"] if isinstance(f, dict)]
-                          if isinstance(record.get("files"), list) else None)
+def _checkpoint_info(note: CheckpointNote) -> CheckpointInfo:
+    """The report's account of the checkpoint the interrupted run took."""
+    return CheckpointInfo(step=note.step, path=note.path, copy=note.copy, kind=note.kind,
+                          keys=list(note.keys), kinds=dict(note.kinds), rng=list(note.rng),
+                          stopped_after=note.stopped_after,
+                          files=[CheckpointFile(f.path, f.copy) for f in note.files]
+                          if note.files is not None else None)
 
 
 def _compare(ref: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]], *, first: int,
@@ -344,8 +339,8 @@ class Resume:
                 options.checkpoint))
         part.checkpoint = info = _checkpoint_info(record)
         part.earlier_saves = feed.saves.get(2, [])
-        if record.get("error") or info.copy is None:
-            return self.report(error=str(record.get("error") or "the checkpoint was not copied"))
+        if record.error or info.copy is None:
+            return self.report(error=record.error or "the checkpoint was not copied")
         c, ref_steps = info.step, results[0].steps
         if c >= ref_steps:  # a save after the last step: a resume from it would compare nothing
             return self.report(error=(

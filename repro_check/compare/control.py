@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 from repro_check.compare.steps import Policy, first_difference
 from repro_check.trace.jsonfields import JsonRecord, json_field
-from repro_check.trace.protocol import InfoRecord, MetricsRecord, Record, StepRecord
+from repro_check.trace.payloads import ControlNote, JsonValue
+from repro_check.trace.protocol import (ControlInfo, InfoRecord, MetricsRecord, Record,
+                                        StepRecord, typed_info)
 from repro_check.trace.results import Listener, RunResult
 
 #: ``seen``: the planted change showed (the verdict stands); ``not seen``: it did not (the
@@ -41,8 +43,8 @@ class Planted(JsonRecord):
     index: list[int] = field(default_factory=list)
     step: int = 0
     where: str = "step"
-    before: Any = None
-    after: Any = None
+    before: JsonValue = None
+    after: JsonValue = None
     #: its gradient moved too (a step without an optimizer: the script's own update follows)
     gradient: bool = False
 
@@ -143,7 +145,9 @@ class ControlJudge:
             self.listener.run_started(index)
 
     def event(self, index: int, event: Record) -> None:
-        if isinstance(event, InfoRecord) and event.control is not None:
+        if isinstance(event, InfoRecord):
+            event = typed_info(event)  # a record built as a plain one
+        if isinstance(event, ControlInfo):
             self._planted(event.control)
         elif isinstance(event, StepRecord) and event.proc is None:
             self._step(event.step, event.signals)
@@ -178,17 +182,15 @@ class ControlJudge:
     def settled(self) -> bool:
         return self.seen is not None or self.not_seen is not None
 
-    def _planted(self, body: Mapping[str, Any]) -> None:
-        if body.get("planted") is not True:
-            self.unplanted = str(body.get("why") or "nothing could be changed")
+    def _planted(self, note: ControlNote) -> None:
+        if not note.planted:
+            self.unplanted = note.why or "nothing could be changed"
             self.not_seen = f"no change could be planted: {self.unplanted}"
             return
         self.planted = Planted(
-            tensor=str(body.get("tensor")), dtype=_text(body.get("dtype")),
-            shape=_ints(body.get("shape")), index=_ints(body.get("index")),
-            step=body["step"] if isinstance(body.get("step"), int) else 0,
-            where=str(body.get("where") or "step"), before=body.get("before"),
-            after=body.get("after"), gradient=body.get("gradient") is True)
+            tensor=note.tensor, dtype=note.dtype, shape=list(note.shape), index=list(note.index),
+            step=note.step, where=note.where, before=note.before, after=note.after,
+            gradient=note.gradient)
 
     def _step(self, step: int, signals: Mapping[str, Any]) -> None:
         self.steps = max(self.steps, step)
@@ -253,11 +255,3 @@ class ControlJudge:
         return ControlResult("not seen", reference=self.reference, planted=self.planted,
                              detail=self.not_seen or "the control run recorded nothing to compare",
                              seconds=seconds, trace=trace)
-
-
-def _ints(x: Any) -> list[int]:
-    return [int(v) for v in x if isinstance(v, int)] if isinstance(x, list) else []
-
-
-def _text(x: Any) -> str | None:
-    return x if isinstance(x, str) else None

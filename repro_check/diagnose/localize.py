@@ -38,11 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
 from repro_check.compare.cause import env_call_differs
 from repro_check.report.contents import EnvCall, Localization
-from repro_check.trace.results import Location, RunResult
+from repro_check.trace.probes import (EnvObserved, MadeTensor, ModuleRun, OpRun, ProbeInput,
+                                      ProbeOp, probe_ops)
+from repro_check.trace.results import RunResult
 
 
 #: ops that draw from a random generator (ATen names without the namespace)
@@ -107,26 +107,20 @@ def base_name(op: str | None) -> str:
     return (op or "").split("::", 1)[-1].split(".", 1)[0]
 
 
-def culprit_candidate(rec: dict[str, Any], batch_agreed: bool) -> bool:
+def culprit_candidate(rec: OpRun, batch_agreed: bool) -> bool:
     """Whether a differing result of this op can name the culprit (see the module docstring)."""
-    name = base_name(rec.get("op"))
+    name = base_name(rec.op)
     if name in ALLOCATING:
         return False
-    if batch_agreed and (rec.get("ph") == "data" or rec.get("m") is None and name in MOVING):
+    if batch_agreed and (rec.phase == "data" or rec.module is None and name in MOVING):
         return False
     return True
 
 
-def split(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split(records: Iterable[ProbeOp]) -> tuple[list[OpRun], list[ModuleRun]]:
     """(ops, module records) of one run, each in execution order."""
-    ops: list[dict[str, Any]] = []
-    modules: list[dict[str, Any]] = []
-    for rec in records:
-        kind = rec.get("k")
-        if kind == "op":
-            ops.append(rec)
-        elif kind == "module":
-            modules.append(rec)
+    ops = [r for r in records if isinstance(r, OpRun)]
+    modules = [r for r in records if isinstance(r, ModuleRun)]
     return ops, modules
 
 
@@ -140,91 +134,98 @@ def _where(module: str | None, phase: str | None) -> str:
     }.get(phase or "", "code outside any module (the training script or model set-up)")
 
 
-def _first_module(modules_a: Sequence[dict[str, Any]], modules_b: Sequence[dict[str, Any]],
+def _first_module(modules_a: Sequence[ModuleRun], modules_b: Sequence[ModuleRun],
                   phase: str) -> str | None:
     """The first module record of ``phase`` whose output differs (inputs agreeing if recorded)."""
-    a = [r for r in modules_a if r.get("ph") == phase]
-    b = [r for r in modules_b if r.get("ph") == phase]
+    a = [r for r in modules_a if r.phase == phase]
+    b = [r for r in modules_b if r.phase == phase]
     for ra, rb in zip(a, b):
-        if ra.get("m") != rb.get("m"):
+        if ra.module != rb.module:
             return None  # the runs took different paths; positions no longer match
-        if ra.get("out") != rb.get("out") and ra.get("in") == rb.get("in"):
-            return ra.get("m")
+        if ra.out != rb.out and ra.ins == rb.ins:
+            return ra.module
     return None
 
 
-def _differing_inputs(a: dict[str, Any], b: dict[str, Any],
+def _differing_inputs(a: OpRun, b: OpRun,
                       garbage: tuple[set[str], set[str]] = (set(), set())) -> list[int]:
     """The arguments that differ, less what only held uninitialized memory on both sides (the
     result of an allocating op) and the buffer an in-place random fill overwrites."""
-    ins_a, ins_b = a.get("in") or [], b.get("in") or []
-    skip = {0} if base_name(a.get("op")) in RANDOM_FILLS else set()
-    found = [k for k, (x, y) in enumerate(zip(ins_a, ins_b))
+    skip = {0} if base_name(a.op) in RANDOM_FILLS else set()
+    found = [k for k, (x, y) in enumerate(zip(a.ins, b.ins))
              if x != y and k not in skip and not (x in garbage[0] and y in garbage[1])]
-    if len(ins_a) != len(ins_b):
-        found.append(min(len(ins_a), len(ins_b)))
+    if len(a.ins) != len(b.ins):
+        found.append(min(len(a.ins), len(b.ins)))
     return found
 
 
-def entered(records_a: Sequence[dict[str, Any]], records_b: Sequence[dict[str, Any]],
-            culprit: dict[str, Any], inputs: Sequence[int]) -> dict[str, Any] | None:
+def entered(records_a: Sequence[ProbeOp], records_b: Sequence[ProbeOp], culprit: OpRun,
+            inputs: Sequence[int]) -> MadeTensor | None:
     """The tensor made from outside data (a ``{"k": "made"}`` record of run a) that differs
     from run b's at the same position and that the culprit's differing ``inputs`` were computed
     from (through the ops recorded before it); None when there is none."""
-    made_a = [r for r in records_a if r.get("k") == "made"]
-    made_b = [r for r in records_b if r.get("k") == "made"]
+    made_a = [r for r in records_a if isinstance(r, MadeTensor)]
+    made_b = [r for r in records_b if isinstance(r, MadeTensor)]
     if not made_a:
         return None
-    ins = culprit.get("in") or []
-    reach = {ins[k] for k in inputs if k < len(ins)}
-    before = [r for r in records_a if r.get("k") == "op"
-              and (r.get("i") or 0) < (culprit.get("i") or 0)]
+    reach: set[str | None] = {culprit.ins[k] for k in inputs if k < len(culprit.ins)}
+    before = [r for r in records_a if isinstance(r, OpRun) and r.index < culprit.index]
     for rec in reversed(before):  # back through the ops that computed the differing inputs
-        if reach & set(rec.get("out") or []):
-            reach.update(rec.get("in") or [])
-    for k, rec in enumerate(made_a):
+        if reach & set(rec.outs):
+            reach.update(rec.ins)
+    for k, made in enumerate(made_a):
         other = made_b[k] if k < len(made_b) else None
-        if rec.get("out") in reach and (other is None or other.get("out") != rec.get("out")):
-            return rec
+        if made.out in reach and (other is None or other.out != made.out):
+            return made
     return None
 
 
-def env_call(records_a: Sequence[dict[str, Any]], records_b: Sequence[dict[str, Any]],
-             made: dict[str, Any]) -> dict[str, Any] | None:
+def env_call(records_a: Sequence[ProbeOp], records_b: Sequence[ProbeOp],
+             made: MadeTensor) -> EnvObserved | None:
     """The environment call (an ``{"k": "env"}`` record of run a) that returned the differing
     value that became ``made``: the one whose observation is ``made``'s bytes, else the first,
     made before it, whose observation differs from run b's at the same position; None when
     there is none."""
-    env_a = [r for r in records_a if r.get("k") == "env"]
-    env_b = [r for r in records_b if r.get("k") == "env"]
+    env_a = [r for r in records_a if isinstance(r, EnvObserved)]
+    env_b = [r for r in records_b if isinstance(r, EnvObserved)]
 
     def differs(k: int) -> bool:
-        return k >= len(env_b) or env_b[k].get("obs") != env_a[k].get("obs")
+        return k >= len(env_b) or env_b[k].obs != env_a[k].obs
 
     for k, rec in enumerate(env_a):
-        if rec.get("obs") == made.get("out") and differs(k):
+        if rec.obs == made.out and differs(k):
             return rec
     for k, rec in enumerate(env_a):
-        if (rec.get("i") or 0) < (made.get("i") or 0) and differs(k):
+        if rec.index < made.index and differs(k):
             return rec
     return None
 
 
-def _allocated(ops: list[dict[str, Any]]) -> set[str]:
+def _allocated(ops: list[OpRun]) -> set[str]:
     """What the allocating ops returned: fingerprints of memory nothing has written yet."""
-    return {fp for r in ops if base_name(r.get("op")) in ALLOCATING for fp in r.get("out") or []}
+    return {fp for r in ops if base_name(r.op) in ALLOCATING for fp in r.outs}
 
 
-def compare(step: int, records_a: Iterable[dict[str, Any]],
-            records_b: Iterable[dict[str, Any]], batch_agreed: bool = False,
-            code: CodeSides | None = None) -> Localization:
-    """Find the first op (and module) whose result differs between the two runs' records;
-    ``batch_agreed``: the step's batch was the same in both runs; ``code``: the two sides ran
-    different code (see the module docstring)."""
-    records_a, records_b = list(records_a), list(records_b)
-    ops_a, mods_a = split(records_a)
-    ops_b, mods_b = split(records_b)
-    garbage = (_allocated(ops_a), _allocated(ops_b))
+@dataclass(frozen=True)
+class _Sides:
+    """The two runs' probe records, typed, and what the comparison of their ops is told."""
+
+    records_a: list[ProbeOp]
+    records_b: list[ProbeOp]
+    #: what only held uninitialized memory in each run (see :func:`_allocated`)
+    garbage: tuple[set[str], set[str]]
+    code: CodeSides | None
+
+
+def compare(step: int, records_a: Iterable[ProbeInput], records_b: Iterable[ProbeInput],
+            batch_agreed: bool = False, code: CodeSides | None = None) -> Localization:
+    """Find the first op (and module) whose result differs between the two runs' records
+    (typed, or as the runs wrote them); ``batch_agreed``: the step's batch was the same in both
+    runs; ``code``: the two sides ran different code (see the module docstring)."""
+    typed_a, typed_b = probe_ops(records_a), probe_ops(records_b)
+    ops_a, mods_a = split(typed_a)
+    ops_b, mods_b = split(typed_b)
+    sides = _Sides(typed_a, typed_b, (_allocated(ops_a), _allocated(ops_b)), code)
     ops_a = [r for r in ops_a if culprit_candidate(r, batch_agreed)]
     ops_b = [r for r in ops_b if culprit_candidate(r, batch_agreed)]
     loc = Localization(step)
@@ -233,93 +234,117 @@ def compare(step: int, records_a: Iterable[dict[str, Any]],
         loc.first_module_backward = _first_module(mods_a, mods_b, "backward")
     for i, (a, b) in enumerate(zip(ops_a, ops_b)):
         loc.ops_compared = i + 1
-        if (a.get("op"), a.get("m"), a.get("ph")) != (b.get("op"), b.get("m"), b.get("ph")):
-            loc.found, loc.op_index, loc.cause = True, i, "compute"
-            loc.phase, loc.module, loc.op = a.get("ph"), a.get("m"), a.get("op")
-            if code is not None:  # the changed side's op is the one its change brought
-                loc.phase, loc.module, loc.op = b.get("ph"), b.get("m"), b.get("op")
-                loc.cause = "code"
-                loc.detail = (f"{code.changed}'s code runs other ops from op {i} on: "
-                              f"{b.get('op')} in {_where(b.get('m'), b.get('ph'))}, where "
-                              f"{code.reference}'s code runs {a.get('op')} in "
-                              f"{_where(a.get('m'), a.get('ph'))}: the code changed, and it "
-                              "runs other ops")
-                return loc
-            loc.detail = (f"the runs ran different code from op {i} on: {a.get('op')} in "
-                          f"{_where(a.get('m'), a.get('ph'))} vs {b.get('op')} in "
-                          f"{_where(b.get('m'), b.get('ph'))} (control flow on a value that is "
-                          "not reproducible)")
+        if (a.op, a.module, a.phase) != (b.op, b.module, b.phase):
+            other_ops(loc, i, a, b, code)
             return loc
-        if a.get("out") != b.get("out"):
-            loc.found, loc.op_index = True, i
-            loc.phase, loc.module, loc.op = a.get("ph"), a.get("m"), a.get("op")
-            loc.differing_inputs = _differing_inputs(a, b, garbage)
-            loc.inputs_agree = not loc.differing_inputs
-            loc.cause = "compute"
-            where = f"{_where(loc.module, loc.phase)}, {loc.phase}"
-            if code is not None:
-                changed_result(loc, code, where, entered(records_a, records_b, a,
-                                                         loc.differing_inputs))
-                return loc
-            if loc.inputs_agree and base_name(loc.op) in RANDOM_OPS:
-                loc.cause = "rng"
-                loc.detail = (f"{loc.op} in {where} drew different numbers for the same inputs: "
-                              "the random generator it draws from is in a different state in "
-                              "each run (a generator of the script's own, such as a "
-                              "torch.Generator seeded from entropy, or a global stream reseeded "
-                              "during the step)")
-            elif loc.inputs_agree:
-                loc.detail = (f"{loc.op} in {where} returned different results for the same "
-                              "inputs: the op is not deterministic")
-            else:
-                args = ", ".join(str(k) for k in loc.differing_inputs)
-                loc.cause = "rng"
-                loc.detail = (f"{loc.op} in {where} got a different argument ({args}) that no "
-                              "earlier op produced: a value from outside the recorded ops (Python "
-                              "or numpy numbers, OS entropy, an environment's observation, a "
-                              "tensor built from them), not a nondeterministic op")
-                made = entered(records_a, records_b, a, loc.differing_inputs)
-                at = Location.of(made.get("loc")) if made is not None else None
-                if made is not None and at is not None:
-                    loc.entered, loc.entered_by = at, str(made.get("fn"))
-                    loc.detail += (f"; it entered at {at.site} ({made.get('fn')} "
-                                   "of data from outside torch), and differs between the runs")
-                env = env_call(records_a, records_b, made) if made is not None else None
-                at = Location.of(env.get("loc")) if env is not None else None
-                if env is not None and at is not None:
-                    call = str(env.get("call"))
-                    loc.env_call = EnvCall(call, at)
-                    loc.detail += (f"; the observation returned by env.{call}() at "
-                                   f"{at.site} differs between the runs: the "
-                                   "environment seeds itself from OS entropy when reset() gets "
-                                   "no seed; pass env.reset(seed=...) and seed env.action_space "
-                                   "(env.action_space.seed(...))")
-                    return loc
-                loc.detail += SEED_ADVICE
+        if a.outs != b.outs:
+            differing_result(loc, i, a, b, sides)
             return loc
     if len(ops_a) != len(ops_b):
-        i = min(len(ops_a), len(ops_b))
-        longer = ops_a if len(ops_a) > len(ops_b) else ops_b
-        rec = longer[i]
-        loc.found, loc.op_index, loc.cause = True, i, "compute"
-        loc.phase, loc.module, loc.op = rec.get("ph"), rec.get("m"), rec.get("op")
-        loc.detail = (f"one run stopped after {i} ops, the other went on with {rec.get('op')} "
-                      f"in {_where(rec.get('m'), rec.get('ph'))}")
-        if code is not None:
-            shorter, longer_side = ((code.changed, code.reference) if longer is ops_a
-                                    else (code.reference, code.changed))
-            loc.cause = "code"
-            loc.detail = (f"{longer_side}'s code runs more ops in step {step}: {shorter}'s "
-                          f"stops after {i}, {longer_side}'s goes on with {rec.get('op')} in "
-                          f"{_where(rec.get('m'), rec.get('ph'))} (the code changed)")
+        one_runs_more(loc, ops_a, ops_b, code)
         return loc
     loc.detail = (f"all {len(ops_a)} recorded ops of step {step} agree in both replays"
                   if ops_a else f"no op of step {step} was recorded")
     return loc
 
 
+def _culprit(loc: Localization, i: int, rec: OpRun) -> None:
+    """Op ``i``, ``rec``, is where the runs part."""
+    loc.found, loc.op_index = True, i
+    loc.phase, loc.module, loc.op = rec.phase, rec.module, rec.op
+
+
+def other_ops(loc: Localization, i: int, a: OpRun, b: OpRun, code: CodeSides | None) -> None:
+    """The runs' op sequences part at op ``i``: control flow on a value, or other code."""
+    _culprit(loc, i, a)
+    loc.cause = "compute"
+    if code is not None:  # the changed side's op is the one its change brought
+        _culprit(loc, i, b)
+        loc.cause = "code"
+        loc.detail = (f"{code.changed}'s code runs other ops from op {i} on: "
+                      f"{b.op} in {_where(b.module, b.phase)}, where "
+                      f"{code.reference}'s code runs {a.op} in "
+                      f"{_where(a.module, a.phase)}: the code changed, and it "
+                      "runs other ops")
+        return
+    loc.detail = (f"the runs ran different code from op {i} on: {a.op} in "
+                  f"{_where(a.module, a.phase)} vs {b.op} in "
+                  f"{_where(b.module, b.phase)} (control flow on a value that is "
+                  "not reproducible)")
+
+
+def differing_result(loc: Localization, i: int, a: OpRun, b: OpRun, sides: _Sides) -> None:
+    """Op ``i`` returned other bits in each run: a nondeterministic op, a generator in another
+    state, or an argument from outside the recorded ops (or, between two codes, the change)."""
+    _culprit(loc, i, a)
+    loc.differing_inputs = _differing_inputs(a, b, sides.garbage)
+    loc.inputs_agree = not loc.differing_inputs
+    loc.cause = "compute"
+    where = f"{_where(loc.module, loc.phase)}, {loc.phase}"
+    if sides.code is not None:
+        changed_result(loc, sides.code, where, entered(sides.records_a, sides.records_b, a,
+                                                       loc.differing_inputs))
+    elif loc.inputs_agree and base_name(loc.op) in RANDOM_OPS:
+        loc.cause = "rng"
+        loc.detail = (f"{loc.op} in {where} drew different numbers for the same inputs: "
+                      "the random generator it draws from is in a different state in "
+                      "each run (a generator of the script's own, such as a "
+                      "torch.Generator seeded from entropy, or a global stream reseeded "
+                      "during the step)")
+    elif loc.inputs_agree:
+        loc.detail = (f"{loc.op} in {where} returned different results for the same "
+                      "inputs: the op is not deterministic")
+    else:
+        outside_value(loc, a, where, sides)
+
+
+def outside_value(loc: Localization, culprit: OpRun, where: str, sides: _Sides) -> None:
+    """The culprit got an argument no earlier op produced: a value from outside torch, traced
+    to the tensor it entered as and the environment call that returned it, where known."""
+    args = ", ".join(str(k) for k in loc.differing_inputs)
+    loc.cause = "rng"
+    loc.detail = (f"{loc.op} in {where} got a different argument ({args}) that no "
+                  "earlier op produced: a value from outside the recorded ops (Python "
+                  "or numpy numbers, OS entropy, an environment's observation, a "
+                  "tensor built from them), not a nondeterministic op")
+    made = entered(sides.records_a, sides.records_b, culprit, loc.differing_inputs)
+    if made is not None and made.location is not None:
+        loc.entered, loc.entered_by = made.location, made.fn
+        loc.detail += (f"; it entered at {made.location.site} ({made.fn} "
+                       "of data from outside torch), and differs between the runs")
+    env = env_call(sides.records_a, sides.records_b, made) if made is not None else None
+    if env is not None and env.location is not None:
+        loc.env_call = EnvCall(env.call, env.location)
+        loc.detail += (f"; the observation returned by env.{env.call}() at "
+                       f"{env.location.site} differs between the runs: the "
+                       "environment seeds itself from OS entropy when reset() gets "
+                       "no seed; pass env.reset(seed=...) and seed env.action_space "
+                       "(env.action_space.seed(...))")
+        return
+    loc.detail += SEED_ADVICE
+
+
+def one_runs_more(loc: Localization, ops_a: Sequence[OpRun], ops_b: Sequence[OpRun],
+                  code: CodeSides | None) -> None:
+    """Every op both runs ran agrees, and one run ran more: the first op the other lacks."""
+    i = min(len(ops_a), len(ops_b))
+    longer = ops_a if len(ops_a) > len(ops_b) else ops_b
+    rec = longer[i]
+    _culprit(loc, i, rec)
+    loc.cause = "compute"
+    loc.detail = (f"one run stopped after {i} ops, the other went on with {rec.op} "
+                  f"in {_where(rec.module, rec.phase)}")
+    if code is not None:
+        shorter, longer_side = ((code.changed, code.reference) if longer is ops_a
+                                else (code.reference, code.changed))
+        loc.cause = "code"
+        loc.detail = (f"{longer_side}'s code runs more ops in step {loc.step}: {shorter}'s "
+                      f"stops after {i}, {longer_side}'s goes on with {rec.op} in "
+                      f"{_where(rec.module, rec.phase)} (the code changed)")
+
+
 def changed_result(loc: Localization, code: CodeSides, where: str,
-                   made: dict[str, Any] | None) -> None:
+                   made: MadeTensor | None) -> None:
     """The detail of an op whose result differs between two sides that run different code."""
     loc.cause = "code"
     versus = f"in {code.changed}'s code than in {code.reference}'s"
@@ -337,7 +362,6 @@ def changed_result(loc: Localization, code: CodeSides, where: str,
         loc.detail = (f"{loc.op} in {where} gets another argument ({args}) {versus}, which no "
                       f"earlier op produced: {code.changed}'s code passes another value (a "
                       "constant, a Python or numpy number, data built outside torch)")
-        at = Location.of(made.get("loc")) if made is not None else None
-        if made is not None and at is not None:
-            loc.entered, loc.entered_by = at, str(made.get("fn"))
-            loc.detail += f"; it entered at {at.site} ({made.get('fn')})"
+        if made is not None and made.location is not None:
+            loc.entered, loc.entered_by = made.location, made.fn
+            loc.detail += f"; it entered at {made.location.site} ({made.fn})"

@@ -19,6 +19,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,43 @@ def identify(report: Report, replay: Path, pins: list[dict[str, Any]],
     return src
 
 
+@dataclass
+class PairsSoFar:
+    """Where :func:`find_sources` stands: the pins so far, the sources found, each pair's replay
+    folder, the last pair's report and the runs its pinned pairs made."""
+
+    current: Report
+    replays: list[Path]
+    pins: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    runs: int = 0
+
+    def take(self, src: Source, rank: int, common: RunOptions, part: DiagnosisPart) -> bool:
+        """Keep ``src`` (its pin made for ``rank`` under torchrun); False when its pin is one
+        already made, which did not take out its divergence (the search stops)."""
+        if common.distributed is not None:
+            src.rank = rank
+            if src.pin is not None:
+                src.pin["rank"] = rank  # only the rank where the difference entered is pinned
+        if self.sources and src.pin is not None and src.pin in self.pins:
+            part.sources_note = (f"the pin of source {len(self.sources)} did not take out its "
+                                 f"divergence at step {src.step}: stopping here")
+            return False
+        self.sources.append(src)
+        return True
+
+    def pin(self, pin: dict[str, Any], where: Path, common: RunOptions,
+            internal: InternalSettings, check: Checker) -> tuple[RunOptions, InternalSettings]:
+        """Add ``pin`` and run the next pair, in ``where``, with every pin so far: its options
+        and settings."""
+        self.pins.append(pin)
+        options, pinned = plan(common.replace(jobs=1, fail_fast=True), internal, where, self.pins)
+        self.current = check(options, pinned)
+        self.runs += 2
+        self.replays.append(where / "replay")
+        return options, pinned
+
+
 def find_sources(report: Report, part: DiagnosisPart, common: RunOptions,
                  internal: InternalSettings, folder: Path, say: Log, localize: Localizer,
                  max_sources: int = DEFAULT_MAX_SOURCES, keep_replay: bool = False, *,
@@ -206,65 +244,66 @@ def find_sources(report: Report, part: DiagnosisPart, common: RunOptions,
     pair of pinned runs (``common`` and ``internal``: the options and settings of every pair),
     each pair run by ``check``."""
     started = time.monotonic()
-    pins: list[dict[str, Any]] = []
-    sources: list[Source] = []
-    replays = [folder / "check" / "replay"]
-    current, runs = report, 0
+    pairs = PairsSoFar(report, [folder / "check" / "replay"])
+    find = first_localization(part)
+    while len(pairs.sources) < max_sources:
+        src = identify(pairs.current, pairs.replays[-1], pairs.pins, find)
+        if src is None:
+            break
+        rank = divergent_rank(pairs.current)
+        if not pairs.take(src, rank, common, part):
+            break
+        say(f"source {len(pairs.sources)}: step {src.step} ({src.signal}), cause {src.cause}")
+        if src.pin is None or len(pairs.sources) >= max_sources:
+            break
+        where = folder / f"pinned-{len(pairs.sources)}"
+        say(f"pinned: {src.pinned_by}; two more runs go on to the next divergence")
+        options, pinned = pairs.pin(src.pin, where, common, internal, check)
+        if src.pin["kind"] == "compute" and src.location is None:
+            _op_site(src, where / "replay", rank)
+        find = later_localization(localize, options, pinned, where)
+        if pairs.current.error is not None:
+            part.sources_note = f"a pinned pair failed: {pairs.current.error}"
+            break
+    closing_note(part, pairs, max_sources)
+    part.sources = pairs.sources
+    part.sources_cost = SourcesCost(pairs.runs, time.monotonic() - started)
+    if not keep_replay:
+        for replay in pairs.replays:
+            shutil.rmtree(replay, ignore_errors=True)
+    else:
+        part.replay_dirs = [str(r) for r in pairs.replays if r.exists()]
 
-    def first_localization(step: int) -> Localization | None:
+
+def first_localization(part: DiagnosisPart) -> Callable[[int], Localization | None]:
+    """The check's own localization, for the check's pair: the one of its first divergence."""
+    def first(step: int) -> Localization | None:
         loc = part.localization
         return loc if loc is not None and loc.step == step else None
 
-    find: Callable[[int], Localization | None] = first_localization
-    while len(sources) < max_sources:
-        src = identify(current, replays[-1], pins, find)
-        if src is None:
-            break
-        rank = divergent_rank(current)
-        if common.distributed is not None:
-            src.rank = rank
-            if src.pin is not None:
-                src.pin["rank"] = rank  # only the rank where the difference entered is pinned
-        if sources and src.pin is not None and src.pin in pins:
-            part.sources_note = (f"the pin of source {len(sources)} did not take out its "
-                                 f"divergence at step {src.step}: stopping here")
-            break
-        sources.append(src)
-        say(f"source {len(sources)}: step {src.step} ({src.signal}), cause {src.cause}")
-        if src.pin is None or len(sources) >= max_sources:
-            break
-        pins.append(src.pin)
-        where = folder / f"pinned-{len(sources)}"
-        options, pinned = plan(common.replace(jobs=1, fail_fast=True), internal, where, pins)
-        say(f"pinned: {src.pinned_by}; two more runs go on to the next divergence")
-        current = check(options, pinned)
-        runs += 2
-        replays.append(where / "replay")
-        if src.pin["kind"] == "compute" and src.location is None:
-            _op_site(src, where / "replay", rank)
+    return first
 
-        def later(step: int, options: RunOptions = options, pinned: InternalSettings = pinned,
-                  where: Path = where) -> Localization | None:
-            loc, note = localize(step, options.replace(fail_fast=False), pinned, where)
-            return loc
 
-        find = later
-        if current.error is not None:
-            part.sources_note = f"a pinned pair failed: {current.error}"
-            break
+def later_localization(localize: Localizer, options: RunOptions, pinned: InternalSettings,
+                       where: Path) -> Callable[[int], Localization | None]:
+    """A pinned pair's localization: a replay of the pair to the step, recording every op."""
+    def later(step: int) -> Localization | None:
+        loc, _ = localize(step, options.replace(fail_fast=False), pinned, where)
+        return loc
+
+    return later
+
+
+def closing_note(part: DiagnosisPart, pairs: PairsSoFar, max_sources: int) -> None:
+    """Why the search stopped, when it says more than the sources: more may be left, or the
+    runs agree with every source pinned (and what a replay stands for)."""
+    sources, pins = pairs.sources, pairs.pins
     if len(sources) >= max_sources and sources[-1].pin is not None:
         part.sources_note = (f"stopped at --max-sources {max_sources}: there may be more sources")
-    elif runs and current.reproducible and part.sources_note is None:
+    elif pairs.runs and pairs.current.reproducible and part.sources_note is None:
         part.sources_note = f"with the {len(sources)} source(s) above pinned, the runs agree"
         replayed = sorted({p["kind"] for p in pins} & {"data", "compute"})
         if replayed:  # a replay stands for everything that made the value: said, not hidden
             part.sources_note += (" (replayed " + " and ".join(
                 {"data": "batches", "compute": "op outputs"}[k] for k in replayed) +
                 " stand for everything that made them: a source inside those is not seen)")
-    part.sources = sources
-    part.sources_cost = SourcesCost(runs, time.monotonic() - started)
-    if not keep_replay:
-        for replay in replays:
-            shutil.rmtree(replay, ignore_errors=True)
-    else:
-        part.replay_dirs = [str(r) for r in replays if r.exists()]

@@ -295,6 +295,118 @@ class ModelBuilt:
                    Location.of_site(body.get("where")), _int(body.get("order")))
 
 
+# ---- a resume's saves and its checkpoint ---------------------------------------------------
+@dataclass(frozen=True)
+class SaveNote:
+    """A save a resume's run made that was not (yet) the checkpoint taken (``{"info": {"save":
+    ...}}``, :mod:`repro_check.child.observe.checkpoint`): after ``step`` optimizer steps, to
+    ``path``; either None when the run did not say it rightly."""
+
+    step: int | None = None
+    path: str | None = None
+
+    @classmethod
+    def parse(cls, body: object) -> SaveNote | None:
+        if not isinstance(body, dict):
+            return None
+        return cls(_int(body.get("step")), _str(body.get("path"), 4096))
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """One file of a checkpoint written by several saves in a row, and where it was copied."""
+
+    path: str
+    copy: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointNote:
+    """The checkpoint a resume's interrupted run took and copied before it stopped (``{"info":
+    {"checkpoint": ...}}``, :mod:`repro_check.child.observe.checkpoint`): after ``step`` steps,
+    at ``path``, copied to ``copy`` (None: not copied, ``error`` says why), by a save of
+    ``kind``; the saved object's top-level ``keys``, each key's kind (``kinds``), the random
+    streams it holds (``rng``); the seconds from the save's return to the stop; every file of a
+    checkpoint of several saves (None for one)."""
+
+    step: int
+    path: str
+    copy: str | None = None
+    kind: str = "?"
+    keys: tuple[str, ...] = ()
+    kinds: tuple[tuple[str, str], ...] = ()
+    rng: tuple[str, ...] = ()
+    stopped_after: float | None = None
+    files: tuple[CheckpointFile, ...] | None = None
+    error: str | None = None
+
+    @classmethod
+    def parse(cls, body: object) -> CheckpointNote | None:
+        if not isinstance(body, dict):
+            return None
+        step = _int(body.get("step", 0))
+        if step is None:
+            return None
+        got = body.get("contents")
+        contents: dict[str, object] = got if isinstance(got, dict) else {}
+        keys, kinds, rng = contents.get("keys"), contents.get("kinds"), contents.get("rng")
+        stopped, files, error = body.get("stopped_after"), body.get("files"), body.get("error")
+        return cls(
+            step, str(body.get("path", "")), _str(body.get("copy"), 4096),
+            str(body.get("kind", "?")),
+            keys=tuple(k for k in keys if isinstance(k, str))[:40] if isinstance(keys, list)
+            else (),
+            kinds=tuple((str(k), str(v)) for k, v in kinds.items()) if isinstance(kinds, dict)
+            else (),
+            rng=tuple(str(s) for s in rng)[:4] if isinstance(rng, list) else (),
+            stopped_after=float(stopped) if isinstance(stopped, (int, float)) else None,
+            files=tuple(CheckpointFile(str(f.get("path", "")), _str(f.get("copy"), 4096))
+                        for f in files if isinstance(f, dict)) if isinstance(files, list)
+            else None,
+            error=str(error) if error else None)
+
+
+# ---- the negative control's plant -----------------------------------------------------------
+@dataclass(frozen=True)
+class ControlNote:
+    """What the negative control's run planted (``{"info": {"control": ...}}``,
+    :mod:`repro_check.child.seeding.control`): whether it ``planted`` a change, and if not
+    ``why``; the changed ``tensor`` (or ``metric:NAME``), its dtype, shape, the element's
+    ``index``, the ``step`` after which and ``where`` (``step``, ``forward``, ``metric``), the
+    value ``before`` and ``after``, and whether its gradient moved too; a resume's control: the
+    restored state a call ``left_out``."""
+
+    planted: bool
+    why: str | None = None
+    tensor: str = ""
+    dtype: str | None = None
+    shape: tuple[int, ...] = ()
+    index: tuple[int, ...] = ()
+    step: int = 0
+    where: str = "step"
+    before: JsonValue = None
+    after: JsonValue = None
+    gradient: bool = False
+    left_out: str | None = None
+
+    @classmethod
+    def parse(cls, body: object) -> ControlNote | None:
+        if not isinstance(body, dict):
+            return None
+        why = body.get("why")
+        return cls(body.get("planted") is True, str(why)[:4200] if why else None,
+                   str(body.get("tensor"))[:4200], _str(body.get("dtype"), 200),
+                   _ints(body.get("shape")), _ints(body.get("index")),
+                   _int(body.get("step")) or 0, str(body.get("where") or "step")[:40],
+                   _json(body.get("before")), _json(body.get("after")),
+                   body.get("gradient") is True, _str(body.get("left_out"), 40))
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    """The whole numbers of a list (a shape, an index)."""
+    return tuple(int(v) for v in value if isinstance(v, int)) if isinstance(value, list) else ()
+
+
 # ---- what a run's --debug shows -------------------------------------------------------------
 @dataclass(frozen=True)
 class PatchRow:

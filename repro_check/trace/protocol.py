@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repro_check.targets import Target
-from repro_check.trace.payloads import (EnvCall, Flagged, GeneratorNote, Location, LoaderNote, ModelBuilt,
-                                        PatchRow, RunError, SeedOverride, TraceEnd, TraceHeader,
+from repro_check.trace.payloads import (CheckpointNote, ControlNote, EnvCall, Flagged,
+                                        GeneratorNote, Location, LoaderNote, ModelBuilt, PatchRow,
+                                        RunError, SaveNote, SeedOverride, TraceEnd, TraceHeader,
                                         end_of, env_call, error_of, generator_note, header_of,
                                         loader_note, rows_of)
+from repro_check.trace.probes import ProbeOp
 
 #: the trace format's name and version, in every trace's first line and in every run's
 #: configuration (docs/trace-format.md)
@@ -371,25 +373,6 @@ class InfoRecord(Record):
         value = self.info.get("status")
         return None if value is None else str(value)
 
-    @property
-    def checkpoint(self) -> dict[str, Any] | None:
-        """A resume's interrupted run: the checkpoint it took and copied, before it stopped
-        (:mod:`repro_check.child.observe.checkpoint`)."""
-        value = self.info.get("checkpoint")
-        return value if isinstance(value, dict) else None
-
-    @property
-    def control(self) -> dict[str, Any] | None:
-        """The negative control's run: what it planted where (:mod:`repro_check.child.seeding.control`)."""
-        value = self.info.get("control")
-        return value if isinstance(value, dict) else None
-
-    @property
-    def save(self) -> dict[str, Any] | None:
-        """A resume's run: a save it made that was not (yet) the checkpoint taken."""
-        value = self.info.get("save")
-        return value if isinstance(value, dict) else None
-
 
 @dataclass
 class EndedInfo(InfoRecord):
@@ -446,6 +429,29 @@ class ModelsInfo(InfoRecord):
     """The top-level models whose parameters went into step 1 (:mod:`repro_check.child.observe.initial`)."""
 
     models: tuple[ModelBuilt, ...] = ()
+
+
+@dataclass
+class CheckpointedInfo(InfoRecord):
+    """A resume's interrupted run: the checkpoint it took and copied, before it stopped
+    (:mod:`repro_check.child.observe.checkpoint`)."""
+
+    checkpoint: CheckpointNote = field(default_factory=lambda: CheckpointNote(0, ""))
+
+
+@dataclass
+class SaveInfo(InfoRecord):
+    """A resume's run: a save it made that was not (yet) the checkpoint taken."""
+
+    save: SaveNote = field(default_factory=SaveNote)
+
+
+@dataclass
+class ControlInfo(InfoRecord):
+    """The negative control's run: what it planted where, or the restored state it left out
+    (:mod:`repro_check.child.seeding.control`)."""
+
+    control: ControlNote = field(default_factory=lambda: ControlNote(False))
 
 
 @dataclass
@@ -536,9 +542,11 @@ def patch_line(row: Mapping[str, Any]) -> str:
 
 @dataclass
 class ProbeRecord(Record):
-    """One op of the probed step (``diagnose``)."""
+    """One record of the probed step (``diagnose``): an op, a module's output, a tensor made from
+    outside data, an environment's call (:mod:`repro_check.trace.probes`); None when the run
+    sent one of no known kind or malformed."""
 
-    probe: Any = None
+    probe: ProbeOp | None = None
 
 
 @dataclass
@@ -581,7 +589,7 @@ def record_of(obj: Mapping[str, Any]) -> Record:
     if "info" in raw and isinstance(raw["info"], dict):
         return info_record(raw, raw["info"])
     if "probe" in raw:
-        return ProbeRecord(raw, raw["probe"])
+        return ProbeRecord(raw, ProbeOp.parse(raw["probe"]))
     if "flagged" in raw:
         return FlaggedRecord(raw, Flagged.parse(raw["flagged"]))
     if "end" in raw and isinstance(raw["end"], dict):
@@ -614,6 +622,10 @@ def info_record(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord:
     elif isinstance(info.get("models"), list):
         return ModelsInfo(raw, info, tuple(m for m in map(ModelBuilt.parse, info["models"])
                                            if m is not None))
+    elif "checkpoint" in info or "save" in info or "control" in info:
+        typed = _saved_or_planted(raw, info)
+        if typed is not None:
+            return typed
     elif _is_int(info.get("expected_steps")):
         return ExpectedStepsInfo(raw, info, info["expected_steps"])
     elif _is_int(info.get("batch_samples")) and info["batch_samples"] >= 0:
@@ -626,6 +638,25 @@ def info_record(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord:
                          held_metrics=tuple(str(n) for n in held) if isinstance(held, list)
                          else None)
     return InfoRecord(raw, info)
+
+
+def _saved_or_planted(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord | None:
+    """The record of a resume's checkpoint or save, or of a control's plant; None when its
+    payload cannot be taken."""
+    checkpoint = CheckpointNote.parse(info.get("checkpoint"))
+    if checkpoint is not None:
+        return CheckpointedInfo(raw, info, checkpoint)
+    save = SaveNote.parse(info.get("save"))
+    if save is not None:
+        return SaveInfo(raw, info, save)
+    control = ControlNote.parse(info.get("control"))
+    return ControlInfo(raw, info, control) if control is not None else None
+
+
+def typed_info(record: InfoRecord) -> InfoRecord:
+    """The typed record of an info record built as a plain one (by a test, an API user)
+    rather than read by :func:`record_of`; a typed one as it is."""
+    return info_record(record.raw, record.info) if type(record) is InfoRecord else record
 
 
 def _int_or(value: Any, default: int) -> int:

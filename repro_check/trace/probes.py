@@ -1,0 +1,157 @@
+"""What a probed step's records carry, typed: the ``{"probe": {...}}`` lines a run writes while it
+replays the step ``diagnose`` localizes (:mod:`repro_check.child.observe.probe`), read once where
+the line becomes a record (:func:`repro_check.trace.protocol.record_of`), so that the
+localization (:mod:`repro_check.diagnose.localize`) never re-learns their shape from keys.
+
+Each record has a kind (``k``) and its place among the step's records (``i``): an op
+(:class:`OpRun`), a module's output or output gradient (:class:`ModuleRun`), a tensor made from
+data outside torch (:class:`MadeTensor`), an RL environment's call (:class:`EnvObserved`), and
+the probe's arming and disarming (:class:`ProbeMark`). They come from the target's process and
+are untrusted: a record of no known kind, or with a field of the wrong kind, is None. Standard
+library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from repro_check.trace.payloads import Location
+
+#: the longest text kept of a record's field (an op's or a module's name, a fingerprint)
+TEXT = 4200
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: object) -> str | None:
+    return value[:TEXT] if isinstance(value, str) else None
+
+
+def _texts(value: object) -> tuple[str, ...] | None:
+    """A list of texts (an op's arguments' or results' fingerprints); None when it is not one
+    (absent: none)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(v[:TEXT] for v in value)
+
+
+@dataclass(frozen=True)
+class ProbeOp:
+    """One record of the probed step: its place among the step's records (``index``, the
+    record's ``i``; 0 when it did not say). A subclass per kind; :meth:`parse` reads any."""
+
+    index: int = 0
+
+    @classmethod
+    def parse(cls, body: object) -> ProbeOp | None:
+        """The record a run sent (``{"k": ..., ...}``, untrusted), or a :class:`ProbeOp` as it
+        is; None when it is of no known kind or malformed."""
+        if isinstance(body, ProbeOp):
+            return body
+        if not isinstance(body, Mapping):
+            return None
+        reader = _READERS.get(str(body.get("k")))
+        return reader(body, _int(body.get("i")) or 0) if reader is not None else None
+
+
+@dataclass(frozen=True)
+class OpRun(ProbeOp):
+    """An op the step ran (``{"k": "op"}``): its ATen name, the phase it ran in (``forward``,
+    ``backward``, ``optimizer``, ``data``), the module that ran it (None: outside any), and the
+    fingerprints of its arguments and results."""
+
+    op: str = ""
+    phase: str | None = None
+    module: str | None = None
+    ins: tuple[str, ...] = ()
+    outs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModuleRun(ProbeOp):
+    """A module's forward returned (``phase`` ``forward``: fingerprints of its inputs and
+    output) or its ``output``-th output's gradient arrived (``backward``: the gradient's
+    fingerprint as ``out``) (``{"k": "module"}``)."""
+
+    phase: str | None = None
+    module: str | None = None
+    ins: str | None = None
+    out: str | None = None
+    output: int | None = None
+
+
+@dataclass(frozen=True)
+class MadeTensor(ProbeOp):
+    """A tensor made from data outside torch (``{"k": "made"}``): by ``fn`` (``torch.tensor``,
+    ``torch.as_tensor``, ...) at ``location`` in the script, with fingerprint ``out``."""
+
+    fn: str = ""
+    location: Location | None = None
+    out: str | None = None
+
+
+@dataclass(frozen=True)
+class EnvObserved(ProbeOp):
+    """An RL environment's ``reset`` or ``step`` (``call``) made at ``location`` returned an
+    observation of fingerprint ``obs`` (``{"k": "env"}``, :mod:`repro_check.child.observe.env_hooks`)."""
+
+    call: str = ""
+    location: Location | None = None
+    obs: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeMark(ProbeOp):
+    """The probe was armed at the start of step ``step`` or disarmed at its end, after
+    ``records`` records (``{"k": "armed"}``, ``{"k": "disarmed"}``)."""
+
+    armed: bool = True
+    step: int | None = None
+    records: int | None = None
+
+
+def _op(body: Mapping[str, object], index: int) -> OpRun | None:
+    op, ins, outs = _text(body.get("op")), _texts(body.get("in")), _texts(body.get("out"))
+    if op is None or ins is None or outs is None:
+        return None
+    return OpRun(index, op, _text(body.get("ph")), _text(body.get("m")), ins, outs)
+
+
+def _module(body: Mapping[str, object], index: int) -> ModuleRun:
+    return ModuleRun(index, _text(body.get("ph")), _text(body.get("m")), _text(body.get("in")),
+                     _text(body.get("out")), _int(body.get("n")))
+
+
+def _made(body: Mapping[str, object], index: int) -> MadeTensor:
+    return MadeTensor(index, str(body.get("fn"))[:200], Location.of(body.get("loc")),
+                      _text(body.get("out")))
+
+
+def _env(body: Mapping[str, object], index: int) -> EnvObserved:
+    return EnvObserved(index, str(body.get("call"))[:40], Location.of(body.get("loc")),
+                       _text(body.get("obs")))
+
+
+def _mark(body: Mapping[str, object], index: int) -> ProbeMark:
+    return ProbeMark(index, body.get("k") == "armed", _int(body.get("step")),
+                     _int(body.get("records")))
+
+
+_READERS: dict[str, Callable[[Mapping[str, object], int], ProbeOp | None]] = {
+    "op": _op, "module": _module, "made": _made, "env": _env, "armed": _mark, "disarmed": _mark,
+}
+
+#: a probe record as a reader may be given it: typed, or as the run wrote it (a test's, an
+#: API user's records)
+ProbeInput: TypeAlias = "ProbeOp | Mapping[str, object]"
+
+
+def probe_ops(records: Iterable[ProbeInput]) -> list[ProbeOp]:
+    """The records, typed (each read once: :meth:`ProbeOp.parse`), malformed ones left out."""
+    return [op for op in map(ProbeOp.parse, records) if op is not None]
