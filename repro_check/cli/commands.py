@@ -8,6 +8,7 @@ the outputs CI reads (``--json``, ``--junit``, GitHub annotations and step summa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from repro_check.cli.plan import (
 from repro_check.commands.skeleton import Command, Given, Planned, execute
 from repro_check.config import Config, load
 from repro_check.errors import ExitCode, UsageError
+from repro_check.run import axes
 from repro_check.run.options import RunOptions
 from repro_check.trace.atomic import STDOUT, check_distinct, check_writable, write_text_atomic
 
@@ -114,6 +116,19 @@ def with_goldens(plan: list[Planned], cfg: Config, from_config: bool, flag: str 
     return out
 
 
+def cells_of(plan: list[Planned], texts: list[str] | None) -> list[Planned]:
+    """``record``/``verify --across 'args=A|B'``: each target once for each argument list,
+    with the golden of that list (a plan as several targets make)."""
+    if not texts:
+        return plan
+    out = []
+    for p in plan:
+        assert p.golden is not None
+        for cell, golden in axes.golden_cells(p.golden, texts):
+            out.append(dataclasses.replace(p, golden=golden, args=cell.args, cell=cell.label))
+    return out
+
+
 # ---- check and resume --------------------------------------------------------------------------
 def check_command(argv: Sequence[str]) -> ExitCode:
     ns, target_args, cfg = parsed(parsers.build_parser(), argv)
@@ -156,7 +171,8 @@ def record_command(argv: Sequence[str]) -> ExitCode:
         raise UsageError("record needs TARGET (or targets in [tool.repro-check])")
     if ns.output and len(plan) > 1:
         raise UsageError("-o names one golden file: give TARGET too")
-    plan = with_goldens(plan, cfg, from_config, ns.output, "record", "-o PATH")
+    plan = cells_of(with_goldens(plan, cfg, from_config, ns.output, "record", "-o PATH"),
+                    ns.golden_cells)
     out = outputs(ns, cfg, [("TARGET", target_file(p.target)) for p in plan],
                   [("-o", _from_root(p.golden or "", cfg, from_config)) for p in plan])
     # loaded by the command that runs: ``--help`` and the other commands do without it
@@ -177,7 +193,8 @@ def verify_command(argv: Sequence[str]) -> ExitCode:
     if not plan:
         raise UsageError("verify needs TARGET and --golden PATH (or targets and golden paths "
                          "in [tool.repro-check])")
-    plan = with_goldens(plan, cfg, from_config, ns.golden, "verify", "--golden PATH")
+    plan = cells_of(with_goldens(plan, cfg, from_config, ns.golden, "verify", "--golden PATH"),
+                    ns.golden_cells)
     out = outputs(ns, cfg, [("TARGET", target_file(p.target)) for p in plan]
                   + [("golden", _from_root(p.golden or "", cfg, from_config)) for p in plan],
                   [("--report", ns.report_path)])

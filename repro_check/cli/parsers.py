@@ -222,7 +222,16 @@ def record_parser() -> argparse.ArgumentParser:
     add_option(p, "runs",
                help="runs to record (default 1); with more, their spread is stored as a band")
     add_parallel_options(p)
+    add_golden_cells(p, "record a golden for each argument list")
     return p
+
+
+def add_golden_cells(p: argparse.ArgumentParser, what: str) -> None:
+    """``record``/``verify --across 'args=A|B'``: a golden for each argument list."""
+    p.add_argument("--across", dest="golden_cells", action="append", default=None,
+                   metavar="'args=A|B'",
+                   help=f"{what} (appended to the target's arguments), each golden named by "
+                        "its list: -o g.json gives g.none.json, g.checkpointing.json, ...")
 
 
 def verify_parser() -> argparse.ArgumentParser:
@@ -239,6 +248,7 @@ def verify_parser() -> argparse.ArgumentParser:
     add_option(p, "fail_fast", help="stop the run as soon as it diverges from the golden")
     add_report_option(p)
     add_option(p, "trace_dir", help="where the run's trace is kept (default .repro-check/runs)")
+    add_golden_cells(p, "verify each argument list against its own golden")
     return p
 
 

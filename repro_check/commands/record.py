@@ -64,11 +64,14 @@ class RecordCommand(GivenCommand):
     timed = True
 
     def describe(self, planned: Planned) -> str:
-        return f"recording {planned.target} -> {planned.golden}"
+        cell = f" ({planned.cell})" if planned.cell else ""
+        return f"recording {planned.target}{cell} -> {planned.golden}"
 
     def run(self, planned: Planned) -> Report:
         assert planned.golden is not None
         options = self.given.options(planned.target, planned.entry,
                                      keys={"runs": "record-runs"}, defaults={"runs": RECORD_RUNS})
+        if planned.args:  # a cell of --across 'args=A|B'
+            options = options.replace(args=(*(options.args or ()), *planned.args))
         with self.given.progress(options, options.runs) as listener:
             return record_golden(options, planned.golden, listener)

@@ -40,6 +40,10 @@ class Planned:
     target: str | None
     entry: TargetEntry | None = None
     golden: str | None = None
+    #: ``record``/``verify --across 'args=A|B'``: the arguments this cell appends to the
+    #: target's, and the cell as the report names it (``args=--checkpointing``)
+    args: tuple[str, ...] = ()
+    cell: str | None = None
 
 
 class OptionsFor(Protocol):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 
 from repro_check.compare.control import ControlResult, skipped
 from repro_check.compare.steps import BAND, TOLERANCE, Comparison, Policy
@@ -229,15 +230,26 @@ class VerifyCommand(GivenCommand):
     timed = True
 
     def describe(self, planned: Planned) -> str:
-        return f"verifying {planned.target} against {planned.golden}"
+        cell = f" ({planned.cell})" if planned.cell else ""
+        return f"verifying {planned.target}{cell} against {planned.golden}"
 
     def prepare(self, planned: Planned) -> None:
         assert planned.golden is not None
-        prepare(self.given.options(planned.target, planned.entry, keys=VERIFY_OWN),
-                planned.golden)
+        made = prepare(self.given.options(planned.target, planned.entry, keys=VERIFY_OWN),
+                       planned.golden)
+        recorded = tuple(made.recorded.args or ())
+        if planned.args and recorded[-len(planned.args):] != planned.args:
+            # the golden of another argument list: its run would verify the wrong one
+            raise UsageError(f"{planned.golden} was recorded with the arguments "
+                             f"{shlex.join(recorded) or '(none)'}, which do not end with "
+                             f"{planned.cell}'s: not the golden of that argument list")
 
     def run(self, planned: Planned) -> Report:
         assert planned.golden is not None
         options = self.given.options(planned.target, planned.entry, keys=VERIFY_OWN)
+        if planned.args and options.args is not None:
+            # arguments given: the cell's are appended, as record appended them (without any,
+            # the golden's own arguments, which hold the cell's, are the run's)
+            options = options.replace(args=(*options.args, *planned.args))
         with self.given.progress(options, 1) as listener:
             return verify_golden(options, planned.golden, listener)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -93,13 +94,18 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
                           timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     failures = errors = 0
     total_time = 0.0
+    targets = [r.target for r in reports]
     for report in reports:
         # the wall time of the target, not the sum of runs that went in parallel
         seconds = report.wall_seconds if report.wall_seconds is not None \
             else sum(r.seconds for r in _kind(report).timed_runs(report))
         total_time += seconds
+        # one target with several argument lists (--across 'args=A|B'): a testcase each
+        name = report.target if targets.count(report.target) == 1 else \
+            f"{report.target} -- {shlex.join(report.args)}" if report.args else \
+            f"{report.target} (no arguments)"
         case = ET.SubElement(suite, "testcase", classname=f"repro-check.{command}",
-                             name=report.target, time=f"{seconds:.3f}")
+                             name=name, time=f"{seconds:.3f}")
         evidence = report.evidence
         props = ET.SubElement(case, "properties")
         for name, value in (("steps_compared", evidence.steps),

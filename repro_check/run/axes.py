@@ -291,6 +291,36 @@ class Cell:
         return {axis.name: value for axis, value in self.settings}
 
 
+def golden_of_cell(golden: str, cell: Cell) -> str:
+    """The golden file of one cell of ``record``/``verify --across``: ``golden`` with the
+    cell's values between its stem and suffix (``g.json`` -> ``g.checkpointing.json``; an
+    empty argument list ``g.none.json``)."""
+    words = [re.sub(r"[^A-Za-z0-9.]+", "_", v).strip("_.") or "none" for _, v in cell.settings]
+    path = Path(golden)
+    return str(path.with_name(f"{path.stem}.{'.'.join(words)}{path.suffix}"))
+
+
+def golden_cells(golden: str, texts: Sequence[str]) -> list[tuple[Cell, str]]:
+    """The cells of ``record``/``verify --across`` (argument lists only: every other axis
+    changes the environment, which a golden does not hold) and each one's golden file; two
+    cells whose files would be one are a usage error."""
+    axes = parse_axes(texts)
+    other = [a.name for a in axes if a.kind != "args"]
+    if other:
+        raise UsageError(f"record and verify take --across args=A|B only (a golden for each "
+                         f"argument list), not {other[0]}=: compare environments with "
+                         f"repro-check TARGET --across {other[0]}=...")
+    out: list[tuple[Cell, str]] = []
+    for cell in grid(axes):
+        path = golden_of_cell(golden, cell)
+        clash = next((c for c, p in out if p == path), None)
+        if clash is not None:
+            raise UsageError(f"--across: {clash.label} and {cell.label} would share the golden "
+                             f"{path}: give argument lists that differ in letters or digits")
+        out.append((cell, path))
+    return out
+
+
 def shown(axis: Axis, value: str) -> str:
     """A value as a cell's label shows it: an empty argument list as ``(none)``."""
     return "(none)" if axis.kind == "args" and not value else value

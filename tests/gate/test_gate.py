@@ -310,3 +310,61 @@ def test_verify_refuses_a_golden_that_is_not_a_trace(tmp_path: Path) -> None:
     stub.write_text(dumps(header_line({"target": "tiny:main"})) + dumps({"end": {}}))
     res = cli("verify", "tiny:main", "--golden", str(stub), cwd=FIXTURES)
     assert res.code == 2 and "nothing to verify against" in res.stderr
+
+
+# ---- a golden for each argument list (--across 'args=A|B') ---------------------------------------
+def test_goldens_of_argument_lists_are_named_by_them() -> None:
+    from repro_check.errors import UsageError
+    from repro_check.run import axes
+
+    cells = axes.golden_cells("goldens/train.json", ["args=|--checkpointing|--approximate tanh"])
+    assert [(c.label, path) for c, path in cells] == [
+        ("args=(none)", "goldens/train.none.json"),
+        ("args=--checkpointing", "goldens/train.checkpointing.json"),
+        ("args=--approximate tanh", "goldens/train.approximate_tanh.json")]
+    with pytest.raises(UsageError, match="would share the golden goldens/t.lr_0.1.json"):
+        axes.golden_cells("goldens/t.json", ["args=--lr 0.1|--lr=0.1"])
+    with pytest.raises(UsageError, match="take --across args=A|B only"):
+        axes.golden_cells("t.json", ["threads=1,2"])
+
+
+def test_record_and_verify_refuse_other_axes_before_any_run(tmp_path: Path) -> None:
+    for argv in (["record", "flags.py:main", "-o", str(tmp_path / "g.json")],
+                 ["verify", "flags.py:main", "--golden", str(tmp_path / "g.json")]):
+        res = cli(*argv, "--across", "threads=1,2", cwd=FIXTURES)
+        assert res.code == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert "take --across args=A|B only" in res.stderr and "started" not in res.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_each_argument_list_is_recorded_and_verified_against_its_own_golden(
+        tmp_path: Path) -> None:
+    """record writes a golden per list; verify passes each against its own, and a golden
+    recorded from the other list fails at the step where the lists part."""
+    golden = tmp_path / "g.json"
+    rec = cli("record", "flags.py:main", "--across", "args=|--approximate tanh", "-o",
+              str(golden), "--junit", str(tmp_path / "rec.xml"), "--", "--steps", "3",
+              cwd=FIXTURES)
+    assert rec.code == 0, rec.stdout + rec.stderr
+    none, tanh = tmp_path / "g.none.json", tmp_path / "g.approximate_tanh.json"
+    assert none.exists() and tanh.exists() and not golden.exists()
+    assert "recording flags.py:main (args=--approximate tanh) -> " in rec.stderr
+    junit = tmp_path / "ver.xml"
+    ver = cli("verify", "flags.py:main", "--across", "args=|--approximate tanh", "--golden",
+              str(golden), "--junit", str(junit), "--no-control", cwd=FIXTURES)
+    assert ver.code == 0, ver.stdout + ver.stderr
+    assert ver.stdout.count("MATCHES GOLDEN") == 2
+    names = [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")]
+    assert names == ["flags.py:main -- --steps 3", "flags.py:main -- --steps 3 --approximate tanh"]
+    plain = none.read_bytes()
+    shutil.copy(tanh, none)  # the plain list now meets the tanh list's golden
+    ver = cli("verify", "flags.py:main", "--across", "args=|--approximate tanh", "--golden",
+              str(golden), "--no-control", "--", "--steps", "3", cwd=FIXTURES)
+    assert ver.code == 1 and ver.stdout.count("MATCHES GOLDEN") == 1, ver.stdout
+    assert "NOT REPRODUCIBLE" in ver.stdout or "DIFFERS" in ver.stdout.upper()
+    tanh.write_bytes(plain)  # the tanh list's golden recorded without --approximate tanh
+    ver = cli("verify", "flags.py:main", "--across", "args=|--approximate tanh", "--golden",
+              str(golden), cwd=FIXTURES)
+    assert ver.code == 2 and len(ver.stderr.strip().splitlines()) == 1, ver.stderr
+    assert "which do not end with args=--approximate tanh's" in ver.stderr
