@@ -172,6 +172,26 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "--master-addr 10.0.0.1 --master-port 29500": Skip("needs two machines, one at 10.0.0.1"),
     # ---- docs/reference-workload.md
     "cd fixtures": Skip("only changes folder (the commands after it run in fixtures here)"),
+    "repro-check compiled.py:main --across compile-cache=cold,warm --runs 2 -- --steps 2":
+        Skip("compiles with inductor in three runs (minutes on a CPU): tests/run/"
+             "test_across_axes.py runs it and checks the caches each run started from"),
+    "repro-check flags.py:main --across 'args=|--checkpointing|--approximate tanh'":
+        Run(run="repro-check flags.py:main --across 'args=|--checkpointing|--approximate "
+                "tanh' --max-steps 2", codes=(1,), why=CHEAP),
+    "repro-check ddp/train.py:main --across nproc=1,2 -- --global-batch 16":
+        Run(run="repro-check ddp/train.py:main --across nproc=1,2 --max-steps 2 -- "
+                "--global-batch 16", codes=(1,), why=CHEAP),
+    "repro-check record flags.py:main --across 'args=|--checkpointing' -o goldens/flags.json":
+        Run(run="repro-check record flags.py:main --across 'args=|--checkpointing' -o "
+                "goldens/flags.json --max-steps 2", why=CHEAP),
+    "repro-check verify flags.py:main --across 'args=|--checkpointing' --golden goldens/flags.json":
+        Run(setup=("repro-check record flags.py:main --across 'args=|--checkpointing' -o "
+                   "goldens/flags.json --max-steps 2",), why="after the record above"),
+    # ---- docs/gate-and-ci.md: a flag as a gate
+    "repro-check train.py:main --across 'args=|--checkpointing' --junit reports/checkpointing.xml":
+        Run(run="repro-check flags.py:main --across 'args=|--checkpointing' --max-steps 2 "
+                "--junit checkpointing.xml",
+            why="flags.py has the flag the workflow's train.py stands for; " + CHEAP),
     "repro-check train:main --seed 123 -- --data DIR":
         Run(run="repro-check train:main --seed 123 --max-steps 2", why=FULL_MNIST),
     "repro-check train:main --no-seed -- --data DIR":
