@@ -156,7 +156,8 @@ def _first_line(e: BaseException) -> str:
 def _refusal(text: str) -> str:
     """The line of a weights-only refusal that names what it refused (the global it met)."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in text.splitlines()]
-    named = [line for line in lines if "Unsupported" in line or "WeightsUnpickler" in line]
+    named = [line for line in lines if line.startswith("Unsupported")] + \
+        [line for line in lines if "WeightsUnpickler error: " in line and not line.endswith(":")]
     return (named or lines or ["refused"])[0].split(". Please")[0][:200]
 
 
@@ -168,14 +169,16 @@ def load_torch(path: str) -> dict[str, Any]:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load fails in many ways on a file that is not its own
         text = str(e)
-        if "Weights only load failed" in text:
+        # a global the weights-only unpickler will not load: an object, not a corrupt file
+        if "Weights only load failed" in text and "global" in text.lower():
             raise UsageError(
                 f"{path}: torch.load(weights_only=True) refuses it ({_refusal(text)}); it holds "
                 "pickled objects besides tensors and plain containers, and repro-check does not "
                 "run a checkpoint's pickled code: save its state_dict() and compare that"
             ) from None
         raise UsageError(f"{path}: cannot read it as a torch.save checkpoint "
-                         f"({type(e).__name__}: {_first_line(e)})") from None
+                         f"({_refusal(text) if 'Weights only' in text else _first_line(e)})"
+                         ) from None
     return dict(flatten(obj))
 
 

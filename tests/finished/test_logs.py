@@ -262,3 +262,17 @@ def test_compare_logs_takes_the_lowest_first_step_and_nan_equal_to_nan() -> None
     assert loss.max_abs_diff == 1.0 and loss.max_abs_step == 3 and loss.final_abs_diff == 1.0
     assert [d for _, d in loss.drift] == [0.0, 0.0, 1.0, 1.0]
     assert out.to_dict()["first_divergent_scalar"] == "loss"
+
+
+def test_the_html_page_shows_the_verdict_and_first_difference(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="--report needs matplotlib (the report extra)")
+    changed = list(LOSSES)
+    changed[1] = next_up(changed[1])
+    a = write_csv(tmp_path / "a.csv", LOSSES)
+    b = write_csv(tmp_path / "b.csv", changed)
+    page = tmp_path / "page.html"
+    code, out, err, _ = diff(tmp_path, str(a), str(b), "--report", str(page))
+    assert code == 1, out + err
+    html = page.read_text()
+    assert 'id="verdict">DIFFERS<' in html and "Finished runs compared" in html
+    assert "step 2, scalar loss" in html
