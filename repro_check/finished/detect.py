@@ -71,8 +71,9 @@ def _folder_format(p: Path) -> str | None:
             return TENSORBOARD
         if _is_wandb_run(p):
             return WANDB
-        if (p / "metrics.csv").is_file():
-            return LIGHTNING
+        if (p / "metrics.csv").is_file() and ((p / "hparams.yaml").is_file()
+                                              or p.name.startswith("version_")):
+            return LIGHTNING  # a CSVLogger version folder
         if any(f.name.endswith(TENSOR_SUFFIXES) for f in p.rglob("*") if f.is_file()):
             return CHECKPOINT_FOLDER
         if (p / "trainer_state.json").is_file():

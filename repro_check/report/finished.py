@@ -145,25 +145,36 @@ def _logs_parts(logs: LogsDiff, labels: list[str]) -> list[Any]:
     return parts
 
 
+def _short(x: float | None) -> str:
+    return "" if x is None else f"{x:.3g}"
+
+
+def _what(e: EntryDiff) -> str:
+    """How a differing key differs, in a few words."""
+    if e.status == "dtype":
+        return f"dtype {e.dtype_a} / {e.dtype_b}"
+    if e.status == "shape":
+        return f"shape {e.shape_a} / {e.shape_b}"
+    if e.kind == "value":
+        return f"{e.a_value!r} / {e.b_value!r}"
+    return f"{e.dtype_a}[{','.join(map(str, e.shape_a or []))}]"
+
+
 def _checkpoint_parts(ck: CheckpointsDiff, labels: list[str]) -> list[Any]:
     parts: list[Any] = []
     differing = ck.differing
     if differing:
         t = Table(title="Keys that differ", title_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, pad_edge=False)
-        for col, justify in (("key", "left"), ("what", "left"), ("dtype A/B", "left"),
-                             ("shape A/B", "left"), ("elements", "right"),
-                             ("max |Δ|", "right"), ("max rel", "right")):
-            t.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        widest = max(len(e.key) for e in differing[:SHOWN_ROWS])
+        t.add_column("key", no_wrap=True, min_width=min(widest, 60))
+        t.add_column("what", overflow="fold")
+        for col in ("elements", "max |Δ|", "max rel"):
+            t.add_column(col, justify="right", no_wrap=True)
         for e in differing[:SHOWN_ROWS]:
-            if e.kind == "tensor":
-                dtypes = e.dtype_a if e.dtype_a == e.dtype_b else f"{e.dtype_a}/{e.dtype_b}"
-                shapes = str(e.shape_a) if e.shape_a == e.shape_b else f"{e.shape_a}/{e.shape_b}"
-            else:
-                dtypes, shapes = f"{e.a_value!r} / {e.b_value!r}", ""
-            t.add_row(e.key, e.status, dtypes, shapes,
+            t.add_row(e.key, _what(e),
                       "" if e.differing_elements is None else str(e.differing_elements),
-                      _num(e.max_abs_diff), _num(e.max_rel_diff), style="red")
+                      _short(e.max_abs_diff), _short(e.max_rel_diff), style="red")
         parts.append(t)
         if len(differing) > SHOWN_ROWS:
             parts.append(Text(f"  and {len(differing) - SHOWN_ROWS} more (all in --json)",
