@@ -93,8 +93,8 @@ def _file_format(p: Path) -> str | None:
         return SAFETENSORS
     if name.endswith(TORCH_SUFFIXES):
         return TORCH
-    if name == "metrics.csv":
-        return LIGHTNING
+    if name == "metrics.csv" and (p.parent / "hparams.yaml").is_file():
+        return LIGHTNING  # in a CSVLogger version folder
     if name.endswith(".csv"):
         return CSV
     if name.endswith(".json"):
@@ -126,6 +126,8 @@ def formats_of(a: str, b: str, given: str | None) -> str:
             raise UsageError(f"--format {given!r}: expected one of {', '.join(FORMATS)}")
         return given
     fa, fb = detect(a), detect(b)
+    if {fa, fb} == {LIGHTNING, CSV}:
+        return LIGHTNING  # one reader: Lightning's takes a version folder or any metrics CSV
     if fa != fb:
         raise UsageError(f"A and B are of different formats: {a} is {_named(fa)}, {b} is "
                          f"{_named(fb)}; diff compares two of one format (or give --format NAME)")

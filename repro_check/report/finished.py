@@ -54,8 +54,8 @@ def _scalar_sentence(s: ScalarDiff, labels: list[str]) -> str:
         return f"step {s.first_divergent_step}, scalar {s.name}: logged by {labels[0]} only"
     if s.first_reason == "only_in_b":
         return f"step {s.first_divergent_step}, scalar {s.name}: logged by {labels[1]} only"
-    return (f"step {s.first_divergent_step}, scalar {s.name}: {labels[0]} {_exact(s.a_value)}, "
-            f"{labels[1]} {_exact(s.b_value)}")
+    return (f"step {s.first_divergent_step}, scalar {s.name}: A {_exact(s.a_value)}, "
+            f"B {_exact(s.b_value)}")
 
 
 def _entry_sentence(e: EntryDiff, labels: list[str]) -> str:
@@ -66,7 +66,7 @@ def _entry_sentence(e: EntryDiff, labels: list[str]) -> str:
     if e.status == "type":
         return f"key {e.key}: {e.a_value!r} vs {e.b_value!r}"
     if e.kind == "value":
-        return f"key {e.key}: {labels[0]} {e.a_value!r}, {labels[1]} {e.b_value!r}"
+        return f"key {e.key}: A {e.a_value!r}, B {e.b_value!r}"
     return (f"key {e.key}: {e.differing_elements} element(s) differ, max |diff| "
             f"{_num(e.max_abs_diff)}, max rel {_num(e.max_rel_diff)}")
 
