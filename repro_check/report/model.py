@@ -620,7 +620,14 @@ class Report:
 
     @property
     def evidence(self) -> Evidence:
-        """What the verdict rests on: the steps, metrics and saved tensors compared."""
+        """What the verdict rests on: the steps, metrics and saved tensors compared (two finished
+        runs: the most steps of a scalar, the scalars, the checkpoints' tensors)."""
+        if self.finished is not None:
+            logs, ck = self.finished.logs, self.finished.checkpoints
+            scalars = logs.scalars if logs is not None else []
+            return Evidence(steps=max((s.steps_compared for s in scalars), default=0),
+                            metrics=len(scalars),
+                            saved_tensors=ck.tensors_compared if ck is not None else 0)
         cmp = self.comparison
         return Evidence(steps=cmp.steps_compared if cmp else 0,
                         metrics=cmp.metrics_compared if cmp else 0,

@@ -173,6 +173,7 @@ def test_the_other_outputs_show_the_verdict(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     junit = (tmp_path / "j.xml").read_text()
     assert 'failures="1"' in junit and "key model.0.bias" in junit
+    assert '<property name="saved_tensors_compared" value="5" />' in junit
     assert "::error" in proc.stdout and "key model.0.bias" in proc.stdout
     text = summary.read_text()  # Markdown: the key's dots escaped
     assert "❌ differs" in text and "model\\.0\\.bias" in text, text

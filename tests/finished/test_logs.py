@@ -92,6 +92,7 @@ def test_identical_csv_logs_are_the_same(tmp_path: Path) -> None:
     assert [s["name"] for s in logs["scalars"]] == ["loss", "lr"]
     assert all(s["steps_compared"] == len(LOSSES) and s["same"] for s in logs["scalars"])
     assert report["finished"]["format"] == "csv" and report["first_divergent_step"] is None
+    assert report["evidence"]["steps"] == len(LOSSES) and report["evidence"]["metrics"] == 2
 
 
 def test_one_ulp_in_a_csv_log_names_its_step_and_scalar(tmp_path: Path) -> None:
@@ -275,4 +276,4 @@ def test_the_html_page_shows_the_verdict_and_first_difference(tmp_path: Path) ->
     assert code == 1, out + err
     html = page.read_text()
     assert 'id="verdict">DIFFERS<' in html and "Finished runs compared" in html
-    assert "step 2, scalar loss" in html
+    assert "step 2, scalar loss" in html and "nothing run · exact bits" in html
