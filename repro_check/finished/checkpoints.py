@@ -30,6 +30,8 @@ from repro_check.trace.jsonfields import JsonRecord, json_field
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 SAFETENSORS_SUFFIX = ".safetensors"
 TENSOR_SUFFIXES = (*TORCH_SUFFIXES, SAFETENSORS_SUFFIX)
+#: elements compared in float64 at a time
+CHUNK = 1 << 22
 #: the key of a file that holds one tensor or value, not a container of them
 WHOLE = "(whole)"
 
@@ -166,7 +168,12 @@ def load_torch(path: str) -> dict[str, Any]:
     import torch
 
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        try:  # memory-mapped: a checkpoint larger than memory is read as it is compared
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)  # the legacy format
     except Exception as e:  # torch.load fails in many ways on a file that is not its own
         text = str(e)
         # a global the weights-only unpickler will not load: an object, not a corrupt file
@@ -182,23 +189,46 @@ def load_torch(path: str) -> dict[str, Any]:
     return dict(flatten(obj))
 
 
-def load_safetensors(path: str) -> dict[str, Any]:
-    """A ``.safetensors`` file's tensors by name, in the file's order of names."""
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        raise UsageError("reading .safetensors files needs the safetensors package (pip install "
-                         "safetensors)") from None
-    try:
-        with safe_open(path, framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:  # the library's own error types for a file that is not one
-        raise UsageError(f"{path}: cannot read it as a .safetensors file ({_first_line(e)})"
-                         ) from None
+class SafeTensors(Mapping[str, Any]):
+    """A ``.safetensors`` file's tensors by name, each read when asked for: one pair of tensors
+    in memory at a time, however large the shard."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from safetensors import safe_open
+        except ImportError:
+            raise UsageError("reading .safetensors files needs the safetensors package (pip "
+                             "install safetensors)") from None
+        self.path = path
+        try:
+            self.file = safe_open(path, framework="pt")
+            self.names = list(self.file.keys())
+        except Exception as e:  # the library's own error types for a file that is not one
+            raise UsageError(f"{path}: cannot read it as a .safetensors file "
+                             f"({_first_line(e)})") from None
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.names:
+            raise KeyError(key)
+        try:
+            return self.file.get_tensor(key)
+        except Exception as e:  # a tensor whose bytes the header does not describe
+            raise UsageError(f"{self.path}: cannot read tensor {key} ({_first_line(e)})"
+                             ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.names
 
 
-def load_file(path: str) -> dict[str, Any]:
-    return load_safetensors(path) if path.endswith(SAFETENSORS_SUFFIX) else load_torch(path)
+def load_file(path: str) -> Mapping[str, Any]:
+    """A checkpoint file's leaves by key path (a ``.safetensors`` file's read one by one)."""
+    return SafeTensors(path) if path.endswith(SAFETENSORS_SUFFIX) else load_torch(path)
 
 
 def tensor_files(folder: str) -> list[str]:
@@ -224,6 +254,13 @@ def _same_bits(a: Any, b: Any) -> bool:
     return bool(torch.equal(ba, bb))
 
 
+def _peak(current: float, value: float) -> float:
+    """The larger of two differences, a NaN (one side NaN, the other not) the largest."""
+    if math.isnan(current):
+        return current
+    return value if math.isnan(value) or value > current else current
+
+
 def compare_tensors(key: str, a: Any, b: Any, tol: values.Tolerance) -> EntryDiff:
     """One tensor of both: dtype, shape, bits, and how far apart where the shapes agree."""
     import torch
@@ -238,15 +275,18 @@ def compare_tensors(key: str, a: Any, b: Any, tol: values.Tolerance) -> EntryDif
     out.status = "dtype" if a.dtype != b.dtype else "differs"
     if a.is_complex() or b.is_complex() or a.numel() == 0:
         return out
-    x, y = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    both_nan = x.isnan() & y.isnan()
-    d = torch.where((x == y) | both_nan, torch.zeros_like(x), (x - y).abs())
-    rel = torch.where(d == 0, torch.zeros_like(d), d / x.abs())
-    out.differing_elements = int((d != 0).sum())
-    out.max_abs_diff = float(d.max())
-    out.max_rel_diff = float(rel.max())
-    if out.status == "differs" and not tol.exact and (tol.atol or tol.rtol) and bool(
-            torch.isclose(y, x, rtol=tol.rtol, atol=tol.atol, equal_nan=True).all()):
+    fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
+    differing, peak_abs, peak_rel, close = 0, 0.0, 0.0, True
+    for i in range(0, fa.numel(), CHUNK):  # in float64, a chunk at a time: memory stays flat
+        x, y = fa[i:i + CHUNK].to(torch.float64), fb[i:i + CHUNK].to(torch.float64)
+        d = torch.where((x == y) | (x.isnan() & y.isnan()), torch.zeros_like(x), (x - y).abs())
+        rel = torch.where(d == 0, torch.zeros_like(d), d / x.abs())
+        differing += int((d != 0).sum())
+        peak_abs, peak_rel = _peak(peak_abs, float(d.max())), _peak(peak_rel, float(rel.max()))
+        if close and not tol.exact and (tol.atol or tol.rtol):
+            close = bool(torch.isclose(y, x, rtol=tol.rtol, atol=tol.atol, equal_nan=True).all())
+    out.differing_elements, out.max_abs_diff, out.max_rel_diff = differing, peak_abs, peak_rel
+    if out.status == "differs" and not tol.exact and (tol.atol or tol.rtol) and close:
         out.status = "within_tolerance"
     return out
 

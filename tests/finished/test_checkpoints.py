@@ -177,3 +177,24 @@ def test_the_other_outputs_show_the_verdict(tmp_path: Path) -> None:
     assert "::error" in proc.stdout and "key model.0.bias" in proc.stdout
     text = summary.read_text()  # Markdown: the key's dots escaped
     assert "❌ differs" in text and "model\\.0\\.bias" in text, text
+
+
+def test_large_tensors_are_compared_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import math
+
+    from repro_check.finished import checkpoints as ck
+    from repro_check.trace.values import Tolerance
+
+    monkeypatch.setattr(ck, "CHUNK", 3)
+    a = torch.arange(10, dtype=torch.float32)
+    b = a.clone()
+    b[2] += 0.5
+    b[7] = float("nan")  # one side NaN: the largest difference, whatever the others
+    e = ck.compare_tensors("w", a, b, Tolerance())
+    assert e.status == "differs" and e.differing_elements == 2
+    assert e.max_abs_diff is not None and math.isnan(e.max_abs_diff)
+    c = a.clone()
+    c[8] += 1e-3
+    e = ck.compare_tensors("w", a, c, Tolerance(atol=1e-2))
+    assert e.status == "within_tolerance" and e.max_abs_diff == pytest.approx(1e-3, rel=1e-2)
+    assert ck.compare_tensors("w", a, c, Tolerance(atol=1e-4)).status == "differs"
