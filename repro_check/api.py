@@ -113,12 +113,19 @@ def diff(
     *,
     tolerances: ToleranceOptions | None = None,
     policy: Policy | None = None,
+    format: str | None = None,
 ) -> Report:
-    """Compare two saved traces step by step (A is the reference); nothing is run."""
+    """Compare two saved traces step by step (A is the reference); nothing is run. Given what
+    two finished runs left instead (scalar logs or checkpoints, detected or named by
+    ``format``), compare those: the report's ``finished`` part holds the result."""
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.diff import diff_traces
+    from repro_check.commands.diff import diff_finished, diff_traces
+    from repro_check.finished.detect import TRACE, formats_of
 
-    return diff_traces(a, b, tolerances, policy)
+    fmt = formats_of(str(a), str(b), format)
+    if fmt == TRACE:
+        return diff_traces(a, b, tolerances, policy)
+    return diff_finished(a, b, fmt, tolerances)
 
 
 def across(

@@ -114,6 +114,21 @@ KNOWN: dict[str, Run | Skip | Synopsis | Make] = {
     "repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' -- --epochs 1":
         Run(run="repro-check train.py --metric 'bleu=BLEU = ([\\d.]+)' --max-steps 3 -- "
                 "--epochs 1", why=CHEAP),
+    # ---- docs/finished-runs.md: diff of two finished runs' logs and checkpoints
+    "python finished/train_log.py --out run1": Run(),
+    "python finished/train_log.py --out run2": Run(),
+    "python finished/train_log.py --out run3 --nudge-at 4": Run(),
+    "repro-check diff run1/metrics.csv run2/metrics.csv":
+        Run(setup=("python finished/train_log.py --out run1",
+                   "python finished/train_log.py --out run2"), why="the two runs first"),
+    "repro-check diff run1/metrics.jsonl run3/metrics.jsonl":
+        Run(setup=("python finished/train_log.py --out run1",
+                   "python finished/train_log.py --out run3 --nudge-at 4"), codes=(1,),
+            why="the two runs first; they differ: exit 1"),
+    "repro-check diff run1/checkpoint.pt run3/checkpoint.pt":
+        Run(setup=("python finished/train_log.py --out run1",
+                   "python finished/train_log.py --out run3 --nudge-at 4"), codes=(1,),
+            why="the two runs first; they differ: exit 1"),
     # ---- docs/gate-and-ci.md
     "repro-check record train:main --seed 123 -o goldens/train.json":
         Run(run="repro-check record train:main --seed 123 -o goldens/train.json --max-steps 3",
@@ -428,13 +443,16 @@ def folder(kind: str, tmp: Path) -> Path:
 
 
 def execute(command: str, cwd: Path, timeout: float = 420) -> subprocess.CompletedProcess[str]:
-    """Run one documented command line: ``repro-check`` is this checkout's, ``cd X &&`` moves."""
+    """Run one documented command line: ``repro-check`` is this checkout's, ``python`` this
+    interpreter, ``cd X &&`` moves."""
     argv = shlex.split(command)
     while len(argv) > 2 and argv[0] == "cd" and argv[2] == "&&":
         cwd = cwd / argv[1] if (cwd / argv[1]).is_dir() else cwd  # the copy is fixtures already
         argv = argv[3:]
     if argv[0] == "repro-check":
         argv = [sys.executable, "-m", "repro_check", *argv[1:]]
+    elif argv[0] == "python":  # a script of the fixtures, with the interpreter that has torch
+        argv = [sys.executable, *argv[1:]]
     elif argv[0] not in SHELL:
         raise AssertionError(f"do not know how to run {command!r}")
     proc = subprocess.Popen(argv, cwd=cwd, env=cli_env(), stdout=subprocess.PIPE,

@@ -238,7 +238,7 @@ def diff_command(argv: Sequence[str]) -> ExitCode:
     out = outputs(ns, cfg, [("trace A", ns.a), ("trace B", ns.b)], [("--report", ns.report_path)])
     html_path = html_path_of(ns)
     tol = cfg.tolerances.merged(parsers.tolerance_options(ns))
-    return execute(DiffCommand(ns.a, ns.b, tol), [Planned(None)],
+    return execute(DiffCommand(ns.a, ns.b, tol, ns.format), [Planned(None)],
                    terminal(out, html_path=html_path))
 
 

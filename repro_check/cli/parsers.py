@@ -274,10 +274,21 @@ def bisect_parser() -> argparse.ArgumentParser:
 
 def diff_parser() -> argparse.ArgumentParser:
     p = Parser(prog="repro-check diff",
-                description="Compare two saved traces (run traces or golden files) step by step; "
-                            "nothing is run. A is the reference (its band, if any, applies).")
-    p.add_argument("a", metavar="A", help="the reference trace")
-    p.add_argument("b", metavar="B", help="the trace compared with it")
+                description="Compare two saved traces (run traces or golden files) step by step, "
+                            "or what two finished runs left: their scalar logs (TensorBoard, "
+                            "trainer_state.json, Lightning metrics.csv, CSV, JSONL) or their "
+                            "checkpoints (torch.save files, .safetensors, folders of them); "
+                            "nothing is run. A is the reference (its band, if any, applies).",
+                epilog="Exit codes: 0 same, 1 differs, 2 usage error (a file unreadable, "
+                       "malformed or of another format than the other).")
+    p.add_argument("a", metavar="A", help="the reference trace, log or checkpoint")
+    p.add_argument("b", metavar="B", help="the one compared with it")
+    p.add_argument("--format", default=None, metavar="NAME",
+                   choices=["trace", "tensorboard", "trainer-state", "lightning", "csv", "jsonl",
+                            "wandb", "torch", "safetensors", "checkpoint-folder"],
+                   help="read A and B as NAME instead of detecting it: trace, tensorboard, "
+                        "trainer-state, lightning, csv, jsonl, wandb, torch, safetensors, "
+                        "checkpoint-folder")
     add_tolerance_options(p)
     add_band_options(p)
     add_output_options(p)

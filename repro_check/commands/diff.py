@@ -1,4 +1,5 @@
-"""``diff``: two saved traces compared step by step; nothing is run."""
+"""``diff``: two saved traces compared step by step, or what two finished runs left (their scalar
+logs or checkpoints, :mod:`repro_check.finished`); nothing is run."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ from pathlib import Path
 from repro_check.compare.steps import Comparison, Policy
 from repro_check.commands.skeleton import Planned
 from repro_check.compare.tolerances import ToleranceOptions
+from repro_check.errors import UsageError
+from repro_check.finished import detect
+from repro_check.finished.checkpoints import compare_checkpoints
+from repro_check.finished.logs import compare_logs, read_log
 from repro_check.gate.golden import (
     BodyCheck,
     environment_finding,
     header_settings,
     result_from_trace,
 )
-from repro_check.report.model import GatePart, Report
+from repro_check.report.model import FinishedPart, GatePart, Report
 from repro_check.run.options import RunOptions
 from repro_check.run.replay import replay_line
 from repro_check.trace.results import FAILED_STATUSES
@@ -63,8 +68,39 @@ def diff_traces(a: str | os.PathLike[str], b: str | os.PathLike[str],
 def side_labels(pa: str, pb: str) -> list[str]:
     """What the report calls the two files: their names, or their paths when the names are
     the same."""
-    labels = [Path(pa).name, Path(pb).name]
+    labels = [Path(pa).name or pa, Path(pb).name or pb]
     return [pa, pb] if labels[0] == labels[1] else labels
+
+
+def diff_finished(a: str | os.PathLike[str], b: str | os.PathLike[str], fmt: str,
+                  tolerances: ToleranceOptions | None = None) -> Report:
+    """Compare what two finished runs left, read as format ``fmt`` (a log or checkpoint format
+    of :mod:`repro_check.finished.detect`): scalar by scalar and step by step, or key by key.
+    A file that cannot be read as ``fmt`` raises :class:`~repro_check.errors.UsageError`
+    (exit 2), naming it and what was expected."""
+    tolerances = tolerances or ToleranceOptions()
+    policy = tolerances.policy()
+    pa, pb = str(a), str(b)
+    for path in (pa, pb):
+        if not os.path.exists(path):
+            raise UsageError(f"{path}: no such file or folder")
+    labels = side_labels(pa, pb)
+    part = FinishedPart(fmt, pa, pb, labels)
+    if fmt in detect.LOG_FORMATS:
+        part.logs = compare_logs(read_log(pa, fmt), read_log(pb, fmt), policy)
+    elif fmt in detect.CHECKPOINT_FORMATS:
+        folders = [os.path.isdir(p) for p in (pa, pb)]
+        if fmt == detect.CHECKPOINT_FOLDER and not all(folders):
+            raise UsageError(f"{pa if not folders[0] else pb}: not a folder; expected a "
+                             "checkpoint folder (--format checkpoint-folder)")
+        if fmt != detect.CHECKPOINT_FOLDER and any(folders):
+            raise UsageError(f"{pa if folders[0] else pb}: a folder; expected a {fmt} file")
+        part.checkpoints = compare_checkpoints(pa, pb, fmt, policy.default,
+                                               policy.default.describe())
+    else:
+        raise UsageError(f"--format {fmt!r} is not a log or checkpoint format")
+    return Report(target=f"{labels[0]} vs {labels[1]}", args=[], seed=None, components=[],
+                  runs=2, results=[], comparison=None, policy=policy, finished=part)
 
 
 def _failed(stream: TraceStream) -> bool:
@@ -100,14 +136,19 @@ class DiffCommand:
     name = "diff"
     timed = False
 
-    def __init__(self, a: str, b: str, tolerances: ToleranceOptions) -> None:
-        self.a, self.b, self.tolerances = a, b, tolerances
+    def __init__(self, a: str, b: str, tolerances: ToleranceOptions,
+                 fmt: str | None = None) -> None:
+        self.a, self.b, self.tolerances, self.fmt = a, b, tolerances, fmt
 
     def describe(self, planned: Planned) -> str:
         return f"comparing {self.a} with {self.b}"
 
     def prepare(self, planned: Planned) -> None:
-        pass
+        """Both sides of one format (``--format``, else detected): a usage error otherwise."""
+        self.fmt = detect.formats_of(self.a, self.b, self.fmt)
 
     def run(self, planned: Planned) -> Report:
-        return diff_traces(self.a, self.b, self.tolerances)
+        fmt = self.fmt or detect.formats_of(self.a, self.b, None)
+        if fmt == detect.TRACE:
+            return diff_traces(self.a, self.b, self.tolerances)
+        return diff_finished(self.a, self.b, fmt, self.tolerances)

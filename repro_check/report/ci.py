@@ -55,6 +55,8 @@ def _failure_text(report: Report) -> str | None:
         return bisect_failure(report.target, report.bisect)
     if report.unverified and report.control is not None:
         return f"{report.target}: unverified: {report.control.detail}"
+    if report.finished is not None:  # no step comparison: the kind names the first difference
+        return _kind(report).failure_text(report, None)
     cmp = report.comparison
     div = cmp.divergence if cmp else None
     if div is None:

@@ -122,7 +122,9 @@ def _page_head(report: Report) -> list[str]:
         f'<h1>repro-check report: <code>{escape(report.target)}</code></h1>',
         f'<p><span class="verdict {cls}" id="verdict">{escape(word)}</span>{rests}</p>',
         f'<p class="sub">{escape(seed)} · {report.runs} runs · steps recorded {escape(steps)} · '
-        f'{escape(report.policy.describe())} · seeding: {escape(", ".join(report.components) or "none")}</p>',
+        f'{escape(report.policy.describe())} · seeding: {escape(", ".join(report.components) or "none")}</p>'
+        if report.finished is None  # two finished runs' files: nothing was run or seeded
+        else f'<p class="sub">nothing run · {escape(report.policy.describe())}</p>',
     ]
 
 

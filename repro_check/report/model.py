@@ -18,6 +18,8 @@ from repro_check.compare.resume import NotRestored
 from repro_check.compare.saved import SavedFile, SavedResult
 from repro_check.compare.steps import ComparisonResult, Divergence, Policy
 from repro_check.errors import ExitCode
+from repro_check.finished.checkpoints import CheckpointsDiff
+from repro_check.finished.logs import LogsDiff
 from repro_check.report.contents import (AblationRow, Cause, CompilePriceRow, DistributedLaunch,
                                          EnvironmentDifference, Evidence, FailedRank, FlaggedOp, Localization, MetricPair, PriceRow,
                                          ProcessRow, ProcessRun, RankValue, RunEnd, Source,
@@ -387,6 +389,48 @@ class SavedPart(JsonRecord):
 
 
 @dataclass
+class FinishedPart(JsonRecord):
+    """What ``diff`` adds when A and B are what two finished runs left rather than traces: the
+    format both were read as, the two paths, and the scalar logs or the checkpoints compared
+    (:mod:`repro_check.finished`). Its keys go under ``finished``."""
+
+    JSON_ENVELOPE = "finished"
+    JSON_PROPERTIES = ("same", "first_divergent_step", "first_divergent")
+
+    format: str
+    a: str
+    b: str
+    labels: list[str]
+    logs: LogsDiff | None = json_field(default=None, omit_none=True)
+    checkpoints: CheckpointsDiff | None = json_field(default=None, omit_none=True)
+
+    @property
+    def same(self) -> bool:
+        """Every scalar at every step, or every key of the checkpoints, agrees."""
+        if self.logs is not None:
+            return self.logs.same
+        return self.checkpoints is not None and self.checkpoints.same
+
+    @property
+    def first_divergent_step(self) -> int | None:
+        return self.logs.first_divergent_step if self.logs is not None else None
+
+    @property
+    def first_divergent(self) -> str | None:
+        """The scalar (logs) or the key (checkpoints) that differs first."""
+        if self.logs is not None:
+            if self.logs.first is not None:
+                return self.logs.first.name
+            only = self.logs.scalars_only_in_a + self.logs.scalars_only_in_b
+            return only[0] if only else None
+        if self.checkpoints is None:
+            return None
+        ck = self.checkpoints
+        only = ck.files_only_in_a + ck.files_only_in_b
+        return ck.first_differing_key or (only[0] if only else None)
+
+
+@dataclass
 class ReportCore(JsonRecord):
     """The keys every JSON report has (the first eight, and ``exit_code``, are the public API
     the module's docstring names); a report's parts add theirs beside them."""
@@ -580,10 +624,19 @@ class Report:
     #: the negative control behind an agreeing verdict (:mod:`repro_check.compare.control`):
     #: None when the runs did not agree (nothing to stand behind)
     control: ControlResult | None = None
+    #: two finished runs' logs or checkpoints compared (``diff`` of files that are not traces)
+    finished: FinishedPart | None = None
 
     @property
     def evidence(self) -> Evidence:
-        """What the verdict rests on: the steps, metrics and saved tensors compared."""
+        """What the verdict rests on: the steps, metrics and saved tensors compared (two finished
+        runs: the most steps of a scalar, the scalars, the checkpoints' tensors)."""
+        if self.finished is not None:
+            logs, ck = self.finished.logs, self.finished.checkpoints
+            scalars = logs.scalars if logs is not None else []
+            return Evidence(steps=max((s.steps_compared for s in scalars), default=0),
+                            metrics=len(scalars),
+                            saved_tensors=ck.tensors_compared if ck is not None else 0)
         cmp = self.comparison
         return Evidence(steps=cmp.steps_compared if cmp else 0,
                         metrics=cmp.metrics_compared if cmp else 0,
@@ -631,7 +684,9 @@ class Report:
     @property
     def agrees(self) -> bool:
         """The runs (or the run and the golden, or the resume) agree: what the negative control
-        then stands behind."""
+        then stands behind. Two finished runs agree when all they left does."""
+        if self.finished is not None:
+            return self.error is None and not self.interrupted and self.finished.same
         return (
             self.error is None
             and not self.interrupted
@@ -665,10 +720,14 @@ class Report:
 
     @property
     def first_divergent_step(self) -> int | None:
+        if self.finished is not None:
+            return self.finished.first_divergent_step
         return self.verdict_comparison.first_divergent_step if self.verdict_comparison else None
 
     @property
     def divergent_signal(self) -> Signal | None:
+        if self.finished is not None:  # the scalar or the checkpoint key that differs first
+            return None if self.finished.same else self.finished.first_divergent
         return self.verdict_comparison.divergent_signal if self.verdict_comparison else None
 
     @property
@@ -694,6 +753,9 @@ class Report:
                 else Verdict("NOT RECORDED", "not recorded", "bad")
         if self.unverified:
             return Verdict("UNVERIFIED", "unverified", "warn")
+        if self.finished is not None:
+            return Verdict("SAME", "same", "good") if self.reproducible \
+                else Verdict("DIFFERS", "differs", "bad")
         if self.resume is not None:
             if self.reproducible:
                 return Verdict("RESUMES EXACTLY", "resumes exactly", "good")
@@ -765,7 +827,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: the core keys and each part's, a key written twice refused."""
         parts = (self.gate, self.diagnosis, self.distributed, self.across, self.processes,
-                 self.bisect, self.saved)
+                 self.bisect, self.saved, self.finished)
         resume = [] if self.resume is None else [
             {"resumes_exactly": self.reproducible}, self.resume.to_dict()]
         control = [] if self.control is None else [{"control": self.control.to_dict()}]
