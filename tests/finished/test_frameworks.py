@@ -93,3 +93,80 @@ def test_safetensors_files_and_sharded_folders(tmp_path: Path) -> None:
     line = one_line_error(*diff(tmp_path, str(tmp_path / "d.safetensors"),
                                 str(tmp_path / "e.safetensors"))[:3])
     assert "e.safetensors" in line and "cannot read it as a .safetensors file" in line
+
+
+def lightning_log(folder: Path, lr: float) -> Path:
+    """A Lightning run's CSVLogger folder: a tiny regression trained 6 steps, its loss logged
+    every step, seeded the same way every time."""
+    pl = pytest.importorskip("lightning.pytorch" if _has("lightning") else "pytorch_lightning",
+                             reason="Lightning is not installed (make test-frameworks "
+                                    "installs it)")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Regression(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: tuple[object, object], _: int) -> object:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> object:
+            return torch.optim.SGD(self.parameters(), lr=lr)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(48, 4), torch.randn(48, 1))
+    logger = pl.loggers.CSVLogger(str(folder), name="run")
+    trainer = pl.Trainer(max_steps=6, logger=logger, log_every_n_steps=1, accelerator="cpu",
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(Regression(), DataLoader(data, batch_size=8))
+    return Path(logger.log_dir)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def test_lightning_csv_logs_written_by_csvlogger(tmp_path: Path) -> None:
+    a = lightning_log(tmp_path / "a", lr=0.1)
+    b = lightning_log(tmp_path / "b", lr=0.1)
+    assert (a / "metrics.csv").exists()
+    code, out, err, report = diff(tmp_path, str(a), str(b))
+    assert code == 0, out + err
+    assert report is not None and report["finished"]["format"] == "lightning"
+    c = lightning_log(tmp_path / "c", lr=0.2)  # another learning rate: the loss moves at step 1
+    code, out, err, report = diff(tmp_path, str(a / "metrics.csv"), str(c / "metrics.csv"))
+    assert code == 1, out + err
+    assert report is not None and report["divergent_signal"] == "train_loss"
+    assert report["first_divergent_step"] == 1  # Lightning's step 0 trains on the same weights
+
+
+def test_trainer_state_written_by_transformers(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed "
+                                                              "(make test-frameworks installs it)")
+
+    def state(folder: Path, losses: list[float]) -> Path:
+        folder.mkdir()
+        log = [{"loss": loss, "learning_rate": 5e-5, "epoch": step / 10, "step": step}
+               for step, loss in enumerate(losses, 1)]
+        transformers.TrainerState(global_step=len(losses), log_history=log).save_to_json(
+            str(folder / "trainer_state.json"))
+        return folder / "trainer_state.json"
+
+    a, b = state(tmp_path / "a", LOSSES), state(tmp_path / "b", LOSSES)
+    code, out, err, report = diff(tmp_path, str(a), str(b))
+    assert code == 0, out + err
+    assert report is not None and report["finished"]["format"] == "trainer-state"
+    changed = list(LOSSES)
+    changed[3] += 1e-9
+    c = state(tmp_path / "c", changed)
+    code, out, err, report = diff(tmp_path, str(a), str(c))
+    assert code == 1, out + err
+    assert report is not None and report["first_divergent_step"] == 4
+    assert report["divergent_signal"] == "loss"
