@@ -40,7 +40,7 @@ test-slow: $(STAMP)
 
 test-frameworks: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium safetensors \
-		pandas pyarrow scipy scikit-learn h5py numba polars
+		pandas pyarrow scipy scikit-learn h5py numba polars wandb
 	$(PYTEST) -m frameworks
 
 test-all: test test-slow test-frameworks

@@ -364,6 +364,107 @@ def _tensor_scalar(proto: Any) -> float | None:
     return float(arr.reshape(-1)[0])
 
 
+#: a W&B run file (``run-ID.wandb``): this ident, then a LevelDB-style log of records
+WANDB_IDENT = b":W&B"
+WANDB_HEADER = 7
+#: the log's blocks; a record's pieces never cross one, and its chunk headers are 7 bytes
+WANDB_BLOCK = 32768
+WANDB_FULL, WANDB_FIRST, WANDB_MIDDLE, WANDB_LAST = 1, 2, 3, 4
+
+
+def wandb_records(path: str) -> list[bytes]:
+    """The records of a W&B run file, joined from their chunks (the file's framing: W&B
+    writes a LevelDB log after its 7-byte header). A file that breaks the framing raises
+    :class:`UsageError`; a last record cut short (a run still writing, or killed) is left out."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it ({e})") from None
+    if not data.startswith(WANDB_IDENT) or len(data) < WANDB_HEADER:
+        raise UsageError(f"{path}: not a W&B run file (no {WANDB_IDENT.decode()} header); "
+                         "expected the run-ID.wandb file of an offline run")
+    records: list[bytes] = []
+    pending: bytearray | None = None
+    pos = WANDB_HEADER
+    while pos + 7 <= len(data):
+        room = WANDB_BLOCK - pos % WANDB_BLOCK
+        if room < 7:  # the block's tail is padding
+            pos += room
+            continue
+        length = int.from_bytes(data[pos + 4:pos + 6], "little")
+        kind = data[pos + 6]
+        if kind == 0 and length == 0:  # zeros: padding, or the end of what was written
+            pos += room
+            continue
+        chunk = data[pos + 7:pos + 7 + length]
+        if kind not in (WANDB_FULL, WANDB_FIRST, WANDB_MIDDLE, WANDB_LAST) or length > room - 7:
+            raise UsageError(f"{path}: a W&B record at byte {pos} is malformed; expected the "
+                             "run-ID.wandb file of an offline run")
+        if len(chunk) < length:
+            break  # cut short
+        pos += 7 + length
+        if kind == WANDB_FULL:
+            records.append(bytes(chunk))
+        elif kind == WANDB_FIRST:
+            pending = bytearray(chunk)
+        elif pending is not None:
+            pending += chunk
+            if kind == WANDB_LAST:
+                records.append(bytes(pending))
+                pending = None
+    return records
+
+
+def wandb_file(path: str) -> str:
+    """The run file of a W&B offline run folder (``offline-run-*/run-ID.wandb``), or ``path``."""
+    if not os.path.isdir(path):
+        return path
+    found = sorted(Path(path).glob("*.wandb"))
+    if len(found) != 1:
+        raise UsageError(f"{path}: {'no' if not found else 'several'} run-ID.wandb file(s) in "
+                         "it; expected one W&B offline run folder (wandb/offline-run-*)")
+    return str(found[0])
+
+
+def read_wandb(path: str) -> ScalarLog:
+    """A W&B offline run (its folder or its ``.wandb`` file): every number ``wandb.log`` wrote
+    to the history, keyed by the history's step; W&B's own keys (``_step``, ``_runtime``,
+    ``_timestamp``) left out. Decoding the records needs the wandb package."""
+    try:
+        # wandb is optional: only a diff of W&B runs needs its record schema
+        from wandb.proto.wandb_internal_pb2 import Record
+    except ImportError:
+        raise UsageError("reading W&B offline runs needs the wandb package (pip install "
+                         "wandb)") from None
+    file = wandb_file(path)
+    log = ScalarLog(path, "wandb")
+    for n, raw in enumerate(wandb_records(file)):
+        record = Record()
+        try:
+            record.ParseFromString(raw)
+        except Exception:  # the protobuf library's own decode errors
+            raise UsageError(f"{file}: record {n} is not a W&B record; expected the run-ID.wandb "
+                             "file of an offline run") from None
+        if record.WhichOneof("record_type") != "history":
+            continue
+        history = record.history
+        step = history.step.num if history.HasField("step") else n
+        for item in history.item:
+            name = item.key or "/".join(item.nested_key)
+            if not name or name.startswith("_"):
+                continue
+            try:
+                value = json.loads(item.value_json)
+            except ValueError:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                log.put(name, int(step), float(value))
+    if not log.scalars:
+        raise UsageError(f"{path}: no numbers logged to its history; expected a W&B offline run "
+                         "that called wandb.log")
+    return log
+
+
 def read_log(path: str, fmt: str) -> ScalarLog:
     """``path`` read as a scalar log of format ``fmt`` (one of the log formats of
     :mod:`repro_check.finished.detect`)."""
@@ -380,6 +481,5 @@ def read_log(path: str, fmt: str) -> ScalarLog:
     if fmt == "jsonl":
         return read_jsonl(path)
     if fmt == "wandb":
-        raise UsageError(f"{path}: W&B offline run folders are not read yet; export the run's "
-                         "history to CSV or JSONL (run.history() after wandb sync) and diff those")
+        return read_wandb(path)
     raise UsageError(f"{path}: {fmt!r} is not a scalar log format")

@@ -170,3 +170,40 @@ def test_trainer_state_written_by_transformers(tmp_path: Path) -> None:
     assert code == 1, out + err
     assert report is not None and report["first_divergent_step"] == 4
     assert report["divergent_signal"] == "loss"
+
+
+def wandb_run(folder: Path, losses: list[float]) -> Path:
+    """A W&B offline run folder (``wandb/offline-run-*``) with a loss and a learning rate
+    logged a step, written by wandb itself."""
+    wandb = pytest.importorskip("wandb", reason="wandb is not installed (make test-frameworks "
+                                                "installs it)")
+    folder.mkdir()
+    run = wandb.init(mode="offline", project="p", dir=str(folder),
+                     settings=wandb.Settings(silent=True, console="off"))
+    for step, loss in enumerate(losses):
+        run.log({"train/loss": loss, "lr": 0.1}, step=step)
+    run.finish()
+    (found,) = (folder / "wandb").glob("offline-run-*")
+    return found
+
+
+def test_wandb_offline_runs_written_by_wandb(tmp_path: Path) -> None:
+    a = wandb_run(tmp_path / "a", LOSSES)
+    b = wandb_run(tmp_path / "b", LOSSES)
+    code, out, err, report = diff(tmp_path, str(a), str(b))
+    assert code == 0, out + err
+    assert report is not None and report["finished"]["format"] == "wandb"
+    names = [s["name"] for s in report["finished"]["logs"]["scalars"]]
+    assert names == ["train/loss", "lr"]  # wandb's own _step, _runtime, _timestamp left out
+    changed = list(LOSSES)
+    changed[3] += 1e-12
+    c = wandb_run(tmp_path / "c", changed)
+    file = next(c.glob("*.wandb"))
+    code, out, err, report = diff(tmp_path, str(a), str(file))  # a folder and its run file
+    assert code == 1, out + err
+    assert report is not None and report["first_divergent_step"] == 3
+    assert report["divergent_signal"] == "train/loss"
+    broken = tmp_path / "broken.wandb"
+    broken.write_bytes(file.read_bytes()[:7] + b"\x00\x00\x00\x00\xff\xff\x09garbage")
+    line = one_line_error(*diff(tmp_path, str(file), str(broken))[:3])
+    assert "broken.wandb: a W&B record at byte 7 is malformed" in line
