@@ -319,21 +319,6 @@ class Flush(Registered):
         patches.PATCHES.wrap("main.flush", os, "_exit", make)
 
 
-class Processes(Registered):
-    """When asked, the processes the target starts record streams of their own."""
-
-    name = "processes"
-    patches = ("processes.end", "processes.start", "processes.bootstrap",
-               "processes.preparation")
-
-    def install(self, context: RunContext) -> None:
-        if context.config.processes:
-            # only when the target's processes are recorded
-            from repro_check.child.process import processes
-
-            processes.install(context.config, context.header, context.done)
-
-
 class MetricHooks(Registered):
     """What the target logs to TensorBoard, Lightning, the HF Trainer, wandb, mlflow."""
 
@@ -385,12 +370,6 @@ class Control(Registered):
                           context.emit)
 
 
-def features() -> list[Feature]:
-    """A fresh instance of every feature of a run (in no particular order: :func:`ordered`)."""
-    return [Capture(), Checkpoints(), Clock(), Control(), EnvHooks(), Flush(), MetricHooks(),
-            Origins(), Overrides(), Pins(), Processes(), Saves(), Seeding(), SeedingWatch()]
-
-
 def position(feature: Feature, order: Sequence[str] = patches.ORDER) -> int:
     """Where ``feature`` stands in ``order``: at its first entry there (an entry not in the
     order is an error)."""
@@ -406,12 +385,12 @@ def ordered(given: Iterable[Feature], order: Sequence[str] = patches.ORDER) -> l
                                               position(feature, order)))
 
 
-def install(context: RunContext, given: Iterable[Feature] | None = None,
+def install(context: RunContext, given: Iterable[Feature],
             header: Callable[[RunContext], None] | None = None) -> list[Feature]:
-    """Install every feature (``given``, else :func:`features`) in the order :func:`ordered`
-    gives, calling ``header`` (which writes the trace header) once those that go before it are
-    in; returns them in that order."""
-    out = ordered(features() if given is None else given)
+    """Install the features ``given`` in the order :func:`ordered` gives, calling ``header``
+    (which writes the trace header) once those that go before it are in; returns them in that
+    order."""
+    out = ordered(given)
     for feature in out:
         if header is not None and not feature.before_header:
             header(context)

@@ -138,7 +138,7 @@ def _prepare(config: RunConfig, emit: Emitter, started: float) -> features.RunCo
     # clock, the flush before os._exit, the processes the target starts, the logging
     # libraries' metrics, an RL environment's calls and the negative control's plant
     context = features.RunContext(config, emit)
-    features.install(context, header=write_header)
+    features.install(context, run_features(), header=write_header)
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target leaves is collected at exit by one collection of our
@@ -148,6 +148,19 @@ def _prepare(config: RunConfig, emit: Emitter, started: float) -> features.RunCo
     gc.freeze()
     atexit.register(gc.collect)
     return context
+
+
+def run_features() -> list[features.Feature]:
+    """A fresh instance of every feature of a run (in no particular order:
+    :func:`repro_check.child.features.ordered` orders them); the processes the target starts
+    install theirs (:mod:`repro_check.child.process.processes`)."""
+    # loaded once the run is tied to its supervisor: the run's start before seeding does without it
+    from repro_check.child.process import processes
+
+    return [features.Capture(), features.Checkpoints(), features.Clock(), features.Control(),
+            features.EnvHooks(), features.Flush(), features.MetricHooks(), features.Origins(),
+            features.Overrides(), features.Pins(), processes.Processes(), features.Saves(),
+            features.Seeding(), features.SeedingWatch()]
 
 
 def _run_target(run: Any, context: features.RunContext) -> str | int:

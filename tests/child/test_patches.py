@@ -229,7 +229,7 @@ def test_the_order_names_every_feature_once() -> None:
 def test_the_features_are_installed_in_the_order_the_patch_order_gives() -> None:
     """Each feature stands at its first entry of ``patches.ORDER``, the seeding first (before the
     trace header, which says what it did); every entry is one feature's."""
-    ordered = features.ordered(features.features())
+    ordered = features.ordered(main.run_features())
     assert [f.name for f in ordered] == [
         "seeding", "overrides", "pin", "watch", "capture", "checkpoint", "saved", "origin", "clock",
         "main", "processes", "metric_hooks", "env_hooks", "control"]
@@ -285,7 +285,7 @@ def install_a_run(events: list[dict[str, Any]], tmp: Path) -> tuple[Any, list[An
                      distributed=str(tmp), probe_step=1, warn_only=True)
     context = features.RunContext(told, events.append)
     installed = features.install(  # the seeding, the header, every other feature
-        context, header=lambda context: context.header.update({"distributed": {"rank": 0}}))
+        context, main.run_features(), header=lambda context: context.header.update({"distributed": {"rank": 0}}))
     return context.recorder, installed
 
 
