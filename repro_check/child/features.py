@@ -3,10 +3,13 @@
 Every feature (the seeding, the step recorder, the seeding watch, diagnose's pins, the moved
 clock, ...) is a :class:`Feature`: a ``name``, the entries of
 :data:`repro_check.child.patches.ORDER` it wraps (``patches``), whether it goes before the trace
-header (``before_header``), ``install(context)`` and ``uninstall()``. :func:`install` installs
-every feature of :func:`features` in the order ``patches.ORDER`` gives (a feature at its first
-entry there), so the one list that says how the features' wrappers nest also says in which order
-they are put in; the run entry (:mod:`repro_check.child.main`) calls it once.
+header (``before_header``), ``install(context)`` and ``uninstall()``. :func:`install` installs the
+features it is given in the order ``patches.ORDER`` gives (a feature at its first entry there),
+so the one list that says how the features' wrappers nest also says in which order they are put
+in. The run entry (:mod:`repro_check.child.main`: ``run_features``) calls it once with every
+feature of a run; a recorded process the target starts
+(:mod:`repro_check.child.process.processes`) with the few it needs, in a context of its own.
+The feature of those processes lives there, so that this interface never imports them.
 
 The trace header says what the seeding did, so the seeding must be applied before it is written:
 the features that say ``before_header`` (the seeding) are installed first, in that order among

@@ -285,7 +285,8 @@ def install_a_run(events: list[dict[str, Any]], tmp: Path) -> tuple[Any, list[An
                      distributed=str(tmp), probe_step=1, warn_only=True)
     context = features.RunContext(told, events.append)
     installed = features.install(  # the seeding, the header, every other feature
-        context, main.run_features(), header=lambda context: context.header.update({"distributed": {"rank": 0}}))
+        context, main.run_features(),
+        header=lambda context: context.header.update({"distributed": {"rank": 0}}))
     return context.recorder, installed
 
 
