@@ -108,7 +108,7 @@ def seed_spawned(settings: dict[str, Any]) -> None:
     """Apply the run's seeding in a spawned child (the preparation data's entry stays None)."""
     global _SPAWN_SEEDING
     if _SPAWN_SEEDING is None and capture.active() is None:
-        _SPAWN_SEEDING = _apply_seeding(settings)
+        _SPAWN_SEEDING = _apply_seeding(settings["config"])
 
 
 def _importable_at_start() -> bool:
@@ -121,8 +121,7 @@ def _importable_at_start() -> bool:
     return here in {os.path.realpath(os.path.join(p, "repro_check")) for p in paths if p}
 
 
-def _apply_seeding(settings: dict[str, Any]) -> dict[str, Any]:
-    config: RunConfig = settings["config"]
+def _apply_seeding(config: RunConfig) -> dict[str, Any]:
     if config.seed is None:
         return {}
     # a resume's runs: no DataLoader gets a generator the script could not save
@@ -224,10 +223,9 @@ class ProcessSeeding(features.Seeding):
         if self.forked:
             done = dict(_STARTS.done) if _STARTS is not None else {}
             if config.seed is not None and "python" in config.components:
-                done["python"] = seeding.seed_python(config.seed)
+                done["python"] = seeding.seed_python(config.seed)  # Python reseeds it at fork
         else:
-            done = _SPAWN_SEEDING if _SPAWN_SEEDING is not None else \
-                _apply_seeding({"config": config})
+            done = _SPAWN_SEEDING if _SPAWN_SEEDING is not None else _apply_seeding(config)
         context.done = done
 
 
