@@ -1,20 +1,27 @@
 """The features a run installs into its process, each through one interface, in one order.
 
-Every feature (the step recorder, the seeding watch, diagnose's pins, the moved clock, ...) is a
-:class:`Feature`: a ``name``, the entries of :data:`repro_check.child.patches.ORDER` it wraps
-(``patches``), ``install(context)`` and ``uninstall()``. :func:`install` installs every feature
-of :data:`FEATURES` in the order ``patches.ORDER`` gives (a feature at its first entry there),
+Every feature (the seeding, the step recorder, the seeding watch, diagnose's pins, the moved
+clock, ...) is a :class:`Feature`: a ``name``, the entries of
+:data:`repro_check.child.patches.ORDER` it wraps (``patches``), whether it goes before the trace
+header (``before_header``), ``install(context)`` and ``uninstall()``. :func:`install` installs the
+features it is given in the order ``patches.ORDER`` gives (a feature at its first entry there),
 so the one list that says how the features' wrappers nest also says in which order they are put
-in; the run entry (:mod:`repro_check.child.main`) calls it once, after the trace header.
+in. The run entry (:mod:`repro_check.child.main`: ``run_features``) calls it once with every
+feature of a run; a recorded process the target starts
+(:mod:`repro_check.child.process.processes`) with the few it needs, in a context of its own.
+The feature of those processes lives there, so that this interface never imports them.
+
+The trace header says what the seeding did, so the seeding must be applied before it is written:
+the features that say ``before_header`` (the seeding) are installed first, in that order among
+themselves, then the header is written (the ``header`` callback :func:`install` is given, with
+the context's :attr:`RunContext.done` filled in), then every other feature, in that order. The
+wrappers still nest as ``patches.ORDER`` says, whatever order they were put in.
 
 A feature installed before another it works with hands its part over through the
 :class:`RunContext`: the pins and the seeding watch come before the step recorder (the pins
 substitute batches the recorder then sees), so they leave what the recorder must call in
 :attr:`RunContext.on_recorder`, and the recorder's feature calls it, in install order, as soon as
 the recorder exists. The features after the recorder find it in :attr:`RunContext.recorder`.
-
-The seeding itself (:func:`repro_check.child.seeding.components.apply`, the ``seeding.loaders``
-entry) is applied before the header, which says what it did; it is not one of these features.
 
 Uninstalling a feature takes out what it installed (by default, every entry it names in the
 registry); a run never uninstalls (its process ends), the tests do.
@@ -43,10 +50,11 @@ class RunContext:
 
     config: RunConfig
     emit: Emit
-    #: the trace header, already written (a recorded process the target starts writes its own)
-    header: dict[str, Any]
-    #: what the seeding did, component by component
-    done: dict[str, Any]
+    #: the trace header, written once the features before it are installed (a recorded process
+    #: the target starts writes its own)
+    header: dict[str, Any] = field(default_factory=dict)
+    #: what the seeding did, component by component (the seeding's feature fills it in)
+    done: dict[str, Any] = field(default_factory=dict)
     recorder: Any = None
     pins: Any = None
     watch: Any = None
@@ -77,6 +85,11 @@ class Feature(Protocol):
         """Its entries of :data:`repro_check.child.patches.ORDER`."""
         ...
 
+    @property
+    def before_header(self) -> bool:
+        """Whether it is installed before the trace header, which says what it did."""
+        ...
+
     def install(self, context: RunContext) -> None: ...
 
     def uninstall(self) -> None: ...
@@ -87,12 +100,36 @@ class Registered:
 
     name = ""
     patches: tuple[str, ...] = ()
+    before_header = False
     #: what :meth:`install` put in, for :meth:`uninstall` (where it is an object of its own)
     installed: Any = None
 
     def uninstall(self) -> None:
         for entry in self.patches:
             patches.PATCHES.remove(entry)
+
+
+class Seeding(Registered):
+    """The run's seeding, component by component (a DataLoader gets a generator and seeded
+    workers): before the trace header, which says what it did (:attr:`RunContext.done`)."""
+
+    name = "seeding"
+    patches = ("seeding.loaders",)
+    before_header = True
+
+    def install(self, context: RunContext) -> None:
+        config = context.config
+        if config.seed is None:
+            context.done = {}
+            return
+        # loaded once the run is tied to its supervisor: the run's start before seeding does without it
+        from repro_check.child.seeding import components
+
+        # a resume's runs: no DataLoader gets a generator of ours, which the script could not
+        # save (its workers are still seeded from their torch seed)
+        context.done = components.apply(config.seed, list(config.components), config.threads,
+                                        config.warn_only,
+                                        loader_generators=config.resume is None)
 
 
 class Overrides(Registered):
@@ -285,21 +322,6 @@ class Flush(Registered):
         patches.PATCHES.wrap("main.flush", os, "_exit", make)
 
 
-class Processes(Registered):
-    """When asked, the processes the target starts record streams of their own."""
-
-    name = "processes"
-    patches = ("processes.end", "processes.start", "processes.bootstrap",
-               "processes.preparation")
-
-    def install(self, context: RunContext) -> None:
-        if context.config.processes:
-            # only when the target's processes are recorded
-            from repro_check.child.process import processes
-
-            processes.install(context.config, context.header, context.done)
-
-
 class MetricHooks(Registered):
     """What the target logs to TensorBoard, Lightning, the HF Trainer, wandb, mlflow."""
 
@@ -351,17 +373,6 @@ class Control(Registered):
                           context.emit)
 
 
-#: the entry of ``patches.ORDER`` no feature here installs: the seeding, applied before the
-#: trace header (which says what it did)
-BEFORE_THE_HEADER = ("seeding.loaders",)
-
-
-def features() -> list[Feature]:
-    """A fresh instance of every feature of a run (in no particular order: :func:`ordered`)."""
-    return [Capture(), Checkpoints(), Clock(), Control(), EnvHooks(), Flush(), MetricHooks(),
-            Origins(), Overrides(), Pins(), Processes(), Saves(), SeedingWatch()]
-
-
 def position(feature: Feature, order: Sequence[str] = patches.ORDER) -> int:
     """Where ``feature`` stands in ``order``: at its first entry there (an entry not in the
     order is an error)."""
@@ -372,16 +383,24 @@ def position(feature: Feature, order: Sequence[str] = patches.ORDER) -> int:
 
 
 def ordered(given: Iterable[Feature], order: Sequence[str] = patches.ORDER) -> list[Feature]:
-    """``given`` in the order ``order`` gives."""
-    return sorted(given, key=lambda feature: position(feature, order))
+    """``given`` in the order ``order`` gives, those that go before the trace header first."""
+    return sorted(given, key=lambda feature: (not feature.before_header,
+                                              position(feature, order)))
 
 
-def install(context: RunContext, given: Iterable[Feature] | None = None) -> list[Feature]:
-    """Install every feature (``given``, else :func:`features`) in the order ``patches.ORDER``
-    gives; returns them in that order."""
-    out = ordered(features() if given is None else given)
+def install(context: RunContext, given: Iterable[Feature],
+            header: Callable[[RunContext], None] | None = None) -> list[Feature]:
+    """Install the features ``given`` in the order :func:`ordered` gives, calling ``header``
+    (which writes the trace header) once those that go before it are in; returns them in that
+    order."""
+    out = ordered(given)
     for feature in out:
+        if header is not None and not feature.before_header:
+            header(context)
+            header = None
         feature.install(context)
+    if header is not None:
+        header(context)
     return out
 
 

@@ -121,26 +121,24 @@ def _prepare(config: RunConfig, emit: Emitter, started: float) -> features.RunCo
     # imports this module too, and never loads torch); the capture before seeding, as always
     from repro_check.child.observe import capture  # noqa: F401
     from repro_check.trace import environment  # noqa: F401
-    from repro_check.child.seeding import components as seeding
+    from repro_check.child.seeding import components  # noqa: F401
     from repro_check.child.observe import watch  # noqa: F401
 
-    # a resume's runs: no DataLoader gets a generator of ours, which the script could not save
-    # (its workers are still seeded from their torch seed)
-    done = seeding.apply(config.seed, list(config.components), config.threads,
-                         config.warn_only, loader_generators=config.resume is None) \
-        if config.seed is not None else {}
-    header = _header(config, config.target, done, started)
-    # the trace format: loaded once the configuration is read (another version's is refused)
-    from repro_check.trace.format import header_line
+    def write_header(context: features.RunContext) -> None:
+        """The trace header, saying what the seeding (installed before it) did."""
+        context.header = _header(config, config.target, context.done, started)
+        # the trace format: loaded once the configuration is read (another version's is refused)
+        from repro_check.trace.format import header_line
 
-    emit(header_line(header))
-    # every feature in the order patches.ORDER gives (child/features.py): the overrides of an
-    # --across environment, the pins, the seeding watch, the step recorder, the checkpoint
-    # signals, the saves, where models are built, the moved clock, the flush before os._exit,
-    # the processes the target starts, the logging libraries' metrics, an RL environment's
-    # calls and the negative control's plant
-    context = features.RunContext(config, emit, header, done)
-    features.install(context)
+        emit(header_line(context.header))
+
+    # every feature in the order patches.ORDER gives (child/features.py): the seeding, then the
+    # trace header, then the overrides of an --across environment, the pins, the seeding watch,
+    # the step recorder, the checkpoint signals, the saves, where models are built, the moved
+    # clock, the flush before os._exit, the processes the target starts, the logging
+    # libraries' metrics, an RL environment's calls and the negative control's plant
+    context = features.RunContext(config, emit)
+    features.install(context, run_features(), header=write_header)
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
     # than the capture. What the target leaves is collected at exit by one collection of our
@@ -150,6 +148,19 @@ def _prepare(config: RunConfig, emit: Emitter, started: float) -> features.RunCo
     gc.freeze()
     atexit.register(gc.collect)
     return context
+
+
+def run_features() -> list[features.Feature]:
+    """A fresh instance of every feature of a run (in no particular order:
+    :func:`repro_check.child.features.ordered` orders them); the processes the target starts
+    install theirs (:mod:`repro_check.child.process.processes`)."""
+    # loaded once the run is tied to its supervisor: the run's start before seeding does without it
+    from repro_check.child.process import processes
+
+    return [features.Capture(), features.Checkpoints(), features.Clock(), features.Control(),
+            features.EnvHooks(), features.Flush(), features.MetricHooks(), features.Origins(),
+            features.Overrides(), features.Pins(), processes.Processes(), features.Saves(),
+            features.Seeding(), features.SeedingWatch()]
 
 
 def _run_target(run: Any, context: features.RunContext) -> str | int:

@@ -54,8 +54,8 @@ PLACEHOLDER = "{checkpoint}"
 MAX_MOVED = 1000
 
 
-class Collector:
-    """Keeps every step, the metrics and the checkpoint records of the runs (a resume compares
+class ResumeRecords:
+    """The records of a resume's runs, as the session's listener: keeps every step, the metrics and the checkpoint records of the runs (a resume compares
     after the fact: the step the resumed run starts from is known only once the interrupted run
     saved), each run's by rank under torchrun (``None``: a plain run), and passes events on to
     the caller's listener."""
@@ -149,7 +149,7 @@ def _compare(ref: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]], *
     return cmp.result()
 
 
-def compare_by_rank(feed: Collector, other: int, *, first: int, last_ref: int, offset: int,
+def compare_by_rank(feed: ResumeRecords, other: int, *, first: int, last_ref: int, offset: int,
                     other_steps: int, policy: Policy, metrics: bool
                     ) -> tuple[ComparisonResult, int | None]:
     """The reference (run 1) against run ``other``, rank by rank (one comparison for a plain
@@ -209,7 +209,7 @@ def _put_back(copy: str, path: str) -> None:
         pass  # the resumed run reads what is there; a failure to read shows as its own
 
 
-def move_aside(feed: Collector, info: CheckpointInfo, folder: Path) -> list[str]:
+def move_aside(feed: ResumeRecords, info: CheckpointInfo, folder: Path) -> list[str]:
     """The checkpoints the reference saved after the checkpoint's step, at other paths than its
     files (``out/checkpoint-8`` beside ``out/checkpoint-4``), moved into ``folder``: a script
     that finds its own checkpoint (the HF Trainer's ``resume_from_checkpoint=True``, Lightning's
@@ -275,7 +275,7 @@ def run_resume(options: RunOptions, listener: Listener | None = None,
              dataclasses.replace(_told(interrupted, dataclasses.replace(
                  base, role="interrupted", stop_at=at, copy_dir=str(session.folder / "checkpoint"))),
                  trace_path=session.folder / "run-2-interrupted.jsonl")]
-    feed = Collector(listener)
+    feed = ResumeRecords(listener)
     outcome = session.run(feed, jobs, specs=specs,
                           stop_run=shape.stop_run(lambda i: i == 2 and 2 in feed.checkpoint))
     resume = Resume(options, policy, shape, session, feed, reference, base,
@@ -288,7 +288,7 @@ class Resume:
     run, their comparison and the report, built of its parts at whichever point it ends."""
 
     def __init__(self, options: RunOptions, policy: Policy, shape: RunShape, session: Session,
-                 feed: Collector, reference: RunSpec, base: ResumeSettings,
+                 feed: ResumeRecords, reference: RunSpec, base: ResumeSettings,
                  part: ResumePart) -> None:
         self.options = options
         self.policy = policy
@@ -420,7 +420,7 @@ class ResumeControl:
     signals compared), or the resume verdict is not verified: the comparison could not have
     told a resume that restores that state from one that does not."""
 
-    def __init__(self, options: RunOptions, session: Session, feed: Collector,
+    def __init__(self, options: RunOptions, session: Session, feed: ResumeRecords,
                  info: CheckpointInfo, policy: Policy, shape: RunShape) -> None:
         self.options = options
         self.session = session

@@ -227,15 +227,16 @@ def test_the_order_names_every_feature_once() -> None:
 
 
 def test_the_features_are_installed_in_the_order_the_patch_order_gives() -> None:
-    """Each feature stands at its first entry of ``patches.ORDER``; every entry is one feature's,
-    but the seeding's (applied before the trace header, which says what it did)."""
-    ordered = features.ordered(features.features())
+    """Each feature stands at its first entry of ``patches.ORDER``, the seeding first (before the
+    trace header, which says what it did); every entry is one feature's."""
+    ordered = features.ordered(main.run_features())
     assert [f.name for f in ordered] == [
-        "overrides", "pin", "watch", "capture", "checkpoint", "saved", "origin", "clock", "main",
-        "processes", "metric_hooks", "env_hooks", "control"]
+        "seeding", "overrides", "pin", "watch", "capture", "checkpoint", "saved", "origin", "clock",
+        "main", "processes", "metric_hooks", "env_hooks", "control"]
+    assert [f.name for f in ordered if f.before_header] == ["seeding"]
     claimed = [entry for f in ordered for entry in f.patches]
     assert len(claimed) == len(set(claimed))
-    assert sorted(claimed + list(features.BEFORE_THE_HEADER)) == sorted(patches.ORDER)
+    assert sorted(claimed) == sorted(patches.ORDER)
 
 
 def test_features_are_installed_in_that_order_whatever_order_they_are_given_and_taken_out_in_reverse(
@@ -254,12 +255,14 @@ def test_features_are_installed_in_that_order_whatever_order_they_are_given_and_
 
     context = features.RunContext(RunConfig(run=1, target=targets.parse("train.py")),
                                   lambda line: None, {}, {})
+    first = Stub("first", ("pin.data",))
+    first.before_header = True
     given = [Stub("late", ("control.forward",)), Stub("early", ("overrides.loaders",)),
-             Stub("middle", ("watch.seeding", "clock"))]
-    installed = features.install(context, given)
-    assert calls == ["early", "middle", "late"]
+             Stub("middle", ("watch.seeding", "clock")), first]
+    installed = features.install(context, given, header=lambda context: calls.append("header"))
+    assert calls == ["first", "header", "early", "middle", "late"]
     features.uninstall(installed)
-    assert calls[3:] == ["-late", "-middle", "-early"]
+    assert calls[5:] == ["-late", "-middle", "-early", "-first"]
     with pytest.raises(ValueError, match="not in the patch order"):
         features.position(Stub("unknown", ("nowhere",)))
 
@@ -270,17 +273,20 @@ def install_a_run(events: list[dict[str, Any]], tmp: Path) -> tuple[Any, list[An
     ``child/features.py``, in the order ``patches.ORDER`` gives), with the step probe, flagged
     ops, torchrun's recorder, diagnose's pins, recorded processes, a resume's saves, an
     ``--across`` environment and a moved clock."""
-    done = seeding.apply(7, ("python", "numpy", "torch", "dataloader"), None)
     plan = tmp / "plan.json"
     plan.write_text(json.dumps({"dir": str(tmp / "replay"), "pins": [{"kind": "data", "step": 1}]}))
     os.environ[PLAN_VAR] = str(plan)  # the pins read (and take out) their plan
     resume = ResumeSettings(role="interrupted", stop_at=3, copy_dir=str(tmp / "copy"),
                             checkpoint=str(tmp / "*.npy"))
     told = RunConfig(run=2, target=targets.parse("train.py"), seed=7, processes=str(tmp),
+                     components=("python", "numpy", "torch", "dataloader",
+                                 "deterministic_algorithms"), threads=None,
                      resume=resume, num_workers=0, start_method="spawn", compile=False,
                      distributed=str(tmp), probe_step=1, warn_only=True)
-    context = features.RunContext(told, events.append, {"distributed": {"rank": 0}}, done)
-    installed = features.install(context)
+    context = features.RunContext(told, events.append)
+    installed = features.install(  # the seeding, the header, every other feature
+        context, main.run_features(),
+        header=lambda context: context.header.update({"distributed": {"rank": 0}}))
     return context.recorder, installed
 
 
@@ -291,8 +297,15 @@ def run_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(origin, "SITES", origin.ModelSites())
     monkeypatch.setattr(processes, "_STARTS", None)
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+    inductor = os.environ.get("TORCHINDUCTOR_DETERMINISTIC")  # the seeding sets it
+    monkeypatch.setenv("TORCHINDUCTOR_DETERMINISTIC", inductor or "")  # put back as it is now
+    if inductor is None:
+        monkeypatch.delenv("TORCHINDUCTOR_DETERMINISTIC")
     with warnings.catch_warnings():
         yield
+    torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
     patches.PATCHES.undo()
     overrides.remove()  # the start method it set
     active = capture.active()
@@ -366,10 +379,10 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
     overrides.install(RunConfig(run=1, target=targets.parse("train.py"), num_workers=0,
                                 start_method="spawn", compile=False))
     assert patches.PATCHES.listing() == first
-    # the installed wrappers work as one chain: a seeded loader, a watched worker_init_fn
+    # the installed wrappers work as one chain: seeded workers, a watched worker_init_fn
     loader = DataLoader(list(range(4)), 2, True, None, None, 0, None, False, False, 0, None,
                         None, None)  # ..., worker_init_fn, multiprocessing_context, generator
-    assert loader.generator is not None  # given by position, bound by name
+    assert loader.generator is None  # a resume's run: none of ours, which it could not save
     assert loader.num_workers == 0 and os.environ["TORCHDYNAMO_DISABLE"] == "1"
     assert isinstance(loader.worker_init_fn.keywords["user_fn"], watch.WorkerWatch)
 
@@ -393,7 +406,7 @@ def test_uninstalling_a_run_s_features_takes_out_all_they_put_in(run_state: None
     _, installed = install_a_run([], tmp_path)
     features.uninstall(installed)
     left = {f for row in patches.PATCHES.listing() if row.skipped is None for f in row.features}
-    assert left <= set(features.BEFORE_THE_HEADER)  # the seeding's own, applied before
+    assert not left  # the seeding's own too
 
 
 def test_debug_lists_what_a_run_patched(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ def test_later_checkpoints_of_the_reference_are_moved_and_the_checkpoint_is_kept
         (out / name / "model.pt").write_text(name)
     (out / "last.pt").write_text("last")
     (out / "mine.txt").write_text("the user's")
-    feed = resume_check.Collector(None)
+    feed = resume_check.ResumeRecords(None)
     # the reference's saves, as its trace reports them: every 4 steps, and last.pt each time
     for step in (4, 8, 12):
         for path in (out / f"checkpoint-{step}", out / "last.pt"):
@@ -50,7 +50,7 @@ def test_the_control_leaves_out_the_rng_state_only_where_the_runs_draw_after_the
     (or its contents cannot be seen) and the reference draws after it, else the optimizer's;
     nothing when it holds neither."""
     def state(kinds: dict[str, str], draws: bool) -> str | None:
-        feed = resume_check.Collector(None)
+        feed = resume_check.ResumeRecords(None)
         for step in (4, 5):
             signals = {"loss": "x", **({"rng.torch": "f"} if draws and step == 5 else {})}
             feed.event(1, record_of({"step": step, "signals": signals}))

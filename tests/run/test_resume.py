@@ -331,11 +331,11 @@ def test_under_torchrun_each_rank_is_compared_and_the_first_to_diverge_is_taken(
     agrees; the comparison taken is rank 1's (a rank left out would make this a false
     "resumes exactly")."""
     from repro_check.compare.steps import Policy
-    from repro_check.commands.resume import Collector, compare_by_rank
+    from repro_check.commands.resume import ResumeRecords, compare_by_rank
     from repro_check.trace import values
     from repro_check.trace.protocol import StepRecord
 
-    feed = Collector(None)
+    feed = ResumeRecords(None)
 
     def step(run: int, rank: int, n: int, loss: float) -> None:
         feed.event(run, StepRecord({"step": n, "rank": rank}, n, {"loss": values.encode(loss)}))
@@ -350,7 +350,7 @@ def test_under_torchrun_each_rank_is_compared_and_the_first_to_diverge_is_taken(
                                    policy=Policy(), metrics=False)
     assert rank == 1 and result.first_divergent_step == 4
     # every rank agreeing: rank 0's comparison, no divergence
-    clean = Collector(None)
+    clean = ResumeRecords(None)
     for rank in (0, 1):
         clean.event(1, StepRecord({"step": 1, "rank": rank}, 1, {"loss": values.encode(1.0)}))
         clean.event(3, StepRecord({"step": 1, "rank": rank}, 1, {"loss": values.encode(1.0)}))

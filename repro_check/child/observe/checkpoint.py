@@ -111,9 +111,10 @@ def optimizer_state(optimizer: Any, defer: bool = True) -> Any:
     return fingerprint.tensors(items, defer=defer)
 
 
-class StepSignals:
-    """Takes ``lr``, ``opt`` and ``scaler`` at each optimizer pre-step (per thread) and hands them
-    to the recorder's step record."""
+class OptimizerSignals:
+    """The optimizer's signals of a step (the recorder's own are ``capture.StepSignals``): takes
+    ``lr``, ``opt`` and ``scaler`` at each optimizer pre-step (per thread) and hands them to the
+    recorder's step record."""
 
     def __init__(self, recorder: Any, params_in: bool = False) -> None:
         self.rec = recorder
@@ -665,7 +666,7 @@ class Checkpoints:
     def __init__(self, recorder: Any, emit: Emit, settings: ResumeSettings | None) -> None:
         self.recorder = recorder
         self.settings = settings
-        self.signals = StepSignals(recorder, settings is not None and settings.role == "resumed")
+        self.signals = OptimizerSignals(recorder, settings is not None and settings.role == "resumed")
         self.saves = Saves(recorder, emit, settings) if settings is not None else None
         self.frameworks: FrameworkSaves | None = None
 

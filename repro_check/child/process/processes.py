@@ -32,10 +32,18 @@ How a child is reached, whatever the start method:
   re-imports the main module (:class:`SpawnSeeding`). Either way a child that draws from
   ``random`` or numpy draws the same numbers in every run (every child the same ones, as every
   rank of a torchrun job).
+
+A child's recording is put in through the same interface as the run's
+(:mod:`repro_check.child.features`), with a :class:`~repro_check.child.features.RunContext` of its
+own (the run's configuration as a child takes it: not a rank, no step probe, no ``--across``
+loading to watch) and the features it needs: its seeding (:class:`ProcessSeeding`: what came
+along with the fork, or what was applied as it was spawned), its trace header, the seeding watch,
+a step recorder, and its end of stream before ``os._exit`` (:class:`ProcessEnd`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -45,9 +53,8 @@ from typing import Any
 
 from repro_check import targets
 from repro_check.child.observe import capture
-from repro_check.child import patches
+from repro_check.child import features, patches
 from repro_check.child.seeding import components as seeding
-from repro_check.child.observe import watch
 from repro_check.child.process.emit import Emitter
 from repro_check.trace.format import header_line
 from repro_check.trace.protocol import RunConfig
@@ -62,7 +69,8 @@ NOT_TRAINING = ("torch.utils.data._utils.worker", "multiprocessing.managers")
 
 class Stream:
     """Which child a process is (``index``) and what it needs to record: the events folder, the
-    run's seeding, ``--max-steps`` and the main's trace header (``settings``)."""
+    run's configuration as a child takes it (its seeding, ``--max-steps``) and the main's trace
+    header (``settings``)."""
 
     def __init__(self, index: int, settings: dict[str, Any], origin: int) -> None:
         self.index = index
@@ -100,7 +108,7 @@ def seed_spawned(settings: dict[str, Any]) -> None:
     """Apply the run's seeding in a spawned child (the preparation data's entry stays None)."""
     global _SPAWN_SEEDING
     if _SPAWN_SEEDING is None and capture.active() is None:
-        _SPAWN_SEEDING = _apply_seeding(settings)
+        _SPAWN_SEEDING = _apply_seeding(settings["config"])
 
 
 def _importable_at_start() -> bool:
@@ -113,11 +121,12 @@ def _importable_at_start() -> bool:
     return here in {os.path.realpath(os.path.join(p, "repro_check")) for p in paths if p}
 
 
-def _apply_seeding(settings: dict[str, Any]) -> dict[str, Any]:
-    if settings["seed"] is None:
+def _apply_seeding(config: RunConfig) -> dict[str, Any]:
+    if config.seed is None:
         return {}
-    return seeding.apply(settings["seed"], settings["components"], settings["threads"],
-                         settings["warn_only"], settings.get("loader_generators", True))
+    # a resume's runs: no DataLoader gets a generator the script could not save
+    return seeding.apply(config.seed, list(config.components), config.threads,
+                         config.warn_only, config.resume is None)
 
 
 class _Starts:
@@ -155,17 +164,9 @@ def install(config: RunConfig, header: dict[str, Any], done: dict[str, Any]) -> 
     # only when the target starts processes: the run entry starts without multiprocessing
     from multiprocessing.process import BaseProcess
 
-    components = list(config.components)
     settings = {
         "events_dir": config.processes,
-        "seed": config.seed,
-        "components": components,
-        "threads": config.threads,
-        "warn_only": config.warn_only,
-        # a resume's runs: no DataLoader gets a generator the script could not save
-        "loader_generators": config.resume is None,
-        "flag_ops": config.warn_only and "deterministic_algorithms" in components,
-        "max_steps": config.max_steps,
+        "config": process_config(config),
         "header": header,
     }
     _STARTS = starts = _Starts(settings, done)
@@ -185,6 +186,74 @@ def install(config: RunConfig, header: dict[str, Any], done: dict[str, Any]) -> 
     patches.PATCHES.wrap("processes.start", BaseProcess, "start", make)
     _wrap_bootstrap()
     _seed_in_preparation(starts)
+
+
+def process_config(config: RunConfig) -> RunConfig:
+    """The run's configuration as a process the target starts takes it: seeded and recorded as
+    the run is, but not a rank (its own recorder), no step probed, no ``--across`` override to
+    apply or loading to watch (the main process's, inherited or not, are the run's), no trace
+    channel (it writes to its events file)."""
+    return dataclasses.replace(config, event_fd=None, distributed=None, processes=None,
+                               probe_step=None, num_workers=None, start_method=None,
+                               compile=None)
+
+
+class Processes(features.Registered):
+    """When asked, the processes the target starts record streams of their own."""
+
+    name = "processes"
+    patches = ("processes.end", "processes.start", "processes.bootstrap",
+               "processes.preparation")
+
+    def install(self, context: features.RunContext) -> None:
+        if context.config.processes:
+            install(context.config, context.header, context.done)
+
+
+class ProcessSeeding(features.Seeding):
+    """A child's seeding: a forked child's came along with the fork (but Python's ``random``,
+    which Python reseeds at fork: seeded again), a spawned child's was applied from its
+    preparation data (or is applied now, if it came without)."""
+
+    def __init__(self, forked: bool) -> None:
+        self.forked = forked
+
+    def install(self, context: features.RunContext) -> None:
+        config = context.config
+        if self.forked:
+            done = dict(_STARTS.done) if _STARTS is not None else {}
+            if config.seed is not None and "python" in config.components:
+                done["python"] = seeding.seed_python(config.seed)  # Python reseeds it at fork
+        else:
+            done = _SPAWN_SEEDING if _SPAWN_SEEDING is not None else _apply_seeding(config)
+        context.done = done
+
+
+class ProcessEnd(features.Registered):
+    """``os._exit`` in the child's code skips everything: its stream is ended first."""
+
+    name = "end"
+    patches = ("processes.end",)
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+
+    def install(self, context: features.RunContext) -> None:
+        child = self.child
+        owner = os.getpid()
+
+        def make(previous: Any) -> Any:
+            def _exit(code: int) -> None:
+                if os.getpid() == owner:
+                    try:
+                        child.end(code, "exited")
+                    except BaseException:  # noqa: BLE001 - exiting anyway
+                        pass
+                previous(code)
+
+            return _exit
+
+        patches.PATCHES.wrap("processes.end", os, "_exit", make, token=child)
 
 
 def _seed_in_preparation(starts: _Starts) -> None:
@@ -244,8 +313,9 @@ def _wrap_bootstrap() -> None:
 
 
 class Child:
-    """The stream of one child process, from its start to its end: the header, a recorder of its
-    own, the seeding watch, and a last record saying how it ended."""
+    """The stream of one child process, from its start to its end: its features (the seeding,
+    then the header, the seeding watch, a recorder of its own, its end before ``os._exit``),
+    and a last record saying how it ended."""
 
     def __init__(self, token: Stream, process: Any) -> None:
         self.token = token
@@ -260,22 +330,23 @@ class Child:
         inherited = capture.active()
         if inherited is not None:  # forked: the main's recorder and its seeding came along
             inherited.uninstall()
-            done = dict(_STARTS.done) if _STARTS is not None else {}
-            if s["seed"] is not None and "python" in s["components"]:
-                done["python"] = seeding.seed_python(s["seed"])  # Python reseeds it at fork
-        else:  # spawned: seeded from its preparation data (or now, if it came without)
-            done = _SPAWN_SEEDING if _SPAWN_SEEDING is not None else _apply_seeding(s)
-        self.emit(header_line(dict(s["header"], seeding=done, started=self.started, process={
-            "index": token.index, "pid": os.getpid(), "parent_pid": token.origin,
-            "name": getattr(process, "name", None),
-            "start_method": getattr(process, "_start_method", None)
-            or ("fork" if inherited is not None else "spawn"),
-        })))
-        self.recorder = capture.Recorder(self.emit, s["max_steps"],
-                                         flag_ops=s["flag_ops"]).install()
-        self.watch = watch.SeedingWatch(self.emit, done, s["seed"]).install()
-        self.recorder.watchers.append(self.watch.check)
-        self._end_on_os_exit()
+        forked = inherited is not None
+
+        def header(context: features.RunContext) -> None:
+            context.header = dict(s["header"], seeding=context.done, started=self.started,
+                                  process={
+                "index": token.index, "pid": os.getpid(), "parent_pid": token.origin,
+                "name": getattr(process, "name", None),
+                "start_method": getattr(process, "_start_method", None)
+                or ("fork" if forked else "spawn"),
+            })
+            self.emit(header_line(context.header))
+
+        context = features.RunContext(s["config"], self.emit)
+        features.install(context, [ProcessSeeding(forked), features.SeedingWatch(),
+                                   features.Capture(), ProcessEnd(self)], header=header)
+        self.recorder = context.recorder
+        self.watch = context.watch
 
     def run(self, bootstrap: Any, args: Any, kwargs: Any) -> int:
         """multiprocessing's ``_bootstrap`` with the process's ``run`` recorded; its exit code."""
@@ -328,20 +399,3 @@ class Child:
         self.emit({"info": {"status": status, "steps": rec.step,
                             "backward_calls": rec.backward_calls, "exitcode": code,
                             "seconds": time.time() - self.started}})
-
-    def _end_on_os_exit(self) -> None:
-        """``os._exit`` in the child's code skips everything: end the stream first."""
-        owner = os.getpid()
-
-        def make(previous: Any) -> Any:
-            def _exit(code: int) -> None:
-                if os.getpid() == owner:
-                    try:
-                        self.end(code, "exited")
-                    except BaseException:  # noqa: BLE001 - exiting anyway
-                        pass
-                previous(code)
-
-            return _exit
-
-        patches.PATCHES.wrap("processes.end", os, "_exit", make, token=self)
