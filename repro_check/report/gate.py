@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from repro_check.report.controlpart import control_parts
 from repro_check.report.htmlkit import escape, table
 from repro_check.compare.steps import Divergence
 from repro_check.report.model import GatePart, Report
@@ -17,7 +18,6 @@ from repro_check.report.part import PageSections, Section
 from repro_check.trace.results import RunResult
 from repro_check.report.terminal import (
     Unwrapped,
-    control_parts,
     failure_parts,
     make_console,
     metric_rows,

@@ -24,6 +24,7 @@ from repro_check.report.htmlkit import (FIG_H, FIG_W, MARKER_COLOR, RUN_COLORS, 
                                         escape, loss_plot, number, read_curve,
                                         require_matplotlib, resume_plot, table, value_cell)
 from repro_check.report import bisect, diagnosis
+from repro_check.report.controlpart import control_section
 from repro_check.report.kinds import kind_of
 from repro_check.report.model import Report
 from repro_check.report.part import PageSections
@@ -164,22 +165,8 @@ def _outcome_section(report: Report) -> list[str]:
     left = saved_line(report)
     if left is not None and report.error is None:
         out.append(f'<p id="saved">{escape(left)}</p>')
-    out += _control_section(report)
+    out += control_section(report)
     return out
-
-
-def _control_section(report: Report) -> list[str]:
-    """The negative control: what was planted where and where it was seen, or, UNVERIFIED,
-    what the check could not see."""
-    ctl = report.control
-    if ctl is None:
-        return []
-    if ctl.status == "not seen":
-        return [f'<p id="control"><b>Control: not seen.</b> {escape(ctl.detail)}. '
-                "The verdict is UNVERIFIED: the runs agree, but the check could not have seen "
-                "them differ.</p>"]
-    return [f'<p id="control" class="sub"><b>Control:</b> '
-            f'{escape(ctl.summary.removeprefix("negative control: "))}</p>']
 
 
 def _loss_section(report: Report) -> list[str]:

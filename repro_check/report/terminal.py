@@ -16,7 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.contents import DesyncRankValue
+from repro_check.report.controlpart import control_parts
 from repro_check.report.model import Report
+from repro_check.report.richkit import hanging
 from repro_check.report.view import FOCUS, bit_identical_groups, context_view
 from repro_check.report.text import (
     failed_runs_lines,
@@ -175,16 +177,6 @@ def _groups_line(report: Report) -> Text | None:
     line = Text("Bit-identical groups: ", style="bold")
     line.append("  ".join("{" + ", ".join(map(str, g)) + "}" for g in groups))
     return line
-
-
-def hanging(label: Text | str, body: Text | str) -> Table:
-    """``label`` then ``body``, whose wrapped lines start under its first character, not at
-    column 0 (a long cause or source detail stays readable as one block)."""
-    grid = Table.grid(padding=0)
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    grid.add_row(label, body)
-    return grid
 
 
 class Unwrapped:
@@ -379,24 +371,6 @@ def _metrics_table(report: Report) -> list[Any]:
         t.add_row(*mark, label, *[value_text(v) for v in raw],
                   style="red" if n in differing else None)
     return [t] if note is None else ([t, note] if shown else [note])
-
-
-def control_parts(report: Report) -> list[Any]:
-    """The negative control behind an agreeing verdict: what was planted where and where it was
-    seen, or, UNVERIFIED, what the check could not see; or that it was not run, and why."""
-    ctl = report.control
-    if ctl is None:
-        return []
-    if ctl.status == "seen":
-        return [hanging(Text("Control: ", style="bold"),
-                        Text(ctl.summary.removeprefix("negative control: ")))]
-    if ctl.status == "skipped":
-        return [Text(f"Control: not run ({ctl.detail})", style="dim")]
-    return [hanging(Text("Control: ", style="bold yellow"),
-                    Text.assemble(("not seen", "bold yellow"),
-                                  f" — {ctl.detail}. The verdict is UNVERIFIED: the "
-                                  "runs agree, but the check could not have seen them differ "
-                                  "(--no-control skips the control)."))]
 
 
 def footer_parts(report: Report) -> list[Any]:
