@@ -108,7 +108,7 @@ def _compared_parts(report: Report, gate: GatePart) -> list[Any]:
     parts: list[Any] = []
     div = cmp.divergence if cmp else None
     if div is not None:
-        parts += _divergence_parts(div, labels)
+        parts += _divergence_parts(div, labels, report.policy.describe())
     elif report.error is None and not report.interrupted and cmp is not None:
         parts.append(Text(agreement(cmp, report.results)))
     if cmp is not None and cmp.judged:
@@ -126,14 +126,15 @@ def _compared_parts(report: Report, gate: GatePart) -> list[Any]:
     return parts + _metrics_table(report, labels)
 
 
-def _divergence_parts(div: Divergence, labels: list[str]) -> list[Any]:
-    """The first divergence: where, on which signal, its values side by side."""
+def _divergence_parts(div: Divergence, labels: list[str], panel_policy: str) -> list[Any]:
+    """The first divergence: where, on which signal, its values side by side (what judged it
+    only when the panel's "judged by:" does not already say it)."""
     where = f"step {div.step}" if div.step is not None else "final metrics"
     parts: list[Any] = [Text.assemble(("First divergence: ", "bold"), f"{where}, signal ",
                                       (div.signal, "bold"), f", {labels[1]} vs {labels[0]}")]
     if div.detail:
         parts.append(Text(f"  {div.detail}"))
-    if div.policy:
+    if div.policy and div.policy != panel_policy:
         parts.append(Text(f"  judged by {div.policy}"))
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for col, justify in (("", "left"), (labels[0], "right"), (labels[1], "right"),
