@@ -13,6 +13,7 @@ from rich.text import Text
 from repro_check.report.controlpart import control_parts
 from repro_check.report.htmlkit import escape, table
 from repro_check.compare.steps import Divergence
+from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import GatePart, Report
 from repro_check.report.part import PageSections, Section
 from repro_check.trace.results import RunResult
@@ -20,7 +21,6 @@ from repro_check.report.terminal import (
     Unwrapped,
     failure_parts,
     make_console,
-    metric_rows,
     verdict,
 )
 from repro_check.report.text import (Visible, agreement, diff_text, divergence_failure,
@@ -168,27 +168,9 @@ def _record_lines(report: Report) -> list[Any]:
 
 
 def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
-    cmp = report.comparison
-    if cmp is None:
-        return []
-    names: dict[str, None] = {}
-    for k in (1, 2):
-        names.update(dict.fromkeys(cmp.metrics_of(k)))
-    if not names:
-        return []
-    differing = {d.signal.removeprefix("metric:") for d in cmp.metric_divergences}
-    shown, note = metric_rows(names, differing)
-    t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
-    if differing:
-        t.add_column("", width=1)
-    t.add_column("metric")
-    t.add_column(labels[0], justify="right")
-    t.add_column(labels[1], justify="right")
-    for n in shown:
-        mark = ["≠" if n in differing else ""] if differing else []
-        t.add_row(*mark, n, value_text(cmp.metrics_of(1).get(n)),
-                  value_text(cmp.metrics_of(2).get(n)), style="red" if n in differing else None)
-    return [t] if note is None else ([t, note] if shown else [note])
+    """Both sides' metrics, marked where the comparison found them to differ."""
+    view = MetricsView.of(report, [1, 2], judged=report.comparison, say_skipped=False)
+    return [] if view is None else view.terminal(labels[:2])
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:

@@ -26,6 +26,7 @@ from repro_check.report.htmlkit import (FIG_H, FIG_W, MARKER_COLOR, RUN_COLORS, 
 from repro_check.report import bisect, diagnosis
 from repro_check.report.controlpart import control_section
 from repro_check.report.kinds import kind_of
+from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
 from repro_check.report.part import PageSections
 from repro_check.report.view import bit_identical_groups, context_view
@@ -242,19 +243,8 @@ def _groups_section(report: Report) -> list[str]:
 
 def _metrics_section(report: Report) -> list[str]:
     """Every run's final metrics, the rows that differ marked."""
-    cmp = report.comparison
-    names: dict[str, None] = {}  # in order, merged in linear time (a run may log thousands)
-    for m in report.metrics_readable():
-        names.update(dict.fromkeys(m))
-    if not names or cmp is None:
-        return []
-    rows: list[tuple[list[Any], str]] = []
-    for n in names:
-        raw = [cmp.metrics_of(k).get(n) for k in range(1, report.runs + 1)]
-        same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
-        rows.append(([n, *map(value_cell, raw)], "" if same else "differs"))
-    return ["<h2>Metrics</h2>",
-            table(["metric", *[_name(report, k) for k in range(1, report.runs + 1)]], rows)]
+    view = MetricsView.of(report)
+    return [] if view is None else view.html([_name(report, k) for k in view.runs])
 
 
 def _runs_section(report: Report) -> list[str]:
