@@ -29,9 +29,9 @@ from repro_check.report.kinds import kind_of
 from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
 from repro_check.report.part import PageSections
-from repro_check.report.view import bit_identical_groups, context_view
+from repro_check.report.view import bit_identical_groups, context_view, later_line
 from repro_check.report.text import (agreement, divergence_place, evidence_text, failed_runs_lines,
-                                     is_number, later_text, saved_line, signal_sentence)
+                                     is_number, saved_line, signal_sentence)
 
 #: what tests and callers read from here (the page's pieces are in htmlkit)
 __all__ = ["MARKER_COLOR", "RUN_COLORS", "read_curve", "render_html", "require_matplotlib",
@@ -152,8 +152,7 @@ def _outcome_section(report: Report) -> list[str]:
         elif div.reference is not None or div.value is not None:
             line += (f' <span class="sub">Fingerprints {escape(value_cell(div.reference))} and '
                      f"{escape(value_cell(div.value))}.</span>")
-        later = later_text(div, cmp.context if context_view(report) is not None and
-                           cmp is not None else [])
+        later = later_line(report, div)
         if later:
             line += f" {escape(later[0].upper() + later[1:])}."
         out.append(line + "</p>")

@@ -20,7 +20,7 @@ from repro_check.report.controlpart import control_parts
 from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
 from repro_check.report.richkit import hanging
-from repro_check.report.view import FOCUS, bit_identical_groups, context_view
+from repro_check.report.view import FOCUS, bit_identical_groups, context_view, later_line
 from repro_check.report.text import (
     failed_runs_lines,
     Visible,
@@ -29,7 +29,6 @@ from repro_check.report.text import (
     divergence_place,
     evidence_text,
     failure_output,
-    later_text,
     saved_line,
     value_text,
     verdict_style,
@@ -322,8 +321,7 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
         parts.append(Text(f"  |diff| {diff_text(div.abs_diff)}, relative {diff_text(div.rel_diff)}"))
     if context is not None:
         parts.append(context)
-    later = later_text(div, report.comparison.context if context is not None and
-                       report.comparison is not None else [])
+    later = later_line(report, div)
     if later:
         parts.append(Text(f"  {later}"))
     if report.comparison is not None and not report.comparison.metrics_compared:
