@@ -197,7 +197,9 @@ def html_section(report: Report) -> list[str]:
                            for d in diffs], "env"))
     else:
         out.append("<p>The two environments agree.</p>")
-    if gate.environment_note:
+    # the cause's box above says the note when the cause is the environment: not said twice
+    said = report.cause_detail if report.cause not in (None, "none") else None
+    if gate.environment_note and gate.environment_note != said:
         out.append(f"<p>{escape(gate.environment_note)}</p>")
     return out
 
