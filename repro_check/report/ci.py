@@ -21,6 +21,7 @@ from repro_check.errors import ExitCode
 from repro_check.report.model import Report
 from repro_check.report.part import Kind
 from repro_check.report.bisect import bisect_failure
+from repro_check.report.controlpart import ControlView
 from repro_check.report.text import evidence_text, failed_runs_lines, visible
 
 #: GitHub refuses a step summary file larger than this
@@ -129,8 +130,9 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
         out = [f"evidence: {account}\n"] if account else []
         if report.replay:
             out.append(f"replay: {report.replay}\n")
-        if report.control is not None:  # what the verdict stands on: the negative control
-            out.append(f"{report.control.summary}\n")
+        control = ControlView.of(report)
+        if control is not None:  # what the verdict stands on: the negative control
+            out.append(control.ci())
         if out:
             ET.SubElement(case, "system-out").text = _xml_text("".join(out))
     for el in (suites, suite):

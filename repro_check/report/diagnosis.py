@@ -10,7 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.compare.cause import EXPLANATION
-from repro_check.report.terminal import hanging, make_console, summary
+from repro_check.report.richkit import hanging
+from repro_check.report.terminal import make_console, summary
 from repro_check.report.contents import AblationRow, Source, SourcesCost
 from repro_check.report.htmlkit import escape, table
 from repro_check.report.model import DiagnosisPart, Report

@@ -10,17 +10,17 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from repro_check.report.controlpart import control_parts
 from repro_check.report.htmlkit import escape, table
 from repro_check.compare.steps import Divergence
+from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import GatePart, Report
 from repro_check.report.part import PageSections, Section
 from repro_check.trace.results import RunResult
 from repro_check.report.terminal import (
     Unwrapped,
-    control_parts,
     failure_parts,
     make_console,
-    metric_rows,
     verdict,
 )
 from repro_check.report.text import (Visible, agreement, diff_text, divergence_failure,
@@ -108,7 +108,7 @@ def _compared_parts(report: Report, gate: GatePart) -> list[Any]:
     parts: list[Any] = []
     div = cmp.divergence if cmp else None
     if div is not None:
-        parts += _divergence_parts(div, labels)
+        parts += _divergence_parts(div, labels, report.policy.describe())
     elif report.error is None and not report.interrupted and cmp is not None:
         parts.append(Text(agreement(cmp, report.results)))
     if cmp is not None and cmp.judged:
@@ -126,14 +126,15 @@ def _compared_parts(report: Report, gate: GatePart) -> list[Any]:
     return parts + _metrics_table(report, labels)
 
 
-def _divergence_parts(div: Divergence, labels: list[str]) -> list[Any]:
-    """The first divergence: where, on which signal, its values side by side."""
+def _divergence_parts(div: Divergence, labels: list[str], panel_policy: str) -> list[Any]:
+    """The first divergence: where, on which signal, its values side by side (what judged it
+    only when the panel's "judged by:" does not already say it)."""
     where = f"step {div.step}" if div.step is not None else "final metrics"
     parts: list[Any] = [Text.assemble(("First divergence: ", "bold"), f"{where}, signal ",
                                       (div.signal, "bold"), f", {labels[1]} vs {labels[0]}")]
     if div.detail:
         parts.append(Text(f"  {div.detail}"))
-    if div.policy:
+    if div.policy and div.policy != panel_policy:
         parts.append(Text(f"  judged by {div.policy}"))
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for col, justify in (("", "left"), (labels[0], "right"), (labels[1], "right"),
@@ -167,27 +168,9 @@ def _record_lines(report: Report) -> list[Any]:
 
 
 def _metrics_table(report: Report, labels: list[str]) -> list[Any]:
-    cmp = report.comparison
-    if cmp is None:
-        return []
-    names: dict[str, None] = {}
-    for k in (1, 2):
-        names.update(dict.fromkeys(cmp.metrics_of(k)))
-    if not names:
-        return []
-    differing = {d.signal.removeprefix("metric:") for d in cmp.metric_divergences}
-    shown, note = metric_rows(names, differing)
-    t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
-    if differing:
-        t.add_column("", width=1)
-    t.add_column("metric")
-    t.add_column(labels[0], justify="right")
-    t.add_column(labels[1], justify="right")
-    for n in shown:
-        mark = ["≠" if n in differing else ""] if differing else []
-        t.add_row(*mark, n, value_text(cmp.metrics_of(1).get(n)),
-                  value_text(cmp.metrics_of(2).get(n)), style="red" if n in differing else None)
-    return [t] if note is None else ([t, note] if shown else [note])
+    """Both sides' metrics, marked where the comparison found them to differ."""
+    view = MetricsView.of(report, [1, 2], judged=report.comparison, say_skipped=False)
+    return [] if view is None else view.terminal(labels[:2])
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:
@@ -214,7 +197,9 @@ def html_section(report: Report) -> list[str]:
                            for d in diffs], "env"))
     else:
         out.append("<p>The two environments agree.</p>")
-    if gate.environment_note:
+    # the cause's box above says the note when the cause is the environment: not said twice
+    said = report.cause_detail if report.cause not in (None, "none") else None
+    if gate.environment_note and gate.environment_note != said:
         out.append(f"<p>{escape(gate.environment_note)}</p>")
     return out
 

@@ -24,12 +24,14 @@ from repro_check.report.htmlkit import (FIG_H, FIG_W, MARKER_COLOR, RUN_COLORS, 
                                         escape, loss_plot, number, read_curve,
                                         require_matplotlib, resume_plot, table, value_cell)
 from repro_check.report import bisect, diagnosis
+from repro_check.report.controlpart import control_section
 from repro_check.report.kinds import kind_of
+from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
 from repro_check.report.part import PageSections
-from repro_check.report.view import bit_identical_groups, context_view
+from repro_check.report.view import bit_identical_groups, context_view, later_line
 from repro_check.report.text import (agreement, divergence_place, evidence_text, failed_runs_lines,
-                                     is_number, later_text, saved_line, signal_sentence)
+                                     is_number, saved_line, signal_sentence)
 
 #: what tests and callers read from here (the page's pieces are in htmlkit)
 __all__ = ["MARKER_COLOR", "RUN_COLORS", "read_curve", "render_html", "require_matplotlib",
@@ -152,8 +154,7 @@ def _outcome_section(report: Report) -> list[str]:
         elif div.reference is not None or div.value is not None:
             line += (f' <span class="sub">Fingerprints {escape(value_cell(div.reference))} and '
                      f"{escape(value_cell(div.value))}.</span>")
-        later = later_text(div, cmp.context if context_view(report) is not None and
-                           cmp is not None else [])
+        later = later_line(report, div)
         if later:
             line += f" {escape(later[0].upper() + later[1:])}."
         out.append(line + "</p>")
@@ -166,22 +167,8 @@ def _outcome_section(report: Report) -> list[str]:
     left = saved_line(report)
     if left is not None and report.error is None:
         out.append(f'<p id="saved">{escape(left)}</p>')
-    out += _control_section(report)
+    out += control_section(report)
     return out
-
-
-def _control_section(report: Report) -> list[str]:
-    """The negative control: what was planted where and where it was seen, or, UNVERIFIED,
-    what the check could not see."""
-    ctl = report.control
-    if ctl is None:
-        return []
-    if ctl.status == "not seen":
-        return [f'<p id="control"><b>Control: not seen.</b> {escape(ctl.detail)}. '
-                "The verdict is UNVERIFIED: the runs agree, but the check could not have seen "
-                "them differ.</p>"]
-    return [f'<p id="control" class="sub"><b>Control:</b> '
-            f'{escape(ctl.summary.removeprefix("negative control: "))}</p>']
 
 
 def _loss_section(report: Report) -> list[str]:
@@ -257,19 +244,8 @@ def _groups_section(report: Report) -> list[str]:
 
 def _metrics_section(report: Report) -> list[str]:
     """Every run's final metrics, the rows that differ marked."""
-    cmp = report.comparison
-    names: dict[str, None] = {}  # in order, merged in linear time (a run may log thousands)
-    for m in report.metrics_readable():
-        names.update(dict.fromkeys(m))
-    if not names or cmp is None:
-        return []
-    rows: list[tuple[list[Any], str]] = []
-    for n in names:
-        raw = [cmp.metrics_of(k).get(n) for k in range(1, report.runs + 1)]
-        same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
-        rows.append(([n, *map(value_cell, raw)], "" if same else "differs"))
-    return ["<h2>Metrics</h2>",
-            table(["metric", *[_name(report, k) for k in range(1, report.runs + 1)]], rows)]
+    view = MetricsView.of(report)
+    return [] if view is None else view.html([_name(report, k) for k in view.runs])
 
 
 def _runs_section(report: Report) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from repro_check.trace import values
 from repro_check.compare.control import ControlResult
@@ -47,6 +47,20 @@ class Verdict:
 GateMode = Literal["verify", "diff", "record"]
 
 
+class KindPart(Protocol):
+    """The part that makes a report a kind of its own (:class:`GatePart`, :class:`AcrossPart`,
+    :class:`ResumePart`): what that kind says of itself, in every output and in the JSON."""
+
+    def verdict(self, report: Report) -> Verdict | None:
+        """The kind's own verdict (None: the one any report has)."""
+
+    def sides(self, report: Report) -> list[str]:
+        """What the two sides of the comparison are called."""
+
+    def run_name(self, index: int) -> str | None:
+        """What run ``index`` is called (None: ``run N``)."""
+
+
 def _compares(gate: GatePart) -> bool:
     """``verify`` and ``diff`` compare two sides; ``record`` writes a golden."""
     return gate.mode != "record"
@@ -74,6 +88,25 @@ class GatePart(JsonRecord):
     environment_differences: list[EnvironmentDifference] = json_field(default_factory=list,
                                                                       when=_compares)
     environment_note: str | None = json_field(default=None, when=_compares)
+
+    def verdict(self, report: Report) -> Verdict | None:
+        """``record``: whether the golden was written, whatever the runs did; ``verify`` and
+        ``diff``: their word for agreeing (None: the verdict any report has)."""
+        if self.mode == "record":
+            return Verdict("RECORDED", "recorded", "good") if report.recorded \
+                else Verdict("NOT RECORDED", "not recorded", "bad")
+        if report.reproducible:
+            return Verdict("MATCHES GOLDEN" if self.mode == "verify" else "SAME",
+                           "reproducible", "good")
+        return None
+
+    def sides(self, report: Report) -> list[str]:
+        """The golden and this run, or the two files."""
+        return list(self.labels)
+
+    def run_name(self, index: int) -> str | None:
+        """A gate's runs are called as any report's (its sides are :attr:`labels`)."""
+        return None
 
 
 @dataclass
@@ -284,6 +317,17 @@ class AcrossPart(JsonRecord):
                 return c.label if self.runs_per_cell == 1 else \
                     f"{c.label} (run {c.runs.index(index) + 1})"
         return f"run {index}"
+
+    def verdict(self, report: Report) -> Verdict | None:
+        """``--across`` says what any check says."""
+        return None
+
+    def sides(self, report: Report) -> list[str]:
+        """The environments of the first divergence (run 1 and run 2 without one)."""
+        div = report.comparison.divergence if report.comparison else None
+        if div is None:
+            return ["run 1", "run 2"]
+        return [self.run_name(1), self.run_name(div.run)]
 
 
 def _rounded(x: float | None, digits: int = 6) -> float | None:
@@ -585,6 +629,29 @@ class ResumePart(JsonRecord):
     def not_restored_detail(self) -> list[NotRestored]:
         return list(self.not_restored)
 
+    @property
+    def second(self) -> str:
+        """The comparison's run 2: the resumed run, unless the reference was found not
+        reproducible (then it is the interrupted run)."""
+        return "interrupted" if self.reference_reproducible is False else "resumed"
+
+    def verdict(self, report: Report) -> Verdict | None:
+        """Whether the resumed run continues the reference exactly, or which of the two parted
+        (None when UNVERIFIED: the verdict any report has)."""
+        if report.unverified:
+            return None
+        if report.reproducible:
+            return Verdict("RESUMES EXACTLY", "resumes exactly", "good")
+        if self.reference_reproducible is False:
+            return Verdict("REFERENCE NOT REPRODUCIBLE", "reference not reproducible", "bad")
+        return Verdict("RESUME DIFFERS", "resume differs", "bad")
+
+    def sides(self, report: Report) -> list[str]:
+        return ["reference", self.second]
+
+    def run_name(self, index: int) -> str:
+        return {1: "reference", 2: self.second, 3: "resumed"}.get(index, f"run {index}")
+
 
 @dataclass
 class Report:
@@ -643,26 +710,24 @@ class Report:
                         saved_tensors=self.saved_tensors_compared)
 
     @property
+    def kind_part(self) -> KindPart | None:
+        """The part that makes this report a kind of its own (a gate, ``--across``,
+        ``resume``), asked in :data:`repro_check.report.kinds.KINDS`' order; None: a check.
+        What the kind says of itself is the part's to answer (the JSON's verdict needs it, and
+        this module cannot ask the kinds' renderers, which import it)."""
+        return self.gate or self.across or self.resume
+
+    @property
     def labels(self) -> list[str]:
         """What the two sides of a comparison are called: run 1/run 2, golden/this run, files,
         the environments of the first divergence."""
-        if self.gate:
-            return list(self.gate.labels)
-        div = self.comparison.divergence if self.comparison else None
-        if self.across is not None and div is not None:
-            return [self.run_name(1), self.run_name(div.run)]
-        if self.resume is not None:
-            return ["reference", "interrupted" if self.resume.reference_reproducible is False
-                    else "resumed"]
-        return ["run 1", "run 2"]
+        part = self.kind_part
+        return part.sides(self) if part is not None else ["run 1", "run 2"]
 
     def run_name(self, index: int) -> str:
         """What a run is called in reports: ``run 2``, or its environment with ``--across``."""
-        if self.resume is not None:  # the comparison's run 2 is the resumed run, unless the
-            # reference was found not reproducible (then it is the interrupted run)
-            second = "interrupted" if self.resume.reference_reproducible is False else "resumed"
-            return {1: "reference", 2: second, 3: "resumed"}.get(index, f"run {index}")
-        return self.across.run_name(index) if self.across is not None else f"run {index}"
+        part = self.kind_part
+        return (part.run_name(index) if part is not None else None) or f"run {index}"
 
     @property
     def recorded(self) -> bool:
@@ -747,24 +812,16 @@ class Report:
             return Verdict("INTERRUPTED", "interrupted", "warn")
         if self.error is not None:
             return Verdict("TARGET FAILED", "target failed", "bad")
-        mode = self.gate.mode if self.gate else None
-        if mode == "record":
-            return Verdict("RECORDED", "recorded", "good") if self.recorded \
-                else Verdict("NOT RECORDED", "not recorded", "bad")
+        own = self.kind_part.verdict(self) if self.kind_part is not None else None
+        if own is not None:
+            return own
         if self.unverified:
             return Verdict("UNVERIFIED", "unverified", "warn")
         if self.finished is not None:
             return Verdict("SAME", "same", "good") if self.reproducible \
                 else Verdict("DIFFERS", "differs", "bad")
-        if self.resume is not None:
-            if self.reproducible:
-                return Verdict("RESUMES EXACTLY", "resumes exactly", "good")
-            if self.resume.reference_reproducible is False:
-                return Verdict("REFERENCE NOT REPRODUCIBLE", "reference not reproducible", "bad")
-            return Verdict("RESUME DIFFERS", "resume differs", "bad")
         if self.reproducible:
-            label = {"verify": "MATCHES GOLDEN", "diff": "SAME"}.get(mode or "", "REPRODUCIBLE")
-            return Verdict(label, "reproducible", "good")
+            return Verdict("REPRODUCIBLE", "reproducible", "good")
         if self.incomplete and (self.comparison is None or self.comparison.reproducible):
             return Verdict("INCOMPLETE", "incomplete", "bad")
         return Verdict("NOT REPRODUCIBLE", "not reproducible", "bad")

@@ -16,8 +16,11 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.contents import DesyncRankValue
+from repro_check.report.controlpart import control_parts
+from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
-from repro_check.report.view import FOCUS, bit_identical_groups, context_view
+from repro_check.report.richkit import hanging
+from repro_check.report.view import FOCUS, bit_identical_groups, context_view, later_line
 from repro_check.report.text import (
     failed_runs_lines,
     Visible,
@@ -26,7 +29,6 @@ from repro_check.report.text import (
     divergence_place,
     evidence_text,
     failure_output,
-    later_text,
     saved_line,
     value_text,
     verdict_style,
@@ -177,16 +179,6 @@ def _groups_line(report: Report) -> Text | None:
     return line
 
 
-def hanging(label: Text | str, body: Text | str) -> Table:
-    """``label`` then ``body``, whose wrapped lines start under its first character, not at
-    column 0 (a long cause or source detail stays readable as one block)."""
-    grid = Table.grid(padding=0)
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    grid.add_row(label, body)
-    return grid
-
-
 class Unwrapped:
     """A line printed whole, never wrapped or cropped (a command the user copies)."""
 
@@ -329,8 +321,7 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
         parts.append(Text(f"  |diff| {diff_text(div.abs_diff)}, relative {diff_text(div.rel_diff)}"))
     if context is not None:
         parts.append(context)
-    later = later_text(div, report.comparison.context if context is not None and
-                       report.comparison is not None else [])
+    later = later_line(report, div)
     if later:
         parts.append(Text(f"  {later}"))
     if report.comparison is not None and not report.comparison.metrics_compared:
@@ -340,63 +331,9 @@ def _divergence_parts(report: Report, div: Any) -> list[Any]:
     return parts
 
 
-#: metric rows a summary shows: all of them up to this many, else the differing ones (as many)
-METRIC_ROWS = 20
-
-
-def metric_rows(names: dict[str, None], differing: set[str]) -> tuple[list[str], Text | None]:
-    """The metrics a summary's table shows, and the line that counts the rest: a run may record
-    thousands, and the JSON report lists every one. Linear in the number of metrics."""
-    if len(names) <= METRIC_ROWS:
-        return list(names), None
-    shown = [n for n in names if n in differing][:METRIC_ROWS]
-    more = f"; the first {len(shown)} shown" if len(differing) > len(shown) else ""
-    return shown, Text(f"{len(names)} metrics compared, {len(differing)} differ{more} (every one "
-                       "is in the --json report)", style="dim")
-
-
 def _metrics_table(report: Report) -> list[Any]:
-    cmp = report.comparison
-    names: dict[str, None] = {}
-    for m in report.metrics_readable():
-        names.update(dict.fromkeys(m))
-    if not names:
-        return []
-    judged = report.verdict_comparison  # a failed run's missing metric is no difference
-    differing = {d.signal.removeprefix("metric:")
-                 for d in (judged.metric_divergences if judged else [])}
-    shown, note = metric_rows(names, differing)
-    t = Table(title="Metrics", box=box.SIMPLE_HEAD, title_justify="left", show_edge=False)
-    if differing:
-        t.add_column("", width=1)
-    t.add_column("metric")
-    for k in range(1, report.runs + 1):
-        t.add_column(f"run {k}", justify="right")
-    for n in shown:
-        raw = [cmp.metrics_of(k).get(n) if cmp else None for k in range(1, report.runs + 1)]
-        mark = ["≠" if n in differing else ""] if differing else []
-        label = f"{n} (not compared)" if cmp is not None and n in cmp.metrics_skipped else n
-        t.add_row(*mark, label, *[value_text(v) for v in raw],
-                  style="red" if n in differing else None)
-    return [t] if note is None else ([t, note] if shown else [note])
-
-
-def control_parts(report: Report) -> list[Any]:
-    """The negative control behind an agreeing verdict: what was planted where and where it was
-    seen, or, UNVERIFIED, what the check could not see; or that it was not run, and why."""
-    ctl = report.control
-    if ctl is None:
-        return []
-    if ctl.status == "seen":
-        return [hanging(Text("Control: ", style="bold"),
-                        Text(ctl.summary.removeprefix("negative control: ")))]
-    if ctl.status == "skipped":
-        return [Text(f"Control: not run ({ctl.detail})", style="dim")]
-    return [hanging(Text("Control: ", style="bold yellow"),
-                    Text.assemble(("not seen", "bold yellow"),
-                                  f" — {ctl.detail}. The verdict is UNVERIFIED: the "
-                                  "runs agree, but the check could not have seen them differ "
-                                  "(--no-control skips the control)."))]
+    view = MetricsView.of(report)
+    return [] if view is None else view.terminal([f"run {k}" for k in view.runs])
 
 
 def footer_parts(report: Report) -> list[Any]:

@@ -98,8 +98,9 @@ def saved_line(report: Report) -> str | None:
     how = f" ({diff.detail}, run {diff.run} vs run 1)" if diff is not None else ""
     return (f"What the runs left differs: {first.name}{key}{how}, saved by {first.where}; "
             f"{what}, {part.tensors_compared} tensor(s) compared.") if first.kind == "file" else \
-        (f"What the runs left differs: the modules' state at the end{key}{how}; {what}, "
-         f"{part.tensors_compared} tensor(s) compared.")
+        (f"What the runs left differs: the modules' state at the end{key}{how}"
+         # with no saved file, what was compared is the state just named: not said twice
+         f"{'; ' + what if saves else ''}, {part.tensors_compared} tensor(s) compared.")
 
 
 def cause_shown(report: Report) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from repro_check.compare.steps import spread_of
 from repro_check.report.model import Report
+from repro_check.report.text import later_text
 
 #: the signal the table of steps around the first divergence follows
 FOCUS = "loss"
@@ -82,6 +83,14 @@ def context_view(report: Report) -> ContextView | None:
         rows.append(row(r["step"], [a, b], None if d is None or math.isnan(d) else d,
                         r.get("signal")))
     return ContextView(runs=[1, cmp.divergence.run], spread=False, rows=rows)
+
+
+def later_line(report: Report, div: Any) -> str:
+    """How many steps after the first divergent one ``div`` differ too, beyond those the table
+    of steps around it shows (when there is such a table); empty when there is nothing more."""
+    cmp = report.comparison
+    return later_text(div, cmp.context if cmp is not None and context_view(report) is not None
+                      else [])
 
 
 def bit_identical_groups(report: Report) -> list[list[int]] | None:
