@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from repro_check.compare.cause import env_call_differs
 from repro_check.report.contents import EnvCall, Localization
 from repro_check.trace.probes import (EnvObserved, MadeTensor, ModuleRun, OpRun, ProbeInput,
-                                      ProbeOp, probe_ops)
+                                      ProbeMark, ProbeOp, probe_ops)
 from repro_check.trace.results import RunResult
 
 
@@ -245,7 +245,27 @@ def compare(step: int, records_a: Iterable[ProbeInput], records_b: Iterable[Prob
         return loc
     loc.detail = (f"all {len(ops_a)} recorded ops of step {step} agree in both replays"
                   if ops_a else f"no op of step {step} was recorded")
+    compiled = next((r.compiled for r in (*typed_a, *typed_b)
+                     if isinstance(r, ProbeMark) and r.compiled), None)
+    if compiled is not None:
+        loc.detail = compiled_unseen(loc, step, compiled)
     return loc
+
+
+def compiled_unseen(loc: Localization, step: int, compiled: str) -> str:
+    """Why ops that agree say nothing of a compiled step: under the op recorder (a dispatch
+    mode) PyTorch runs what ``torch.compile`` made eagerly, so the recorded ops are the eager
+    ones, and the compiled kernels, where the runs part, are never seen."""
+    if compiled == "code":
+        return (f"the run uses torch.compile, and PyTorch runs compiled code eagerly while the "
+                f"op recorder watches: the {loc.ops_compared} ops recorded of step {step} are "
+                "eager ops and agree; where the step calls compiled code, its kernels (where "
+                "the runs can part) are not seen op by op, and no op inside them can be named")
+    return (f"step {step} calls the compiled {compiled} (torch.compile), which PyTorch runs "
+            f"eagerly while the op recorder watches: the {loc.ops_compared} ops recorded are "
+            "eager ops and agree, and the compiled kernels, where the runs part, are not seen "
+            f"op by op: the difference is inside the compiled {compiled} at step {step}, and "
+            "no op or module inside it can be named")
 
 
 def _culprit(loc: Localization, i: int, rec: OpRun) -> None:

@@ -109,11 +109,14 @@ class EnvObserved(ProbeOp):
 @dataclass(frozen=True)
 class ProbeMark(ProbeOp):
     """The probe was armed at the start of step ``step`` or disarmed at its end, after
-    ``records`` records (``{"k": "armed"}``, ``{"k": "disarmed"}``)."""
+    ``records`` records (``{"k": "armed"}``, ``{"k": "disarmed"}``); ``compiled``: the step
+    called code ``torch.compile`` made (the compiled model's class, or ``code``), which ran
+    eagerly under the probe."""
 
     armed: bool = True
     step: int | None = None
     records: int | None = None
+    compiled: str | None = None
 
 
 def _op(body: Mapping[str, object], index: int) -> OpRun | None:
@@ -140,7 +143,7 @@ def _env(body: Mapping[str, object], index: int) -> EnvObserved:
 
 def _mark(body: Mapping[str, object], index: int) -> ProbeMark:
     return ProbeMark(index, body.get("k") == "armed", _int(body.get("step")),
-                     _int(body.get("records")))
+                     _int(body.get("records")), _text(body.get("compiled")))
 
 
 _READERS: dict[str, Callable[[Mapping[str, object], int], ProbeOp | None]] = {

@@ -121,3 +121,12 @@ def test_a_plain_info_record_built_by_hand_is_typed_on_demand() -> None:
     assert typed_info(typed) is typed
     plain = InfoRecord({"info": {"unknown": 1}}, {"unknown": 1})
     assert type(typed_info(plain)) is InfoRecord
+
+
+def test_a_probe_mark_says_what_compiled_code_the_step_called() -> None:
+    from repro_check.trace.probes import ProbeMark, ProbeOp
+
+    mark = ProbeOp.parse({"k": "disarmed", "step": 2, "records": 9, "compiled": "Net"})
+    assert isinstance(mark, ProbeMark) and (mark.step, mark.compiled) == (2, "Net")
+    plain = ProbeOp.parse({"k": "disarmed", "step": 2, "records": 9})
+    assert isinstance(plain, ProbeMark) and plain.compiled is None

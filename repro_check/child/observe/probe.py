@@ -76,6 +76,21 @@ def _plain(a: Any, depth: int = 0) -> bool:
     return False
 
 
+def compiled_code() -> str | None:
+    """``code`` when this process has run code ``torch.compile`` made (a graph dynamo
+    captured), else None; never imports dynamo itself."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    stats = getattr(utils, "counters", {}).get("stats", {}) if utils is not None else {}
+    return "code" if stats.get("unique_graphs") else None
+
+
+def compiled_wrapper(module: Any) -> bool:
+    """``torch.compile(model)``'s wrapper (an ``OptimizedModule``): not a module of the model.
+    Left out, the model inside is the root and its modules have the names they have eager, so
+    a compiled and an eager run's modules and ops line up."""
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
 def arg_fingerprint(a: Any) -> str:
     """One argument or result of an op: tensors by their bytes, numbers and other plain values
     by ``repr``, anything else (handles, opaque objects) by its type only."""
@@ -112,6 +127,8 @@ class StepProbe:
         #: (name, the grad_fn nodes of its inputs, fingerprint of its inputs) per running forward
         self._stack: list[tuple[str, set[Any], str]] = []
         self._names: dict[int, str] = {}
+        #: the class of the compiled model the armed step called (torch.compile's wrapper)
+        self.compiled: str | None = None
         self._roots: list[Any] = []
         self._labels: set[str] = set()
         self._node_module: dict[Any, str] = {}
@@ -162,7 +179,12 @@ class StepProbe:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self.emit({"probe": {"k": "disarmed", "step": self.step, "records": self.seq}})
+        mark: dict[str, Any] = {"k": "disarmed", "step": self.step, "records": self.seq}
+        compiled = self.compiled or compiled_code()
+        if compiled:
+            mark["compiled"] = compiled
+        self.emit({"probe": mark})
+        self.compiled = None
         self.step = None
         self._stack.clear()
         self._node_module.clear()
@@ -255,7 +277,9 @@ class StepProbe:
         return label
 
     def _forward_pre(self, module: Any, args: Any) -> None:
-        if self._quiet:
+        if compiled_wrapper(module) and self.step is not None:
+            self.compiled = type(module._orig_mod).__name__
+        if self._quiet or compiled_wrapper(module):
             return
         with self.quiet():
             name = self._name(module)
@@ -264,7 +288,7 @@ class StepProbe:
             self._stack.append((name, boundary, fingerprint.nested(args)))
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
-        if self._quiet or not self._stack:
+        if self._quiet or not self._stack or compiled_wrapper(module):
             return
         name, boundary, in_fp = self._stack.pop()
         with self.quiet():

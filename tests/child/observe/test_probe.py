@@ -92,3 +92,28 @@ def test_opaque_arguments_are_fingerprinted_by_type_not_address() -> None:
     assert arg_fingerprint(0.1) == "0.1" and arg_fingerprint([1, 2]) == "[1, 2]"
     t = torch.arange(4.0)
     assert arg_fingerprint(t) != arg_fingerprint(t.flip(0))
+
+
+def test_a_compiled_model_is_named_as_eager_and_said_to_run_eagerly_under_the_probe() -> None:
+    """torch.compile's wrapper is no module of the model: the modules inside have their eager
+    names, and the step's end says a compiled model ran (eagerly, under the op recorder), so
+    ops that agree are not taken for a step that agrees."""
+    def step(compiled: bool) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        probe = StepProbe(lambda event: records.append(event["probe"]))
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        run = torch.compile(model) if compiled else model
+        probe.arm(1)
+        run(torch.randn(16, 4)).sum().backward()
+        probe.disarm()
+        return records
+
+    eager, compiled = step(False), step(True)
+    names = [[r["m"] for r in recs if r["k"] == "module" and r["ph"] == "forward"]
+             for recs in (eager, compiled)]
+    assert names[0] == names[1] == ["Sequential.0", "Sequential.1", "Sequential.2", "Sequential"]
+    assert compiled[-1]["k"] == "disarmed" and compiled[-1]["compiled"] == "Sequential"
+    loc = compare(1, eager, compiled)
+    assert not loc.found and "calls the compiled Sequential (torch.compile)" in loc.detail
+    assert "no op or module inside it can be named" in loc.detail
