@@ -69,6 +69,7 @@ def test_one_ulp_names_the_key(tmp_path: Path) -> None:
     assert report["finished"]["checkpoints"]["tensors_identical"] == 4
 
 
+@pytest.mark.slow  # a repro-check process that loads torch, ~3 s
 def test_a_missing_key_and_a_dtype_change_differ(tmp_path: Path) -> None:
     a = save(tmp_path / "a.pt", state())
     missing = state()
@@ -92,6 +93,7 @@ def test_a_missing_key_and_a_dtype_change_differ(tmp_path: Path) -> None:
     assert "dtype float32 vs float16" in out
 
 
+@pytest.mark.slow  # a repro-check process that loads torch, ~3 s
 def test_plain_values_are_compared_for_equality(tmp_path: Path) -> None:
     a = save(tmp_path / "a.pt", state())
     later = state()
@@ -104,6 +106,7 @@ def test_plain_values_are_compared_for_equality(tmp_path: Path) -> None:
     assert entry["kind"] == "value" and entry["compared_values"] == [3, 4]
 
 
+@pytest.mark.slow  # a repro-check process that loads torch, ~3 s
 def test_folders_are_matched_file_by_file(tmp_path: Path) -> None:
     for side in ("a", "b"):
         save(tmp_path / side / "model-00001-of-00002.bin", state()["model"])
@@ -141,6 +144,7 @@ class Planted:
         return (open, (self.path, "w"))
 
 
+@pytest.mark.slow  # a repro-check process that loads torch, ~3 s
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04broken zip"])
 def test_a_file_that_is_no_checkpoint_is_refused_in_one_line(tmp_path: Path,
                                                              content: bytes) -> None:
@@ -158,6 +162,7 @@ def test_a_checkpoint_and_a_folder_are_different_formats(tmp_path: Path) -> None
     assert "different formats" in line and "checkpoint folder" in line
 
 
+@pytest.mark.slow  # a repro-check process that loads torch, ~3 s
 def test_the_other_outputs_show_the_verdict(tmp_path: Path) -> None:
     """JUnit, the GitHub step summary and annotation carry the first difference."""
     from ..conftest import cli_env, repro_check_cli
