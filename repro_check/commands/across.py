@@ -48,6 +48,7 @@ from repro_check.report.model import (
 from repro_check.run import revisions
 from repro_check.run.axes import (
     CACHE_VARIABLES,
+    cache_folders,
     Axis,
     Cell,
     check_cores,
@@ -129,8 +130,7 @@ class Plan:
         cold = cold_twin(cell, self.cells) if cell.warm else (cell if run == 1 else None)
         if cold is None:
             return {}
-        folder = self.cache_folder(cold)
-        return {var: str(folder / var.split("_")[0].lower()) for var in CACHE_VARIABLES}
+        return cache_folders(self.cache_folder(cold))
 
     def index(self, cell: int, run: int) -> int:
         return (cell - 1) * self.per_cell + run

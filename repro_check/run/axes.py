@@ -46,6 +46,12 @@ CACHE_STATES = ("cold", "warm")
 #: where torch.compile keeps what it compiled (inductor's kernels, Triton's binaries); the
 #: compile-cache axis sets both, so an ``env:`` axis must not
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def cache_folders(folder: str | os.PathLike[str]) -> dict[str, str]:
+    """Each compile cache variable with its folder inside ``folder`` (``torchinductor``,
+    ``triton``): one layout for a run's fresh caches and for the shared ones of a warm cell."""
+    return {var: os.path.join(folder, var.split("_")[0].lower()) for var in CACHE_VARIABLES}
 #: seeding components the ``deterministic`` axis turns on or off together
 DETERMINISTIC_COMPONENTS = ("cudnn", "deterministic_algorithms")
 #: processes a ``nproc=`` value may start: a torchrun job of that many ranks on this machine

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from repro_check.compare import scanproc
 from repro_check.compare.cause import MAX_ENV_RECORDS, MAX_GENERATOR_RECORDS
-from repro_check.run import pathentry, procs, streams
+from repro_check.run import axes, pathentry, procs, streams
 from repro_check.run.signals import CaughtSignals
 from repro_check.trace import runconfig
 from repro_check.trace import seeding
@@ -189,7 +189,7 @@ def run_environment(spec: RunSpec, config_at: str) -> dict[str, str]:
 
 
 #: where torch.compile keeps what it compiled (inductor's kernels, Triton's binaries)
-COMPILE_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+COMPILE_CACHE_VARS = axes.CACHE_VARIABLES
 
 
 def fresh_compile_caches(env: dict[str, str], given: dict[str, str],
@@ -201,9 +201,7 @@ def fresh_compile_caches(env: dict[str, str], given: dict[str, str],
     if all(v in given for v in COMPILE_CACHE_VARS):
         return None
     folder = tempfile.mkdtemp(prefix="repro-check-compile-", dir=under)
-    for var in COMPILE_CACHE_VARS:
-        if var not in given:
-            env[var] = os.path.join(folder, var.split("_")[0].lower())
+    env.update({var: path for var, path in axes.cache_folders(folder).items() if var not in given})
     return folder
 
 
