@@ -21,6 +21,7 @@ from typing import Any
 from repro_check.compare.series import Thinned
 from repro_check.compare.steps import Policy
 from repro_check.errors import UsageError
+from repro_check.finished import detect
 from repro_check.trace import values
 from repro_check.trace.jsonfields import JsonRecord, json_field
 
@@ -470,16 +471,9 @@ def read_log(path: str, fmt: str) -> ScalarLog:
     :mod:`repro_check.finished.detect`)."""
     if not os.path.exists(path):
         raise UsageError(f"{path}: no such file or folder")
-    if fmt == "tensorboard":
-        return read_tensorboard(path)
-    if fmt == "trainer-state":
-        return read_trainer_state(path)
-    if fmt == "lightning":
-        return read_lightning(path)
-    if fmt == "csv":
-        return read_csv(path)
-    if fmt == "jsonl":
-        return read_jsonl(path)
-    if fmt == "wandb":
-        return read_wandb(path)
-    raise UsageError(f"{path}: {fmt!r} is not a scalar log format")
+    reader = {detect.TENSORBOARD: read_tensorboard, detect.TRAINER_STATE: read_trainer_state,
+              detect.LIGHTNING: read_lightning, detect.CSV: read_csv, detect.JSONL: read_jsonl,
+              detect.WANDB: read_wandb}.get(fmt)
+    if reader is None:
+        raise UsageError(f"{path}: {fmt!r} is not a scalar log format")
+    return reader(path)
