@@ -105,11 +105,12 @@ def bare(target_text: str, stop_at: int, args: list[str]) -> None:
     """One seeded run of the target without capture, one thread, exiting as a captured run
     does (re-executes itself with the seeded environment). ``stop_at``: leave at once after that
     optimizer step (the earliest a divergence there can be seen)."""
-    from repro_check.child.seeding import components as seeding
     from repro_check import targets
+    from repro_check.child.seeding import components as seeding
+    from repro_check.trace import seeding as plan
 
     if os.environ.get("_BENCH_BARE") != "1":
-        e = seeding.child_environment(env(), SEED, seeding.COMPONENTS, 1)
+        e = plan.child_environment(env(), SEED, plan.COMPONENTS, 1)
         e["_BENCH_BARE"] = "1"
         os.execve(sys.executable, [sys.executable, __file__, "--bare", target_text, "--stop-at",
                                    str(stop_at), "--", *args], e)
@@ -117,7 +118,7 @@ def bare(target_text: str, stop_at: int, args: list[str]) -> None:
     import contextlib
     import gc
 
-    seeding.apply(SEED, seeding.COMPONENTS, 1)
+    seeding.apply(SEED, plan.COMPONENTS, 1)
     target = targets.resolve(targets.parse(target_text), args)
     if stop_at:
         from torch.optim.optimizer import register_optimizer_step_post_hook
