@@ -3,7 +3,8 @@
 Each function takes the run options as keywords (or one :class:`RunOptions` as ``options=``,
 keywords then override it) and runs its command through the same path as the command line
 (:func:`repro_check.commands.skeleton.run_plan`): this front end gives the options it built and
-the caller's listener, and gets the report back as the command made it instead of printing it. The keywords are those
+the caller's listener, and gets the report back as the command made it instead of printing it
+(``verify`` and ``resume`` call their run functions directly: see there). The keywords are those
 of :data:`repro_check.run.options.OPTIONS`, read by the same builder as the command line's flags:
 the fields of :class:`RunOptions`, and the parts of its tolerances one by one (``atol``, ``rtol``,
 ``ulps`` as a number or a table ``{"loss": 1e-6}``, ``band_widen``, ``band``, ``signals``).
@@ -144,10 +145,10 @@ def verify(
     :class:`UsageError` (exit 2) for bad arguments and :class:`TraceFileError` (exit 2) for a
     golden that is not a complete trace.
     """
-    # on first call: importing the API loads no command it does not run
     # not through run_plan: VerifyCommand.prepare would read and check the golden before
     # verify_golden does (a second read of the same file), which the tests that stand in for the
     # run machinery (tests/run/test_options.py) see as an error for their golden that is not there
+    # on first call: importing the API loads no command it does not run
     from repro_check.commands.verify import verify_golden
 
     return verify_golden(_options(options, target, **run_options), golden, listener,
@@ -220,10 +221,10 @@ def resume(
     ``report.exit_code`` is 0 when every resumed step and metric equals the reference's. Other
     keywords (tolerances too) as for :func:`check`.
     """
-    # on first call: importing the API loads no command it does not run
     # not through run_plan: ResumeCommand.run checks the options (validate_resume) before the
     # progress display starts, and so before run_resume, which checks them itself; the tests
     # that stand in for run_resume (tests/run/test_options.py) give options it refuses
+    # on first call: importing the API loads no command it does not run
     from repro_check.commands.resume import run_resume
 
     opts = _options(options, target, resume_at=at, resume_args=resume_args,
