@@ -34,6 +34,9 @@ from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.commands.diagnose import ProbeCollector
 from repro_check.diagnose.localize import CodeSides, EnvironmentSides, Localization, compare
+# named here too, beside the rest of --across (its tests find them here)
+from repro_check.diagnose.localize import compile_detail as compile_detail
+from repro_check.diagnose.localize import unmatched as unmatched
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.contents import CompilePriceRow, MetricPair, PriceRow
 from repro_check.report.model import (
@@ -833,58 +836,18 @@ def _probe_specs(wanted: Sequence[PairRuns], plan: Plan, specs: Sequence[RunSpec
 
 def pair_localization(runs: PairRuns, step: int, records_a: list[ProbeOp],
                       records_b: list[ProbeOp]) -> Localization:
-    """The first op of ``step`` whose result differs between the pair's probes, worded for its
-    two environments as the localizer is told them: two revisions' code, two environments of
-    one code, and (said of them once found) eager against compiled code or two argument
-    lists."""
+    """The first op of ``step`` whose result differs between the pair's probes, worded by the
+    localizer for the pair's two environments, as it is told them: their names, whether they
+    run two revisions' code, one side eager and the other compiled, two argument lists."""
     first, other = runs.first, runs.cell
     a, b = first.label, other.label
     if first.value("device") != other.value("device"):
         records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
-    if first.value("rev") != other.value("rev"):
-        # two revisions run different code: ops that differ are the change
-        loc = compare(step, records_a, records_b, code=CodeSides(a, b))
-    else:
-        loc = compare(step, records_a, records_b, environments=EnvironmentSides(a, b))
-    if first.value("compile") != other.value("compile") and unmatched(loc):
-        return dataclasses.replace(loc, found=False, detail=compile_detail(loc, step))
-    if first.args != other.args and loc.found:
-        return dataclasses.replace(loc, detail=args_detail(loc, step, a, b))
-    return loc
-
-
-def unmatched(loc: Localization) -> bool:
-    """The localization stopped where the two op sequences part (other ops, or one ended), not
-    at an op whose results differ."""
-    return loc.found and loc.inputs_agree is None and not loc.differing_inputs
-
-
-def compile_detail(loc: Localization, step: int) -> str:
-    """Why an eager and a compiled run have no culprit op: their op sequences part."""
-    module = loc.first_module_forward or loc.first_module_backward
-    where = f"; the first module whose output differs is {module!r}" if module else ""
-    return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
-            f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
-            f"eager op, so no single op can be named{where}")
-
-
-def args_detail(loc: Localization, step: int, a: str, b: str) -> str:
-    """The culprit op of two argument lists, said of the arguments: they change what the
-    script runs or passes, so what differs is their doing, not a value that is not
-    reproducible."""
-    where = f"module {loc.module!r}" if loc.module else "code outside any module"
-    if unmatched(loc):
-        return (f"with {b} the script runs other ops than with {a} from op {loc.op_index} of "
-                f"step {step} on ({loc.op} in {where}): the arguments change the code that "
-                "runs, so no op whose result differs can be told apart from that change")
-    if loc.inputs_agree:
-        return (f"{loc.op} in {where} ({loc.phase}) returns other bits with {b} than with {a} "
-                "for the same tensor inputs: the arguments call it otherwise (an option that "
-                "is not a tensor) or under other settings")
-    args = ", ".join(map(str, loc.differing_inputs))
-    return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) with {b} than "
-            f"with {a}, which no earlier op produced: the arguments pass it another value (a "
-            "number, a mode, an option)")
+    # two revisions run different code: ops that differ are the change
+    code = CodeSides(a, b) if first.value("rev") != other.value("rev") else None
+    sides = EnvironmentSides(a, b, compiled=first.value("compile") != other.value("compile"),
+                             arguments=first.args != other.args)
+    return compare(step, records_a, records_b, code=code, environments=sides)
 
 
 #: ops that move or copy a tensor: between devices they are what only the GPU side runs

@@ -85,11 +85,17 @@ class CodeSides:
 
 @dataclass(frozen=True)
 class EnvironmentSides:
-    """The two record sets come from two environments that run the same code: the first's
-    (``threads=1``), which the detail names, and the other's (``threads=4``)."""
+    """The two record sets come from two environments (``--across``): the first's
+    (``threads=1``) and the other's (``threads=4``), as the detail names them. Where both run
+    the same code (no :class:`CodeSides`), the detail says what differs between the
+    environments, not between two runs of one. ``compiled``: one side runs eager, the other
+    compiled code, so op sequences that part name no op; ``arguments``: their argument lists
+    differ, so a culprit is what the arguments do."""
 
     reference: str
     other: str
+    compiled: bool = False
+    arguments: bool = False
 
 
 #: what a value from outside torch that no environment call is known to have returned asks for
@@ -240,35 +246,89 @@ def compare(step: int, records_a: Iterable[ProbeInput], records_b: Iterable[Prob
     """Find the first op (and module) whose result differs between the two runs' records
     (typed, or as the runs wrote them); ``batch_agreed``: the step's batch was the same in both
     runs; ``code``: the two sides ran different code; ``environments``: they are two
-    environments of the same code (see the module docstring)."""
+    environments (see the module docstring)."""
     typed_a, typed_b = probe_ops(records_a), probe_ops(records_b)
     ops_a, mods_a = split(typed_a)
     ops_b, mods_b = split(typed_b)
-    sides = _Sides(typed_a, typed_b, (_allocated(ops_a), _allocated(ops_b)), code, environments)
-    ops_a = [r for r in ops_a if culprit_candidate(r, batch_agreed)]
-    ops_b = [r for r in ops_b if culprit_candidate(r, batch_agreed)]
+    sides = _Sides(typed_a, typed_b, (_allocated(ops_a), _allocated(ops_b)), code,
+                   environments if code is None else None)
     loc = Localization(step)
     loc.first_module_forward = _first_module(mods_a, mods_b, "forward")
     if loc.first_module_forward is None:  # once forward differs, every gradient does
         loc.first_module_backward = _first_module(mods_a, mods_b, "backward")
+    _first_parting(loc, [r for r in ops_a if culprit_candidate(r, batch_agreed)],
+                   [r for r in ops_b if culprit_candidate(r, batch_agreed)], sides)
+    if environments is not None:
+        _said_of_environments(loc, environments)
+    return loc
+
+
+def _first_parting(loc: Localization, ops_a: Sequence[OpRun], ops_b: Sequence[OpRun],
+                   sides: _Sides) -> None:
+    """Where the candidate ops of both sides first part (other ops, other bits, one side
+    ending), or that they never do."""
+    step = loc.step
     for i, (a, b) in enumerate(zip(ops_a, ops_b)):
         loc.ops_compared = i + 1
         if (a.op, a.module, a.phase) != (b.op, b.module, b.phase):
             other_ops(loc, i, a, b, sides)
-            return loc
+            return
         if a.outs != b.outs:
             differing_result(loc, i, a, b, sides)
-            return loc
+            return
     if len(ops_a) != len(ops_b):
         one_runs_more(loc, ops_a, ops_b, sides)
-        return loc
+        return
     loc.detail = (f"all {len(ops_a)} recorded ops of step {step} agree in both replays"
                   if ops_a else f"no op of step {step} was recorded")
-    compiled = next((r.compiled for r in (*typed_a, *typed_b)
+    compiled = next((r.compiled for r in (*sides.records_a, *sides.records_b)
                      if isinstance(r, ProbeMark) and r.compiled), None)
     if compiled is not None:
         loc.detail = compiled_unseen(loc, step, compiled, sides.runs)
-    return loc
+
+
+def _said_of_environments(loc: Localization, sides: EnvironmentSides) -> None:
+    """Where the environments differ in more than their values: an eager and a compiled side
+    whose op sequences part name no op; a culprit of two argument lists is said of them."""
+    if sides.compiled and unmatched(loc):
+        loc.found = False
+        loc.detail = compile_detail(loc, loc.step)
+    elif sides.arguments and loc.found:
+        loc.detail = args_detail(loc, loc.step, sides.reference, sides.other)
+
+
+def unmatched(loc: Localization) -> bool:
+    """The localization stopped where the two op sequences part (other ops, or one ended), not
+    at an op whose results differ."""
+    return loc.found and loc.inputs_agree is None and not loc.differing_inputs
+
+
+def compile_detail(loc: Localization, step: int) -> str:
+    """Why an eager and a compiled run have no culprit op: their op sequences part."""
+    module = loc.first_module_forward or loc.first_module_backward
+    where = f"; the first module whose output differs is {module!r}" if module else ""
+    return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
+            f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
+            f"eager op, so no single op can be named{where}")
+
+
+def args_detail(loc: Localization, step: int, a: str, b: str) -> str:
+    """The culprit op of two argument lists, said of the arguments: they change what the
+    script runs or passes, so what differs is their doing, not a value that is not
+    reproducible."""
+    where = f"module {loc.module!r}" if loc.module else "code outside any module"
+    if unmatched(loc):
+        return (f"with {b} the script runs other ops than with {a} from op {loc.op_index} of "
+                f"step {step} on ({loc.op} in {where}): the arguments change the code that "
+                "runs, so no op whose result differs can be told apart from that change")
+    if loc.inputs_agree:
+        return (f"{loc.op} in {where} ({loc.phase}) returns other bits with {b} than with {a} "
+                "for the same tensor inputs: the arguments call it otherwise (an option that "
+                "is not a tensor) or under other settings")
+    args = ", ".join(map(str, loc.differing_inputs))
+    return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) with {b} than "
+            f"with {a}, which no earlier op produced: the arguments pass it another value (a "
+            "number, a mode, an option)")
 
 
 def compiled_unseen(loc: Localization, step: int, compiled: str, runs: str = "the runs") -> str:
