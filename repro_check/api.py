@@ -1,7 +1,10 @@
 """The Python API: what the commands do, as functions that return a :class:`Report`.
 
 Each function takes the run options as keywords (or one :class:`RunOptions` as ``options=``,
-keywords then override it) and calls the same code as the command line. The keywords are those
+keywords then override it) and runs its command through the same path as the command line
+(:func:`repro_check.commands.skeleton.run_plan`): this front end gives the options it built and
+the caller's listener, and gets the report back as the command made it instead of printing it
+(``verify`` and ``resume`` call their run functions directly: see there). The keywords are those
 of :data:`repro_check.run.options.OPTIONS`, read by the same builder as the command line's flags:
 the fields of :class:`RunOptions`, and the parts of its tolerances one by one (``atol``, ``rtol``,
 ``ulps`` as a number or a table ``{"loss": 1e-6}``, ``band_widen``, ``band``, ``signals``).
@@ -9,15 +12,18 @@ the fields of :class:`RunOptions`, and the parts of its tolerances one by one (`
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from repro_check.commands.skeleton import Command, Given, Planned, run_plan
 from repro_check.compare.steps import Policy
 from repro_check.compare.tolerances import ToleranceOptions
 from repro_check.report.model import Report
 from repro_check.run.options import (
     CHECK_RUNS,
+    PLAIN,
     RECORD_RUNS,
     InternalSettings,
     RunOptions,
@@ -35,6 +41,42 @@ def _options(options: RunOptions | None, target: str | None, default_runs: int |
     put over it (unknown ones: TypeError)."""
     return build_options(target, given=keyword_values(given), base=options,
                          defaults={"runs": default_runs} if options is None else None)
+
+
+def _given(options: RunOptions, listener: Listener | None,
+           internal: InternalSettings = PLAIN) -> Given:
+    """What the API gives a command: the options its keywords made (the command's own config
+    keys and defaults do not apply: no config is read, and each function's default run count is
+    already in them), the caller's listener as the progress, nothing said."""
+    return Given(options=lambda target, entry, **how: options,
+                 progress=lambda opts, runs: contextlib.nullcontext(listener),
+                 internal=internal)
+
+
+class _Returned:
+    """The API's outputs of its one target: nothing said, shown or written; the report kept
+    for the caller."""
+
+    def __init__(self) -> None:
+        self.reports: list[Report] = []
+
+    def announce(self, text: str) -> None:
+        """One target: nothing to announce."""
+
+    def show(self, report: Report, index: int | None) -> None:
+        self.reports.append(report)
+
+    def write(self, reports: Sequence[Report], command: str) -> None:
+        """The report is returned, not written."""
+
+
+def _report(command: Command, planned: Planned) -> Report:
+    """``planned`` run by ``command`` through the commands' one path, and its report."""
+    returned = _Returned()
+    run_plan(command, [planned], returned, timed=False)
+    if not returned.reports:  # a signal noted before it started (only under the console script)
+        raise KeyboardInterrupt
+    return returned.reports[0]
 
 
 def check(
@@ -58,10 +100,11 @@ def check(
     exit 3), not raised.
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.check import run_check
+    from repro_check.commands.check import CheckCommand
 
-    return run_check(_options(options, target, CHECK_RUNS, **run_options), listener,
-                     InternalSettings(policy_override=policy))
+    opts = _options(options, target, CHECK_RUNS, **run_options)
+    return _report(CheckCommand(_given(opts, listener, InternalSettings(policy_override=policy))),
+                   Planned(target))
 
 
 def record(
@@ -79,9 +122,11 @@ def record(
     record different numbers of steps (exit 1).
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.record import record_golden
+    from repro_check.commands.record import RecordCommand
 
-    return record_golden(_options(options, target, RECORD_RUNS, **run_options), output, listener)
+    opts = _options(options, target, RECORD_RUNS, **run_options)
+    return _report(RecordCommand(_given(opts, listener)),
+                   Planned(target, golden=os.fspath(output)))
 
 
 def verify(
@@ -100,6 +145,9 @@ def verify(
     :class:`UsageError` (exit 2) for bad arguments and :class:`TraceFileError` (exit 2) for a
     golden that is not a complete trace.
     """
+    # not through run_plan: VerifyCommand.prepare would read and check the golden before
+    # verify_golden does (a second read of the same file), which the tests that stand in for the
+    # run machinery (tests/run/test_options.py) see as an error for their golden that is not there
     # on first call: importing the API loads no command it does not run
     from repro_check.commands.verify import verify_golden
 
@@ -119,13 +167,10 @@ def diff(
     two finished runs left instead (scalar logs or checkpoints, detected or named by
     ``format``), compare those: the report's ``finished`` part holds the result."""
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.diff import diff_finished, diff_traces
-    from repro_check.finished.detect import TRACE, formats_of
+    from repro_check.commands.diff import DiffCommand
 
-    fmt = formats_of(str(a), str(b), format)
-    if fmt == TRACE:
-        return diff_traces(a, b, tolerances, policy)
-    return diff_finished(a, b, fmt, tolerances)
+    return _report(DiffCommand(os.fspath(a), os.fspath(b), tolerances, format, policy),
+                   Planned(None))
 
 
 def across(
@@ -147,10 +192,10 @@ def across(
     the metrics side by side.
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.across import run_across
+    from repro_check.commands.across import AcrossCommand
 
     opts = _options(options, target, 1, across=tuple(axes) if axes else None, **run_options)
-    return run_across(opts, listener)
+    return _report(AcrossCommand(_given(opts, listener)), Planned(target))
 
 
 def resume(
@@ -176,12 +221,17 @@ def resume(
     ``report.exit_code`` is 0 when every resumed step and metric equals the reference's. Other
     keywords (tolerances too) as for :func:`check`.
     """
+    # not through run_plan: ResumeCommand.run checks the options (validate_resume) before the
+    # progress display starts, and so before run_resume, which checks them itself; the tests
+    # that stand in for run_resume (tests/run/test_options.py) give options it refuses
     # on first call: importing the API loads no command it does not run
     from repro_check.commands.resume import run_resume
 
     opts = _options(options, target, resume_at=at, resume_args=resume_args,
                     checkpoint=checkpoint, **run_options)
     return run_resume(opts, listener, InternalSettings(policy_override=policy))
+
+
 def bisect(
     good: str,
     bad: str,
@@ -207,8 +257,9 @@ def bisect(
     TARGET. ``log``: called with a line as each step starts (what the command line prints).
     """
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.bisect import run_bisect
+    from repro_check.commands.bisect import BisectCommand
 
     opts = _options(options, target, 1, **run_options)
-    return run_bisect(opts, good, bad, None if golden is None else os.fspath(golden), listener,
-                      log)
+    command = BisectCommand(opts, good, bad, None if golden is None else os.fspath(golden),
+                            lambda o, runs: contextlib.nullcontext(listener), log)
+    return _report(command, Planned(target))

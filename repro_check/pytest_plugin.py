@@ -83,25 +83,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def run_reproducibility(target: str, trace_dir: str | Path | None = None, **options: Any) -> Report:
-    """Check ``target`` (or verify it against ``golden=``) and return the report."""
+    """Check ``target`` (or verify it against ``golden=``) and return the report: the Python
+    API's, so that the plugin runs its command through the same path as the command line."""
     unknown = sorted(set(options) - set(keywords()))
     if unknown:
         raise TypeError(f"unexpected option(s) for repro-check: {', '.join(unknown)}")
     # when a test uses it: pytest loads this plugin in every session
-    from repro_check.run.options import build_options, keyword_values
+    from repro_check import api
 
     golden = options.pop("golden", None)
     options["trace_dir"] = options.get("trace_dir") or trace_dir
-    run_options = build_options(target, given=keyword_values(options))
     if golden is not None:
-        # when a test uses it: pytest loads this plugin in every session
-        from repro_check.commands.verify import verify_golden
-
-        return verify_golden(run_options, golden)
-    # when a test uses it: pytest loads this plugin in every session
-    from repro_check.commands.check import run_check
-
-    return run_check(run_options)
+        return api.verify(target, golden, **options)
+    return api.check(target, **options)
 
 
 def report_text(report: Report, width: int = 100) -> str:
@@ -155,13 +149,10 @@ def run_resume_check(target: str, trace_dir: str | Path | None = None, *, at: in
     if unknown:
         raise TypeError(f"unexpected option(s) for repro-check resume: {', '.join(unknown)}")
     # when a test uses it: pytest loads this plugin in every session
-    from repro_check.run.options import build_options, keyword_values
-    from repro_check.commands.resume import run_resume
+    from repro_check import api
 
     options["trace_dir"] = options.get("trace_dir") or trace_dir
-    given = keyword_values({**options, "resume_at": at, "resume_args": resume_args,
-                            "checkpoint": checkpoint})
-    return run_resume(build_options(target, given=given))
+    return api.resume(target, at=at, resume_args=resume_args, checkpoint=checkpoint, **options)
 
 
 @pytest.fixture

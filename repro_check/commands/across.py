@@ -33,7 +33,10 @@ from repro_check.trace import environment
 from repro_check.compare.drift import Drift, first_differences, loss_drift
 from repro_check.compare.steps import Comparison, ComparisonResult, Policy
 from repro_check.commands.diagnose import ProbeCollector
-from repro_check.diagnose.localize import CodeSides, Localization, compare
+from repro_check.diagnose.localize import CodeSides, EnvironmentSides, Localization, compare
+# named here too, beside the rest of --across (its tests find them here)
+from repro_check.diagnose.localize import compile_detail as compile_detail
+from repro_check.diagnose.localize import unmatched as unmatched
 from repro_check.errors import TraceFileError, UsageError
 from repro_check.report.contents import CompilePriceRow, MetricPair, PriceRow
 from repro_check.report.model import (
@@ -358,15 +361,21 @@ def _run_across(options: RunOptions, listener: Listener | None, log: Log | None,
     report = finished_report(options, outcome, compared.main.result(), policy,
                              feed.uses_dataloader, runs=len(specs))
     by_index = {r.index: r for r in outcome.results}
-    part = _across_part(axes, plan, by_index, feed, compared, policy)
-    _loading_notes(part, plan, by_index, policy)
-    _scaling_notes(part, plan, by_index)
+    infos = [_cell(c, plan, by_index, feed, compared.own.get(c.index)) for c in cells]
+    sides = [PairRuns(cells[0], c, by_index.get(plan.index(1, 1)),
+                      by_index.get(plan.index(c.index, 1)), compared.pairs[c.index].result())
+             for c in cells[1:]]
+    loadings = {r.cell.index: loading_of(r, policy) for r in sides}
     interrupted, notes = report.interrupted, cache_notes(plan, by_index)
+    found: dict[int, Localization] = {}
     if report.error is None and not report.interrupted:
-        interrupted, probed = _localize(part, session, plan, specs, fits, options, say)
+        interrupted, found, probed = _localize(sides, loadings, session, plan, specs, fits,
+                                               options, say)
         notes += probed
+    pairs = [_pair(infos[0], r, policy, loadings[r.cell.index], scaling_of(r),
+                   found.get(r.cell.index)) for r in sides]
     report = dataclasses.replace(
-        report, across=part, interrupted=interrupted,
+        report, across=_across_part(axes, plan, infos, pairs), interrupted=interrupted,
         # each environment has its own thread count when threads is an axis
         threads=None if any(a.kind == "threads" for a in axes) else report.threads,
         warnings=[*([early] if early else []), *report.warnings, *notes])
@@ -423,15 +432,11 @@ class CellComparisons:
         return cls(Comparison(total, policy), pairs, own, routes)
 
 
-def _across_part(axes: Sequence[Axis], plan: Plan, by_index: dict[int, RunResult],
-                 feed: AcrossFeed, compared: CellComparisons, policy: Policy) -> AcrossPart:
-    """The report's part: each environment's row, each pair with the first, the price of
-    determinism and of compiling, the revisions run."""
+def _across_part(axes: Sequence[Axis], plan: Plan, infos: list[AcrossCell],
+                 pairs: list[AcrossPair]) -> AcrossPart:
+    """The report's part: each environment's row, each finished pair with the first, the price
+    of determinism and of compiling, the revisions run."""
     cells = plan.cells
-    infos = [_cell(c, plan, by_index, feed, compared.own.get(c.index)) for c in cells]
-    pairs = [_pair(infos[0], c, compared.pairs[c.index].result(),
-                   by_index.get(plan.index(1, 1)), by_index.get(plan.index(c.index, 1)), policy)
-             for c in cells[1:]]
     root = plan.root
     described = {} if root is None else {
         v: BisectCommit(**revisions.describe(root, revisions.resolve(root, v)).to_dict())
@@ -439,6 +444,39 @@ def _across_part(axes: Sequence[Axis], plan: Plan, by_index: dict[int, RunResult
     return AcrossPart(axes=[(a.name, list(a.values)) for a in axes], cells=infos, pairs=pairs,
                       runs_per_cell=plan.per_cell, price=price_of_determinism(cells, infos),
                       compile_price=price_of_compile(cells, infos), revisions=described)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairRuns:
+    """One environment against the first, before its pair is built: the two cells, the first
+    run of each (None: none ended) and their comparison."""
+
+    first: Cell
+    cell: Cell
+    a: RunResult | None
+    b: RunResult | None
+    result: ComparisonResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Loading:
+    """What a pair whose environments load data differently shows of its batches
+    (:func:`loading_of`); nothing for the other pairs."""
+
+    batches_identical: bool | None = None
+    first_batch_step: int | None = None
+    worker_draw: tuple[str, ...] = ()
+    note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scaling:
+    """What a pair whose process counts differ shows of its step 1 (:func:`scaling_of`);
+    nothing for the other pairs."""
+
+    same_global_batch: bool | None = None
+    same_initial_weights: bool | None = None
+    note: str | None = None
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -464,24 +502,34 @@ def _cell(cell: Cell, plan: Plan, by_index: dict[int, RunResult], feed: AcrossFe
         global_batch=results[0].batch_samples if results and cell.nproc is not None else None)
 
 
-def _pair(first: AcrossCell, cell: Cell, result: ComparisonResult, a: RunResult | None,
-          b: RunResult | None, policy: Policy) -> AcrossPair:
-    """Environment ``cell`` against the ``first``: verdict, first divergence, drift, metrics."""
-    pair = AcrossPair(a=first.label, b=cell.label, cell=cell.index,
-                      identical=result.reproducible, bit_identical=result.groups == [[1, 2]],
-                      first_divergent_step=result.first_divergent_step,
-                      signal=result.divergent_signal,
-                      metrics=metrics_side_by_side(result.metrics_of(1), result.metrics_of(2)))
+def _pair(first: AcrossCell, runs: PairRuns, policy: Policy, loading: Loading,
+          scaling: Scaling, loc: Localization | None) -> AcrossPair:
+    """Environment ``runs.cell`` against the ``first``, built once of all that was found of it:
+    verdict, first divergence, drift, metrics, environment differences, the data loading and
+    scaling notes, and the culprit op its probes named (``loc``)."""
+    cell, result, a, b = runs.cell, runs.result, runs.a, runs.b
+    bit_identical = result.groups == [[1, 2]]
     # each rank's loss is over its share of the batch: no drift of it between process counts
     ranks_differ = cell.value("nproc") != first.settings.get("nproc")
-    if not pair.bit_identical and a is not None and b is not None and a.trace_path \
-            and b.trace_path and not ranks_differ:
-        pair.drift = _drift(a.trace_path, b.trace_path, policy)
+    drift = _drift(a.trace_path, b.trace_path, policy) \
+        if not bit_identical and a is not None and b is not None and a.trace_path \
+        and b.trace_path and not ranks_differ else None
     env_a = (a.header or {}).get("environment") if a else None
     env_b = (b.header or {}).get("environment") if b else None
-    pair.environment_differences = [f"{d.label}: {_text(d.reference)} vs {_text(d.value)}"
-                                    for d in environment.differences(env_a, env_b)]
-    return pair
+    named = loc is not None and loc.found
+    return AcrossPair(
+        a=first.label, b=cell.label, cell=cell.index, identical=result.reproducible,
+        bit_identical=bit_identical, first_divergent_step=result.first_divergent_step,
+        signal=result.divergent_signal,
+        culprit=loc.module if loc is not None and named else None,
+        culprit_op=loc.op if loc is not None and named else None, localization=loc,
+        drift=drift, metrics=metrics_side_by_side(result.metrics_of(1), result.metrics_of(2)),
+        environment_differences=[f"{d.label}: {_text(d.reference)} vs {_text(d.value)}"
+                                 for d in environment.differences(env_a, env_b)],
+        batches_identical=loading.batches_identical, first_batch_step=loading.first_batch_step,
+        worker_draw=list(loading.worker_draw), loading_note=loading.note,
+        same_global_batch=scaling.same_global_batch,
+        same_initial_weights=scaling.same_initial_weights, scaling_note=scaling.note)
 
 
 def _drift(path_a: str, path_b: str, policy: Policy) -> Drift | None:
@@ -584,102 +632,90 @@ def _where_drawn(seen: dict[str, list[str]], streams: Sequence[str], label: str)
     return f"{', '.join(said) or 'no draw seen'} with {label}"
 
 
-def _loading_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult],
-                   policy: Policy) -> None:
-    """For each pair whose environments load data differently (workers, start method): whether
+def loading_of(runs: PairRuns, policy: Policy) -> Loading:
+    """For a pair whose environments load data differently (workers, start method): whether
     the batches themselves are identical, the first step whose batch differs, and the global
     random streams the data loading draws from: those its fetches were seen drawing from, in
     the main process or in the workers (each worker from its own copy, seeded by torch from
     the worker's id), and those of the main process that differ between the two."""
-    first = plan.cells[0]
-    for pair in part.pairs:
-        cell = plan.cells[pair.cell - 1]
-        varied = [k for k in LOADING_AXES if cell.value(k) != first.value(k)]
-        if not varied:
-            continue
-        a, b = by_index.get(plan.index(1, 1)), by_index.get(plan.index(cell.index, 1))
-        if a is None or b is None or not a.trace_path or not b.trace_path:
-            continue
-        try:
-            firsts, steps = first_differences(a.trace_path, b.trace_path)
-        except TraceFileError:
-            continue
-        if not steps:
-            continue
-        pair.batches_identical = "batch" not in firsts
-        pair.first_batch_step = firsts.get("batch")
-        seen_a, seen_b = drawn(a), drawn(b)
-        main = [STREAMS[s] for s in STREAMS if s in firsts and policy.compares(s)]
-        pair.worker_draw = [n for n in STREAMS.values() if n in seen_a or n in seen_b
-                            or n in main]
-        what = " and ".join(f"{k}={cell.value(k)}" for k in varied)
-        if pair.batches_identical:
-            pair.loading_note = (f"the batches are identical at every one of {steps} steps "
-                                 f"with {what}")
-            continue
-        note = f"the batches differ from step {pair.first_batch_step} with {what}"
-        fetched = [n for n in pair.worker_draw if n in seen_a or n in seen_b]
-        if fetched:
-            sides = "; ".join(_where_drawn(seen, fetched, label)
-                              for label, seen in ((pair.a, seen_a), (pair.b, seen_b)))
-            note += (f"; the data loading (the Dataset or its collate function) draws from "
-                     f"{' and '.join(fetched)}: {sides}. Without workers it draws from the main "
-                     "process's stream; with workers each worker draws from its own copy, "
-                     "seeded from the worker's id, so a sample's numbers depend on the worker "
-                     "count and on which worker fetches it: draw from a generator seeded by "
-                     "the sample's index instead")
-        elif main:
-            at = min(firsts[s] for s in STREAMS if STREAMS[s] in main)
-            note += (f"; {' and '.join(main)} of the main process also differs from "
-                     f"step {at}: the data loading draws from it (an augmentation in the "
-                     "Dataset), in the main process without workers and in each worker, from "
-                     "that worker's own copy, with workers: draw from a generator seeded by "
-                     "the sample's index instead")
-        else:
-            note += ("; no global random stream is seen drawn from in the data loading: the "
-                     "workers deliver in another order, or the Dataset draws from a generator "
-                     "of its own")
-        pair.loading_note = note
+    first, cell, a, b = runs.first, runs.cell, runs.a, runs.b
+    varied = [k for k in LOADING_AXES if cell.value(k) != first.value(k)]
+    if not varied or a is None or b is None or not a.trace_path or not b.trace_path:
+        return Loading()
+    try:
+        firsts, steps = first_differences(a.trace_path, b.trace_path)
+    except TraceFileError:
+        return Loading()
+    if not steps:
+        return Loading()
+    seen_a, seen_b = drawn(a), drawn(b)
+    main = [STREAMS[s] for s in STREAMS if s in firsts and policy.compares(s)]
+    worker_draw = tuple(n for n in STREAMS.values() if n in seen_a or n in seen_b or n in main)
+    what = " and ".join(f"{k}={cell.value(k)}" for k in varied)
+    first_batch = firsts.get("batch")
+    if "batch" not in firsts:
+        return Loading(True, first_batch, worker_draw,
+                       f"the batches are identical at every one of {steps} steps with {what}")
+    note = f"the batches differ from step {first_batch} with {what}"
+    fetched = [n for n in worker_draw if n in seen_a or n in seen_b]
+    if fetched:
+        sides = "; ".join(_where_drawn(seen, fetched, label)
+                          for label, seen in ((first.label, seen_a), (cell.label, seen_b)))
+        note += (f"; the data loading (the Dataset or its collate function) draws from "
+                 f"{' and '.join(fetched)}: {sides}. Without workers it draws from the main "
+                 "process's stream; with workers each worker draws from its own copy, "
+                 "seeded from the worker's id, so a sample's numbers depend on the worker "
+                 "count and on which worker fetches it: draw from a generator seeded by "
+                 "the sample's index instead")
+    elif main:
+        at = min(firsts[s] for s in STREAMS if STREAMS[s] in main)
+        note += (f"; {' and '.join(main)} of the main process also differs from "
+                 f"step {at}: the data loading draws from it (an augmentation in the "
+                 "Dataset), in the main process without workers and in each worker, from "
+                 "that worker's own copy, with workers: draw from a generator seeded by "
+                 "the sample's index instead")
+    else:
+        note += ("; no global random stream is seen drawn from in the data loading: the "
+                 "workers deliver in another order, or the Dataset draws from a generator "
+                 "of its own")
+    return Loading(False, first_batch, worker_draw, note)
 
 
-def _scaling_notes(part: AcrossPart, plan: Plan, by_index: dict[int, RunResult]) -> None:
-    """For each pair whose process counts differ: whether step 1 trained on as many samples in
+def scaling_of(runs: PairRuns) -> Scaling:
+    """For a pair whose process counts differ: whether step 1 trained on as many samples in
     all (the global batch: every rank's batch added up) and from the same parameters, and how
     to make both so. Only then can the parameters after each step agree (to the order of the
     ranks' gradient sum, which already changes their last bits)."""
-    first = plan.cells[0]
-    for pair in part.pairs:
-        cell = plan.cells[pair.cell - 1]
-        if cell.nproc == first.nproc:
-            continue
-        a, b = by_index.get(plan.index(1, 1)), by_index.get(plan.index(cell.index, 1))
-        if a is None or b is None:
-            continue
-        said: list[str] = []
-        na, nb = a.batch_samples, b.batch_samples
-        if na is not None and nb is not None:
-            pair.same_global_batch = na == nb
-            per = f" ({nb // cell.nproc} a rank)" if cell.nproc and nb % cell.nproc == 0 else ""
-            if na == nb:
-                said.append(f"the global batch is {nb} samples on both sides{per}")
-            else:
-                said.append(f"the global batch differs: {na} samples with {pair.a}, {nb} with "
-                            f"{pair.b}{per}, so the numbers cannot agree: keep the global "
-                            "batch fixed (each rank's batch the global batch over the process "
-                            "count)")
-        ia, ib = signal_at(a.trace_path, 1, "init"), signal_at(b.trace_path, 1, "init")
-        if ia is not None and ib is not None:
-            pair.same_initial_weights = ia == ib
-            said.append("the initial weights are the same" if ia == ib else
-                        "the initial weights differ: start every process count from one saved "
-                        "initial checkpoint (a seed checkpoint), loaded before training")
-        if said:
-            pair.scaling_note = "; ".join(said) + (
-                "; even so, the ranks' gradients are summed in another order than one process "
-                "sums them, and each rank draws its own random numbers (dropout masks, "
-                "augmentations) where one process draws one stream for the whole batch: the "
-                "bits part unless the model draws none and the sums round alike"
-                if pair.same_global_batch and pair.same_initial_weights else "")
+    first, cell, a, b = runs.first, runs.cell, runs.a, runs.b
+    if cell.nproc == first.nproc or a is None or b is None:
+        return Scaling()
+    said: list[str] = []
+    same_batch = same_weights = None
+    na, nb = a.batch_samples, b.batch_samples
+    if na is not None and nb is not None:
+        same_batch = na == nb
+        per = f" ({nb // cell.nproc} a rank)" if cell.nproc and nb % cell.nproc == 0 else ""
+        if na == nb:
+            said.append(f"the global batch is {nb} samples on both sides{per}")
+        else:
+            said.append(f"the global batch differs: {na} samples with {first.label}, {nb} with "
+                        f"{cell.label}{per}, so the numbers cannot agree: keep the global "
+                        "batch fixed (each rank's batch the global batch over the process "
+                        "count)")
+    ia, ib = signal_at(a.trace_path, 1, "init"), signal_at(b.trace_path, 1, "init")
+    if ia is not None and ib is not None:
+        same_weights = ia == ib
+        said.append("the initial weights are the same" if ia == ib else
+                    "the initial weights differ: start every process count from one saved "
+                    "initial checkpoint (a seed checkpoint), loaded before training")
+    if not said:
+        return Scaling(same_batch, same_weights)
+    return Scaling(same_batch, same_weights, "; ".join(said) + (
+        "; even so, the ranks' gradients are summed in another order than one process "
+        "sums them, and each rank draws its own random numbers (dropout masks, "
+        "augmentations) where one process draws one stream for the whole batch: the "
+        "bits part unless the model draws none and the sums round alike"
+        if same_batch and same_weights else ""))
 
 
 def compile_warning(axes: Sequence[Axis], target: Any) -> str | None:
@@ -723,63 +759,68 @@ def _may_compile(source: str) -> bool:
     return False
 
 
-def _localize(part: AcrossPart, session: Session, plan: Plan, specs: Sequence[RunSpec],
-              fits: Fits, options: RunOptions, say: Log) -> tuple[bool, list[str]]:
+def _localize(sides: Sequence[PairRuns], loadings: dict[int, Loading], session: Session,
+              plan: Plan, specs: Sequence[RunSpec], fits: Fits, options: RunOptions,
+              say: Log) -> tuple[bool, dict[int, Localization], list[str]]:
     """A probe run of both sides of every pair that parts at a step, up to that step; the
     first op whose result differs is the pair's culprit. Whether Ctrl-C or SIGTERM stopped
-    the probes, and the report's warnings of pairs whose probes failed."""
-    wanted = [p for p in part.pairs if _probed(p)]
-    jobs = [p for p in wanted if plan.cells[p.cell - 1].nproc is not None]
+    the probes, each probed pair's localization (by its environment's index), and the
+    report's warnings of pairs whose probes failed."""
+    wanted = [r for r in sides if _probed(r, loadings[r.cell.index])]
+    jobs = [r for r in wanted if r.cell.nproc is not None]
     if jobs:  # a probe records one process's ops; a job's ranks each run their share
-        wanted = [p for p in wanted if p not in jobs]
+        wanted = [r for r in wanted if r not in jobs]
         say("localization: not run for torchrun jobs (nproc=): the first step and signal that "
             "differ are what is named")
     if not wanted:
-        return False, []
+        return False, {}, []
     probes, probe_specs = _probe_specs(wanted, plan, specs, fits)
-    steps = sorted({p.first_divergent_step for p in wanted if p.first_divergent_step})
+    steps = sorted({r.result.first_divergent_step for r in wanted
+                    if r.result.first_divergent_step})
     say(f"localization: {len(probe_specs)} probe run(s) to step {', '.join(map(str, steps))}, "
         "recording every op of that step")
     collector = ProbeCollector()
     outcome = session.run(collector, options.jobs or len(probe_specs), specs=probe_specs,
                           fits=fits)
     if outcome.interrupted:
-        return True, []
+        return True, {}, []
     notes: list[str] = []
+    found: dict[int, Localization] = {}
     failed = {r.index: r for r in outcome.results if r.failed}
-    for pair in wanted:
-        step = pair.first_divergent_step
+    for runs in wanted:
+        step = runs.result.first_divergent_step
         assert step is not None
-        ia, ib = probes[(1, step)], probes[(pair.cell, step)]
+        ia, ib = probes[(1, step)], probes[(runs.cell.index, step)]
         broken = [failed[i].describe_failure() for i in (ia, ib) if i in failed]
         if broken:
-            notes.append(f"localization of {pair.b} failed: {'; '.join(broken)}")
+            notes.append(f"localization of {runs.cell.label} failed: {'; '.join(broken)}")
             continue
-        _localize_pair(pair, step, plan, collector.probes.get((ia, 0), []),
-                       collector.probes.get((ib, 0), []))
-    return False, notes
+        found[runs.cell.index] = pair_localization(runs, step, collector.probes.get((ia, 0), []),
+                                                   collector.probes.get((ib, 0), []))
+    return False, found, notes
 
 
-def _probed(pair: AcrossPair) -> bool:
+def _probed(runs: PairRuns, loading: Loading) -> bool:
     """Whether a pair's probe can name an op: it parts at a step, on a signal a step's ops
     make, and not on batches or streams its data loading already explains."""
-    return not pair.identical and pair.first_divergent_step is not None \
-        and pair.signal not in (None, "steps") and not str(pair.signal).startswith("metric:") \
-        and not (pair.loading_note and (pair.signal == "batch"
-                                        or str(pair.signal).startswith("rng.")))
+    result = runs.result
+    signal = result.divergent_signal
+    return not result.reproducible and result.first_divergent_step is not None \
+        and signal not in (None, "steps") and not str(signal).startswith("metric:") \
+        and not (loading.note and (signal == "batch" or str(signal).startswith("rng.")))
 
 
-def _probe_specs(wanted: Sequence[AcrossPair], plan: Plan, specs: Sequence[RunSpec],
+def _probe_specs(wanted: Sequence[PairRuns], plan: Plan, specs: Sequence[RunSpec],
                  fits: Fits) -> tuple[dict[tuple[int, int], int], list[RunSpec]]:
     """One probe run per environment and step the ``wanted`` pairs need (the first
     environment's shared), numbered after the check's runs: their indices by (cell, step),
     and their specs."""
     probes: dict[tuple[int, int], int] = {}
     probe_specs: list[RunSpec] = []
-    for pair in wanted:
-        step = pair.first_divergent_step
+    for runs in wanted:
+        step = runs.result.first_divergent_step
         assert step is not None
-        for cell in (1, pair.cell):
+        for cell in (1, runs.cell.index):
             if (cell, step) in probes:
                 continue
             index = len(specs) + len(probe_specs) + 1
@@ -793,61 +834,20 @@ def _probe_specs(wanted: Sequence[AcrossPair], plan: Plan, specs: Sequence[RunSp
     return probes, probe_specs
 
 
-def _localize_pair(pair: AcrossPair, step: int, plan: Plan, records_a: list[ProbeOp],
-                   records_b: list[ProbeOp]) -> None:
-    """The first op of ``step`` whose result differs between the pair's probes, said of two
-    environments: the pair's localization and culprit."""
-    first, other = plan.cells[0], plan.cells[pair.cell - 1]
+def pair_localization(runs: PairRuns, step: int, records_a: list[ProbeOp],
+                      records_b: list[ProbeOp]) -> Localization:
+    """The first op of ``step`` whose result differs between the pair's probes, worded by the
+    localizer for the pair's two environments, as it is told them: their names, whether they
+    run two revisions' code, one side eager and the other compiled, two argument lists."""
+    first, other = runs.first, runs.cell
+    a, b = first.label, other.label
     if first.value("device") != other.value("device"):
         records_a, records_b = drop_transfers(records_a), drop_transfers(records_b)
-    if first.value("rev") != other.value("rev"):
-        # two revisions run different code: ops that differ are the change
-        loc = compare(step, records_a, records_b, code=CodeSides(pair.a, pair.b))
-    else:
-        loc = compare(step, records_a, records_b)
-        loc.detail = across_detail(loc, pair.a)
-    if first.value("compile") != other.value("compile") and unmatched(loc):
-        loc.found = False
-        loc.detail = compile_detail(loc, step)
-    elif first.args != other.args and loc.found:
-        loc.detail = args_detail(loc, step, pair.a, pair.b)
-    pair.localization = loc
-    if loc.found:
-        pair.culprit, pair.culprit_op = loc.module, loc.op
-
-
-def unmatched(loc: Localization) -> bool:
-    """The localization stopped where the two op sequences part (other ops, or one ended), not
-    at an op whose results differ."""
-    return loc.found and loc.inputs_agree is None and not loc.differing_inputs
-
-
-def compile_detail(loc: Localization, step: int) -> str:
-    """Why an eager and a compiled run have no culprit op: their op sequences part."""
-    module = loc.first_module_forward or loc.first_module_backward
-    where = f"; the first module whose output differs is {module!r}" if module else ""
-    return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
-            f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
-            f"eager op, so no single op can be named{where}")
-
-
-def args_detail(loc: Localization, step: int, a: str, b: str) -> str:
-    """The culprit op of two argument lists, said of the arguments: they change what the
-    script runs or passes, so what differs is their doing, not a value that is not
-    reproducible."""
-    where = f"module {loc.module!r}" if loc.module else "code outside any module"
-    if unmatched(loc):
-        return (f"with {b} the script runs other ops than with {a} from op {loc.op_index} of "
-                f"step {step} on ({loc.op} in {where}): the arguments change the code that "
-                "runs, so no op whose result differs can be told apart from that change")
-    if loc.inputs_agree:
-        return (f"{loc.op} in {where} ({loc.phase}) returns other bits with {b} than with {a} "
-                "for the same tensor inputs: the arguments call it otherwise (an option that "
-                "is not a tensor) or under other settings")
-    args = ", ".join(map(str, loc.differing_inputs))
-    return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) with {b} than "
-            f"with {a}, which no earlier op produced: the arguments pass it another value (a "
-            "number, a mode, an option)")
+    # two revisions run different code: ops that differ are the change
+    code = CodeSides(a, b) if first.value("rev") != other.value("rev") else None
+    sides = EnvironmentSides(a, b, compiled=first.value("compile") != other.value("compile"),
+                             arguments=first.args != other.args)
+    return compare(step, records_a, records_b, code=code, environments=sides)
 
 
 #: ops that move or copy a tensor: between devices they are what only the GPU side runs
@@ -863,19 +863,6 @@ def drop_transfers(records: Sequence[P]) -> list[P]:
 
 def _transfer(rec: ProbeOp | None) -> bool:
     return isinstance(rec, OpRun) and rec.op in TRANSFERS and any(o in rec.ins for o in rec.outs)
-
-
-def across_detail(loc: Localization, a: str) -> str:
-    """What the culprit op did, said of two environments (not of two runs of one)."""
-    if not loc.found or loc.inputs_agree is None:
-        return loc.detail.replace("the runs", "the environments").replace("one run", "one side")
-    where = f"module {loc.module!r}" if loc.module else "code outside any module"
-    if loc.inputs_agree:
-        return f"{loc.op} in {where} ({loc.phase}) gives other bits than in {a} for the same inputs"
-    args = ", ".join(map(str, loc.differing_inputs))
-    return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) than in {a}, "
-            "which no earlier op produced: a value from outside the recorded ops (an environment "
-            "variable, a Python number, ...)")
 
 
 class AcrossCommand(GivenCommand):

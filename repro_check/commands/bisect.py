@@ -335,7 +335,7 @@ class BisectCommand:
     timed = True
 
     def __init__(self, options: RunOptions, good: str, bad: str, golden: str | None,
-                 progress: Callable[[RunOptions, int], ContextManager[Listener]],
+                 progress: Callable[[RunOptions, int], ContextManager[Listener | None]],
                  log: Log | None) -> None:
         self.options, self.good, self.bad, self.golden = options, good, bad, golden
         self.progress, self.log = progress, log

@@ -157,4 +157,4 @@ class CheckCommand(GivenCommand):
     def run(self, planned: Planned) -> Report:
         options = self.given.options(planned.target, planned.entry, compare_runs=True)
         with self.given.progress(options, options.runs) as listener:
-            return run_check(options, listener)
+            return run_check(options, listener, self.given.internal)

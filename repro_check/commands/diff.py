@@ -136,9 +136,11 @@ class DiffCommand:
     name = "diff"
     timed = False
 
-    def __init__(self, a: str, b: str, tolerances: ToleranceOptions,
-                 fmt: str | None = None) -> None:
+    def __init__(self, a: str, b: str, tolerances: ToleranceOptions | None,
+                 fmt: str | None = None, policy: Policy | None = None) -> None:
         self.a, self.b, self.tolerances, self.fmt = a, b, tolerances, fmt
+        #: a comparison policy object instead of the tolerances (the Python API's ``policy=``)
+        self.policy = policy
 
     def describe(self, planned: Planned) -> str:
         return f"comparing {self.a} with {self.b}"
@@ -150,5 +152,5 @@ class DiffCommand:
     def run(self, planned: Planned) -> Report:
         fmt = self.fmt or detect.formats_of(self.a, self.b, None)
         if fmt == detect.TRACE:
-            return diff_traces(self.a, self.b, self.tolerances)
+            return diff_traces(self.a, self.b, self.tolerances, self.policy)
         return diff_finished(self.a, self.b, fmt, self.tolerances)

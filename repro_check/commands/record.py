@@ -74,4 +74,4 @@ class RecordCommand(GivenCommand):
         if planned.args:  # a cell of --across 'args=A|B'
             options = options.replace(args=(*(options.args or ()), *planned.args))
         with self.given.progress(options, options.runs) as listener:
-            return record_golden(options, planned.golden, listener)
+            return record_golden(options, planned.golden, listener, self.given.internal)

@@ -538,4 +538,4 @@ class ResumeCommand(GivenCommand):
         options = self.given.options(planned.target, planned.entry)
         options.validate_resume()  # --at missing: one line before the progress display
         with self.given.progress(options, 3) as listener:
-            return run_resume(options, listener)
+            return run_resume(options, listener, self.given.internal)

@@ -8,7 +8,8 @@ comparison and its report built of their parts, in the command's module). :func:
 the one path around it, for every command alike: the plan's targets in turn (from the config's
 folder when they come from it), a signal between two of them or an interrupted run ending the
 plan, each report timed and handed to the front end's :class:`Outputs` as it ends, then the
-outputs of them all written and the exit code of them all taken (:func:`aggregate_exit`).
+outputs of them all written (:func:`run_plan`, which the Python API calls for its report) and
+the exit code of them all taken (:func:`aggregate_exit`).
 Errors are not caught here: the console script maps every one to its exit code, once
 (:mod:`repro_check.cli.main`).
 """
@@ -28,7 +29,7 @@ from repro_check.config import TargetEntry
 from repro_check.errors import ExitCode
 from repro_check.report.model import Report
 from repro_check.run import signals
-from repro_check.run.options import RunOptions
+from repro_check.run.options import PLAIN, InternalSettings, RunOptions
 from repro_check.trace.results import Listener
 
 
@@ -59,11 +60,14 @@ class OptionsFor(Protocol):
 @dataclasses.dataclass
 class Given:
     """What the front end gives a command besides its plan: how a target's run options are
-    made, the progress display of ``runs`` runs, and where a step is said (None: quiet)."""
+    made, the progress display of ``runs`` runs (the listener it yields: None, none), where a
+    step is said (None: quiet), and what the runs are set beside the options (the Python API's
+    ``policy=``)."""
 
     options: OptionsFor
-    progress: Callable[[RunOptions, int], ContextManager[Listener]]
+    progress: Callable[[RunOptions, int], ContextManager[Listener | None]]
     log: Callable[[str], None] | None = None
+    internal: InternalSettings = PLAIN
 
 
 class Command(Protocol):
@@ -149,27 +153,35 @@ def aggregate_exit(reports: Sequence[Report]) -> ExitCode:
 
 def execute(command: Command, plan: Sequence[Planned], outputs: Outputs, *,
             root: Path | None = None) -> ExitCode:
+    """Run ``command`` on every planned target (:func:`run_plan`); the exit code of them all."""
+    return aggregate_exit(run_plan(command, plan, outputs, root=root))
+
+
+def run_plan(command: Command, plan: Sequence[Planned], outputs: Outputs, *,
+             root: Path | None = None, timed: bool = True) -> list[Report]:
     """Run ``command`` on every planned target (from ``root``, the config's folder, when the
     targets come from it): everything checked first, then each target's report shown as it
-    ends; an interrupt stops the plan. The outputs of every report, and their exit code."""
+    ends; a signal or an interrupted target stops the plan. The outputs of every report, and
+    the reports. ``timed``: a timed command's reports say how long it took (the JUnit file's
+    time; the Python API, which writes none, returns its reports as the command made them)."""
     several = len(plan) > 1
     reports: list[Report] = []
     with in_folder(root) as moved:
         for planned in plan:  # every target is checked before anything runs
             command.prepare(planned)
         for i, planned in enumerate(plan, 1):
-            if signals.stop_requested():
-                break  # a signal between two targets: report what was done
+            if signals.stop_requested() or (reports and reports[-1].interrupted):
+                break  # a signal between two targets, or one interrupted: report what was done
             if several:
                 outputs.announce(command.describe(planned))
             started = time.monotonic()
             report = command.run(planned)
-            report = dataclasses.replace(
-                report, replay=replay_from(report.replay, moved),
-                wall_seconds=time.monotonic() - started if command.timed else report.wall_seconds)
+            if moved is not None or (timed and command.timed):
+                report = dataclasses.replace(
+                    report, replay=replay_from(report.replay, moved),
+                    wall_seconds=time.monotonic() - started if timed and command.timed
+                    else report.wall_seconds)
             outputs.show(report, i if several else None)
             reports.append(report)
-            if report.interrupted:
-                break
     outputs.write(reports, command.name)
-    return aggregate_exit(reports)
+    return reports

@@ -252,4 +252,4 @@ class VerifyCommand(GivenCommand):
             # the golden's own arguments, which hold the cell's, are the run's)
             options = options.replace(args=(*options.args, *planned.args))
         with self.given.progress(options, 1) as listener:
-            return verify_golden(options, planned.golden, listener)
+            return verify_golden(options, planned.golden, listener, self.given.internal)

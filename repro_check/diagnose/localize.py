@@ -25,7 +25,9 @@ When the two sides run different code (``bisect``'s GOOD and its first commit th
 ``--across rev=``: :class:`CodeSides`), op sequences that part, an op that returns other bits
 for the same tensor inputs and an argument no earlier op produced are what a change of the
 code does: the cause is ``code`` and the detail says which side's code runs what, never that a
-value is not reproducible or that something should be seeded.
+value is not reproducible or that something should be seeded. When they are two environments of
+the same code (``--across``: :class:`EnvironmentSides`), the detail says what differs between
+the environments, not between two runs of one.
 
 Ops that only allocate (``empty``: its bytes are whatever the memory held) are never culprits.
 When the batch agreed (``batch_agreed``), neither are the ops that only deliver it: every op of
@@ -79,6 +81,21 @@ class CodeSides:
 
     reference: str
     changed: str
+
+
+@dataclass(frozen=True)
+class EnvironmentSides:
+    """The two record sets come from two environments (``--across``): the first's
+    (``threads=1``) and the other's (``threads=4``), as the detail names them. Where both run
+    the same code (no :class:`CodeSides`), the detail says what differs between the
+    environments, not between two runs of one. ``compiled``: one side runs eager, the other
+    compiled code, so op sequences that part name no op; ``arguments``: their argument lists
+    differ, so a culprit is what the arguments do."""
+
+    reference: str
+    other: str
+    compiled: bool = False
+    arguments: bool = False
 
 
 #: what a value from outside torch that no environment call is known to have returned asks for
@@ -215,55 +232,117 @@ class _Sides:
     #: what only held uninitialized memory in each run (see :func:`_allocated`)
     garbage: tuple[set[str], set[str]]
     code: CodeSides | None
+    environments: EnvironmentSides | None = None
+
+    @property
+    def runs(self) -> str:
+        """What the two sides are called in a detail: two runs, or two environments."""
+        return "the runs" if self.environments is None else "the environments"
 
 
 def compare(step: int, records_a: Iterable[ProbeInput], records_b: Iterable[ProbeInput],
-            batch_agreed: bool = False, code: CodeSides | None = None) -> Localization:
+            batch_agreed: bool = False, code: CodeSides | None = None,
+            environments: EnvironmentSides | None = None) -> Localization:
     """Find the first op (and module) whose result differs between the two runs' records
     (typed, or as the runs wrote them); ``batch_agreed``: the step's batch was the same in both
-    runs; ``code``: the two sides ran different code (see the module docstring)."""
+    runs; ``code``: the two sides ran different code; ``environments``: they are two
+    environments (see the module docstring)."""
     typed_a, typed_b = probe_ops(records_a), probe_ops(records_b)
     ops_a, mods_a = split(typed_a)
     ops_b, mods_b = split(typed_b)
-    sides = _Sides(typed_a, typed_b, (_allocated(ops_a), _allocated(ops_b)), code)
-    ops_a = [r for r in ops_a if culprit_candidate(r, batch_agreed)]
-    ops_b = [r for r in ops_b if culprit_candidate(r, batch_agreed)]
+    sides = _Sides(typed_a, typed_b, (_allocated(ops_a), _allocated(ops_b)), code,
+                   environments if code is None else None)
     loc = Localization(step)
     loc.first_module_forward = _first_module(mods_a, mods_b, "forward")
     if loc.first_module_forward is None:  # once forward differs, every gradient does
         loc.first_module_backward = _first_module(mods_a, mods_b, "backward")
-    for i, (a, b) in enumerate(zip(ops_a, ops_b)):
-        loc.ops_compared = i + 1
-        if (a.op, a.module, a.phase) != (b.op, b.module, b.phase):
-            other_ops(loc, i, a, b, code)
-            return loc
-        if a.outs != b.outs:
-            differing_result(loc, i, a, b, sides)
-            return loc
-    if len(ops_a) != len(ops_b):
-        one_runs_more(loc, ops_a, ops_b, code)
-        return loc
-    loc.detail = (f"all {len(ops_a)} recorded ops of step {step} agree in both replays"
-                  if ops_a else f"no op of step {step} was recorded")
-    compiled = next((r.compiled for r in (*typed_a, *typed_b)
-                     if isinstance(r, ProbeMark) and r.compiled), None)
-    if compiled is not None:
-        loc.detail = compiled_unseen(loc, step, compiled)
+    _first_parting(loc, [r for r in ops_a if culprit_candidate(r, batch_agreed)],
+                   [r for r in ops_b if culprit_candidate(r, batch_agreed)], sides)
+    if environments is not None:
+        _said_of_environments(loc, environments)
     return loc
 
 
-def compiled_unseen(loc: Localization, step: int, compiled: str) -> str:
+def _first_parting(loc: Localization, ops_a: Sequence[OpRun], ops_b: Sequence[OpRun],
+                   sides: _Sides) -> None:
+    """Where the candidate ops of both sides first part (other ops, other bits, one side
+    ending), or that they never do."""
+    step = loc.step
+    for i, (a, b) in enumerate(zip(ops_a, ops_b)):
+        loc.ops_compared = i + 1
+        if (a.op, a.module, a.phase) != (b.op, b.module, b.phase):
+            other_ops(loc, i, a, b, sides)
+            return
+        if a.outs != b.outs:
+            differing_result(loc, i, a, b, sides)
+            return
+    if len(ops_a) != len(ops_b):
+        one_runs_more(loc, ops_a, ops_b, sides)
+        return
+    loc.detail = (f"all {len(ops_a)} recorded ops of step {step} agree in both replays"
+                  if ops_a else f"no op of step {step} was recorded")
+    compiled = next((r.compiled for r in (*sides.records_a, *sides.records_b)
+                     if isinstance(r, ProbeMark) and r.compiled), None)
+    if compiled is not None:
+        loc.detail = compiled_unseen(loc, step, compiled, sides.runs)
+
+
+def _said_of_environments(loc: Localization, sides: EnvironmentSides) -> None:
+    """Where the environments differ in more than their values: an eager and a compiled side
+    whose op sequences part name no op; a culprit of two argument lists is said of them."""
+    if sides.compiled and unmatched(loc):
+        loc.found = False
+        loc.detail = compile_detail(loc, loc.step)
+    elif sides.arguments and loc.found:
+        loc.detail = args_detail(loc, loc.step, sides.reference, sides.other)
+
+
+def unmatched(loc: Localization) -> bool:
+    """The localization stopped where the two op sequences part (other ops, or one ended), not
+    at an op whose results differ."""
+    return loc.found and loc.inputs_agree is None and not loc.differing_inputs
+
+
+def compile_detail(loc: Localization, step: int) -> str:
+    """Why an eager and a compiled run have no culprit op: their op sequences part."""
+    module = loc.first_module_forward or loc.first_module_backward
+    where = f"; the first module whose output differs is {module!r}" if module else ""
+    return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
+            f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
+            f"eager op, so no single op can be named{where}")
+
+
+def args_detail(loc: Localization, step: int, a: str, b: str) -> str:
+    """The culprit op of two argument lists, said of the arguments: they change what the
+    script runs or passes, so what differs is their doing, not a value that is not
+    reproducible."""
+    where = f"module {loc.module!r}" if loc.module else "code outside any module"
+    if unmatched(loc):
+        return (f"with {b} the script runs other ops than with {a} from op {loc.op_index} of "
+                f"step {step} on ({loc.op} in {where}): the arguments change the code that "
+                "runs, so no op whose result differs can be told apart from that change")
+    if loc.inputs_agree:
+        return (f"{loc.op} in {where} ({loc.phase}) returns other bits with {b} than with {a} "
+                "for the same tensor inputs: the arguments call it otherwise (an option that "
+                "is not a tensor) or under other settings")
+    args = ", ".join(map(str, loc.differing_inputs))
+    return (f"{loc.op} in {where} ({loc.phase}) gets another argument ({args}) with {b} than "
+            f"with {a}, which no earlier op produced: the arguments pass it another value (a "
+            "number, a mode, an option)")
+
+
+def compiled_unseen(loc: Localization, step: int, compiled: str, runs: str = "the runs") -> str:
     """Why ops that agree say nothing of a compiled step: under the op recorder (a dispatch
     mode) PyTorch runs what ``torch.compile`` made eagerly, so the recorded ops are the eager
-    ones, and the compiled kernels, where the runs part, are never seen."""
+    ones, and the compiled kernels, where the sides (``runs``) part, are never seen."""
     if compiled == "code":
         return (f"the run uses torch.compile, and PyTorch runs compiled code eagerly while the "
                 f"op recorder watches: the {loc.ops_compared} ops recorded of step {step} are "
                 "eager ops and agree; where the step calls compiled code, its kernels (where "
-                "the runs can part) are not seen op by op, and no op inside them can be named")
+                f"{runs} can part) are not seen op by op, and no op inside them can be named")
     return (f"step {step} calls the compiled {compiled} (torch.compile), which PyTorch runs "
             f"eagerly while the op recorder watches: the {loc.ops_compared} ops recorded are "
-            "eager ops and agree, and the compiled kernels, where the runs part, are not seen "
+            f"eager ops and agree, and the compiled kernels, where {runs} part, are not seen "
             f"op by op: the difference is inside the compiled {compiled} at step {step}, and "
             "no op or module inside it can be named")
 
@@ -274,10 +353,11 @@ def _culprit(loc: Localization, i: int, rec: OpRun) -> None:
     loc.phase, loc.module, loc.op = rec.phase, rec.module, rec.op
 
 
-def other_ops(loc: Localization, i: int, a: OpRun, b: OpRun, code: CodeSides | None) -> None:
+def other_ops(loc: Localization, i: int, a: OpRun, b: OpRun, sides: _Sides) -> None:
     """The runs' op sequences part at op ``i``: control flow on a value, or other code."""
     _culprit(loc, i, a)
     loc.cause = "compute"
+    code = sides.code
     if code is not None:  # the changed side's op is the one its change brought
         _culprit(loc, i, b)
         loc.cause = "code"
@@ -287,7 +367,7 @@ def other_ops(loc: Localization, i: int, a: OpRun, b: OpRun, code: CodeSides | N
                       f"{_where(a.module, a.phase)}: the code changed, and it "
                       "runs other ops")
         return
-    loc.detail = (f"the runs ran different code from op {i} on: {a.op} in "
+    loc.detail = (f"{sides.runs} ran different code from op {i} on: {a.op} in "
                   f"{_where(a.module, a.phase)} vs {b.op} in "
                   f"{_where(b.module, b.phase)} (control flow on a value that is "
                   "not reproducible)")
@@ -304,6 +384,10 @@ def differing_result(loc: Localization, i: int, a: OpRun, b: OpRun, sides: _Side
     if sides.code is not None:
         changed_result(loc, sides.code, where, entered(sides.records_a, sides.records_b, a,
                                                        loc.differing_inputs))
+    elif loc.inputs_agree and sides.environments is not None:
+        loc.cause = "rng" if base_name(loc.op) in RANDOM_OPS else "compute"
+        loc.detail = (f"{loc.op} in {_said_where(loc)} gives other bits than in "
+                      f"{sides.environments.reference} for the same inputs")
     elif loc.inputs_agree and base_name(loc.op) in RANDOM_OPS:
         loc.cause = "rng"
         loc.detail = (f"{loc.op} in {where} drew different numbers for the same inputs: "
@@ -318,23 +402,37 @@ def differing_result(loc: Localization, i: int, a: OpRun, b: OpRun, sides: _Side
         outside_value(loc, a, where, sides)
 
 
+def _said_where(loc: Localization) -> str:
+    """Where the culprit op ran, as a detail of two environments says it."""
+    where = f"module {loc.module!r}" if loc.module else "code outside any module"
+    return f"{where} ({loc.phase})"
+
+
 def outside_value(loc: Localization, culprit: OpRun, where: str, sides: _Sides) -> None:
     """The culprit got an argument no earlier op produced: a value from outside torch, traced
     to the tensor it entered as and the environment call that returned it, where known."""
     args = ", ".join(str(k) for k in loc.differing_inputs)
     loc.cause = "rng"
+    made = entered(sides.records_a, sides.records_b, culprit, loc.differing_inputs)
+    if made is not None and made.location is not None:
+        loc.entered, loc.entered_by = made.location, made.fn
+    env = env_call(sides.records_a, sides.records_b, made) if made is not None else None
+    if env is not None and env.location is not None:
+        loc.env_call = EnvCall(env.call, env.location)
+    if sides.environments is not None:
+        loc.detail = (f"{loc.op} in {_said_where(loc)} gets another argument ({args}) than in "
+                      f"{sides.environments.reference}, which no earlier op produced: a value "
+                      "from outside the recorded ops (an environment variable, a Python number, "
+                      "...)")
+        return
     loc.detail = (f"{loc.op} in {where} got a different argument ({args}) that no "
                   "earlier op produced: a value from outside the recorded ops (Python "
                   "or numpy numbers, OS entropy, an environment's observation, a "
                   "tensor built from them), not a nondeterministic op")
-    made = entered(sides.records_a, sides.records_b, culprit, loc.differing_inputs)
     if made is not None and made.location is not None:
-        loc.entered, loc.entered_by = made.location, made.fn
         loc.detail += (f"; it entered at {made.location.site} ({made.fn} "
                        "of data from outside torch), and differs between the runs")
-    env = env_call(sides.records_a, sides.records_b, made) if made is not None else None
     if env is not None and env.location is not None:
-        loc.env_call = EnvCall(env.call, env.location)
         loc.detail += (f"; the observation returned by env.{env.call}() at "
                        f"{env.location.site} differs between the runs: the "
                        "environment seeds itself from OS entropy when reset() gets "
@@ -345,15 +443,17 @@ def outside_value(loc: Localization, culprit: OpRun, where: str, sides: _Sides) 
 
 
 def one_runs_more(loc: Localization, ops_a: Sequence[OpRun], ops_b: Sequence[OpRun],
-                  code: CodeSides | None) -> None:
+                  sides: _Sides) -> None:
     """Every op both runs ran agrees, and one run ran more: the first op the other lacks."""
     i = min(len(ops_a), len(ops_b))
     longer = ops_a if len(ops_a) > len(ops_b) else ops_b
     rec = longer[i]
     _culprit(loc, i, rec)
     loc.cause = "compute"
-    loc.detail = (f"one run stopped after {i} ops, the other went on with {rec.op} "
+    one = "one run" if sides.environments is None else "one side"
+    loc.detail = (f"{one} stopped after {i} ops, the other went on with {rec.op} "
                   f"in {_where(rec.module, rec.phase)}")
+    code = sides.code
     if code is not None:
         shorter, longer_side = ((code.changed, code.reference) if longer is ops_a
                                 else (code.reference, code.changed))
