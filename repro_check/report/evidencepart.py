@@ -23,11 +23,7 @@ class EvidenceView:
         """The report's evidence (None: nothing was compared to rest on)."""
         if report.error is not None or report.interrupted or report.comparison is None:
             return None
-        if report.gate is not None and report.gate.mode == "record":
-            return None
-        if report.gate is None and report.runs < 2:
-            return None
-        return cls(report.evidence)
+        return cls(report.evidence) if report.compares else None
 
     @property
     def said(self) -> str:

@@ -1,6 +1,6 @@
 """Small pieces of text every renderer shares: values, differences, verdicts, a run's output (a part
-of the report with outputs of its own renders them in its own module: `savedpart`, `failedpart`,
-`evidencepart`)."""
+of the report with outputs of its own renders them in its own module: ``savedpart``, ``failedpart``,
+``evidencepart``)."""
 
 from __future__ import annotations
 
