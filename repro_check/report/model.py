@@ -454,13 +454,6 @@ class ProcessesPart(JsonRecord):
     #: every process each run started (ignored ones too): status, steps, exit code, error, trace
     results: list[ProcessRun] = json_field(default_factory=list, key="process_results")
 
-    def summary(self) -> str:
-        """One line for the report's head: the processes compared and their steps per run."""
-        shown = "; ".join(f"{row.process}: {', '.join(map(str, row.steps))}"
-                          for row in self.processes)
-        ignored = f" ({len(self.ignored)} that recorded nothing ignored)" if self.ignored else ""
-        return f"processes the target started, steps recorded: {shown}{ignored}"
-
 
 @dataclass
 class SavedPart(JsonRecord):

@@ -21,6 +21,7 @@ from repro_check.report.evidencepart import evidence_terminal
 from repro_check.report.failedpart import failed_runs_parts
 from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
+from repro_check.report.processes import processes_terminal
 from repro_check.report.richkit import hanging
 from repro_check.report.savedpart import saved_parts
 from repro_check.report.view import FOCUS, bit_identical_groups, context_view, later_line
@@ -229,8 +230,7 @@ def _head_panel(report: Report) -> Panel:
     if dist is not None:
         head.append(f"\ntorchrun: {len(dist.ranks)} ranks a run ({dist.launch.nproc_per_node}"
                     f" per node, {dist.launch.nnodes} node(s))")
-    if report.processes is not None:
-        head.append(f"\n{report.processes.summary()}")
+    head.append(processes_terminal(report))
     return Panel(head, box=box.ROUNDED, expand=False, border_style=verdict_style(report))
 
 
