@@ -22,7 +22,9 @@ from repro_check.report.model import Report
 from repro_check.report.part import Kind
 from repro_check.report.bisect import bisect_failure
 from repro_check.report.controlpart import ControlView
-from repro_check.report.text import evidence_text, failed_runs_lines, visible
+from repro_check.report.evidencepart import evidence_ci
+from repro_check.report.failedpart import failed_runs_failure
+from repro_check.report.text import visible
 
 #: GitHub refuses a step summary file larger than this
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -50,8 +52,7 @@ def _failure_text(report: Report) -> str | None:
     if report.interrupted:
         return f"{report.target}: interrupted"
     if report.error is not None:
-        said = failed_runs_lines(report)
-        return "; ".join([f"{report.target}: target failed: {report.error}", *said])
+        return failed_runs_failure(report, f"{report.target}: target failed: {report.error}")
     if report.bisect is not None and report.bisect.first_bad is not None:
         return bisect_failure(report.target, report.bisect)
     if report.unverified and report.control is not None:
@@ -115,7 +116,6 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
                             ("metrics_compared", evidence.metrics),
                             ("saved_tensors_compared", evidence.saved_tensors)):
             ET.SubElement(props, "property", name=name, value=str(value))
-        account = evidence_text(report)
         message = failure_message(report)
         if message is not None:
             body = plain_summary(report)
@@ -127,7 +127,7 @@ def junit_xml(reports: Sequence[Report], command: str = "check") -> str:
                                type=failure_type if kind == "failure" else
                                ExitCode(report.exit_code).name.title().replace("_", ""))
             el.text = _xml_text(body)
-        out = [f"evidence: {account}\n"] if account else []
+        out = evidence_ci(report)
         if report.replay:
             out.append(f"replay: {report.replay}\n")
         control = ControlView.of(report)

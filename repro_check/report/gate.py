@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from repro_check.report.controlpart import control_parts
+from repro_check.report.evidencepart import evidence_terminal
 from repro_check.report.htmlkit import escape, table
 from repro_check.compare.steps import Divergence
 from repro_check.report.metricspart import MetricsView
@@ -24,7 +25,7 @@ from repro_check.report.terminal import (
     verdict,
 )
 from repro_check.report.text import (Visible, agreement, diff_text, divergence_failure,
-                                     evidence_text, value_text)
+                                     value_text)
 
 
 def judged_text(judged: dict[str, int]) -> str:
@@ -43,9 +44,7 @@ def _head(report: Report) -> Text:
     assert gate is not None, "a gate report"
     mode = gate.mode
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
-    account = evidence_text(report)
-    if account:
-        head.append(f" · {account}")
+    head.append(evidence_terminal(report))
     steps = [r.steps for r in report.results]
     if mode == "verify":
         head.append(f"\ngolden ({steps[0]} steps) · this run "

@@ -25,13 +25,15 @@ from repro_check.report.htmlkit import (FIG_H, FIG_W, MARKER_COLOR, RUN_COLORS, 
                                         require_matplotlib, resume_plot, table, value_cell)
 from repro_check.report import bisect, diagnosis
 from repro_check.report.controlpart import control_section
+from repro_check.report.evidencepart import evidence_html
+from repro_check.report.failedpart import failed_runs_section
 from repro_check.report.kinds import kind_of
 from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
 from repro_check.report.part import PageSections
+from repro_check.report.savedpart import saved_section
 from repro_check.report.view import bit_identical_groups, context_view, later_line
-from repro_check.report.text import (agreement, divergence_place, evidence_text, failed_runs_lines,
-                                     is_number, saved_line, signal_sentence)
+from repro_check.report.text import agreement, divergence_place, is_number, signal_sentence
 
 #: what tests and callers read from here (the page's pieces are in htmlkit)
 __all__ = ["MARKER_COLOR", "RUN_COLORS", "read_curve", "render_html", "require_matplotlib",
@@ -113,8 +115,6 @@ def _page_head(report: Report) -> list[str]:
     word, cls = _verdict(report)
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
     steps = ", ".join(str(r.steps) for r in report.results)
-    account = evidence_text(report)
-    rests = f' <span class="sub" id="evidence">{escape(account)}</span>' if account else ""
     return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -122,7 +122,7 @@ def _page_head(report: Report) -> list[str]:
         f"<title>repro-check: {escape(word)} {escape(report.target)}</title>",
         f"<style>{CSS}</style></head><body><main>",
         f'<h1>repro-check report: <code>{escape(report.target)}</code></h1>',
-        f'<p><span class="verdict {cls}" id="verdict">{escape(word)}</span>{rests}</p>',
+        f'<p><span class="verdict {cls}" id="verdict">{escape(word)}</span>{evidence_html(report)}</p>',
         f'<p class="sub">{escape(seed)} · {report.runs} runs · steps recorded {escape(steps)} · '
         f'{escape(report.policy.describe())} · seeding: {escape(", ".join(report.components) or "none")}</p>'
         if report.finished is None  # two finished runs' files: nothing was run or seeded
@@ -137,7 +137,7 @@ def _outcome_section(report: Report) -> list[str]:
     out: list[str] = []
     if report.error:
         out.append(f"<p><b>Error:</b> {escape(report.error)}</p>")
-        out += [f"<p>{escape(line)}</p>" for line in failed_runs_lines(report)]
+        out += failed_runs_section(report)
     if div is not None:
         where = divergence_place(div) if div.step is not None or div.signal.startswith(
             ("saved:", "state:")) else "the final metrics"
@@ -164,9 +164,7 @@ def _outcome_section(report: Report) -> list[str]:
             out.append(f'<p class="sub">judged by {escape(div.policy)}</p>')
     elif cmp is not None and report.error is None and not report.interrupted:
         out.append(f"<p>{escape(agreement(cmp, report.results))}</p>")
-    left = saved_line(report)
-    if left is not None and report.error is None:
-        out.append(f'<p id="saved">{escape(left)}</p>')
+    out += saved_section(report)
     out += control_section(report)
     return out
 

@@ -1,11 +1,10 @@
 """Every run's final metrics, in every output, from one view of them: the terminal's table
 (a check's runs, or a gate's two sides; the differing rows first when there are too many) and
-the HTML page's table. Which runs, which values and which metrics differ are read here once;
-each output only formats them."""
+the HTML page's table. Which runs, which values and which metrics differ (those the comparison
+judged to differ, what the verdict rests on) are read here once; each output only formats them."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,10 +90,9 @@ class MetricsView:
         return [t] if note is None else ([t, note] if shown else [note])
 
     def html(self, heads: list[str]) -> list[str]:
-        """The page's section: every metric, a row marked where the values' bits differ."""
-        rows: list[tuple[list[Any], str]] = []
-        for n in self.names:
-            raw = self.values(n)
-            same = len({json.dumps(v, sort_keys=True) for v in raw}) == 1
-            rows.append(([n, *map(value_cell, raw)], "" if same else "differs"))
+        """The page's section: every metric, a row marked where the comparison judged it to
+        differ, as the terminal's (not where the bits differ: a value a tolerance accepts, or a
+        timing figure left out of the comparison, is no difference to the verdict)."""
+        rows = [([n, *map(value_cell, self.values(n))], "differs" if n in self.differing else "")
+                for n in self.names]
         return ["<h2>Metrics</h2>", table(["metric", *heads], rows)]

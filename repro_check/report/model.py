@@ -60,6 +60,46 @@ class KindPart(Protocol):
     def run_name(self, index: int) -> str | None:
         """What run ``index`` is called (None: ``run N``)."""
 
+    def compares(self, report: Report) -> bool:
+        """Whether the report's verdict rests on a comparison of its runs (what its evidence
+        then counts), rather than on one run alone or on a golden written."""
+
+    def golden_written(self) -> bool:
+        """Whether the report wrote a golden: its exit is a success whatever the runs did."""
+
+    def incomplete_name(self, index: int) -> str | None:
+        """What run ``index`` is called where the records it left out are listed (None: as
+        :meth:`run_name` calls it)."""
+
+
+class OwnRuns:
+    """What a kind whose runs are the report's own says of them (a check, ``--across``,
+    ``resume``): the verdict any report has, runs called ``run N``, compared when there are two
+    or more, and no golden written. A kind part overrides what it says otherwise."""
+
+    def verdict(self, report: Report) -> Verdict | None:
+        return None
+
+    def sides(self, report: Report) -> list[str]:
+        return ["run 1", "run 2"]
+
+    def run_name(self, index: int) -> str | None:
+        return None
+
+    def compares(self, report: Report) -> bool:
+        """A single run has nothing to be compared with."""
+        return report.runs >= 2
+
+    def golden_written(self) -> bool:
+        return False
+
+    def incomplete_name(self, index: int) -> str | None:
+        return None
+
+
+#: what a check, which has no kind part of its own, answers for itself
+CHECK_RUNS = OwnRuns()
+
 
 def _compares(gate: GatePart) -> bool:
     """``verify`` and ``diff`` compare two sides; ``record`` writes a golden."""
@@ -68,7 +108,7 @@ def _compares(gate: GatePart) -> bool:
 
 def _band_written(gate: GatePart) -> bool:
     """A record that wrote a golden says how its runs spread."""
-    return gate.mode == "record" and gate.golden is not None
+    return gate.golden_written()
 
 
 @dataclass
@@ -107,6 +147,20 @@ class GatePart(JsonRecord):
     def run_name(self, index: int) -> str | None:
         """A gate's runs are called as any report's (its sides are :attr:`labels`)."""
         return None
+
+    def compares(self, report: Report) -> bool:
+        """``verify`` and ``diff`` compare two sides, however many runs made them; ``record``
+        writes a golden and compares nothing."""
+        return _compares(self)
+
+    def golden_written(self) -> bool:
+        """A ``record`` whose golden was written."""
+        return self.mode == "record" and self.golden is not None
+
+    def incomplete_name(self, index: int) -> str | None:
+        """A gate's records come from a golden's runs, this run or two saved traces, which its
+        own numbering does not tell apart: a record left out is said of ``a run``."""
+        return "a run"
 
 
 @dataclass
@@ -279,7 +333,7 @@ def _axes_json(axes: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
 
 
 @dataclass
-class AcrossPart(JsonRecord):
+class AcrossPart(JsonRecord, OwnRuns):
     """What ``--across`` adds: the axes, every environment, and every pair with the first."""
 
     JSON_ENVELOPE = "across"
@@ -399,13 +453,6 @@ class ProcessesPart(JsonRecord):
     ignored: list[int] = json_field(default_factory=list, key="ignored_processes")
     #: every process each run started (ignored ones too): status, steps, exit code, error, trace
     results: list[ProcessRun] = json_field(default_factory=list, key="process_results")
-
-    def summary(self) -> str:
-        """One line for the report's head: the processes compared and their steps per run."""
-        shown = "; ".join(f"{row.process}: {', '.join(map(str, row.steps))}"
-                          for row in self.processes)
-        ignored = f" ({len(self.ignored)} that recorded nothing ignored)" if self.ignored else ""
-        return f"processes the target started, steps recorded: {shown}{ignored}"
 
 
 @dataclass
@@ -590,7 +637,7 @@ class CheckpointInfo(JsonRecord):
 
 
 @dataclass
-class ResumePart(JsonRecord):
+class ResumePart(JsonRecord, OwnRuns):
     """``resume``: the reference, the interrupted run and the resumed one. Its JSON has
     ``resumes_exactly`` too, which is the report's verdict (:meth:`Report.to_dict`)."""
 
@@ -718,21 +765,31 @@ class Report:
         return self.gate or self.across or self.resume
 
     @property
+    def kind_answers(self) -> KindPart:
+        """Who answers for this report's kind: its :attr:`kind_part`, or for a check
+        :data:`CHECK_RUNS`."""
+        return self.kind_part or CHECK_RUNS
+
+    @property
     def labels(self) -> list[str]:
         """What the two sides of a comparison are called: run 1/run 2, golden/this run, files,
         the environments of the first divergence."""
-        part = self.kind_part
-        return part.sides(self) if part is not None else ["run 1", "run 2"]
+        return self.kind_answers.sides(self)
 
     def run_name(self, index: int) -> str:
         """What a run is called in reports: ``run 2``, or its environment with ``--across``."""
-        part = self.kind_part
-        return (part.run_name(index) if part is not None else None) or f"run {index}"
+        return self.kind_answers.run_name(index) or f"run {index}"
 
     @property
     def recorded(self) -> bool:
         """A ``record`` report whose golden was written."""
-        return self.gate is not None and self.gate.mode == "record" and self.gate.golden is not None
+        return self.kind_answers.golden_written()
+
+    @property
+    def compares(self) -> bool:
+        """The verdict rests on a comparison of the runs (not a single run's, nor a golden
+        written): what its evidence counts."""
+        return self.kind_answers.compares(self)
 
     @property
     def incomplete(self) -> list[str]:
@@ -741,7 +798,8 @@ class Report:
         out: list[str] = []
         for r in self.results:
             for why in r.incomplete:
-                line = f"{self.run_name(r.index) if self.gate is None else 'a run'}: {why}"
+                name = self.kind_answers.incomplete_name(r.index) or self.run_name(r.index)
+                line = f"{name}: {why}"
                 if line not in out:
                     out.append(line)
         return out
@@ -812,7 +870,7 @@ class Report:
             return Verdict("INTERRUPTED", "interrupted", "warn")
         if self.error is not None:
             return Verdict("TARGET FAILED", "target failed", "bad")
-        own = self.kind_part.verdict(self) if self.kind_part is not None else None
+        own = self.kind_answers.verdict(self)
         if own is not None:
             return own
         if self.unverified:

@@ -17,19 +17,20 @@ from rich.text import Text
 
 from repro_check.report.contents import DesyncRankValue
 from repro_check.report.controlpart import control_parts
+from repro_check.report.evidencepart import evidence_terminal
+from repro_check.report.failedpart import failed_runs_parts
 from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
+from repro_check.report.processes import processes_terminal
 from repro_check.report.richkit import hanging
+from repro_check.report.savedpart import saved_parts
 from repro_check.report.view import FOCUS, bit_identical_groups, context_view, later_line
 from repro_check.report.text import (
-    failed_runs_lines,
     Visible,
     agreement,
     diff_text,
     divergence_place,
-    evidence_text,
     failure_output,
-    saved_line,
     value_text,
     verdict_style,
 )
@@ -197,9 +198,7 @@ def summary(report: Report) -> Group:
     if report.distributed is not None:
         parts += rank_parts(report)
     parts += _outcome_parts(report)
-    left = saved_line(report)
-    if left is not None and report.error is None:
-        parts.append(Text(left, style="red" if report.saved and report.saved.first else ""))
+    parts += saved_parts(report)
     parts += _difference_line(report)
     groups = _groups_line(report)
     if groups is not None:
@@ -217,9 +216,7 @@ def summary(report: Report) -> Group:
 def _head_panel(report: Report) -> Panel:
     """The verdict, the target, and how the runs were made."""
     head = Text.assemble(verdict(report), "  ", (report.target, "bold"))
-    account = evidence_text(report)
-    if account:
-        head.append(f" · {account}")
+    head.append(evidence_terminal(report))
     seed = "no seeding" if report.seed is None else f"seed {report.seed}"
     steps = ", ".join(str(r.steps) for r in report.results)
     head.append(f"\n{seed} · {report.runs} runs · steps recorded {steps}"
@@ -233,8 +230,7 @@ def _head_panel(report: Report) -> Panel:
     if dist is not None:
         head.append(f"\ntorchrun: {len(dist.ranks)} ranks a run ({dist.launch.nproc_per_node}"
                     f" per node, {dist.launch.nnodes} node(s))")
-    if report.processes is not None:
-        head.append(f"\n{report.processes.summary()}")
+    head.append(processes_terminal(report))
     return Panel(head, box=box.ROUNDED, expand=False, border_style=verdict_style(report))
 
 
@@ -243,7 +239,7 @@ def failure_parts(report: Report, label: Callable[[RunResult], str] | None = Non
     if report.error is None:
         return []
     parts: list[Any] = [Text(f"error: {report.error}", style="red")]
-    parts += [Text(line) for line in failed_runs_lines(report, label)]
+    parts += failed_runs_parts(report, label)
     for r in report.results:
         tail = failure_output(r) if r.failed else ""
         if tail:

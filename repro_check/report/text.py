@@ -1,4 +1,6 @@
-"""Small pieces of text every renderer shares: values, differences, verdicts, a run's output."""
+"""Small pieces of text every renderer shares: values, differences, verdicts, a run's output (a part
+of the report with outputs of its own renders them in its own module: ``savedpart``, ``failedpart``,
+``evidencepart``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from repro_check.compare.printed import HOW_TO_GET_A_METRIC
 from repro_check.compare.saved import SavedDivergence
 from repro_check.compare.steps import ComparisonResult
+from repro_check.report.failedpart import stopped_note
 from repro_check.report.model import Report
 from repro_check.trace.results import RunResult
 from repro_check.trace import values
@@ -32,19 +35,6 @@ def value_text(v: Any) -> str:
 
 def diff_text(d: float | None) -> str:
     return "—" if d is None else f"{d:.3g}"
-
-
-def evidence_text(report: Report) -> str | None:
-    """What the verdict rests on, for the verdict line: ``rests on 12 steps and 1 metric``, or
-    ``no training step was seen; the verdict rests on 1 metric``; None where nothing was
-    compared to rest on (an error, an interruption, a single run, a record)."""
-    if report.error is not None or report.interrupted or report.comparison is None:
-        return None
-    if report.gate is not None and report.gate.mode == "record":
-        return None
-    if report.gate is None and report.runs < 2:
-        return None
-    return report.evidence.text()
 
 
 def agreement(cmp: ComparisonResult, results: Sequence[RunResult] = ()) -> str:
@@ -74,33 +64,6 @@ def agreement(cmp: ComparisonResult, results: Sequence[RunResult] = ()) -> str:
                 + left_out)
     head = f"All {cmp.steps_compared} steps agree; no metric was compared: "
     return head + (stopped_note(results) or f"{HOW_TO_GET_A_METRIC}.") + left_out
-
-
-def saved_line(report: Report) -> str | None:
-    """What the runs left, in one sentence: the saved files and the modules' state at the end
-    compared tensor by tensor, and the first that differs (file, key, step and line of the
-    save); None when there is nothing to say (nothing saved, no module with tensors)."""
-    part = report.saved
-    if part is None or not part.files:
-        return None
-    saves = part.saves
-    state = any(f.kind == "state" for f in part.files)
-    what = " and ".join(([f"{saves} saved file(s)"] if saves else [])
-                        + (["the modules' state at the end"] if state else []))
-    first = part.first
-    if first is None:
-        if not part.tensors_compared:  # no module with tensors, nothing saved: nothing to say
-            return f"What the runs left: {what}, holding no tensor to compare." if saves \
-                else None
-        return f"What the runs left agrees: {what}, {part.tensors_compared} tensor(s) compared."
-    diff = first.first_difference
-    key = f" in {diff.key}" if diff is not None and diff.key else ""
-    how = f" ({diff.detail}, run {diff.run} vs run 1)" if diff is not None else ""
-    return (f"What the runs left differs: {first.name}{key}{how}, saved by {first.where}; "
-            f"{what}, {part.tensors_compared} tensor(s) compared.") if first.kind == "file" else \
-        (f"What the runs left differs: the modules' state at the end{key}{how}"
-         # with no saved file, what was compared is the state just named: not said twice
-         f"{'; ' + what if saves else ''}, {part.tensors_compared} tensor(s) compared.")
 
 
 def cause_shown(report: Report) -> str | None:
@@ -141,68 +104,8 @@ def divergence_place(div: Any) -> str:
     return f"step {div.step}" if div.step is not None else "final metrics"
 
 
-def stopped_note(results: Sequence[RunResult]) -> str | None:
-    """Why runs stopped by ``--max-steps`` have no final metric, or None when none was stopped."""
-    stopped = [r for r in results if r.status == "stopped"]
-    if not stopped:
-        return None
-    held = next((r.held_metrics for r in stopped if r.held_metrics), [])
-    which = "the runs were" if len(stopped) == len(results) else \
-        f"run{'s' if len(stopped) > 1 else ''} {', '.join(str(r.index) for r in stopped)} " \
-        f"{'were' if len(stopped) > 1 else 'was'}"
-    reached = (f"; the metrics recorded before the cut ({', '.join(held[:5])}) are not final and "
-               "are not compared") if held else ", before recording any metric"
-    return (f"{which} stopped by --max-steps before ending on their own, so no final metric was "
-            f"reached{reached}. Final metrics are compared for runs that end on their own: run "
-            "without --max-steps, or with a limit above the script's own number of steps.")
-
-
 def verdict_style(report: Report) -> str:
     return TONE_STYLE[report.verdict.tone]
-
-
-def _how_it_failed(r: RunResult) -> str:
-    if r.status == "crashed":
-        return f"killed by {r.signal}"
-    if r.status == "timeout":
-        return "timed out"
-    if r.error and r.error.get("kind") == "raised":
-        return f"raised {r.error.get('type')}"
-    if r.status == "unresolved":
-        return "could not resolve the target"
-    return f"exited with status {r.returncode}"
-
-
-def failed_runs_lines(report: Report, label: Any = None) -> list[str]:
-    """How each run ended when the target failed: which run, how, after how many steps and
-    where (while importing a module, before the target's first line); and, when a run failed
-    before its training began while another ran on, that this points at the environment or at
-    repro-check rather than at the training. Nothing about reproducibility."""
-    if report.error is None or not any(r.failed for r in report.results):
-        return []
-    lines: list[str] = []
-    early: list[RunResult] = []
-    for r in report.results:
-        name = label(r) if label else report.run_name(r.index)
-        steps = f"{r.steps} step{'' if r.steps == 1 else 's'}"
-        if not r.failed:
-            lines.append(f"{name}: {r.status}, {steps}")
-            continue
-        point = r.failed_at
-        where = f", {point.describe()}" if point is not None and point.describe() else ""
-        lines.append(f"{name}: {_how_it_failed(r)} after {steps}{where}")
-        if point is not None and r.steps == 0 and (point.before_target or point.importing):
-            early.append(r)
-    ran_on = [r for r in report.results if not r.failed and r.steps]
-    if early and ran_on:
-        names = ", ".join(label(r) if label else report.run_name(r.index) for r in early)
-        lines.append(
-            f"{names[0].upper()}{names[1:]} failed before its training began, while "
-            f"{'the other runs' if len(ran_on) > 1 else report.run_name(ran_on[0].index)} "
-            "went on: that points at the environment (a library that crashes when it is "
-            "imported) or at repro-check's hooks, not at the training. Run the script alone "
-            "with the same interpreter to tell which.")
-    return lines
 
 
 #: the list of loaded extension modules Python's fault handler prints after a crash's stack

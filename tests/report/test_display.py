@@ -1,19 +1,22 @@
 """What the terminal marks and what it never wraps: rows whose losses differ, the metric that
-differs, paths and the replay line at 80 columns."""
+differs (marked by the same rule on the page), paths and the replay line at 80 columns."""
 
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import numpy as np
 from rich.console import Console
 
 from repro_check.trace.seeding import COMPONENTS
-from repro_check.compare.steps import Comparison
+from repro_check.compare.steps import Comparison, Policy
+from repro_check.report.metricspart import MetricsView
 from repro_check.report.model import Report
 from repro_check.report.render import summary
 from repro_check.run.runner import RunResult
 from repro_check.trace import values
+from repro_check.trace.values import Tolerance
 
 
 def f32(x: float) -> dict:
@@ -68,6 +71,28 @@ def test_the_metric_that_differs_is_marked() -> None:
     acc = next(line for line in table if "accuracy" in line)
     same = next(line for line in table if "loss" in line)
     assert acc.split()[:2] == ["≠", "accuracy"] and same.split()[:1] == ["loss"]
+
+
+def test_the_terminal_and_the_page_mark_the_metrics_the_comparison_judged_to_differ() -> None:
+    """A metric a tolerance accepts and a timing figure left out of the comparison differ in
+    their bits, yet neither is a difference to the verdict: neither output marks them."""
+    cmp = Comparison(2, Policy(per_name={"metric:loss": Tolerance(atol=0.1)}))
+    for k in (1, 2):
+        cmp.add_step(k, 1, {"loss": f32(1.0)})
+        cmp.end(k, 1)
+        cmp.set_metrics(k, {"accuracy": f32(0.9 if k == 1 else 0.8),
+                            "loss": f32(0.5 if k == 1 else 0.51),
+                            "epoch_time": f32(10.0 + k)})
+    report = report_of(cmp, steps=1)
+    table = render(report).split("Metrics")[1].splitlines()
+    marked = {line.split()[1] for line in table if line.split()[:1] == ["≠"]}
+    assert marked == {"accuracy"}
+    view = MetricsView.of(report)
+    assert view is not None
+    page = view.html(["run 1", "run 2"])[1]
+    rows = {name: cls for cls, name in re.findall(r'<tr(?: class="(\w+)")?><td>([^<]+)</td>',
+                                                  page)}
+    assert rows == {"accuracy": "differs", "loss": "", "epoch_time": ""}, page
 
 
 def test_paths_and_the_replay_line_are_never_wrapped_at_80_columns() -> None:
