@@ -12,6 +12,7 @@ step; :func:`resolve` turns many of them into text with one copy per device.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 from collections import defaultdict
@@ -49,26 +50,62 @@ def hasher() -> Hasher:
     return _hasher()
 
 
-#: (dtypes numpy views as they are, ``torch.strided``), looked up on first use so that importing
-#: this module does not import torch
-_FAST: tuple[frozenset[Any], Any] | None = None
+#: (dtypes numpy views as they are, ``torch.strided``, the tensor classes whose memory is their
+#: own: a subclass may be a wrapper with none), looked up on first use so that importing this
+#: module does not import torch
+_FAST: tuple[frozenset[Any], Any, frozenset[type]] | None = None
 
 
-def _fast_case() -> tuple[frozenset[Any], Any]:
+def _fast_case() -> tuple[frozenset[Any], Any, frozenset[type]]:
     global _FAST
     import torch
 
+    plain = {torch.Tensor, torch.nn.Parameter}
+    buffer = getattr(torch.nn, "Buffer", None)
+    if isinstance(buffer, type):
+        plain.add(buffer)
     _FAST = (frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
-                        torch.int8, torch.uint8}), torch.strided)
+                        torch.int8, torch.uint8}), torch.strided, frozenset(plain))
     return _FAST
 
 
-def _bytes_view(t: Any) -> memoryview:
+#: ``ctypes`` array types of a given length (``c_char * n``), made once per length
+_ARRAYS: dict[int, Any] = {}
+
+
+def _plain_bytes(t: Any) -> Any:
+    """The bytes of a dense, contiguous CPU tensor of a dtype hashed as it is (the common case:
+    parameters, gradients, optimizer state, batches), or None for any other tensor.
+
+    A ``ctypes`` array over the tensor's memory: no tensor and no numpy array is made, which
+    was most of what a small tensor's fingerprint cost. It holds no reference to the tensor: it
+    is used at once, while the caller holds the tensor. Only torch's own classes qualify: a
+    subclass may be a wrapper without memory of its own."""
+    direct, strided, plain = _FAST or _fast_case()
+    if not (type(t) in plain and t.layout is strided and t.dtype in direct and _on_host(t)
+            and not t.is_nested and t.is_contiguous()):
+        return None
+    size = t.nbytes
+    if not size:
+        return b""
+    address = t.data_ptr()
+    if not address:
+        return None
+    array = _ARRAYS.get(size)
+    if array is None:
+        array = ctypes.c_char * size
+        if len(_ARRAYS) < 4096:
+            _ARRAYS[size] = array
+    return array.from_address(address)
+
+
+def _bytes_view(t: Any) -> Any:
     """The tensor's bytes on the CPU, without a copy when it is contiguous."""
+    fast = _plain_bytes(t)
+    if fast is not None:
+        return fast
+    direct = (_FAST or _fast_case())[0]
     t = t.detach()
-    direct, strided = _FAST or _fast_case()
-    if t.dtype in direct and t.layout is strided and t.is_cpu and t.is_contiguous():
-        return memoryview(t.numpy()).cast("B")  # the common case, in as few calls as possible
     import torch
 
     t = _flat(t.cpu())
@@ -275,7 +312,13 @@ class _Builder:
 
     def tensor(self, t: Any) -> None:
         try:
-            if t.layout is (_FAST or _fast_case())[1] and not t.is_nested and not t.is_quantized:
+            data = _plain_bytes(t)
+            if data is not None:  # the common case, in as few calls as possible
+                h = self.h
+                h.update(_header(t.dtype, t.shape))
+                if data:
+                    h.update(data)
+            elif t.layout is (_FAST or _fast_case())[1] and not t.is_nested and not t.is_quantized:
                 self.h.update(_header(t.dtype, t.shape))  # the common case first
                 self._data(t)
             else:

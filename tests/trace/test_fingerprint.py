@@ -170,6 +170,7 @@ def test_a_tensor_that_can_not_be_read_counts_by_its_type(monkeypatch) -> None:
     monkeypatch.setattr(fingerprint, "_UNREADABLE", {})
     monkeypatch.setattr(fingerprint, "_REPORTED", set())
     monkeypatch.setattr(fingerprint, "_bytes_view", broken)
+    monkeypatch.setattr(fingerprint, "_plain_bytes", broken)
     first = fingerprint.tensors([("w", torch.randn(3))])
     assert first == fingerprint.tensors([("w", torch.randn(3))])  # the same in every run
     assert fingerprint.take_unreadable() == ["Tensor (RuntimeError: no bytes for you)"]
@@ -206,3 +207,23 @@ def test_batches_of_other_kinds_count_by_content_never_by_address() -> None:
     assert fingerprint.nested(Encoding(input_ids=torch.ones(3))) != \
         fingerprint.nested(Encoding(input_ids=torch.zeros(3)))
     assert fingerprint.nested({3, 1, 2}) == fingerprint.nested({2, 3, 1})
+
+
+def test_the_fast_path_hashes_the_bytes_the_slow_one_does() -> None:
+    """Dense CPU tensors are read through a view of their memory (no copy, no numpy array): the
+    fingerprint is the same as hashing their header and their bytes read through numpy, so
+    goldens recorded before stay valid; a subclass and a strided view take the careful path."""
+
+    class Tagged(torch.Tensor):
+        pass
+
+    base = torch.randn(6, 5)
+    cases = [base, torch.nn.Parameter(base.clone()), torch.arange(7), base.to(torch.uint8),
+             torch.empty(0, 3), base.t(), base[:, 1], base.as_subclass(Tagged), base[2:]]
+    for t in cases:
+        h = fingerprint.hasher()
+        h.update(f"{t.dtype}{tuple(t.shape)};".encode())
+        flat = t.detach().contiguous().reshape(-1)
+        if flat.numel():
+            h.update(memoryview(flat.numpy()).cast("B"))
+        assert fingerprint.tensor(t) == h.hexdigest(), (t.dtype, tuple(t.shape), type(t))
