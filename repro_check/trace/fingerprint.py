@@ -15,8 +15,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, Union, cast, overload
 
 
@@ -60,7 +61,7 @@ def _fast_case() -> tuple[frozenset[Any], Any, frozenset[type]]:
     global _FAST
     import torch
 
-    plain = {torch.Tensor, torch.nn.Parameter}
+    plain: set[type] = {torch.Tensor, torch.nn.Parameter}
     buffer = getattr(torch.nn, "Buffer", None)
     if isinstance(buffer, type):
         plain.add(buffer)
@@ -73,22 +74,37 @@ def _fast_case() -> tuple[frozenset[Any], Any, frozenset[type]]:
 _ARRAYS: dict[int, Any] = {}
 
 
-def _plain_bytes(t: Any) -> Any:
-    """The bytes of a dense, contiguous CPU tensor of a dtype hashed as it is (the common case:
-    parameters, gradients, optimizer state, batches), or None for any other tensor.
+#: the views of the tensors read lately (:func:`_plain`), by ``id``: (a weak reference to the
+#: tensor, its address, its shape, its header, the view); an entry goes when its tensor does
+_VIEWS: dict[int, tuple[Any, int, Any, bytes, Any]] = {}
+#: entries at most: past it, views are made and not kept
+_VIEWS_LIMIT = 65536
 
-    A ``ctypes`` array over the tensor's memory: no tensor and no numpy array is made, which
-    was most of what a small tensor's fingerprint cost. It holds no reference to the tensor: it
-    is used at once, while the caller holds the tensor. Only torch's own classes qualify: a
-    subclass may be a wrapper without memory of its own."""
+
+def _plain(t: Any) -> tuple[bytes, Any] | None:
+    """The header and the bytes of a dense, contiguous CPU tensor of a dtype hashed as it is
+    (the common case: parameters, gradients, optimizer state, batches), or None for any other.
+
+    The bytes are a ``ctypes`` array over the tensor's memory: no tensor and no numpy array is
+    made, which was most of what a small tensor's fingerprint cost. The array holds no
+    reference to the tensor (it is read at once, while the caller holds the tensor) and is kept
+    for the tensor's next fingerprint (parameters and optimizer state are read every step) as
+    long as the tensor lives at the same address with the same shape, contiguous. Only torch's
+    own classes qualify: a subclass may be a wrapper without memory of its own."""
+    key = id(t)
+    entry = _VIEWS.get(key)
+    if entry is not None:
+        ref, address, shape, header, data = entry
+        if ref() is t and t.data_ptr() == address and t.shape == shape and t.is_contiguous():
+            return header, data
     direct, strided, plain = _FAST or _fast_case()
     if not (type(t) in plain and t.layout is strided and t.dtype in direct and _on_host(t)
             and not t.is_nested and t.is_contiguous()):
         return None
-    size = t.nbytes
+    shape, size, address = t.shape, t.nbytes, t.data_ptr()
+    header = _header(t.dtype, shape)
     if not size:
-        return b""
-    address = t.data_ptr()
+        return header, b""
     if not address:
         return None
     array = _ARRAYS.get(size)
@@ -96,14 +112,26 @@ def _plain_bytes(t: Any) -> Any:
         array = ctypes.c_char * size
         if len(_ARRAYS) < 4096:
             _ARRAYS[size] = array
-    return array.from_address(address)
+    data = array.from_address(address)
+    if len(_VIEWS) < _VIEWS_LIMIT:
+        _VIEWS[key] = (weakref.ref(t, _forget(key)), address, shape, header, data)
+    return header, data
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    """What drops a kept view when its tensor goes."""
+
+    def forget(_: Any) -> None:
+        _VIEWS.pop(key, None)
+
+    return forget
 
 
 def _bytes_view(t: Any) -> Any:
     """The tensor's bytes on the CPU, without a copy when it is contiguous."""
-    fast = _plain_bytes(t)
+    fast = _plain(t)
     if fast is not None:
-        return fast
+        return fast[1]
     direct = (_FAST or _fast_case())[0]
     t = t.detach()
     import torch
@@ -312,12 +340,12 @@ class _Builder:
 
     def tensor(self, t: Any) -> None:
         try:
-            data = _plain_bytes(t)
-            if data is not None:  # the common case, in as few calls as possible
+            plain = _plain(t)
+            if plain is not None:  # the common case, in as few calls as possible
                 h = self.h
-                h.update(_header(t.dtype, t.shape))
-                if data:
-                    h.update(data)
+                h.update(plain[0])
+                if plain[1]:
+                    h.update(plain[1])
             elif t.layout is (_FAST or _fast_case())[1] and not t.is_nested and not t.is_quantized:
                 self.h.update(_header(t.dtype, t.shape))  # the common case first
                 self._data(t)

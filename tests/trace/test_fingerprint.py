@@ -94,6 +94,7 @@ def test_device_digest_of_every_layout() -> None:
 def test_deferred_fingerprints_match_immediate_ones(monkeypatch) -> None:
     """With every tensor treated as a device tensor, deferring changes when, never what."""
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
     a = [("w", torch.randn(3, 3)), ("g", None), ("b", torch.arange(5))]
     now = fingerprint.tensors(a)
     later = fingerprint.tensors(a, defer=True)
@@ -114,6 +115,7 @@ def test_device_and_host_fingerprints_never_mix_up() -> None:
     host = fingerprint.tensors(t)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fingerprint, "_on_host", lambda x: False)
+        m.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
         assert fingerprint.tensors(t) != host
 
 
@@ -129,6 +131,7 @@ def test_device_digest_of_many_tensors_is_one_chunked_stream(monkeypatch) -> Non
 
 def test_a_device_without_the_integer_ops_falls_back_to_a_copy(monkeypatch) -> None:
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
     items = [("w", torch.randn(6)), ("b", torch.randn(2))]
     digested = fingerprint.tensors(items)
 
@@ -170,7 +173,7 @@ def test_a_tensor_that_can_not_be_read_counts_by_its_type(monkeypatch) -> None:
     monkeypatch.setattr(fingerprint, "_UNREADABLE", {})
     monkeypatch.setattr(fingerprint, "_REPORTED", set())
     monkeypatch.setattr(fingerprint, "_bytes_view", broken)
-    monkeypatch.setattr(fingerprint, "_plain_bytes", broken)
+    monkeypatch.setattr(fingerprint, "_plain", broken)
     first = fingerprint.tensors([("w", torch.randn(3))])
     assert first == fingerprint.tensors([("w", torch.randn(3))])  # the same in every run
     assert fingerprint.take_unreadable() == ["Tensor (RuntimeError: no bytes for you)"]
@@ -227,3 +230,35 @@ def test_the_fast_path_hashes_the_bytes_the_slow_one_does() -> None:
         if flat.numel():
             h.update(memoryview(flat.numpy()).cast("B"))
         assert fingerprint.tensor(t) == h.hexdigest(), (t.dtype, tuple(t.shape), type(t))
+
+
+def test_a_kept_view_follows_its_tensor() -> None:
+    """The view kept for a tensor read again (a parameter, every step) reads its memory as it is
+    now, and is made anew when the tensor moved, changed shape or layout in place."""
+
+    def fresh(t: torch.Tensor) -> str:
+        return fingerprint.tensor(t.detach().clone().contiguous())
+
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    assert fingerprint.tensor(w) == fresh(w)
+    with torch.no_grad():
+        w.mul_(2)  # in place: the same memory
+    assert fingerprint.tensor(w) == fresh(w)
+    w.data = torch.randn(4, 4)  # new memory
+    assert fingerprint.tensor(w) == fresh(w)
+    t = torch.randn(4, 4)
+    fingerprint.tensor(t)
+    t.transpose_(0, 1)  # same memory and shape, no longer contiguous
+    assert fingerprint.tensor(t) == fresh(t)
+    u = torch.arange(12.0)
+    fingerprint.tensor(u)
+    u.resize_(3, 4)  # same memory, another shape
+    assert fingerprint.tensor(u) == fresh(u)
+    u.set_(torch.zeros(3, 4).untyped_storage(), 0, (3, 4))
+    assert fingerprint.tensor(u) == fresh(u)
+    before = len(fingerprint._VIEWS)
+    gone = torch.randn(8)
+    fingerprint.tensor(gone)
+    assert len(fingerprint._VIEWS) == before + 1
+    del gone
+    assert len(fingerprint._VIEWS) == before  # the entry went with its tensor
