@@ -81,7 +81,7 @@ _VIEWS: dict[int, tuple[Any, int, Any, bytes, Any]] = {}
 _VIEWS_LIMIT = 65536
 
 
-def _plain(t: Any) -> tuple[bytes, Any] | None:
+def _plain(t: Any, keep: bool = False) -> tuple[bytes, Any] | None:
     """The header and the bytes of a dense, contiguous CPU tensor of a dtype hashed as it is
     (the common case: parameters, gradients, optimizer state, batches), or None for any other.
 
@@ -89,14 +89,17 @@ def _plain(t: Any) -> tuple[bytes, Any] | None:
     made, which was most of what a small tensor's fingerprint cost. The array holds no
     reference to the tensor (it is read at once, while the caller holds the tensor) and is kept
     for the tensor's next fingerprint (parameters and optimizer state are read every step) as
-    long as the tensor lives at the same address with the same shape, contiguous. Only torch's
-    own classes qualify: a subclass may be a wrapper without memory of its own."""
+    long as the tensor lives at the same address with the same shape, contiguous, when
+    ``keep`` says it lives long (a gradient or a batch is a new tensor every step: keeping its
+    view would cost more than it saves). Only torch's own classes qualify: a subclass may be a
+    wrapper without memory of its own."""
     key = id(t)
-    entry = _VIEWS.get(key)
-    if entry is not None:
-        ref, address, shape, header, data = entry
-        if ref() is t and t.data_ptr() == address and t.shape == shape and t.is_contiguous():
-            return header, data
+    if keep:
+        entry = _VIEWS.get(key)
+        if entry is not None:
+            ref, address, shape, header, data = entry
+            if ref() is t and t.data_ptr() == address and t.shape == shape and t.is_contiguous():
+                return header, data
     direct, strided, plain = _FAST or _fast_case()
     if not (type(t) in plain and t.layout is strided and t.dtype in direct and _on_host(t)
             and not t.is_nested and t.is_contiguous()):
@@ -113,7 +116,7 @@ def _plain(t: Any) -> tuple[bytes, Any] | None:
         if len(_ARRAYS) < 4096:
             _ARRAYS[size] = array
     data = array.from_address(address)
-    if len(_VIEWS) < _VIEWS_LIMIT:
+    if keep and len(_VIEWS) < _VIEWS_LIMIT:
         _VIEWS[key] = (weakref.ref(t, _forget(key)), address, shape, header, data)
     return header, data
 
@@ -332,15 +335,17 @@ def _on_host(t: Any) -> bool:
 class _Builder:
     """A hash in progress: CPU bytes go straight in, device tensors become digests for later."""
 
-    __slots__ = ("h", "on_device")
+    __slots__ = ("h", "on_device", "keep")
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
         self.h = _hasher()
         self.on_device: dict[Any, list[Any]] = {}
+        #: the tensors live long: their views are kept (:func:`_plain`)
+        self.keep = keep
 
     def tensor(self, t: Any) -> None:
         try:
-            plain = _plain(t)
+            plain = _plain(t, self.keep)
             if plain is not None:  # the common case, in as few calls as possible
                 h = self.h
                 h.update(plain[0])
@@ -425,14 +430,17 @@ def tensor(t: Any, defer: bool = False) -> Fingerprint:
 
 
 @overload
-def tensors(items: Iterable[tuple[str, Any]], defer: Literal[False] = False) -> str: ...
+def tensors(items: Iterable[tuple[str, Any]], defer: Literal[False] = False,
+            keep: bool = False) -> str: ...
 @overload
-def tensors(items: Iterable[tuple[str, Any]], defer: bool) -> Fingerprint: ...
-def tensors(items: Iterable[tuple[str, Any]], defer: bool = False) -> Fingerprint:
+def tensors(items: Iterable[tuple[str, Any]], defer: bool, keep: bool = False) -> Fingerprint: ...
+def tensors(items: Iterable[tuple[str, Any]], defer: bool = False,
+            keep: bool = False) -> Fingerprint:
     """The fingerprint of named tensors in the given order (e.g. ``model.named_parameters()``);
     ``None`` values (a parameter without a gradient) count by name. Device tensors are digested
-    on their device; ``defer=True`` may return a :class:`Deferred` instead of text."""
-    b = _Builder()
+    on their device; ``defer=True`` may return a :class:`Deferred` instead of text. ``keep``:
+    the tensors live long (parameters, optimizer state), read again every step."""
+    b = _Builder(keep)
     h = b.h
     for name, t in items:
         h.update(name.encode() + b"\0")

@@ -167,7 +167,7 @@ def test_nested_sparse_quantized_and_meta_tensors_are_read_by_their_parts() -> N
 
 
 def test_a_tensor_that_can_not_be_read_counts_by_its_type(monkeypatch) -> None:
-    def broken(t):
+    def broken(t, *_):
         raise RuntimeError("no bytes for you")
 
     monkeypatch.setattr(fingerprint, "_UNREADABLE", {})
@@ -237,28 +237,33 @@ def test_a_kept_view_follows_its_tensor() -> None:
     now, and is made anew when the tensor moved, changed shape or layout in place."""
 
     def fresh(t: torch.Tensor) -> str:
-        return fingerprint.tensor(t.detach().clone().contiguous())
+        return fingerprint.tensors([("t", t.detach().clone().contiguous())])
+
+    def kept(t: torch.Tensor) -> str:
+        return fingerprint.tensors([("t", t)], keep=True)
 
     w = torch.nn.Parameter(torch.randn(4, 4))
-    assert fingerprint.tensor(w) == fresh(w)
+    assert kept(w) == fresh(w)
     with torch.no_grad():
         w.mul_(2)  # in place: the same memory
-    assert fingerprint.tensor(w) == fresh(w)
+    assert kept(w) == fresh(w)
     w.data = torch.randn(4, 4)  # new memory
-    assert fingerprint.tensor(w) == fresh(w)
+    assert kept(w) == fresh(w)
     t = torch.randn(4, 4)
-    fingerprint.tensor(t)
+    kept(t)
     t.transpose_(0, 1)  # same memory and shape, no longer contiguous
-    assert fingerprint.tensor(t) == fresh(t)
+    assert kept(t) == fresh(t)
     u = torch.arange(12.0)
-    fingerprint.tensor(u)
+    kept(u)
     u.resize_(3, 4)  # same memory, another shape
-    assert fingerprint.tensor(u) == fresh(u)
+    assert kept(u) == fresh(u)
     u.set_(torch.zeros(3, 4).untyped_storage(), 0, (3, 4))
-    assert fingerprint.tensor(u) == fresh(u)
+    assert kept(u) == fresh(u)
     before = len(fingerprint._VIEWS)
     gone = torch.randn(8)
-    fingerprint.tensor(gone)
+    kept(gone)
     assert len(fingerprint._VIEWS) == before + 1
     del gone
     assert len(fingerprint._VIEWS) == before  # the entry went with its tensor
+    fingerprint.tensors([("t", torch.randn(8))])
+    assert len(fingerprint._VIEWS) == before  # a tensor not said to live long: nothing kept

@@ -834,7 +834,7 @@ class Recorder:
 
     def params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
         """The ``params`` signal after an optimizer step: the parameters it updates."""
-        return fingerprint.tensors(_optimizer_params(optimizer), defer=True)
+        return fingerprint.tensors(_optimizer_params(optimizer), defer=True, keep=True)
 
     # ---- recording a step ----------------------------------------------------------------
     def _record_step(self, grads: fingerprint.Fingerprint | None,
