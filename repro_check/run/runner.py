@@ -67,6 +67,9 @@ READ_AHEAD_STEPS = 256
 #: lines of a run that cannot be taken are each named in a warning, up to this many
 DROPPED_NAMED = 10
 _POLL = 0.05
+#: seconds between two looks in ``/proc`` at whether a run was stopped (SIGSTOP): the timers
+#: are looked at on every trace line, a file read each would cost the parent more than the line
+STOPPED_LOOK = 0.1
 @dataclass
 class RunSpec:
     """One run as the runner starts it: what its process is told (``told``, made once from the
@@ -307,6 +310,8 @@ class _LiveRun:
         self.started = time.monotonic()
         self.killed_for: Status | None = None
         self.stop_deadline: float | None = None
+        #: when ``/proc`` is next looked at for a stopped run (:meth:`tick`)
+        self.next_look = 0.0
         self.exited_at: float | None = None
         self.done_at: float | None = None
         self.swept = False
@@ -465,11 +470,13 @@ class _LiveRun:
         if limit is not None and self.killed_for is None and now - self.started > limit:
             self.stop("timeout")
         if self.proc.poll() is None:
-            if procs.is_stopped(self.proc.pid):  # the target stopped its supervisor (SIGSTOP)
-                try:
-                    os.kill(self.proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+            if now >= self.next_look:
+                self.next_look = now + STOPPED_LOOK
+                if procs.is_stopped(self.proc.pid):  # the target stopped its supervisor (SIGSTOP)
+                    try:
+                        os.kill(self.proc.pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
             if self.stop_deadline is not None and now >= self.stop_deadline:
                 self.kill()
                 self.stop_deadline = now + 1.0  # and again, should anything have been starting

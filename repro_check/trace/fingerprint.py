@@ -12,10 +12,12 @@ step; :func:`resolve` turns many of them into text with one copy per device.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, Union, cast, overload
 
 
@@ -49,26 +51,92 @@ def hasher() -> Hasher:
     return _hasher()
 
 
-#: (dtypes numpy views as they are, ``torch.strided``), looked up on first use so that importing
-#: this module does not import torch
-_FAST: tuple[frozenset[Any], Any] | None = None
+#: (dtypes numpy views as they are, ``torch.strided``, the tensor classes whose memory is their
+#: own: a subclass may be a wrapper with none), looked up on first use so that importing this
+#: module does not import torch
+_FAST: tuple[frozenset[Any], Any, frozenset[type]] | None = None
 
 
-def _fast_case() -> tuple[frozenset[Any], Any]:
+def _fast_case() -> tuple[frozenset[Any], Any, frozenset[type]]:
     global _FAST
     import torch
 
+    plain: set[type] = {torch.Tensor, torch.nn.Parameter}
+    buffer = getattr(torch.nn, "Buffer", None)
+    if isinstance(buffer, type):
+        plain.add(buffer)
     _FAST = (frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
-                        torch.int8, torch.uint8}), torch.strided)
+                        torch.int8, torch.uint8}), torch.strided, frozenset(plain))
     return _FAST
 
 
-def _bytes_view(t: Any) -> memoryview:
+#: ``ctypes`` array types of a given length (``c_char * n``), made once per length
+_ARRAYS: dict[int, Any] = {}
+
+
+#: the views of the tensors read lately (:func:`_plain`), by ``id``: (a weak reference to the
+#: tensor, its address, its shape, its header, the view); an entry goes when its tensor does
+_VIEWS: dict[int, tuple[Any, int, Any, bytes, Any]] = {}
+#: entries at most: past it, views are made and not kept
+_VIEWS_LIMIT = 65536
+
+
+def _plain(t: Any, keep: bool = False) -> tuple[bytes, Any] | None:
+    """The header and the bytes of a dense, contiguous CPU tensor of a dtype hashed as it is
+    (the common case: parameters, gradients, optimizer state, batches), or None for any other.
+
+    The bytes are a ``ctypes`` array over the tensor's memory: no tensor and no numpy array is
+    made, which was most of what a small tensor's fingerprint cost. The array holds no
+    reference to the tensor (it is read at once, while the caller holds the tensor) and is kept
+    for the tensor's next fingerprint (parameters and optimizer state are read every step) as
+    long as the tensor lives at the same address with the same shape, contiguous, when
+    ``keep`` says it lives long (a gradient or a batch is a new tensor every step: keeping its
+    view would cost more than it saves). Only torch's own classes qualify: a subclass may be a
+    wrapper without memory of its own."""
+    key = id(t)
+    if keep:
+        entry = _VIEWS.get(key)
+        if entry is not None:
+            ref, address, shape, header, data = entry
+            if ref() is t and t.data_ptr() == address and t.shape == shape and t.is_contiguous():
+                return header, data
+    direct, strided, plain = _FAST or _fast_case()
+    if not (type(t) in plain and t.layout is strided and t.dtype in direct and _on_host(t)
+            and not t.is_nested and t.is_contiguous()):
+        return None
+    shape, size, address = t.shape, t.nbytes, t.data_ptr()
+    header = _header(t.dtype, shape)
+    if not size:
+        return header, b""
+    if not address:
+        return None
+    array = _ARRAYS.get(size)
+    if array is None:
+        array = ctypes.c_char * size
+        if len(_ARRAYS) < 4096:
+            _ARRAYS[size] = array
+    data = array.from_address(address)
+    if keep and len(_VIEWS) < _VIEWS_LIMIT:
+        _VIEWS[key] = (weakref.ref(t, _forget(key)), address, shape, header, data)
+    return header, data
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    """What drops a kept view when its tensor goes."""
+
+    def forget(_: Any) -> None:
+        _VIEWS.pop(key, None)
+
+    return forget
+
+
+def _bytes_view(t: Any) -> Any:
     """The tensor's bytes on the CPU, without a copy when it is contiguous."""
+    fast = _plain(t)
+    if fast is not None:
+        return fast[1]
+    direct = (_FAST or _fast_case())[0]
     t = t.detach()
-    direct, strided = _FAST or _fast_case()
-    if t.dtype in direct and t.layout is strided and t.is_cpu and t.is_contiguous():
-        return memoryview(t.numpy()).cast("B")  # the common case, in as few calls as possible
     import torch
 
     t = _flat(t.cpu())
@@ -267,15 +335,23 @@ def _on_host(t: Any) -> bool:
 class _Builder:
     """A hash in progress: CPU bytes go straight in, device tensors become digests for later."""
 
-    __slots__ = ("h", "on_device")
+    __slots__ = ("h", "on_device", "keep")
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
         self.h = _hasher()
         self.on_device: dict[Any, list[Any]] = {}
+        #: the tensors live long: their views are kept (:func:`_plain`)
+        self.keep = keep
 
     def tensor(self, t: Any) -> None:
         try:
-            if t.layout is (_FAST or _fast_case())[1] and not t.is_nested and not t.is_quantized:
+            plain = _plain(t, self.keep)
+            if plain is not None:  # the common case, in as few calls as possible
+                h = self.h
+                h.update(plain[0])
+                if plain[1]:
+                    h.update(plain[1])
+            elif t.layout is (_FAST or _fast_case())[1] and not t.is_nested and not t.is_quantized:
                 self.h.update(_header(t.dtype, t.shape))  # the common case first
                 self._data(t)
             else:
@@ -354,14 +430,17 @@ def tensor(t: Any, defer: bool = False) -> Fingerprint:
 
 
 @overload
-def tensors(items: Iterable[tuple[str, Any]], defer: Literal[False] = False) -> str: ...
+def tensors(items: Iterable[tuple[str, Any]], defer: Literal[False] = False,
+            keep: bool = False) -> str: ...
 @overload
-def tensors(items: Iterable[tuple[str, Any]], defer: bool) -> Fingerprint: ...
-def tensors(items: Iterable[tuple[str, Any]], defer: bool = False) -> Fingerprint:
+def tensors(items: Iterable[tuple[str, Any]], defer: bool, keep: bool = False) -> Fingerprint: ...
+def tensors(items: Iterable[tuple[str, Any]], defer: bool = False,
+            keep: bool = False) -> Fingerprint:
     """The fingerprint of named tensors in the given order (e.g. ``model.named_parameters()``);
     ``None`` values (a parameter without a gradient) count by name. Device tensors are digested
-    on their device; ``defer=True`` may return a :class:`Deferred` instead of text."""
-    b = _Builder()
+    on their device; ``defer=True`` may return a :class:`Deferred` instead of text. ``keep``:
+    the tensors live long (parameters, optimizer state), read again every step."""
+    b = _Builder(keep)
     h = b.h
     for name, t in items:
         h.update(name.encode() + b"\0")

@@ -57,16 +57,20 @@ def encode_int(x: int) -> Encoded:
 
 
 #: float dtypes read through their bits alone:
-#: (dtype name, integer view dtype, struct format of those bits, struct format of the float)
-_FAST_FLOATS: dict[Any, tuple[str, Any, str, str]] = {}
+#: (dtype name, integer view dtype, struct format of those bits, struct format of the float,
+#: its smallest normal number)
+_FAST_FLOATS: dict[Any, tuple[str, Any, str, str, float]] = {}
 
 
-def _fast_floats() -> dict[Any, tuple[str, Any, str, str]]:
+def _fast_floats() -> dict[Any, tuple[str, Any, str, str, float]]:
     import torch
 
-    _FAST_FLOATS.update({torch.float32: ("float32", torch.int32, ">i", ">f"),
-                         torch.float64: ("float64", torch.int64, ">q", ">d"),
-                         torch.float16: ("float16", torch.int16, ">h", ">e")})
+    _FAST_FLOATS.update({
+        dtype: (name, as_int, bits, fmt, torch.finfo(dtype).tiny)
+        for dtype, name, as_int, bits, fmt in (
+            (torch.float32, "float32", torch.int32, ">i", ">f"),
+            (torch.float64, "float64", torch.int64, ">q", ">d"),
+            (torch.float16, "float16", torch.int16, ">h", ">e"))})
     return _FAST_FLOATS
 
 
@@ -74,8 +78,15 @@ def encode_tensor(t: Any) -> Encoded:
     """A one-element tensor, exactly (it is moved to the CPU: call in batches on a device)."""
     fast = (_FAST_FLOATS or _fast_floats()).get(t.dtype)
     if fast is not None and t.is_cpu:
-        # the common case (a loss): one read of the bits; the readable value is made from them
-        name, as_int, bits_format, float_format = fast
+        # the common case (a loss): one read of the value, whose bits are exact (see below)
+        name, as_int, bits_format, float_format, tiny = fast
+        value = t.item()
+        if abs(value) >= tiny:
+            # a normal number (or an infinity): a float64 holds it exactly and packs back to
+            # the same bits; zeros, subnormals (which flush-to-zero modes may change on the
+            # way) and NaNs (their payload is the tensor's own) are read as bits below
+            return {"dtype": name, "bits": struct.pack(float_format, value).hex(),
+                    "value": readable_float(value)}
         packed = struct.pack(bits_format, t.detach().reshape(()).view(as_int).item())
         return {"dtype": name, "bits": packed.hex(),
                 "value": readable_float(struct.unpack(float_format, packed)[0])}

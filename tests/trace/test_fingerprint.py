@@ -94,6 +94,7 @@ def test_device_digest_of_every_layout() -> None:
 def test_deferred_fingerprints_match_immediate_ones(monkeypatch) -> None:
     """With every tensor treated as a device tensor, deferring changes when, never what."""
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
     a = [("w", torch.randn(3, 3)), ("g", None), ("b", torch.arange(5))]
     now = fingerprint.tensors(a)
     later = fingerprint.tensors(a, defer=True)
@@ -114,6 +115,7 @@ def test_device_and_host_fingerprints_never_mix_up() -> None:
     host = fingerprint.tensors(t)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fingerprint, "_on_host", lambda x: False)
+        m.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
         assert fingerprint.tensors(t) != host
 
 
@@ -129,6 +131,7 @@ def test_device_digest_of_many_tensors_is_one_chunked_stream(monkeypatch) -> Non
 
 def test_a_device_without_the_integer_ops_falls_back_to_a_copy(monkeypatch) -> None:
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
     items = [("w", torch.randn(6)), ("b", torch.randn(2))]
     digested = fingerprint.tensors(items)
 
@@ -164,12 +167,13 @@ def test_nested_sparse_quantized_and_meta_tensors_are_read_by_their_parts() -> N
 
 
 def test_a_tensor_that_can_not_be_read_counts_by_its_type(monkeypatch) -> None:
-    def broken(t):
+    def broken(t, *_):
         raise RuntimeError("no bytes for you")
 
     monkeypatch.setattr(fingerprint, "_UNREADABLE", {})
     monkeypatch.setattr(fingerprint, "_REPORTED", set())
     monkeypatch.setattr(fingerprint, "_bytes_view", broken)
+    monkeypatch.setattr(fingerprint, "_plain", broken)
     first = fingerprint.tensors([("w", torch.randn(3))])
     assert first == fingerprint.tensors([("w", torch.randn(3))])  # the same in every run
     assert fingerprint.take_unreadable() == ["Tensor (RuntimeError: no bytes for you)"]
@@ -206,3 +210,60 @@ def test_batches_of_other_kinds_count_by_content_never_by_address() -> None:
     assert fingerprint.nested(Encoding(input_ids=torch.ones(3))) != \
         fingerprint.nested(Encoding(input_ids=torch.zeros(3)))
     assert fingerprint.nested({3, 1, 2}) == fingerprint.nested({2, 3, 1})
+
+
+def test_the_fast_path_hashes_the_bytes_the_slow_one_does() -> None:
+    """Dense CPU tensors are read through a view of their memory (no copy, no numpy array): the
+    fingerprint is the same as hashing their header and their bytes read through numpy, so
+    goldens recorded before stay valid; a subclass and a strided view take the careful path."""
+
+    class Tagged(torch.Tensor):
+        pass
+
+    base = torch.randn(6, 5)
+    cases = [base, torch.nn.Parameter(base.clone()), torch.arange(7), base.to(torch.uint8),
+             torch.empty(0, 3), base.t(), base[:, 1], base.as_subclass(Tagged), base[2:]]
+    for t in cases:
+        h = fingerprint.hasher()
+        h.update(f"{t.dtype}{tuple(t.shape)};".encode())
+        flat = t.detach().contiguous().reshape(-1)
+        if flat.numel():
+            h.update(memoryview(flat.numpy()).cast("B"))
+        assert fingerprint.tensor(t) == h.hexdigest(), (t.dtype, tuple(t.shape), type(t))
+
+
+def test_a_kept_view_follows_its_tensor() -> None:
+    """The view kept for a tensor read again (a parameter, every step) reads its memory as it is
+    now, and is made anew when the tensor moved, changed shape or layout in place."""
+
+    def fresh(t: torch.Tensor) -> str:
+        return fingerprint.tensors([("t", t.detach().clone().contiguous())])
+
+    def kept(t: torch.Tensor) -> str:
+        return fingerprint.tensors([("t", t)], keep=True)
+
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    assert kept(w) == fresh(w)
+    with torch.no_grad():
+        w.mul_(2)  # in place: the same memory
+    assert kept(w) == fresh(w)
+    w.data = torch.randn(4, 4)  # new memory
+    assert kept(w) == fresh(w)
+    t = torch.randn(4, 4)
+    kept(t)
+    t.transpose_(0, 1)  # same memory and shape, no longer contiguous
+    assert kept(t) == fresh(t)
+    u = torch.arange(12.0)
+    kept(u)
+    u.resize_(3, 4)  # same memory, another shape
+    assert kept(u) == fresh(u)
+    u.set_(torch.zeros(3, 4).untyped_storage(), 0, (3, 4))
+    assert kept(u) == fresh(u)
+    before = len(fingerprint._VIEWS)
+    gone = torch.randn(8)
+    kept(gone)
+    assert len(fingerprint._VIEWS) == before + 1
+    del gone
+    assert len(fingerprint._VIEWS) == before  # the entry went with its tensor
+    fingerprint.tensors([("t", torch.randn(8))])
+    assert len(fingerprint._VIEWS) == before  # a tensor not said to live long: nothing kept

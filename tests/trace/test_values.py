@@ -108,3 +108,22 @@ def test_a_number_is_read_from_what_is_compared_never_from_the_readable_value() 
     band = {"min": values.encode_float64(0.0), "max": values.encode_float64(1.0)}
     assert not values.in_band({"dtype": "weird", "bits": "ff", "value": 0.5}, band)
     assert not values.in_band({"dtype": "int", "bits": "ff", "value": 0.5}, band)
+
+
+def test_a_one_element_tensor_keeps_its_exact_bits() -> None:
+    """Random float16/32/64 bit patterns (NaN payloads, subnormals, both zeros and infinities
+    among them) are encoded with the tensor's own bits, whichever way a value is read."""
+    import struct
+
+    rng = np.random.default_rng(7)
+    edges = [0, 1, 2**15 - 1]  # +0, the smallest subnormal, a NaN, as words of each width
+    cases = [(np.concatenate([rng.integers(-2**15, 2**15, 6000), edges]).astype(np.int16),
+              torch.float16, ">h"),
+             (np.concatenate([rng.integers(-2**31, 2**31, 6000), edges]).astype(np.int32),
+              torch.float32, ">i"),
+             (np.concatenate([rng.integers(-2**63, 2**63 - 1, 6000, dtype=np.int64), edges]),
+              torch.float64, ">q")]
+    for words, dtype, fmt in cases:
+        floats = torch.from_numpy(words).view(dtype)
+        for word, t in zip(words.tolist(), floats):
+            assert values.encode_tensor(t)["bits"] == struct.pack(fmt, word).hex(), (dtype, word)

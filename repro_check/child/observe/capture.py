@@ -61,7 +61,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ContextManager
 
 from repro_check.trace import fingerprint
 from repro_check.child.observe import gradients, initial, metricset, origin
@@ -104,9 +104,6 @@ UPDATED = "updated"
 
 #: ``Recorder._record_step``'s default loss: the one this thread last called backward on
 _THREADS_LOSS: Any = object()
-
-#: what ``Recorder.quiet`` returns when no probe is armed (reusable)
-_NO_PROBE = contextlib.nullcontext()
 
 #: the text PyTorch's warn-only deterministic mode puts after the op's name
 NONDETERMINISTIC_ALERT = " does not have a deterministic implementation"
@@ -563,6 +560,10 @@ class Recorder:
         #: control plants its change (:mod:`repro_check.child.seeding.control`); None before a step
         self.trained: Callable[[], Iterator[tuple[str, Any]]] | None = None
         self._own = threading.local()
+        #: this thread inside our own tensor work (:meth:`quiet`), inside a recorded gradient
+        #: computation (:meth:`computing`): counts per thread
+        self._depth = _Count(self._own, "depth")
+        self._computing = _Count(self._own, "computing")
         #: the tensors the last step without an optimizer trained, and their fingerprint as
         #: the next step's gradient computation starts: that step's ``updated`` signal
         self._trained: list[tuple[str, Any]] | None = None
@@ -612,16 +613,19 @@ class Recorder:
         if _ACTIVE is self:
             _ACTIVE = None
 
-    @contextlib.contextmanager
-    def quiet(self) -> Iterator[None]:
+    def quiet(self) -> ContextManager[None]:
         """Our own tensor work: kept out of the step probe's op record, and never given a pinned
-        op's replayed outputs (:attr:`own_work`: whether this thread is inside one)."""
-        self._own.depth = getattr(self._own, "depth", 0) + 1
-        try:
-            with self.probe.quiet() if self.probe is not None else _NO_PROBE:
-                yield
-        finally:
-            self._own.depth -= 1
+        op's replayed outputs (:attr:`own_work`: whether this thread is inside one). Entered
+        several times a step: without a probe, an object's ``__enter__``/``__exit__`` (a
+        generator-based context manager costs a few times more)."""
+        if self.probe is None:
+            return self._depth
+        return self._quiet_probed()
+
+    @contextlib.contextmanager
+    def _quiet_probed(self) -> Iterator[None]:
+        with self._depth, self.probe.quiet():
+            yield
 
     @property
     def own_work(self) -> bool:
@@ -703,14 +707,9 @@ class Recorder:
         """Whether this thread is inside a gradient computation that is being recorded."""
         return getattr(self._own, "computing", 0) > 0
 
-    @contextlib.contextmanager
-    def computing(self) -> Iterator[None]:
+    def computing(self) -> ContextManager[None]:
         """A recorded gradient computation runs: the ones nested in it are part of it."""
-        self._own.computing = getattr(self._own, "computing", 0) + 1
-        try:
-            yield
-        finally:
-            self._own.computing -= 1
+        return self._computing
 
     def note_gradient(self) -> None:
         """A gradient was computed inside a function transform (``vmap`` of ``grad``): the
@@ -835,7 +834,7 @@ class Recorder:
 
     def params_fingerprint(self, optimizer: Any) -> fingerprint.Fingerprint:
         """The ``params`` signal after an optimizer step: the parameters it updates."""
-        return fingerprint.tensors(_optimizer_params(optimizer), defer=True)
+        return fingerprint.tensors(_optimizer_params(optimizer), defer=True, keep=True)
 
     # ---- recording a step ----------------------------------------------------------------
     def _record_step(self, grads: fingerprint.Fingerprint | None,
@@ -935,6 +934,23 @@ class Recorder:
         """The metrics for the run's metrics line: never more than one line can hold."""
         with self.lock:
             return metricset.fold(self.metrics, self.warn)
+
+
+class _Count:
+    """A context manager that counts, per thread, how deep inside it the thread is (in
+    ``local``'s attribute ``name``)."""
+
+    __slots__ = ("local", "name")
+
+    def __init__(self, local: threading.local, name: str) -> None:
+        self.local = local
+        self.name = name
+
+    def __enter__(self) -> None:
+        setattr(self.local, self.name, getattr(self.local, self.name, 0) + 1)
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self.local, self.name, getattr(self.local, self.name) - 1)
 
 
 def _before_loss(signals: dict[str, Any], name: str, value: Any) -> dict[str, Any]:

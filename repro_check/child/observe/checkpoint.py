@@ -108,7 +108,7 @@ def optimizer_state(optimizer: Any, defer: bool = True) -> Any:
                     items.append((f"{g}.{i}.{key}", value))
                 else:
                     items.append((f"{g}.{i}.{key}={value!r}"[:200], None))
-    return fingerprint.tensors(items, defer=defer)
+    return fingerprint.tensors(items, defer=defer, keep=True)
 
 
 class OptimizerSignals:

@@ -352,6 +352,7 @@ def test_steps_held_on_a_device_are_emitted_in_batches(monkeypatch: pytest.Monke
     from repro_check.trace import fingerprint
 
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
     monkeypatch.setattr(capture.Recorder, "FLUSH_EVERY", 2)
     monkeypatch.setattr(capture.Recorder, "FLUSH_SECONDS", 3600.0)
     emitted_at: list[tuple[int, int]] = []
@@ -388,6 +389,7 @@ def test_a_slow_step_is_not_held_back(monkeypatch: pytest.MonkeyPatch) -> None:
     from repro_check.trace import fingerprint
 
     monkeypatch.setattr(fingerprint, "_on_host", lambda t: False)
+    monkeypatch.setattr(fingerprint, "_VIEWS", {})  # views of host tensors kept: none
     monkeypatch.setattr(capture.Recorder, "FLUSH_SECONDS", 0.0)
     assert len(train()) == 3  # each step flushed as it ends, nothing left for a final flush
 
@@ -409,9 +411,9 @@ def test_a_tensor_capture_can_not_read_does_not_stop_the_training(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from repro_check.trace import fingerprint
 
-    real = fingerprint._bytes_view
+    real, real_plain = fingerprint._bytes_view, fingerprint._plain
 
-    def picky(t: Any) -> Any:
+    def picky(t: Any, real: Any = real) -> Any:
         if t.dim() == 2 and t.shape[1] == 4:  # the Linear's weight and its gradient
             raise TypeError("unsupported tensor")
         return real(t)
@@ -419,6 +421,7 @@ def test_a_tensor_capture_can_not_read_does_not_stop_the_training(
     monkeypatch.setattr(fingerprint, "_UNREADABLE", {})
     monkeypatch.setattr(fingerprint, "_REPORTED", set())
     monkeypatch.setattr(fingerprint, "_bytes_view", picky)
+    monkeypatch.setattr(fingerprint, "_plain", lambda t, keep=False: picky(t, real_plain))
     events: list[dict[str, Any]] = []
     rec = capture.Recorder(events.append).install()
     try:
