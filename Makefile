@@ -19,7 +19,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# the package's, the tests' and the scripts' bytecode, written before a suite or a bench: where
+# PYTHONDONTWRITEBYTECODE is set (CI machines often do), every process a test starts would
+# otherwise compile this package again (0.8 s of each check measured); only changed files are
+# compiled again
+COMPILE := $(BIN)/python -m compileall -q -j 0 repro_check tests scripts
+
 demo: $(STAMP)
+	$(COMPILE)
 	$(BIN)/repro-check repro_check.workloads.mnist:main --seed 123
 
 # ruff (pyflakes, pycodestyle errors, bugbear's bug patterns) and mypy, both configured in pyproject.toml
@@ -33,12 +40,15 @@ PYTEST := $(BIN)/python -m pytest -q --durations=15
 # the fast suite in a worker per CPU (pytest-xdist), a test file each at a time: about a quarter
 # of one worker's time is a single run going or a test in this process, which leaves a core idle
 test: $(STAMP)
+	$(COMPILE)
 	$(PYTEST) -n auto --dist loadfile -m "not slow and not frameworks"
 
 test-slow: $(STAMP)
+	$(COMPILE)
 	$(PYTEST) -m "slow and not frameworks"
 
 test-frameworks: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python -m pip install --quiet -c constraints.txt tensorboard pytorch-lightning transformers accelerate gymnasium safetensors \
 		pandas pyarrow scipy scikit-learn h5py numba polars wandb
 	$(PYTEST) -m frameworks
@@ -50,6 +60,7 @@ wheel-check:
 	PYTHON=$(PYTHON) scripts/wheel_check.sh
 
 bench: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python scripts/bench.py
 
 clean:

@@ -135,6 +135,8 @@ class OptimizerSignals:
         self.local.taken = taken
 
     def scaler_text(self) -> str | None:
+        if not self.scalers:  # the common case, every step: no GradScaler made
+            return None
         parts = []
         for s in list(self.scalers):
             if not getattr(s, "_enabled", False) or getattr(s, "_scale", None) is None:
