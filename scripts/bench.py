@@ -59,6 +59,11 @@ class Workload:
     target: str
     args: tuple[str, ...]
     steps: int
+    #: arguments (after ``args``) that make a run of the same target ``short_steps`` long: what a
+    #: captured run costs whatever its length (start-up, set-up, exit) is measured on it, and
+    #: taken out of the per-step cost
+    short: tuple[str, ...] = ()
+    short_steps: int = 0
 
 
 def popen(argv: Sequence[str]) -> subprocess.Popen[str]:
@@ -89,11 +94,11 @@ def check_cmd(w: Workload, *extra: str, target_args: Sequence[str] = ()) -> list
             "--threads", "1", "--trace-dir", trace_dir, *extra, "--", *w.args, *target_args]
 
 
-def record_cmd(w: Workload) -> list[str]:
+def record_cmd(w: Workload, target_args: Sequence[str] = ()) -> list[str]:
     trace_dir = tempfile.mkdtemp(prefix="repro-check-bench-")
     return [sys.executable, "-m", "repro_check", "record", w.target, "--seed", str(SEED),
             "--quiet", "--threads", "1", "--trace-dir", trace_dir, "-o",
-            os.path.join(trace_dir, "golden.json"), "--", *w.args]
+            os.path.join(trace_dir, "golden.json"), "--", *w.args, *target_args]
 
 
 def bare_cmd(w: Workload, target_args: Sequence[str] = (), stop_at: int = 0) -> list[str]:
@@ -145,6 +150,10 @@ class Row:
     b: list[float]
     limit: float | None
     steps: int | None = None  # the per-step cost is shown when set
+    #: seconds of the difference a run of ``fixed_steps`` steps shows too (start-up, exit):
+    #: left out of the per-step cost
+    fixed: float = 0.0
+    fixed_steps: int = 0
 
     @property
     def ratio(self) -> float:
@@ -157,7 +166,8 @@ class Row:
     def per_step_us(self) -> float | None:
         if not self.steps:
             return None
-        return (statistics.median(self.a) - statistics.median(self.b)) / self.steps * 1e6
+        added = statistics.median(self.a) - statistics.median(self.b) - self.fixed
+        return added / (self.steps - self.fixed_steps) * 1e6
 
 
 def side_by_side(reps: int, a: Callable[[], float], b: Callable[[], float]) -> tuple[list[float], list[float]]:
@@ -170,8 +180,21 @@ def side_by_side(reps: int, a: Callable[[], float], b: Callable[[], float]) -> t
 
 def workload_rows(w: Workload, reps: int) -> list[Row]:
     rows = []
+    fixed = fixed_checked = 0.0
+    if w.short:
+        a, b = side_by_side(reps, lambda: timed(record_cmd(w, w.short)),
+                            lambda: timed(bare_cmd(w, w.short)))
+        rows.append(Row(w.name, f"  start-up: record / bare, {w.short_steps}-step runs", a, b,
+                        None))
+        fixed = statistics.median(a) - statistics.median(b)
+        a, b = side_by_side(reps, lambda: timed(check_cmd(w, "--no-control", target_args=w.short)),
+                            lambda: timed(bare_cmd(w, w.short), bare_cmd(w, w.short)))
+        rows.append(Row(w.name, f"  start-up: --no-control / two bare, {w.short_steps}-step runs",
+                        a, b, None))
+        fixed_checked = statistics.median(a) - statistics.median(b)
     a, b = side_by_side(reps, lambda: timed(record_cmd(w)), lambda: timed(bare_cmd(w)))
-    rows.append(Row(w.name, "one captured run (record) / one bare run", a, b, 1.05, w.steps))
+    rows.append(Row(w.name, "one captured run (record) / one bare run", a, b, 1.05, w.steps,
+                    fixed, w.short_steps))
     a, b = side_by_side(reps, lambda: timed(check_cmd(w)),
                         lambda: timed(bare_cmd(w), bare_cmd(w)))
     rows.append(Row(w.name, "two-run check / two bare runs in parallel", a, b, 1.05, w.steps))
@@ -180,7 +203,7 @@ def workload_rows(w: Workload, reps: int) -> list[Row]:
     a, b = side_by_side(reps, lambda: timed(check_cmd(w, "--no-control")),
                         lambda: timed(bare_cmd(w), bare_cmd(w)))
     rows.append(Row(w.name, "  without the control: --no-control / two bare in parallel", a, b,
-                    None, w.steps))
+                    None, w.steps, fixed_checked, w.short_steps))
     return rows
 
 
@@ -353,7 +376,8 @@ def main() -> int:
     parts = set(ns.only or ["small", "mnist", "long"])
     data = data_args()
     mnist_steps = 938 if data else 157
-    workloads = [w for w in (Workload("small steps", SMALL, (), 3752),
+    workloads = [w for w in (Workload("small steps", SMALL, (), 3752,
+                                      ("--epochs", "1", "--samples", "640"), 10),
                              Workload("MNIST", MNIST, tuple(data), mnist_steps))
                  if ("small" if w.target == SMALL else "mnist") in parts]
     print(f"bench: {ns.reps} repetitions, {os.cpu_count()} CPUs, one thread a run; MNIST: "

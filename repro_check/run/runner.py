@@ -67,6 +67,10 @@ READ_AHEAD_STEPS = 256
 #: lines of a run that cannot be taken are each named in a warning, up to this many
 DROPPED_NAMED = 10
 _POLL = 0.05
+#: seconds a reader naps between reads of a run's pipe while lines keep coming (:meth:`_pump`)
+PUMP_NAP = 0.005
+#: bytes a read takes at most
+PUMP_CHUNK = 65536
 #: seconds between two looks in ``/proc`` at whether a run was stopped (SIGSTOP): the timers
 #: are looked at on every trace line, a file read each would cost the parent more than the line
 STOPPED_LOOK = 0.1
@@ -376,18 +380,38 @@ class _LiveRun:
 
     # ---- reading (in threads) ------------------------------------------------------------
     def _pump(self, fd: int, sink: Callable[[bytes], None], own_fd: bool) -> None:
+        """Read ``fd`` until its end. While lines keep coming, the pipe is read every
+        :data:`PUMP_NAP` seconds without waiting on it: a reader that waits on a pipe is woken by
+        every line written to it, and the run pays for that wake-up in each write (tens of
+        microseconds a step on a virtual machine). Once a read finds nothing, the reader waits
+        on the pipe again."""
+        os.set_blocking(fd, False)
         try:
+            streaming = False
             while not self.abandon.is_set():
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if not ready:
-                    continue
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
+                if streaming:
+                    time.sleep(PUMP_NAP)
+                else:
+                    ready, _, _ = select.select([fd], [], [], 0.2)
+                    if not ready:
+                        continue
+                while True:
+                    try:
+                        chunk = os.read(fd, PUMP_CHUNK)
+                    except BlockingIOError:
+                        chunk = None
+                        break
+                    except OSError:
+                        chunk = b""  # the pipe is gone: as at its end
+                        break
+                    if not chunk:
+                        break
+                    sink(chunk)
+                    if len(chunk) < PUMP_CHUNK:  # drained: the next look after a nap
+                        break
+                if chunk == b"":
                     break
-                if not chunk:
-                    break
-                sink(chunk)
+                streaming = chunk is not None
         finally:
             if own_fd:
                 os.close(fd)
