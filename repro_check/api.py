@@ -4,10 +4,11 @@ Each function takes the run options as keywords (or one :class:`RunOptions` as `
 keywords then override it) and runs its command through the same path as the command line
 (:func:`repro_check.commands.skeleton.run_plan`): this front end gives the options it built and
 the caller's listener, and gets the report back as the command made it instead of printing it
-(``verify`` and ``resume`` call their run functions directly: see there). The keywords are those
-of :data:`repro_check.run.options.OPTIONS`, read by the same builder as the command line's flags:
-the fields of :class:`RunOptions`, and the parts of its tolerances one by one (``atol``, ``rtol``,
-``ulps`` as a number or a table ``{"loss": 1e-6}``, ``band_widen``, ``band``, ``signals``).
+(every check the command makes before its runs included: ``verify``'s of the golden, ``resume``'s
+of its options). The keywords are those of :data:`repro_check.run.options.OPTIONS`, read by the
+same builder as the command line's flags: the fields of :class:`RunOptions`, and the parts of its
+tolerances one by one (``atol``, ``rtol``, ``ulps`` as a number or a table ``{"loss": 1e-6}``,
+``band_widen``, ``band``, ``signals``).
 """
 
 from __future__ import annotations
@@ -145,14 +146,12 @@ def verify(
     :class:`UsageError` (exit 2) for bad arguments and :class:`TraceFileError` (exit 2) for a
     golden that is not a complete trace.
     """
-    # not through run_plan: VerifyCommand.prepare would read and check the golden before
-    # verify_golden does (a second read of the same file), which the tests that stand in for the
-    # run machinery (tests/run/test_options.py) see as an error for their golden that is not there
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.verify import verify_golden
+    from repro_check.commands.verify import VerifyCommand
 
-    return verify_golden(_options(options, target, **run_options), golden, listener,
-                         InternalSettings(policy_override=policy))
+    opts = _options(options, target, **run_options)
+    return _report(VerifyCommand(_given(opts, listener, InternalSettings(policy_override=policy))),
+                   Planned(target, golden=os.fspath(golden)))
 
 
 def diff(
@@ -221,15 +220,13 @@ def resume(
     ``report.exit_code`` is 0 when every resumed step and metric equals the reference's. Other
     keywords (tolerances too) as for :func:`check`.
     """
-    # not through run_plan: ResumeCommand.run checks the options (validate_resume) before the
-    # progress display starts, and so before run_resume, which checks them itself; the tests
-    # that stand in for run_resume (tests/run/test_options.py) give options it refuses
     # on first call: importing the API loads no command it does not run
-    from repro_check.commands.resume import run_resume
+    from repro_check.commands.resume import ResumeCommand
 
     opts = _options(options, target, resume_at=at, resume_args=resume_args,
                     checkpoint=checkpoint, **run_options)
-    return run_resume(opts, listener, InternalSettings(policy_override=policy))
+    return _report(ResumeCommand(_given(opts, listener, InternalSettings(policy_override=policy))),
+                   Planned(target))
 
 
 def bisect(

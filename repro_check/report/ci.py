@@ -264,10 +264,10 @@ def markdown(reports: Sequence[Report], command: str) -> str:
         if message is None:
             continue
         lines += ["", f"### ❌ `{_md(r.target)}`", "", _md_text(message)]
-        diffs = r.gate.environment_differences if r.gate else []
+        diffs = r.kind_answers.environment_lines()
         if diffs:
             lines += ["", "Environment differences:", ""]
-            lines += [f"- {_md_text(d.text)}" for d in diffs]
+            lines += [f"- {_md_text(text)}" for text in diffs]
         if r.replay:
             lines += ["", "Replay:", "", "```sh", visible(r.replay).replace("```", "'''"), "```"]
     return "\n".join(lines) + "\n"

@@ -71,6 +71,10 @@ class KindPart(Protocol):
         """What run ``index`` is called where the records it left out are listed (None: as
         :meth:`run_name` calls it)."""
 
+    def environment_lines(self) -> list[str]:
+        """What differs between the environments of the two sides, a sentence each (what the
+        CI step summary lists under a failure)."""
+
 
 class OwnRuns:
     """What a kind whose runs are the report's own says of them (a check, ``--across``,
@@ -95,6 +99,11 @@ class OwnRuns:
 
     def incomplete_name(self, index: int) -> str | None:
         return None
+
+    def environment_lines(self) -> list[str]:
+        """The runs of one command on one machine: no sides whose environments differ (an
+        ``--across`` pair's differences are its pair's, not the report's)."""
+        return []
 
 
 #: what a check, which has no kind part of its own, answers for itself
@@ -161,6 +170,10 @@ class GatePart(JsonRecord):
         """A gate's records come from a golden's runs, this run or two saved traces, which its
         own numbering does not tell apart: a record left out is said of ``a run``."""
         return "a run"
+
+    def environment_lines(self) -> list[str]:
+        """The golden's, this run's or the two files' environments where they differ."""
+        return [d.text for d in self.environment_differences]
 
 
 @dataclass

@@ -7,10 +7,10 @@ A kind's module (:mod:`~repro_check.report.check`, :mod:`~repro_check.report.gat
 :mod:`~repro_check.report.across`, :mod:`~repro_check.report.resume`) holds all of its outputs;
 :mod:`~repro_check.report.kinds` tells which kind a report is, once. What a kind says of itself
 that the JSON says too (its verdict, what its two sides and its runs are called, whether it
-compares its runs or writes a golden) is its part's to answer
-(:class:`repro_check.report.model.KindPart`: the gate, ``--across`` and ``resume`` parts, and
-:data:`~repro_check.report.model.CHECK_RUNS` for a check), since the JSON is written without these renderers (they import the model, and load
-rich)."""
+compares its runs or writes a golden, where its two sides' environments differ) is its part's to
+answer (:class:`repro_check.report.model.KindPart`: the gate, ``--across`` and ``resume`` parts,
+and :data:`~repro_check.report.model.CHECK_RUNS` for a check), since the JSON is written without
+these renderers (they import the model, and load rich)."""
 
 from __future__ import annotations
 

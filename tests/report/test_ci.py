@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import xml.etree.ElementTree as ET
@@ -106,6 +107,20 @@ def test_text_from_a_file_reaches_the_step_summary_as_text(reports: list[Report]
     assert "&amp;amp" in outside_code  # an entity in the file shows as written
     assert text.count("\n| ") == 1 + 1  # the header row and one target row: no line break got in
     assert text.count("\n### ") == 1
+
+
+def test_the_step_summary_lists_the_environment_differences_of_a_failure(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.jsonl", LOSSES)
+    other = diff(a, write(tmp_path / "b.jsonl", LOSSES[:9] + [5.0] * 31, env={"torch": "9.9"}))
+    texts = [d.text for d in other.gate.environment_differences]
+    assert texts and any("9.9" in t for t in texts)
+    text = ci.markdown([other], "diff")
+    assert texts == ["a.jsonl recorded with torch 2.14.1, b.jsonl 9.9"]
+    assert ("\n\nEnvironment differences:\n\n"
+            "- a\\.jsonl recorded with torch 2\\.14\\.1\\, b\\.jsonl 9\\.9\n") in text
+    # a report without a gate (a check) has no sides whose environments differ
+    assert "Environment differences" not in ci.markdown(
+        [dataclasses.replace(other, gate=None)], "check")
 
 
 def test_nothing_printed_can_act_as_a_workflow_command() -> None:

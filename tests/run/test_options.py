@@ -3,7 +3,8 @@ from the command line, ``[tool.repro-check]``, the Python API and the pytest plu
 repro-check's own commands set on their runs is not a user option.
 
 All in-process: the API and the plugin are called with the run machinery replaced by a stub that
-keeps the options it was given, so nothing runs.
+keeps the options it was given, so nothing runs; what each command checks before its runs (a
+``verify``'s golden, a ``resume``'s options) is checked as for any call.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from repro_check.cli.commands import DIAGNOSE_OWN
 from repro_check.cli.plan import options_for
 from repro_check.config import KEYS, TARGET_KEYS, load
 from repro_check.distributed.launch import DistOptions
-from repro_check.errors import UsageError
+from repro_check.errors import TraceFileError, UsageError
 from repro_check.run.options import (
     OPTIONS,
     PYTEST_KEYWORDS,
@@ -34,6 +35,8 @@ from repro_check.run.options import (
     keyword_values,
     options_of,
 )
+
+from ..synthetic_traces import write_trace
 
 Check = Callable[[RunOptions], bool]
 
@@ -153,9 +156,14 @@ def test_every_config_key_reaches_the_options(tmp_path: Path, name: str, where: 
 
 
 class Kept:
-    """Stands for the run machinery: keeps what it was given, runs nothing."""
+    """Stands for the run machinery: keeps what it was given, runs nothing. ``golden_in``: a
+    folder made the current one, holding the golden ``g.json`` as ``record`` writes it (the
+    ``verify`` command checks it before the run)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, golden_in: Path | None = None) -> None:
+        if golden_in is not None:
+            monkeypatch.chdir(golden_in)
+            write_trace(golden_in / "g.json", [1.0, 0.5], target=TARGET)
         self.calls: list[tuple[RunOptions, InternalSettings]] = []
         from repro_check.commands import across, record, verify
         from repro_check.commands import check as verdict
@@ -176,12 +184,16 @@ class Kept:
 
 @pytest.mark.parametrize("name", list(SAMPLES))
 def test_every_keyword_reaches_the_options_through_the_api(monkeypatch: pytest.MonkeyPatch,
-                                                           name: str) -> None:
+                                                           tmp_path: Path, name: str) -> None:
     _, _, value, check = SAMPLES[name]
-    kept = Kept(monkeypatch)
+    kept = Kept(monkeypatch, tmp_path)
     assert repro_check.check(TARGET, **{name: value}) == "kept"
     assert repro_check.record(TARGET, "g.json", **{name: value}) == "kept"
-    assert repro_check.verify(TARGET, "g.json", **{name: value}) == "kept"
+    if name == "across":  # it reached the options: the golden's check refuses a threads axis
+        with pytest.raises(TraceFileError, match="--across"):
+            repro_check.verify(TARGET, "g.json", **{name: value})
+    else:
+        assert repro_check.verify(TARGET, "g.json", **{name: value}) == "kept"
     for opts, _ in kept.calls:
         assert check(opts), opts
     # over options given whole, a keyword wins
@@ -192,9 +204,9 @@ def test_every_keyword_reaches_the_options_through_the_api(monkeypatch: pytest.M
 
 @pytest.mark.parametrize("name", PYTEST_KEYWORDS)
 def test_every_pytest_keyword_reaches_the_options(monkeypatch: pytest.MonkeyPatch,
-                                                  name: str) -> None:
+                                                  tmp_path: Path, name: str) -> None:
     _, _, value, check = SAMPLES[name]
-    kept = Kept(monkeypatch)
+    kept = Kept(monkeypatch, tmp_path)
     assert pytest_plugin.run_reproducibility(TARGET, **{name: value}) == "kept"
     assert check(kept.calls[0][0])
     pytest_plugin.run_reproducibility(TARGET, golden="g.json", **{name: value})
@@ -218,9 +230,16 @@ def test_resume_builds_its_options_as_every_front_end_does(
     kept = Kept(monkeypatch)
     base = {"at": 2} if name != "resume_at" else {}
     keyword = "at" if name == "resume_at" else name
-    assert repro_check.resume(TARGET, **base, **{keyword: value}) == "kept"
-    if name != "distributed":
-        pytest_plugin.run_resume_check(TARGET, **{"at": 2, **{keyword: value}})
+    if name == "no_seed":  # it reached the options: resume's own check refuses it, from each
+        with pytest.raises(UsageError, match="--no-seed leaves every run seeded differently"):
+            repro_check.resume(TARGET, **base, **{keyword: value})
+        with pytest.raises(UsageError, match="--no-seed leaves every run seeded differently"):
+            pytest_plugin.run_resume_check(TARGET, **{"at": 2, **{keyword: value}})
+        assert not kept.calls  # before anything ran
+    else:
+        assert repro_check.resume(TARGET, **base, **{keyword: value}) == "kept"
+        if name != "distributed":
+            pytest_plugin.run_resume_check(TARGET, **{"at": 2, **{keyword: value}})
     for opts, _ in kept.calls:
         assert check(opts), opts
     if name != "resume_at":
@@ -314,11 +333,12 @@ def test_internal_settings_are_not_run_options(monkeypatch: pytest.MonkeyPatch) 
             RunOptions(TARGET, **{name: 1})
 
 
-def test_the_api_policy_object_travels_beside_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_policy_object_travels_beside_the_options(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
     from repro_check.compare.steps import Policy
     from repro_check.trace.values import Tolerance
 
-    kept = Kept(monkeypatch)
+    kept = Kept(monkeypatch, tmp_path)
     policy = Policy(Tolerance(0.5, 0.0))
     repro_check.check(TARGET, policy=policy)
     repro_check.verify(TARGET, "g.json", policy=policy)
