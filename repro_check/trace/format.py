@@ -214,7 +214,7 @@ HEADER_CHECKS: dict[str, Any] = {
 #: the fields of error, end and info records a reader checks (others are accepted as they come)
 ERROR_CHECKS: dict[str, Any] = {"kind": _TEXT, "type": _TEXT, "message": _TEXT,
                                 "traceback": _TEXT, "limit": _SECONDS, "time": _SECONDS}
-END_CHECKS: dict[str, Any] = {"status": _TEXT, "returncode": _optional(_is_int),
+END_CHECKS: dict[str, Any] = {"status": _optional(lambda x: isinstance(x, str) and x != ""), "returncode": _optional(_is_int),
                               "signal": _TEXT, "seconds": _SECONDS, "steps": _COUNT,
                               "output_tail": _TEXT}
 
