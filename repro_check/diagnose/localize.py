@@ -41,9 +41,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from repro_check.compare.cause import env_call_differs
-from repro_check.report.contents import EnvCall, Localization
-from repro_check.trace.probes import (EnvObserved, MadeTensor, ModuleRun, OpRun, ProbeInput,
-                                      ProbeMark, ProbeOp, probe_ops)
+from repro_check.report.contents import EnvCall, Localization, OutputDifference
+from repro_check.trace.probes import (EnvObserved, GradRun, MadeTensor, ModuleRun, OpRun,
+                                      OutputValues, ProbeInput, ProbeMark, ProbeOp, probe_ops)
 from repro_check.trace.results import RunResult
 
 
@@ -152,16 +152,79 @@ def _where(module: str | None, phase: str | None) -> str:
 
 
 def _first_module(modules_a: Sequence[ModuleRun], modules_b: Sequence[ModuleRun],
-                  phase: str) -> str | None:
-    """The first module record of ``phase`` whose output differs (inputs agreeing if recorded)."""
-    a = [r for r in modules_a if r.phase == phase]
-    b = [r for r in modules_b if r.phase == phase]
-    for ra, rb in zip(a, b):
-        if ra.module != rb.module:
-            return None  # the runs took different paths; positions no longer match
-        if ra.out != rb.out and ra.ins == rb.ins:
-            return ra.module
+                  phase: str) -> tuple[ModuleRun, ModuleRun] | None:
+    """The first module record of ``phase`` whose output differs (inputs agreeing if
+    recorded), with the other side's record of the same call. A module's calls are paired by
+    name and order (its k-th call with the other side's k-th), so that a compiled model,
+    recorded as a whole, pairs with the same model recorded module by module on an eager
+    side."""
+    seen: dict[str | None, int] = {}
+    calls_b: dict[tuple[str | None, int], ModuleRun] = {}
+    for rb in modules_b:
+        if rb.phase == phase:
+            k = seen[rb.module] = seen.get(rb.module, -1) + 1
+            calls_b[(rb.module, k)] = rb
+    seen.clear()
+    for ra in modules_a:
+        if ra.phase != phase:
+            continue
+        k = seen[ra.module] = seen.get(ra.module, -1) + 1
+        other = calls_b.get((ra.module, k))
+        if other is not None and ra.out != other.out and ra.ins == other.ins:
+            return ra, other
     return None
+
+
+def _compiled_agrees(modules_a: Sequence[ModuleRun],
+                     modules_b: Sequence[ModuleRun]) -> OutputDifference | None:
+    """A compiled model whose output has the same bits on both sides (the first such call),
+    as a difference of 0: said so, the difference is placed after its forward."""
+    names = {r.module for r in (*modules_a, *modules_b) if r.compiled and r.phase == "forward"}
+    for name in names:
+        a = next((r for r in modules_a if r.module == name and r.phase == "forward"), None)
+        b = next((r for r in modules_b if r.module == name and r.phase == "forward"), None)
+        if a is not None and b is not None and a.out == b.out and a.ins == b.ins:
+            return OutputDifference(name or "?", True, 0.0, None,
+                                    len(a.values.data) if a.values else None,
+                                    list(a.values.shape) if a.values else None)
+    return None
+
+
+def first_gradient(records_a: Sequence[ProbeOp],
+                   records_b: Sequence[ProbeOp]) -> OutputDifference | None:
+    """The first parameter (in the optimizer's order) whose gradient differs between the
+    sides, and how far; None when all agree or none was recorded."""
+    grads_b = {r.param: r for r in records_b if isinstance(r, GradRun)}
+    for a in records_a:
+        if isinstance(a, GradRun):
+            b = grads_b.get(a.param)
+            if b is not None and a.out != b.out:
+                return largest_difference(a.param, False, a.values, b.values)
+    return None
+
+
+def output_difference(a: ModuleRun, b: ModuleRun) -> OutputDifference:
+    """How far two records of a model's output are apart (see :func:`largest_difference`)."""
+    return largest_difference(a.module or "?", a.compiled or b.compiled, a.values, b.values)
+
+
+def largest_difference(name: str, compiled: bool, va: OutputValues | None,
+                       vb: OutputValues | None) -> OutputDifference:
+    """How far two sides' values of one tensor are apart, where both sides recorded them
+    (same shape); else by fingerprint only. NaN and infinity count as a difference only where
+    the two sides' values are not the same."""
+    if va is None or vb is None or va.shape != vb.shape:
+        return OutputDifference(name, compiled)
+    largest, where = 0.0, 0
+    for i, (x, y) in enumerate(zip(va.data, vb.data)):
+        d = abs(x - y)
+        if d != d:  # NaN on one side (or both, or inf - inf)
+            same = (x != x and y != y) or x == y
+            d = 0.0 if same else float("inf")
+        if d > largest:
+            largest, where = d, i
+    return OutputDifference(name, compiled, largest, list(va.index(where)), len(va.data),
+                            list(va.shape))
 
 
 def _differing_inputs(a: OpRun, b: OpRun,
@@ -253,14 +316,45 @@ def compare(step: int, records_a: Iterable[ProbeInput], records_b: Iterable[Prob
     sides = _Sides(typed_a, typed_b, (_allocated(ops_a), _allocated(ops_b)), code,
                    environments if code is None else None)
     loc = Localization(step)
-    loc.first_module_forward = _first_module(mods_a, mods_b, "forward")
-    if loc.first_module_forward is None:  # once forward differs, every gradient does
-        loc.first_module_backward = _first_module(mods_a, mods_b, "backward")
-    _first_parting(loc, [r for r in ops_a if culprit_candidate(r, batch_agreed)],
+    forward = _first_module(mods_a, mods_b, "forward")
+    if forward is not None:
+        loc.first_module_forward = forward[0].module
+        if forward[0].values is not None or forward[0].compiled or forward[1].compiled:
+            loc.output_difference = output_difference(*forward)
+    else:  # once forward differs, every gradient does
+        backward = _first_module(mods_a, mods_b, "backward")
+        loc.first_module_backward = backward[0].module if backward is not None else None
+        loc.output_difference = _compiled_agrees(mods_a, mods_b)
+        loc.gradient_difference = first_gradient(typed_a, typed_b)
+    candidates_a = [r for r in ops_a if culprit_candidate(r, batch_agreed)]
+    _first_parting(loc, candidates_a,
                    [r for r in ops_b if culprit_candidate(r, batch_agreed)], sides)
     if environments is not None:
         _said_of_environments(loc, environments)
+    compiled = forward if forward is not None and (forward[0].compiled or forward[1].compiled) \
+        else None
+    if compiled is not None and code is None and not (environments and environments.compiled):
+        culprit = (candidates_a[loc.op_index] if loc.found and loc.op_index is not None
+                   and loc.op_index < len(candidates_a) else None)
+        if culprit is None or culprit.index > compiled[0].index:
+            compiled_differs(loc, compiled[0], sides.runs)
     return loc
+
+
+def compiled_differs(loc: Localization, rec: ModuleRun, runs: str) -> None:
+    """A compiled model returned other bits for the same inputs, before any recorded op
+    parted: it is the culprit, as a whole. torch.compile's kernels run fused, with no op of
+    their own for the recorder to see, so nothing inside the model can be named."""
+    loc.found, loc.phase, loc.module, loc.op, loc.op_index = True, "forward", rec.module, None, None
+    loc.inputs_agree, loc.differing_inputs, loc.cause = True, [], "compute"
+    said = f": {loc.output_difference.said}" if loc.output_difference is not None else ""
+    loc.detail = (f"the compiled {rec.module} (torch.compile) returns other bits in {runs} "
+                  f"for the same inputs at step {loc.step}{said}; its kernels, fused by "
+                  "torch.compile, have no ops of their own to record (the op recorder steps "
+                  "aside while a compiled model runs), so no op or module inside it can be "
+                  "named: run it eager (without torch.compile) for the op to be named, or "
+                  "compile it with inductor's deterministic settings "
+                  "(torch._inductor.config.deterministic = True)")
 
 
 def _first_parting(loc: Localization, ops_a: Sequence[OpRun], ops_b: Sequence[OpRun],
@@ -281,10 +375,11 @@ def _first_parting(loc: Localization, ops_a: Sequence[OpRun], ops_b: Sequence[Op
         return
     loc.detail = (f"all {len(ops_a)} recorded ops of step {step} agree in both replays"
                   if ops_a else f"no op of step {step} was recorded")
-    compiled = next((r.compiled for r in (*sides.records_a, *sides.records_b)
-                     if isinstance(r, ProbeMark) and r.compiled), None)
-    if compiled is not None:
-        loc.detail = compiled_unseen(loc, step, compiled, sides.runs)
+    marks = [r for r in (*sides.records_a, *sides.records_b)
+             if isinstance(r, ProbeMark) and r.compiled]
+    if marks:
+        loc.detail = compiled_unseen(loc, step, marks[0].compiled or "code", sides.runs,
+                                     all(m.ran_compiled for m in marks))
 
 
 def _said_of_environments(loc: Localization, sides: EnvironmentSides) -> None:
@@ -304,9 +399,19 @@ def unmatched(loc: Localization) -> bool:
 
 
 def compile_detail(loc: Localization, step: int) -> str:
-    """Why an eager and a compiled run have no culprit op: their op sequences part."""
+    """Why an eager and a compiled run have no culprit op: their op sequences part. The
+    first module whose output differs is named, with how far, where the model's values were
+    recorded."""
     module = loc.first_module_forward or loc.first_module_backward
     where = f"; the first module whose output differs is {module!r}" if module else ""
+    diff = loc.output_difference
+    if diff is not None and diff.module == module:
+        what = "the compiled model" if diff.compiled else "the model"
+        where += f" ({what} as a whole, with the same inputs: {diff.said})"
+    elif diff is not None and diff.largest == 0.0:
+        where = (f"; the compiled {diff.module}'s output has the same bits as the eager one, so "
+                 "the sides part in its backward (the compiled backward's fused kernels) or "
+                 f"after it{gradient_said(loc)}")
     return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
             f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
             f"eager op, so no single op can be named{where}")
@@ -331,10 +436,34 @@ def args_detail(loc: Localization, step: int, a: str, b: str) -> str:
             "number, a mode, an option)")
 
 
-def compiled_unseen(loc: Localization, step: int, compiled: str, runs: str = "the runs") -> str:
-    """Why ops that agree say nothing of a compiled step: under the op recorder (a dispatch
-    mode) PyTorch runs what ``torch.compile`` made eagerly, so the recorded ops are the eager
-    ones, and the compiled kernels, where the sides (``runs``) part, are never seen."""
+def gradient_said(loc: Localization) -> str:
+    """``: the first parameter whose gradient differs is ...``, where one does."""
+    grad = loc.gradient_difference
+    if grad is None:
+        return ""
+    said = grad.said.replace(" output values", " values")
+    return f"; the first parameter whose gradient differs is {grad.module!r} ({said})"
+
+
+def compiled_unseen(loc: Localization, step: int, compiled: str, runs: str = "the runs",
+                    ran_compiled: bool = False) -> str:
+    """Why ops that agree say nothing of a compiled step. A compiled model runs compiled (the
+    op recorder, a dispatch mode under which PyTorch runs compiled code eagerly, steps aside
+    while it runs): its output is compared as a whole, and its fused kernels, forward and
+    backward, are not seen op by op. Other compiled code runs eagerly under the recorder, so
+    its recorded ops are the eager ones, and the compiled kernels, where the sides
+    (``runs``) part, are never seen."""
+    if ran_compiled:
+        same = loc.output_difference
+        agrees = (f"its output has the same bits in {runs}, so the difference is in its "
+                  "compiled backward" if same is not None and same.largest == 0.0
+                  else "its output was compared as a whole")
+        return (f"step {step} calls the compiled {compiled} (torch.compile), which ran "
+                f"compiled (the op recorder steps aside while it runs): {agrees}; the "
+                f"{loc.ops_compared} ops recorded outside it agree, and its fused kernels, "
+                f"where {runs} part, have no ops of their own to record: the difference is "
+                f"inside the compiled {compiled} at step {step}, and no op inside it can be "
+                f"named{gradient_said(loc)}")
     if compiled == "code":
         return (f"the run uses torch.compile, and PyTorch runs compiled code eagerly while the "
                 f"op recorder watches: the {loc.ops_compared} ops recorded of step {step} are "

@@ -169,6 +169,33 @@ class EnvCall(JsonRecord):
     location: Location = json_field(flatten=True)
 
 
+@dataclass(frozen=True)
+class OutputDifference(JsonRecord):
+    """How far a model's output differs between the two sides at the localized step: the
+    largest absolute difference (``largest``, None when only the fingerprints could be
+    compared: more values than the probe keeps, or not floating point), the index where it
+    is, the number of values, and whether the model ran compiled (``torch.compile``)."""
+
+    module: str
+    compiled: bool = False
+    largest: float | None = None
+    at: list[int] | None = None
+    values: int | None = None
+    shape: list[int] | None = None
+
+    @property
+    def said(self) -> str:
+        """``largest |Δ| 2.98e-08 at [12, 0] of 32 x 1 values``, or why there is none."""
+        if self.largest == 0.0 and not self.at:
+            return "its output has the same bits"
+        if self.largest is None:
+            return ("compared by fingerprint only (more values than the probe keeps, or not "
+                    "floating point)")
+        shape = " x ".join(map(str, self.shape or [])) or "1"
+        at = ", ".join(map(str, self.at or []))
+        return f"largest |Δ| {self.largest:.3g} at [{at}] of its {shape} output values"
+
+
 @dataclass
 class Localization(JsonRecord):
     """The outcome of comparing one step's probe records of two runs."""
@@ -183,6 +210,11 @@ class Localization(JsonRecord):
     differing_inputs: list[int] = field(default_factory=list)
     first_module_forward: str | None = None
     first_module_backward: str | None = None
+    #: the first module's (a model's) output difference, where its values were recorded
+    output_difference: OutputDifference | None = None
+    #: the first parameter whose gradient differs at the step (its name in ``module``), and
+    #: how far, where no model's output differs
+    gradient_difference: OutputDifference | None = None
     ops_compared: int = 0
     detail: str = ""
     #: ``"rng"`` when a random op drew different numbers from the same inputs, or a value from

@@ -70,7 +70,9 @@ def diagnosis(report: Report) -> Group:
         if loc.found:
             module = x.culprit or "(outside any module)"
             parts.append(Text.assemble(
-                ("culprit: ", "bold"), (module, "bold red"), " · op ", (str(x.culprit_op), "bold"),
+                ("culprit: ", "bold"), (module, "bold red"),
+                *((" · op ", (x.culprit_op, "bold")) if x.culprit_op else
+                  (" · compiled code (torch.compile)",)),
                 f" · {loc.phase} · step {loc.step}"))
         if not (shown and loc.detail and loc.detail in shown):  # the cause's paragraph
             parts.append(Text(f"  {loc.detail}"))
@@ -201,9 +203,10 @@ def _page_parts(report: Report, part: DiagnosisPart) -> list[str]:
     if loc:
         out.append("<h3>Culprit</h3>")
         if loc.found:
-            out.append(f'<p id="culprit"><b>{escape(part.culprit or "(outside any module)")}</b> · op '
-                       f"<code>{escape(part.culprit_op)}</code> · {escape(loc.phase)} · step "
-                       f"{escape(loc.step)}</p>")
+            op = (f"op <code>{escape(part.culprit_op)}</code>" if part.culprit_op
+                  else "compiled code (torch.compile)")
+            out.append(f'<p id="culprit"><b>{escape(part.culprit or "(outside any module)")}</b> · '
+                       f"{op} · {escape(loc.phase)} · step {escape(loc.step)}</p>")
         if loc.detail and loc.detail not in (said or ""):  # once on the page
             out.append(f"<p>{escape(loc.detail)}</p>")
     out.append("<h3>Ops PyTorch reports as nondeterministic</h3>")

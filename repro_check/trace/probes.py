@@ -13,6 +13,10 @@ library only.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -21,6 +25,9 @@ from repro_check.trace.payloads import Location
 
 #: the longest text kept of a record's field (an op's or a module's name, a fingerprint)
 TEXT = 4200
+#: the most values a record carries of a model's output (:class:`OutputValues`): a larger
+#: output is compared by its fingerprint only
+VALUES_LIMIT = 65536
 
 
 def _int(value: object) -> int | None:
@@ -74,16 +81,74 @@ class OpRun(ProbeOp):
 
 
 @dataclass(frozen=True)
+class OutputValues:
+    """The values of a model's output (its first floating-point tensor), as float64, so that
+    the largest difference between two sides can be told, not only that they differ. Written
+    as ``{"shape": [...], "b64": ...}``: the base64 of the values' float64 bytes (native
+    order, as the parent's machine is the run's)."""
+
+    shape: tuple[int, ...]
+    data: tuple[float, ...]
+
+    @classmethod
+    def parse(cls, value: object) -> OutputValues | None:
+        """The values a record holds; None when absent or malformed (a count of values that
+        is not the shape's, more than :data:`VALUES_LIMIT`)."""
+        if not isinstance(value, Mapping):
+            return None
+        shape, text = value.get("shape"), value.get("b64")
+        if not isinstance(shape, list) or not isinstance(text, str) or len(shape) > 16:
+            return None
+        dims = [_int(d) for d in shape]
+        if any(d is None or d < 0 for d in dims) or len(text) > 12 * VALUES_LIMIT:
+            return None
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        if len(raw) % 8:
+            return None
+        data = array("d")
+        data.frombytes(raw)
+        if len(data) != math.prod(d for d in dims if d is not None):
+            return None
+        return cls(tuple(d for d in dims if d is not None), tuple(data))
+
+    def index(self, flat: int) -> tuple[int, ...]:
+        """The index in :attr:`shape` of the ``flat``-th value."""
+        at: list[int] = []
+        for size in reversed(self.shape):
+            flat, rest = divmod(flat, size) if size else (flat, 0)
+            at.append(rest)
+        return tuple(reversed(at))
+
+
+@dataclass(frozen=True)
 class ModuleRun(ProbeOp):
     """A module's forward returned (``phase`` ``forward``: fingerprints of its inputs and
     output) or its ``output``-th output's gradient arrived (``backward``: the gradient's
-    fingerprint as ``out``) (``{"k": "module"}``)."""
+    fingerprint as ``out``) (``{"k": "module"}``). ``compiled``: the module ran as
+    ``torch.compile`` made it (recorded at its compiled wrapper, the op recorder stepped
+    aside while it ran); ``values``: a model's (a root module's) output values."""
 
     phase: str | None = None
     module: str | None = None
     ins: str | None = None
     out: str | None = None
     output: int | None = None
+    compiled: bool = False
+    values: OutputValues | None = None
+
+
+@dataclass(frozen=True)
+class GradRun(ProbeOp):
+    """A gradient the optimizer was about to use (``{"k": "grad"}``): the parameter's name
+    (its model's module path, or the optimizer's group and position), the fingerprint and,
+    up to :data:`VALUES_LIMIT`, the values of its gradient."""
+
+    param: str = ""
+    out: str | None = None
+    values: OutputValues | None = None
 
 
 @dataclass(frozen=True)
@@ -110,13 +175,16 @@ class EnvObserved(ProbeOp):
 class ProbeMark(ProbeOp):
     """The probe was armed at the start of step ``step`` or disarmed at its end, after
     ``records`` records (``{"k": "armed"}``, ``{"k": "disarmed"}``); ``compiled``: the step
-    called code ``torch.compile`` made (the compiled model's class, or ``code``), which ran
-    eagerly under the probe."""
+    called code ``torch.compile`` made (the compiled model's class, or ``code``): a compiled
+    model runs compiled, the op recorder stepped aside (``ran_compiled``), other compiled code
+    eagerly under the recorder."""
 
     armed: bool = True
     step: int | None = None
     records: int | None = None
     compiled: str | None = None
+    #: a compiled model ran compiled (the op recorder stepped aside while it ran), not eagerly
+    ran_compiled: bool = False
 
 
 def _op(body: Mapping[str, object], index: int) -> OpRun | None:
@@ -128,7 +196,15 @@ def _op(body: Mapping[str, object], index: int) -> OpRun | None:
 
 def _module(body: Mapping[str, object], index: int) -> ModuleRun:
     return ModuleRun(index, _text(body.get("ph")), _text(body.get("m")), _text(body.get("in")),
-                     _text(body.get("out")), _int(body.get("n")))
+                     _text(body.get("out")), _int(body.get("n")), body.get("c") is True,
+                     OutputValues.parse(body.get("v")))
+
+
+def _grad(body: Mapping[str, object], index: int) -> GradRun | None:
+    param = _text(body.get("p"))
+    if param is None:
+        return None
+    return GradRun(index, param, _text(body.get("out")), OutputValues.parse(body.get("v")))
 
 
 def _made(body: Mapping[str, object], index: int) -> MadeTensor:
@@ -143,11 +219,13 @@ def _env(body: Mapping[str, object], index: int) -> EnvObserved:
 
 def _mark(body: Mapping[str, object], index: int) -> ProbeMark:
     return ProbeMark(index, body.get("k") == "armed", _int(body.get("step")),
-                     _int(body.get("records")), _text(body.get("compiled")))
+                     _int(body.get("records")), _text(body.get("compiled")),
+                     body.get("ran_compiled") is True)
 
 
 _READERS: dict[str, Callable[[Mapping[str, object], int], ProbeOp | None]] = {
-    "op": _op, "module": _module, "made": _made, "env": _env, "armed": _mark, "disarmed": _mark,
+    "op": _op, "module": _module, "grad": _grad, "made": _made, "env": _env, "armed": _mark,
+    "disarmed": _mark,
 }
 
 #: a probe record as a reader may be given it: typed, or as the run wrote it (a test's, an

@@ -274,3 +274,28 @@ def test_a_negative_max_sources_is_a_usage_error_before_any_run(tmp_path: Path) 
         diagnose(target("numpy_default_rng"), ablate=[], max_sources=-1,
                  trace_dir=tmp_path / "none")
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.slow
+def test_a_compiled_model_that_differs_run_to_run_is_named_with_its_largest_difference(
+        tmp_path: Path) -> None:
+    """The probe runs let the compiled model run compiled (under the op recorder PyTorch
+    would run it eagerly, and the runs would agree): the culprit is the compiled model as a
+    whole, with the largest difference of its output, and nothing inside it is named."""
+    import shutil
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+    res = run_cli("diagnose", "compiled_differs.py:main", "--max-steps", "1", "--", "--steps",
+                  "1", tmp=tmp_path, timeout=900)
+    assert res.code == 1, res.stdout + res.stderr
+    d = res.report
+    assert d is not None and d["first_divergent_step"] == 1
+    assert d["culprit"] == "Sequential" and d["culprit_op"] is None
+    loc = d["localization"]
+    assert loc["found"] and loc["cause"] == "compute" and loc["inputs_agree"] is True
+    out = loc["output_difference"]
+    assert out["module"] == "Sequential" and out["compiled"] and out["shape"] == [32, 1]
+    assert 0 < out["largest"] < 1e-3  # a pid-sized multiple of 1e-6 through the last Linear
+    assert "the compiled Sequential (torch.compile) returns other bits" in loc["detail"]
+    assert "culprit: Sequential · compiled code (torch.compile)" in res.stdout

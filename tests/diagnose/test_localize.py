@@ -207,3 +207,35 @@ def test_an_op_that_differs_at_the_commit_is_its_code_with_no_seeding_advice(
     assert said in loc.detail and "commit 3333bbbb4444's code" in loc.detail, loc.detail
     for wrong in ("seed what", "reset(seed", "not deterministic", "not reproducible", "entropy"):
         assert wrong not in loc.detail, loc.detail
+
+
+# ---- how far a model's output is apart ----------------------------------------------------------
+def test_the_largest_difference_is_where_the_values_are_furthest_apart() -> None:
+    from repro_check.diagnose.localize import largest_difference
+    from repro_check.trace.probes import OutputValues
+
+    nan, inf = float("nan"), float("inf")
+    a = OutputValues((2, 2), (1.0, nan, inf, 4.0))
+    b = OutputValues((2, 2), (1.5, nan, inf, 4.25))
+    diff = largest_difference("Net", True, a, b)
+    assert (diff.largest, diff.at, diff.values, diff.shape) == (0.5, [0, 0], 4, [2, 2])
+    assert "largest |Δ| 0.5 at [0, 0] of its 2 x 2 output values" in diff.said
+    one_nan = largest_difference("Net", False, a, OutputValues((2, 2), (1.0, 2.0, inf, 4.0)))
+    assert one_nan.largest == inf and one_nan.at == [0, 1]  # NaN on one side only
+    other_shape = largest_difference("Net", False, a, OutputValues((4,), a.data))
+    assert other_shape.largest is None and "fingerprint only" in other_shape.said
+
+
+def test_a_module_call_is_paired_by_name_and_order_not_by_position() -> None:
+    """A compiled side records its model as a whole; the eager side its modules one by one:
+    the model's call pairs with the model's call."""
+    def mod(i: int, name: str, out: str, **kw: Any) -> dict[str, Any]:
+        return {"k": "module", "i": i, "ph": "forward", "m": name, "in": "x", "out": out, **kw}
+
+    eager = [mod(1, "Net.fc", "h"), mod(2, "Net", "y")]
+    compiled = [mod(1, "Net", "y2", c=True)]
+    loc = compare(1, eager, compiled)
+    assert loc.first_module_forward == "Net"
+    assert loc.output_difference is not None and loc.output_difference.compiled
+    assert loc.output_difference.largest is None  # no values recorded: fingerprints only
+    assert compare(1, eager, [mod(1, "Net", "y", c=True)]).first_module_forward is None

@@ -9,8 +9,9 @@ import pytest
 
 from repro_check.trace.payloads import (CheckpointFile, CheckpointNote, ControlNote, Location,
                                         SaveNote)
-from repro_check.trace.probes import (EnvObserved, MadeTensor, ModuleRun, OpRun, ProbeMark,
-                                      ProbeOp, probe_ops)
+from repro_check.trace.probes import (VALUES_LIMIT, EnvObserved, GradRun, MadeTensor,
+                                      ModuleRun, OpRun, OutputValues, ProbeMark, ProbeOp,
+                                      probe_ops)
 from repro_check.trace.protocol import (CheckpointedInfo, ControlInfo, InfoRecord, ProbeRecord,
                                         SaveInfo, record_of, typed_info)
 
@@ -45,6 +46,38 @@ def test_a_malformed_probe_record_is_none(body: Any) -> None:
     assert ProbeOp.parse(body) is None
     record = record_of({"probe": body}) if isinstance(body, dict) else None
     assert record is None or isinstance(record, ProbeRecord) and record.probe is None
+
+
+def _values(shape: list[int], data: list[float]) -> dict[str, Any]:
+    import base64
+    from array import array
+
+    return {"shape": shape, "b64": base64.b64encode(array("d", data).tobytes()).decode()}
+
+
+def test_a_model_output_and_a_gradient_carry_their_values() -> None:
+    module = ProbeOp.parse({"k": "module", "i": 4, "ph": "forward", "m": "Net", "in": "a",
+                            "out": "b", "c": True, "v": _values([2, 3], [0, 1, 2, 3, 4, 5.5])})
+    assert isinstance(module, ModuleRun) and module.compiled
+    assert module.values == OutputValues((2, 3), (0.0, 1.0, 2.0, 3.0, 4.0, 5.5))
+    assert module.values.index(4) == (1, 1) and module.values.index(0) == (0, 0)
+    grad = ProbeOp.parse({"k": "grad", "i": 5, "p": "Net.fc.weight", "out": "g",
+                          "v": _values([1], [2.0])})
+    assert grad == GradRun(5, "Net.fc.weight", "g", OutputValues((1,), (2.0,)))
+    assert ProbeOp.parse({"k": "grad", "p": 3}) is None  # no name: no record
+    disarmed = ProbeOp.parse({"k": "disarmed", "step": 2, "compiled": "Net",
+                              "ran_compiled": True})
+    assert isinstance(disarmed, ProbeMark) and disarmed.ran_compiled
+
+
+@pytest.mark.parametrize("values", [
+    "x", {"shape": [2], "b64": "%%%"}, _values([3], [1.0, 2.0]), {"shape": [-1], "b64": ""},
+    {"shape": "2", "b64": ""}, {"shape": [1], "b64": "AAAA"},
+    {"shape": [VALUES_LIMIT * 2], "b64": "A" * (VALUES_LIMIT * 24)},
+])
+def test_malformed_values_are_left_out_and_the_record_kept(values: Any) -> None:
+    module = ProbeOp.parse({"k": "module", "ph": "forward", "m": "Net", "out": "b", "v": values})
+    assert isinstance(module, ModuleRun) and module.values is None and module.out == "b"
 
 
 def test_a_probe_line_is_read_once_and_malformed_records_are_left_out() -> None:

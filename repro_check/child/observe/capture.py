@@ -816,6 +816,7 @@ class Recorder:
             self._local.grads = fingerprint.tensors(
                 ((name, p.grad) for name, p in _optimizer_params(optimizer)), defer=True)
         if self.probe is not None:
+            self.probe.gradients(_optimizer_params(optimizer))
             self.probe.phase = "optimizer"
 
     def on_optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -29,16 +29,19 @@ class already seen is named by the variable its construction line assigns to (``
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
 from repro_check.child.observe import origin
 from repro_check.child import patches
 from repro_check.trace import fingerprint
+from repro_check.trace.probes import VALUES_LIMIT
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -74,6 +77,30 @@ def _plain(a: Any, depth: int = 0) -> bool:
     if isinstance(a, (list, tuple)) and depth < 3:
         return all(_plain(x, depth + 1) for x in a)
     return False
+
+
+def compiling() -> bool:
+    """Whether torch.compile is tracing right now: a hook called then sees the tensors of the
+    trace, not the run's values, and must record nothing (nor break the graph)."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    return bool(compiler is not None and compiler.is_compiling())
+
+
+def output_values(output: Any) -> dict[str, Any] | None:
+    """The values of a model's output (its first tensor, floating point, at most
+    :data:`~repro_check.trace.probes.VALUES_LIMIT` of them) as the record's ``v``, from which
+    the parent tells the largest difference of two sides; None for any other output."""
+    import torch
+
+    t = next(_tensors_in(output), None)
+    if (t is None or not t.is_floating_point() or t.numel() > VALUES_LIMIT
+            or t.device.type == "meta"):
+        return None
+    try:
+        values = array("d", t.detach().to("cpu", torch.float64).reshape(-1).tolist())
+    except Exception:  # noqa: BLE001 - a tensor without readable values (a subclass): none
+        return None
+    return {"shape": list(t.shape), "b64": base64.b64encode(values.tobytes()).decode()}
 
 
 def compiled_code() -> str | None:
@@ -129,6 +156,11 @@ class StepProbe:
         self._names: dict[int, str] = {}
         #: the class of the compiled model the armed step called (torch.compile's wrapper)
         self.compiled: str | None = None
+        #: a compiled model ran compiled in the armed step (the recorder stepped aside)
+        self.ran_compiled = False
+        #: per compiled model running now: its wrapper, and the recorder's mode taken off the
+        #: stack while it runs (None: the recorder stayed, the model runs eagerly)
+        self._aside: list[tuple[Any, Any]] = []
         self._roots: list[Any] = []
         self._labels: set[str] = set()
         self._node_module: dict[Any, str] = {}
@@ -183,8 +215,12 @@ class StepProbe:
         compiled = self.compiled or compiled_code()
         if compiled:
             mark["compiled"] = compiled
+        if self.ran_compiled:
+            mark["ran_compiled"] = True
         self.emit({"probe": mark})
         self.compiled = None
+        self.ran_compiled = False
+        self._aside.clear()
         self.step = None
         self._stack.clear()
         self._node_module.clear()
@@ -277,24 +313,72 @@ class StepProbe:
         return label
 
     def _forward_pre(self, module: Any, args: Any) -> None:
-        if compiled_wrapper(module) and self.step is not None:
-            self.compiled = type(module._orig_mod).__name__
-        if self._quiet or compiled_wrapper(module):
+        if compiling():
+            return
+        if compiled_wrapper(module):
+            if self.step is not None:
+                self.compiled = type(module._orig_mod).__name__
+                if not self._quiet:
+                    self._enter_compiled(module, args)
+            return
+        if self._quiet:
             return
         with self.quiet():
-            name = self._name(module)
-            inputs = list(_tensors_in(args))
-            boundary = {t.grad_fn for t in inputs if t.grad_fn is not None}
-            self._stack.append((name, boundary, fingerprint.nested(args)))
+            self._stack.append(self._entry(module, args))
+
+    def _entry(self, module: Any, args: Any) -> tuple[str, set[Any], str]:
+        """(name, the grad_fn nodes of its inputs, fingerprint of its inputs) of a forward
+        that starts."""
+        name = self._name(module)
+        boundary = {t.grad_fn for t in _tensors_in(args) if t.grad_fn is not None}
+        return name, boundary, fingerprint.nested(args)
+
+    def _enter_compiled(self, module: Any, args: Any) -> None:
+        """A compiled model starts: the recorder's mode leaves the dispatch stack while it runs,
+        since PyTorch runs compiled code eagerly under a dispatch mode, and the difference of a
+        compiled step lies in its compiled kernels. Its output is recorded as the output of
+        the model inside (named as in an eager run), with its values."""
+        aside = None
+        try:
+            from torch.utils._python_dispatch import (_get_current_dispatch_mode,
+                                                      _pop_mode_temporarily)
+
+            if self._mode is not None and _get_current_dispatch_mode() is self._mode:
+                aside = _pop_mode_temporarily()
+                aside.__enter__()
+                self.ran_compiled = True
+        except Exception:  # noqa: BLE001 - a PyTorch without these: the model runs eagerly
+            aside = None
+        if aside is not None:  # else the model's own hooks record it, eagerly
+            with self.quiet():
+                self._stack.append(self._entry(module._orig_mod, args))
+        self._aside.append((module, aside))
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
-        if self._quiet or not self._stack or compiled_wrapper(module):
+        if compiling():
+            return
+        compiled = compiled_wrapper(module)
+        if compiled:
+            if not self._aside or self._aside[-1][0] is not module:
+                return
+            _, aside = self._aside.pop()
+            if aside is None:
+                return
+            aside.__exit__(None, None, None)
+        if self._quiet or not self._stack:
             return
         name, boundary, in_fp = self._stack.pop()
         with self.quiet():
             outputs = list(_tensors_in(output))
-            self._record({"k": "module", "ph": "forward", "m": name, "in": in_fp,
-                          "out": fingerprint.nested(output)})
+            rec: dict[str, Any] = {"k": "module", "ph": "forward", "m": name, "in": in_fp,
+                                   "out": fingerprint.nested(output)}
+            if compiled:
+                rec["c"] = True
+            if not self._stack:  # a model's output: its values, for the largest difference
+                values = output_values(output)
+                if values is not None:
+                    rec["v"] = values
+            self._record(rec)
             self._claim_nodes(name, outputs, boundary)
             for n, t in enumerate(outputs):
                 if t.requires_grad and id(t) not in self._hooked:
@@ -323,6 +407,32 @@ class StepProbe:
         with self.quiet():
             self._record({"k": "module", "ph": "backward", "m": name, "n": index,
                           "out": arg_fingerprint(grad)})
+
+    def gradients(self, params: Iterable[tuple[str, Any]]) -> None:
+        """The gradients the optimizer is about to use (``{"k": "grad"}``), each named by its
+        model's module path where a recorded model holds it (else by the optimizer's group
+        and position), with its values: where a compiled model's backward runs fused kernels
+        that no op record shows, the first parameter whose gradient differs still names the
+        module, and how far."""
+        if self.step is None or self._quiet:
+            return
+        with self.quiet():
+            try:
+                names = {id(p): f"{self._names.get(id(root), type(root).__name__)}.{qual}"
+                         for root in self._roots if hasattr(root, "named_parameters")
+                         for qual, p in root.named_parameters()}
+                for position, p in params:
+                    grad = getattr(p, "grad", None)
+                    if grad is None:
+                        continue
+                    rec: dict[str, Any] = {"k": "grad", "p": names.get(id(p), position),
+                                           "out": arg_fingerprint(grad)}
+                    values = output_values(grad)
+                    if values is not None:
+                        rec["v"] = values
+                    self._record(rec)
+            except Exception:  # noqa: BLE001 - never break the target
+                pass
 
     # ---- ops -----------------------------------------------------------------------------
     def _op(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from repro_check.diagnose.localize import compare
+from repro_check.diagnose.localize import EnvironmentSides, compare
+from repro_check.trace.probes import ProbeOp
 from repro_check.child.observe.probe import StepProbe, arg_fingerprint
 
 
@@ -94,26 +95,90 @@ def test_opaque_arguments_are_fingerprinted_by_type_not_address() -> None:
     assert arg_fingerprint(t) != arg_fingerprint(t.flip(0))
 
 
-def test_a_compiled_model_is_named_as_eager_and_said_to_run_eagerly_under_the_probe() -> None:
-    """torch.compile's wrapper is no module of the model: the modules inside have their eager
-    names, and the step's end says a compiled model ran (eagerly, under the op recorder), so
-    ops that agree are not taken for a step that agrees."""
-    def step(compiled: bool) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = []
-        probe = StepProbe(lambda event: records.append(event["probe"]))
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-        run = torch.compile(model) if compiled else model
-        probe.arm(1)
+def compiled_step(compiled: bool, shift: float = 0.0) -> list[dict[str, Any]]:
+    """One probed step (the second) of a small model, compiled or eager; ``shift``: a constant
+    the model adds, which torch.compile bakes into its graph."""
+    records: list[dict[str, Any]] = []
+    probe = StepProbe(lambda event: records.append(event["probe"]))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), Shift(shift), nn.Linear(8, 1))
+    run = torch.compile(model) if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in (1, 2):
+        if step == 2:
+            probe.arm(2)
         run(torch.randn(16, 4)).sum().backward()
-        probe.disarm()
-        return records
+        if step == 2:
+            probe.gradients((f"0.{i}", p) for i, p in enumerate(model.parameters()))
+        opt.step()
+        opt.zero_grad()
+        if step == 2:
+            probe.disarm()
+    return records
 
-    eager, compiled = step(False), step(True)
-    names = [[r["m"] for r in recs if r["k"] == "module" and r["ph"] == "forward"]
-             for recs in (eager, compiled)]
-    assert names[0] == names[1] == ["Sequential.0", "Sequential.1", "Sequential.2", "Sequential"]
-    assert compiled[-1]["k"] == "disarmed" and compiled[-1]["compiled"] == "Sequential"
-    loc = compare(1, eager, compiled)
-    assert not loc.found and "calls the compiled Sequential (torch.compile)" in loc.detail
-    assert "no op or module inside it can be named" in loc.detail
+
+def test_a_compiled_model_runs_compiled_under_the_probe_and_is_recorded_as_a_whole() -> None:
+    """The op recorder steps aside while a compiled model runs (under a dispatch mode PyTorch
+    would run it eagerly, and a compiled model's difference is in its compiled kernels): the
+    model is recorded once, at its wrapper, under its eager name, with its output's values;
+    the step's end says it ran compiled."""
+    eager, compiled = compiled_step(False), compiled_step(True)
+    names = [[(r["m"], r.get("c", False)) for r in recs
+              if r["k"] == "module" and r["ph"] == "forward"] for recs in (eager, compiled)]
+    assert names[0] == [("Sequential.0", False), ("Sequential.1", False),
+                        ("Sequential.2", False), ("Sequential.3", False), ("Sequential", False)]
+    assert names[1] == [("Sequential", True)]
+    model_out = [r for r in compiled if r["k"] == "module" and r["ph"] == "forward"][0]
+    assert model_out["v"]["shape"] == [16, 1]
+    assert compiled[-1] == {"k": "disarmed", "step": 2, "records": compiled[-2]["i"],
+                            "compiled": "Sequential", "ran_compiled": True}
+    eager_ops = [r["op"] for r in eager if r["k"] == "op" and r["ph"] == "forward"]
+    compiled_ops = [r["op"] for r in compiled if r["k"] == "op" and r["ph"] == "forward"]
+    assert "aten::addmm" in eager_ops and "aten::addmm" not in compiled_ops
+    grads = [r["p"] for r in compiled if r["k"] == "grad"]
+    assert grads == ["Sequential.0.weight", "Sequential.0.bias", "Sequential.3.weight",
+                     "Sequential.3.bias"]
+
+
+def test_a_compiled_model_that_differs_is_the_culprit_with_its_largest_difference() -> None:
+    a, b = compiled_step(True), compiled_step(True, shift=1e-3)
+    loc = compare(2, a, b)
+    assert loc.found and loc.module == "Sequential" and loc.op is None
+    assert loc.cause == "compute" and loc.inputs_agree
+    diff = loc.output_difference
+    assert diff is not None and diff.compiled and diff.shape == [16, 1]
+    out_a = [r for r in a if r["k"] == "module" and r["ph"] == "forward"][0]
+    out_b = [r for r in b if r["k"] == "module" and r["ph"] == "forward"][0]
+    values_a = torch.tensor(ProbeOp.parse(out_a).values.data)  # type: ignore[union-attr]
+    values_b = torch.tensor(ProbeOp.parse(out_b).values.data)  # type: ignore[union-attr]
+    gap = (values_a - values_b).abs()
+    assert diff.largest == gap.max().item() and diff.at == [int(gap.argmax()), 0]
+    assert "the compiled Sequential (torch.compile) returns other bits" in loc.detail
+    assert f"largest |Δ| {diff.largest:.3g} at [{diff.at[0]}, 0]" in loc.detail
+
+
+def test_a_compiled_step_that_agrees_in_forward_names_the_first_gradient_that_differs() -> None:
+    """Forward outputs with the same bits and a gradient that differs: the detail places the
+    difference in the compiled backward and names the parameter."""
+    a, b = compiled_step(True), compiled_step(True)
+    grad_b = next(r for r in b if r["k"] == "grad" and r["p"] == "Sequential.3.bias")
+    grad_b["out"] = "planted"
+    planted = ProbeOp.parse(grad_b)
+    loc = compare(2, a, b)
+    assert not loc.found and loc.output_difference is not None
+    assert loc.output_difference.largest == 0.0
+    assert loc.gradient_difference is not None
+    assert loc.gradient_difference.module == "Sequential.3.bias"
+    assert planted is not None and "which ran compiled" in loc.detail
+    assert "its output has the same bits in the runs" in loc.detail
+    assert "the first parameter whose gradient differs is 'Sequential.3.bias'" in loc.detail
+    assert compare(2, a, compiled_step(True)).gradient_difference is None
+
+
+def test_eager_against_compiled_pairs_the_model_and_says_how_far_it_is() -> None:
+    loc = compare(2, compiled_step(False), compiled_step(True, shift=1e-3),
+                  environments=EnvironmentSides("compile=off", "compile=on", compiled=True))
+    assert not loc.found and loc.first_module_forward == "Sequential"
+    diff = loc.output_difference
+    assert diff is not None and diff.compiled and diff.largest is not None and diff.largest > 0
+    assert "(the compiled model as a whole, with the same inputs: largest |Δ|" in loc.detail
