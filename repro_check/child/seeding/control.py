@@ -9,7 +9,10 @@ last place: a check that cannot see that change cannot claim the runs are the sa
     tensor that step trained (:attr:`~repro_check.child.observe.capture.Recorder.trained`): of the
     elements its gradient reaches, the one where a change moves the loss most (see
     :func:`pick`); without gradients, the first floating tensor's largest element. Without an
-    optimizer (a hand-written update follows the step) the element's gradient moves too.
+    optimizer (a hand-written update follows the step) the change is made after that update,
+    as the next module is called (the update could round a change made before it away), and,
+    when no module is called before the next step, after that step, with the element's
+    gradient moved too.
 ``forward``
     the runs recorded no step: before the first call of a module that holds floating
     parameters, its first parameter's largest element; when no such module is ever called,
@@ -110,23 +113,43 @@ class Plant:
         self.emit = emit
         self.settings = settings
         self.done = False
+        #: a step without an optimizer was recorded at the control's step: the change waits
+        #: for the script's own update, and goes in before the next module runs
+        self.waiting = False
 
     def install(self) -> Plant:
         if self.settings.where == "step":
             self.rec.watchers.append(self.after_step)
         else:
-            from torch.nn.modules.module import register_module_forward_pre_hook
-
-            patches.PATCHES.hook(FEATURE, "torch.nn.modules.module."
-                                 "register_module_forward_pre_hook",
-                                 register_module_forward_pre_hook, self.before_forward,
-                                 token=self)
+            self._hook_forward()
         return self
+
+    def _hook_forward(self) -> None:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        patches.PATCHES.hook(FEATURE, "torch.nn.modules.module."
+                             "register_module_forward_pre_hook",
+                             register_module_forward_pre_hook, self.before_forward,
+                             token=self)
 
     # ---- where the change goes -----------------------------------------------------------
     def after_step(self) -> None:
-        """A step was recorded: at the control's step, plant in what it trained."""
-        if self.done or self.rec.step != self.settings.step:
+        """A step was recorded: at the control's step, plant in what it trained. Without an
+        optimizer, the script's own update follows the step, and a change of one unit in the
+        last place made before it can be rounded away by it (the updated value one binade
+        up): the change then waits for the update, and goes in as the next module is called
+        (:meth:`before_forward`), or, when no module is called before the next step is
+        recorded, after that step."""
+        if self.done:
+            return
+        if self.waiting and self.rec.step > self.settings.step:
+            self.waiting = False
+            patches.PATCHES.release(self)
+        elif self.rec.step != self.settings.step:
+            return
+        elif self.rec.optimizers_made == 0 and not self.waiting:
+            self.waiting = True
+            self._hook_forward()
             return
         self.done = True
         trained = self.rec.trained
@@ -145,8 +168,26 @@ class Plant:
             self._plant(tensor, index, _label(name, tensor), self.rec.step, gradient)
 
     def before_forward(self, module: Any, args: Any) -> None:
-        """A module is about to run: before any step, plant in its first floating parameter."""
-        if self.done or self.rec.step > 0:
+        """A module is about to run: before any step, plant in its first floating parameter;
+        after a step without an optimizer that the change waits on, in what that step
+        trained, as the script's update left it."""
+        if self.done:
+            return
+        if self.waiting:
+            self.waiting, self.done = False, True
+            patches.PATCHES.release(self)
+            trained = self.rec.trained
+            with self.rec.quiet():
+                picked = pick(list(trained()) if trained is not None else [])
+                if picked is None:
+                    self._report({"planted": False, "step": self.rec.step,
+                                  "why": f"step {self.rec.step} trained no floating tensor "
+                                         "that could be changed"})
+                    return
+                name, tensor, index = picked
+                self._plant(tensor, index, _label(name, tensor), self.rec.step)
+            return
+        if self.rec.step > 0:
             return
         try:
             params = [(n, p) for n, p in module.named_parameters()

@@ -100,6 +100,7 @@ def compiled_step(compiled: bool, shift: float = 0.0) -> list[dict[str, Any]]:
     the model adds, which torch.compile bakes into its graph."""
     records: list[dict[str, Any]] = []
     probe = StepProbe(lambda event: records.append(event["probe"]))
+    torch._dynamo.reset()  # a process that compiled many models runs further ones eagerly
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), Shift(shift), nn.Linear(8, 1))
     run = torch.compile(model) if compiled else model

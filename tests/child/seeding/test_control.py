@@ -113,3 +113,69 @@ def test_leave_out_optimizer_keeps_a_fresh_optimizer_state() -> None:
                                           "torch.optim.Optimizer.load_state_dict"}}}]
     fresh.load_state_dict(state)
     assert fresh.state
+
+
+class _Recorder:
+    """What a plant reads of the step recorder: the step, the optimizers made, what the last
+    step trained."""
+
+    def __init__(self, params: list[tuple[str, torch.Tensor]], optimizers: int = 0) -> None:
+        self.step, self.optimizers_made, self.watchers = 0, optimizers, []
+        self.trained = lambda: iter(params)
+
+    def quiet(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def record(self) -> None:
+        self.step += 1
+        for watcher in self.watchers:
+            watcher()
+
+
+def test_without_an_optimizer_the_change_goes_in_after_the_scripts_own_update() -> None:
+    """A hand-written update after the step could round a 1-ulp change made before it away
+    (seen on a CPU whose kernels gave a value that the update moved one binade up): the change
+    waits for the update and goes in as the next module is called."""
+    from repro_check.trace.protocol import ControlSettings
+
+    model = torch.nn.Linear(2, 1)
+    said: list[dict[str, Any]] = []
+    rec = _Recorder(list(model.named_parameters()))
+    plant = control.Plant(rec, said.append, ControlSettings("step", 1)).install()
+    try:
+        model(torch.ones(1, 2)).sum().backward()
+        rec.record()  # step 1 recorded: nothing planted yet, the update comes next
+        assert not said and plant.waiting
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.5 * p.grad
+        updated = {n: p.detach().clone() for n, p in model.named_parameters()}
+        model(torch.ones(1, 2))  # the next module call: planted, after the update
+        (info,) = [s["info"]["control"] for s in said]
+        assert info["planted"] and info["step"] == 1 and info["gradient"] is False
+        changed = [n for n, p in model.named_parameters() if not torch.equal(p, updated[n])]
+        assert changed == [info["tensor"].rsplit(".", 1)[-1]]
+        model(torch.ones(1, 2))
+        assert len(said) == 1  # once
+    finally:
+        patches.PATCHES.release(plant)
+
+
+def test_without_a_module_call_the_change_goes_in_after_the_next_step() -> None:
+    from repro_check.trace.protocol import ControlSettings
+
+    w = torch.ones(3, requires_grad=True)
+    said: list[dict[str, Any]] = []
+    rec = _Recorder([("w", w)])
+    plant = control.Plant(rec, said.append, ControlSettings("step", 1)).install()
+    try:
+        (w * 2).sum().backward()
+        rec.record()
+        assert not said
+        rec.record()  # step 2, no module called in between: planted now, gradient too
+        (info,) = [s["info"]["control"] for s in said]
+        assert info["planted"] and info["step"] == 2 and info["gradient"] is True
+    finally:
+        patches.PATCHES.release(plant)
