@@ -549,6 +549,9 @@ class Recorder:
         self.progress = Progress(emit)
         #: called after every recorded step (e.g. to notice settings the target changed)
         self.watchers: list[Callable[[], None]] = []
+        #: called as any ``torch.no_grad`` block ends (the control's change waiting for a
+        #: script's own update: :mod:`repro_check.child.seeding.control`)
+        self.no_grad_ended: list[Callable[[], None]] = []
         #: called before every backward call and optimizer step, whatever updates the weights
         #: (a resume's look at ``--checkpoint``'s files: :mod:`repro_check.child.observe.checkpoint`)
         self.step_starting: list[Callable[[], None]] = []
@@ -778,6 +781,8 @@ class Recorder:
                 self.in_place.entered(frame)
 
     def no_grad_exited(self) -> None:
+        for ended in list(self.no_grad_ended):
+            ended()
         if not self.watching_in_place():
             if self.in_place.steps or self.in_place.params:
                 self.in_place.drop()

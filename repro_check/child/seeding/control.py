@@ -114,8 +114,12 @@ class Plant:
         self.settings = settings
         self.done = False
         #: a step without an optimizer was recorded at the control's step: the change waits
-        #: for the script's own update, and goes in before the next module runs
+        #: for the script's own update, and goes in once it is seen (the tensor picked changed
+        #: in place in a ``torch.no_grad`` block) or before the next module runs
         self.waiting = False
+        #: what the waiting change goes into (name, tensor, flat index), with its version then
+        self._picked: tuple[str, Any, int] | None = None
+        self._version = 0
 
     def install(self) -> Plant:
         if self.settings.where == "step":
@@ -143,13 +147,11 @@ class Plant:
         if self.done:
             return
         if self.waiting and self.rec.step > self.settings.step:
-            self.waiting = False
-            patches.PATCHES.release(self)
+            self._stop_waiting()
         elif self.rec.step != self.settings.step:
             return
         elif self.rec.optimizers_made == 0 and not self.waiting:
-            self.waiting = True
-            self._hook_forward()
+            self._wait()
             return
         self.done = True
         trained = self.rec.trained
@@ -174,18 +176,7 @@ class Plant:
         if self.done:
             return
         if self.waiting:
-            self.waiting, self.done = False, True
-            patches.PATCHES.release(self)
-            trained = self.rec.trained
-            with self.rec.quiet():
-                picked = pick(list(trained()) if trained is not None else [])
-                if picked is None:
-                    self._report({"planted": False, "step": self.rec.step,
-                                  "why": f"step {self.rec.step} trained no floating tensor "
-                                         "that could be changed"})
-                    return
-                name, tensor, index = picked
-                self._plant(tensor, index, _label(name, tensor), self.rec.step)
+            self._plant_waiting()
             return
         if self.rec.step > 0:
             return
@@ -201,6 +192,47 @@ class Plant:
         with self.rec.quiet():
             self._plant(tensor, largest(tensor), f"{_module_name(module)}.{name}", 0)
         patches.PATCHES.release(self)  # planted once: every later call goes untouched
+
+    def _wait(self) -> None:
+        """Pick what the step trained now, and wait for the script's update of it."""
+        trained = self.rec.trained
+        with self.rec.quiet():
+            picked = pick(list(trained()) if trained is not None else [])
+        if picked is None:
+            self.done = True
+            self._report({"planted": False, "step": self.rec.step,
+                          "why": f"step {self.rec.step} trained no floating tensor that "
+                                 "could be changed"})
+            return
+        self.waiting, self._picked = True, picked
+        self._version = int(getattr(picked[1], "_version", 0))
+        self.rec.no_grad_ended.append(self.after_no_grad)
+        self._hook_forward()
+
+    def _stop_waiting(self) -> None:
+        """Plant as before: the waiting is over (no update seen, no module called)."""
+        self.waiting = False
+        patches.PATCHES.release(self)
+        if self.after_no_grad in self.rec.no_grad_ended:
+            self.rec.no_grad_ended.remove(self.after_no_grad)
+
+    def after_no_grad(self) -> None:
+        """A ``torch.no_grad`` block ended: if the tensor the change waits for was changed in
+        it (the script's update), plant now, before the next step's forward uses it."""
+        picked = self._picked
+        if self.waiting and not self.done and picked is not None \
+                and getattr(picked[1], "_version", self._version) != self._version:
+            self._plant_waiting()
+
+    def _plant_waiting(self) -> None:
+        self._stop_waiting()
+        self.done = True
+        picked = self._picked
+        if picked is None:
+            return
+        name, tensor, index = picked
+        with self.rec.quiet():
+            self._plant(tensor, index, _label(name, tensor), self.rec.step)
 
     def metrics(self) -> None:
         """The run ends: with nothing planted yet (no module was called), plant in the final

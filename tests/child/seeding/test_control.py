@@ -121,6 +121,7 @@ class _Recorder:
 
     def __init__(self, params: list[tuple[str, torch.Tensor]], optimizers: int = 0) -> None:
         self.step, self.optimizers_made, self.watchers = 0, optimizers, []
+        self.no_grad_ended: list[Any] = []
         self.trained = lambda: iter(params)
 
     def quiet(self) -> Any:
@@ -132,6 +133,11 @@ class _Recorder:
         self.step += 1
         for watcher in self.watchers:
             watcher()
+
+    def no_grad_exited(self) -> None:
+        """What the wrapped ``torch.no_grad().__exit__`` tells the recorder."""
+        for ended in list(self.no_grad_ended):
+            ended()
 
 
 def test_without_an_optimizer_the_change_goes_in_after_the_scripts_own_update() -> None:
@@ -177,5 +183,35 @@ def test_without_a_module_call_the_change_goes_in_after_the_next_step() -> None:
         rec.record()  # step 2, no module called in between: planted now, gradient too
         (info,) = [s["info"]["control"] for s in said]
         assert info["planted"] and info["step"] == 2 and info["gradient"] is True
+    finally:
+        patches.PATCHES.release(plant)
+
+
+def test_without_an_optimizer_the_change_goes_in_as_the_block_that_updates_it_ends() -> None:
+    """A loop of ``autograd.grad`` and a hand update calls no module: the change goes in as the
+    ``torch.no_grad`` block that updated the tensor ends, so the next step's loss carries it."""
+    from repro_check.trace.protocol import ControlSettings
+
+    w = torch.ones(3, requires_grad=True)
+    said: list[dict[str, Any]] = []
+    rec = _Recorder([("w", w)])
+    plant = control.Plant(rec, said.append, ControlSettings("step", 1)).install()
+    try:
+        (g,) = torch.autograd.grad((w * 2).sum(), [w])
+        rec.record()
+        with torch.no_grad():
+            (w * 3).sum()  # a block that changes nothing: still waiting
+        rec.no_grad_exited()
+        assert not said and plant.waiting
+        with torch.no_grad():
+            w.sub_(0.5 * g)
+        updated = w.detach().clone()
+        rec.no_grad_exited()
+        (info,) = [s["info"]["control"] for s in said]
+        assert info["planted"] and info["step"] == 1 and info["gradient"] is False
+        assert not torch.equal(w.detach(), updated) and not plant.waiting
+        assert rec.no_grad_ended == []  # nothing left to call
+        rec.record()
+        assert len(said) == 1  # once
     finally:
         patches.PATCHES.release(plant)
