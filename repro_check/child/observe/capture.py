@@ -781,8 +781,9 @@ class Recorder:
                 self.in_place.entered(frame)
 
     def no_grad_exited(self) -> None:
-        for ended in list(self.no_grad_ended):
-            ended()
+        if self.no_grad_ended:  # empty but while the control waits: no copy on every block
+            for ended in list(self.no_grad_ended):
+                ended()
         if not self.watching_in_place():
             if self.in_place.steps or self.in_place.params:
                 self.in_place.drop()

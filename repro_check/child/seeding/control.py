@@ -141,9 +141,10 @@ class Plant:
         """A step was recorded: at the control's step, plant in what it trained. Without an
         optimizer, the script's own update follows the step, and a change of one unit in the
         last place made before it can be rounded away by it (the updated value one binade
-        up): the change then waits for the update, and goes in as the next module is called
-        (:meth:`before_forward`), or, when no module is called before the next step is
-        recorded, after that step."""
+        up): the change then waits for the update, and goes in as the ``torch.no_grad`` block
+        that updated the tensor ends (:meth:`after_no_grad`) or as the next module is called
+        (:meth:`before_forward`), or, when neither comes before the next step is recorded,
+        after that step."""
         if self.done:
             return
         if self.waiting and self.rec.step > self.settings.step:
@@ -154,14 +155,10 @@ class Plant:
             self._wait()
             return
         self.done = True
-        trained = self.rec.trained
+        picked = self._pick_trained()
+        if picked is None:
+            return
         with self.rec.quiet():
-            picked = pick(list(trained()) if trained is not None else [])
-            if picked is None:
-                self._report({"planted": False, "step": self.rec.step,
-                              "why": f"step {self.rec.step} trained no floating tensor that "
-                                     "could be changed"})
-                return
             name, tensor, index = picked
             # without an optimizer the update (the script's own) comes after this: its
             # gradient moves too, so that the update carries the change even where it dwarfs
@@ -176,7 +173,8 @@ class Plant:
         if self.done:
             return
         if self.waiting:
-            self._plant_waiting()
+            if self._runs_picked(module):
+                self._plant_waiting()
             return
         if self.rec.step > 0:
             return
@@ -195,19 +193,26 @@ class Plant:
 
     def _wait(self) -> None:
         """Pick what the step trained now, and wait for the script's update of it."""
-        trained = self.rec.trained
-        with self.rec.quiet():
-            picked = pick(list(trained()) if trained is not None else [])
+        picked = self._pick_trained()
         if picked is None:
             self.done = True
-            self._report({"planted": False, "step": self.rec.step,
-                          "why": f"step {self.rec.step} trained no floating tensor that "
-                                 "could be changed"})
             return
         self.waiting, self._picked = True, picked
         self._version = int(getattr(picked[1], "_version", 0))
         self.rec.no_grad_ended.append(self.after_no_grad)
         self._hook_forward()
+
+    def _pick_trained(self) -> tuple[str, Any, int] | None:
+        """What the change goes into among the tensors the last step trained; when there is
+        none, say so in the control's report."""
+        trained = self.rec.trained
+        with self.rec.quiet():
+            picked = pick(list(trained()) if trained is not None else [])
+        if picked is None:
+            self._report({"planted": False, "step": self.rec.step,
+                          "why": f"step {self.rec.step} trained no floating tensor that "
+                                 "could be changed"})
+        return picked
 
     def _stop_waiting(self) -> None:
         """Plant as before: the waiting is over (no update seen, no module called)."""
@@ -223,6 +228,18 @@ class Plant:
         if self.waiting and not self.done and picked is not None \
                 and getattr(picked[1], "_version", self._version) != self._version:
             self._plant_waiting()
+
+    def _runs_picked(self, module: Any) -> bool:
+        """Whether ``module`` holds the tensor the change waits for: an update into new
+        tensors (``torch.func``'s dict of parameters) leaves the picked one unused, and the
+        change then goes in after the next step, into what that step trained."""
+        picked = self._picked
+        if picked is None:
+            return False
+        try:
+            return any(p is picked[1] for p in module.parameters())
+        except Exception:  # noqa: BLE001 - a module whose parameters cannot be listed: the next
+            return False
 
     def _plant_waiting(self) -> None:
         self._stop_waiting()
