@@ -41,9 +41,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from repro_check.compare.cause import env_call_differs
-from repro_check.report.contents import EnvCall, Localization, OutputDifference
-from repro_check.trace.probes import (EnvObserved, GradRun, MadeTensor, ModuleRun, OpRun,
-                                      OutputValues, ProbeInput, ProbeMark, ProbeOp, probe_ops)
+from repro_check.report.contents import CompiledCall, EnvCall, Localization, OutputDifference
+from repro_check.trace.probes import (CompiledCallsRun, EnvObserved, GradRun, MadeTensor,
+                                      ModuleRun, OpRun, OutputValues, ProbeInput, ProbeMark,
+                                      ProbeOp, probe_ops)
 from repro_check.trace.results import RunResult
 
 
@@ -326,19 +327,68 @@ def compare(step: int, records_a: Iterable[ProbeInput], records_b: Iterable[Prob
         loc.first_module_backward = backward[0].module if backward is not None else None
         loc.output_difference = _compiled_agrees(mods_a, mods_b)
         loc.gradient_difference = first_gradient(typed_a, typed_b)
+    compiled = forward if forward is not None and (forward[0].compiled or forward[1].compiled) \
+        else None
+    loc.compiled_call = (
+        compiled_call(_calls_before(typed_a, compiled[0]), _calls_before(typed_b, compiled[1]))
+        if compiled is not None else
+        compiled_call(_first_calls(typed_a), _first_calls(typed_b)) if forward is None else None)
     candidates_a = [r for r in ops_a if culprit_candidate(r, batch_agreed)]
     _first_parting(loc, candidates_a,
                    [r for r in ops_b if culprit_candidate(r, batch_agreed)], sides)
     if environments is not None:
         _said_of_environments(loc, environments)
-    compiled = forward if forward is not None and (forward[0].compiled or forward[1].compiled) \
-        else None
     if compiled is not None and code is None and not (environments and environments.compiled):
         culprit = (candidates_a[loc.op_index] if loc.found and loc.op_index is not None
                    and loc.op_index < len(candidates_a) else None)
         if culprit is None or culprit.index > compiled[0].index:
             compiled_differs(loc, compiled[0], sides.runs)
     return loc
+
+
+def _calls_before(records: Sequence[ProbeOp], rec: ModuleRun) -> CompiledCallsRun | None:
+    """What DebugMode recorded inside the compiled model whose output ``rec`` is: the calls
+    record of the same model just before it."""
+    found = None
+    for r in records:
+        if r.index >= rec.index:
+            break
+        if isinstance(r, CompiledCallsRun) and r.module == rec.module:
+            found = r
+    return found
+
+
+def _first_calls(records: Sequence[ProbeOp]) -> CompiledCallsRun | None:
+    return next((r for r in records if isinstance(r, CompiledCallsRun)), None)
+
+
+def compiled_call(calls_a: CompiledCallsRun | None,
+                  calls_b: CompiledCallsRun | None) -> CompiledCall | None:
+    """Inside a compiled model (what DebugMode recorded of it on each side): the first call
+    whose output differs, on the sides that ran it compiled (one side's record alone, eager
+    against compiled, says only how it was split)."""
+    one = calls_a or calls_b
+    if one is None:
+        return None
+    out = CompiledCall(one.module or "?", one.total, graphs=one.graphs,
+                       breaks=list(one.breaks), missing=one.missing,
+                       one_side=calls_a is None or calls_b is None)
+    if out.one_side or calls_a is None or calls_b is None:
+        return out
+    if calls_a.missing or calls_b.missing:
+        out.missing = calls_a.missing or calls_b.missing
+        return out
+    for i, (x, y) in enumerate(zip(calls_a.calls, calls_b.calls), 1):
+        if x[0] != y[0]:
+            out.name, out.index, out.parted = f"{x[0]} against {y[0]}", i, True
+            return out
+        if x[2] != y[2]:
+            out.name, out.index, out.inputs_agree = x[0], i, x[1] == y[1]
+            return out
+    if calls_a.total != calls_b.total:
+        i = min(calls_a.total, calls_b.total) + 1
+        out.name, out.index, out.parted = "one side ran more calls", i, True
+    return out
 
 
 def compiled_differs(loc: Localization, rec: ModuleRun, runs: str) -> None:
@@ -348,12 +398,17 @@ def compiled_differs(loc: Localization, rec: ModuleRun, runs: str) -> None:
     loc.found, loc.phase, loc.module, loc.op, loc.op_index = True, "forward", rec.module, None, None
     loc.inputs_agree, loc.differing_inputs, loc.cause = True, [], "compute"
     said = f": {loc.output_difference.said}" if loc.output_difference is not None else ""
+    inside = loc.compiled_call
+    if inside is not None and inside.inputs_agree:  # the call itself returns other bits
+        loc.op = inside.name
+    seen = (f"; {inside.said}" if inside is not None else
+            "; its kernels, fused by torch.compile, have no ops of their own to record (the op "
+            "recorder steps aside while a compiled model runs)")
     loc.detail = (f"the compiled {rec.module} (torch.compile) returns other bits in {runs} "
-                  f"for the same inputs at step {loc.step}{said}; its kernels, fused by "
-                  "torch.compile, have no ops of their own to record (the op recorder steps "
-                  "aside while a compiled model runs), so no op or module inside it can be "
-                  "named: run it eager (without torch.compile) for the op to be named, or "
-                  "compile it with inductor's deterministic settings "
+                  f"for the same inputs at step {loc.step}{said}{seen}; no module inside "
+                  "it can be named (its modules are fused into its graphs): run it eager "
+                  "(without torch.compile) for the op and module to be named, or compile it "
+                  "with inductor's deterministic settings "
                   "(torch._inductor.config.deterministic = True)")
 
 
@@ -412,9 +467,10 @@ def compile_detail(loc: Localization, step: int) -> str:
         where = (f"; the compiled {diff.module}'s output has the same bits as the eager one, so "
                  "the sides part in its backward (the compiled backward's fused kernels) or "
                  f"after it{gradient_said(loc)}")
+    split = loc.compiled_call.split if loc.compiled_call is not None else ""
     return (f"the eager and compiled op sequences of step {step} cannot be matched from op "
             f"{loc.op_index} on: a compiled graph runs fused kernels that have no one-to-one "
-            f"eager op, so no single op can be named{where}")
+            f"eager op, so no single op can be named{where}{split}")
 
 
 def args_detail(loc: Localization, step: int, a: str, b: str) -> str:

@@ -197,6 +197,69 @@ class OutputDifference(JsonRecord):
 
 
 @dataclass
+class CompiledCall(JsonRecord):
+    """Inside a compiled model that differs: what PyTorch's DebugMode recorded of it on both
+    sides (the ops and kernels it dispatched, with their inputs' and outputs' fingerprints)
+    and the first call whose output differs (``name``, the ``index``-th of ``calls``), or the
+    first where the two sides ran other calls (``parted``). ``inputs_agree``: that call had
+    the same inputs on both sides (it returns other bits by itself), else the difference
+    arose before it, in code DebugMode does not see (kernels inductor fused on the CPU) or in
+    the model's inputs. ``graphs`` and ``breaks``: the graphs dynamo made in the process and
+    why it broke them. ``missing``: why nothing was recorded; ``one_side``: only one side ran
+    it compiled."""
+
+    model: str
+    calls: int = 0
+    name: str | None = None
+    index: int | None = None
+    inputs_agree: bool | None = None
+    parted: bool = False
+    graphs: int | None = None
+    breaks: list[str] = field(default_factory=list)
+    missing: str | None = None
+    #: only one side ran it compiled (eager against compiled): nothing to compare call by call
+    one_side: bool = False
+
+    @property
+    def split(self) -> str:
+        """``; dynamo made 2 graphs in the run and gives 1 reason for graph breaks: ...``, or
+        '' where dynamo's counters were not read."""
+        if not self.graphs:
+            return ""
+        said = f"; dynamo made {self.graphs} graph{'s' if self.graphs != 1 else ''} in the run"
+        if self.breaks:
+            said += (f" and gives {len(self.breaks)} reason"
+                     f"{'s' if len(self.breaks) != 1 else ''} for graph breaks: "
+                     f"{self.breaks[0]}")
+        return said
+
+    @property
+    def said(self) -> str:
+        """What DebugMode's record tells of the compiled model, as a clause."""
+        split = self.split
+        if self.one_side:
+            return (f"PyTorch's DebugMode recorded {self.calls} op and kernel call"
+                    f"{'s' if self.calls != 1 else ''} inside it on the side that ran it "
+                    f"compiled{split}")
+        if self.missing:
+            return f"PyTorch's DebugMode recorded nothing inside it ({self.missing}){split}"
+        seen = (f"PyTorch's DebugMode recorded {self.calls} op and kernel call"
+                f"{'s' if self.calls != 1 else ''} inside it")
+        if self.name is None:
+            return (f"{seen} and all agree, so the difference arose in what it does not see "
+                    "(the kernels inductor fused on the CPU, the compiled backward)" + split)
+        if self.parted:
+            return (f"{seen}, and from call {self.index} on the two sides ran other calls "
+                    f"({self.name}){split}")
+        if self.inputs_agree:
+            return (f"{seen}; the first whose output differs is {self.name} (call {self.index}), "
+                    f"and its inputs agree: it returns other bits for the same inputs{split}")
+        return (f"{seen}; the first whose output differs is {self.name} (call {self.index}), "
+                "and its inputs already differ: the difference arose before it, in code "
+                f"DebugMode does not see (kernels inductor fused on the CPU){split}")
+
+
+@dataclass
 class Localization(JsonRecord):
     """The outcome of comparing one step's probe records of two runs."""
 
@@ -215,6 +278,8 @@ class Localization(JsonRecord):
     #: the first parameter whose gradient differs at the step (its name in ``module``), and
     #: how far, where no model's output differs
     gradient_difference: OutputDifference | None = None
+    #: inside a compiled model that differs: what PyTorch's DebugMode recorded of it
+    compiled_call: CompiledCall | None = None
     ops_compared: int = 0
     detail: str = ""
     #: ``"rng"`` when a random op drew different numbers from the same inputs, or a value from

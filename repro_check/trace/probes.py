@@ -4,7 +4,8 @@ the line becomes a record (:func:`repro_check.trace.protocol.record_of`), so tha
 localization (:mod:`repro_check.diagnose.localize`) never re-learns their shape from keys.
 
 Each record has a kind (``k``) and its place among the step's records (``i``): an op
-(:class:`OpRun`), a module's output or output gradient (:class:`ModuleRun`), a tensor made from
+(:class:`OpRun`), a module's output or output gradient (:class:`ModuleRun`), the calls inside a
+compiled model (:class:`CompiledCallsRun`), a tensor made from
 data outside torch (:class:`MadeTensor`), an RL environment's call (:class:`EnvObserved`), and
 the probe's arming and disarming (:class:`ProbeMark`). They come from the target's process and
 are untrusted: a record of no known kind, or with a field of the wrong kind, is None. Standard
@@ -28,6 +29,8 @@ TEXT = 4200
 #: the most values a record carries of a model's output (:class:`OutputValues`): a larger
 #: output is compared by its fingerprint only
 VALUES_LIMIT = 65536
+#: the most calls a record of what ran inside a compiled model carries (:class:`CompiledCallsRun`)
+CALLS_LIMIT = 4096
 
 
 def _int(value: object) -> int | None:
@@ -152,6 +155,24 @@ class GradRun(ProbeOp):
 
 
 @dataclass(frozen=True)
+class CompiledCallsRun(ProbeOp):
+    """What PyTorch's DebugMode saw while a compiled model ran compiled (``{"k": "calls"}``,
+    :mod:`repro_check.child.observe.compiled_calls`): the model (named as its
+    :class:`ModuleRun`), each op or kernel it dispatched with the fingerprints of its inputs
+    and of what it returned (``calls``, at most :data:`CALLS_LIMIT`; ``total`` of them in
+    all), the graphs
+    dynamo had made in the process by then and the reasons it broke graphs; ``missing``: why
+    nothing was recorded (this torch has no DebugMode)."""
+
+    module: str | None = None
+    calls: tuple[tuple[str, str, str], ...] = ()
+    total: int = 0
+    graphs: int | None = None
+    breaks: tuple[str, ...] = ()
+    missing: str | None = None
+
+
+@dataclass(frozen=True)
 class MadeTensor(ProbeOp):
     """A tensor made from data outside torch (``{"k": "made"}``): by ``fn`` (``torch.tensor``,
     ``torch.as_tensor``, ...) at ``location`` in the script, with fingerprint ``out``."""
@@ -207,6 +228,25 @@ def _grad(body: Mapping[str, object], index: int) -> GradRun | None:
     return GradRun(index, param, _text(body.get("out")), OutputValues.parse(body.get("v")))
 
 
+def _calls(body: Mapping[str, object], index: int) -> CompiledCallsRun | None:
+    raw = body.get("calls", [])
+    if not isinstance(raw, list) or len(raw) > CALLS_LIMIT:
+        return None
+    calls: list[tuple[str, str, str]] = []
+    for call in raw:
+        if (not isinstance(call, list) or len(call) != 3
+                or not all(isinstance(v, str) for v in call)):
+            return None
+        calls.append((call[0][:TEXT], call[1][:TEXT], call[2][:TEXT]))
+    breaks = _texts(body.get("breaks"))
+    if breaks is None:
+        return None
+    total = _int(body.get("n"))
+    return CompiledCallsRun(index, _text(body.get("m")), tuple(calls),
+                            max(total or 0, len(calls)), _int(body.get("graphs")),
+                            breaks[:16], _text(body.get("missing")))
+
+
 def _made(body: Mapping[str, object], index: int) -> MadeTensor:
     return MadeTensor(index, str(body.get("fn"))[:200], Location.of(body.get("loc")),
                       _text(body.get("out")))
@@ -224,7 +264,8 @@ def _mark(body: Mapping[str, object], index: int) -> ProbeMark:
 
 
 _READERS: dict[str, Callable[[Mapping[str, object], int], ProbeOp | None]] = {
-    "op": _op, "module": _module, "grad": _grad, "made": _made, "env": _env, "armed": _mark,
+    "op": _op, "module": _module, "grad": _grad, "calls": _calls, "made": _made, "env": _env,
+    "armed": _mark,
     "disarmed": _mark,
 }
 

@@ -299,3 +299,10 @@ def test_a_compiled_model_that_differs_run_to_run_is_named_with_its_largest_diff
     assert 0 < out["largest"] < 1e-3  # a pid-sized multiple of 1e-6 through the last Linear
     assert "the compiled Sequential (torch.compile) returns other bits" in loc["detail"]
     assert "culprit: Sequential · compiled code (torch.compile)" in res.stdout
+    # inside it, PyTorch's DebugMode: inductor's extern addmm is the first call whose output
+    # differs, its input already differing (the offset is fused into a CPU kernel it cannot see)
+    inside = loc["compiled_call"]
+    assert inside["model"] == "Sequential" and inside["calls"] > 0 and not inside["one_side"]
+    assert inside["name"] == "aten.addmm.default" and inside["inputs_agree"] is False
+    assert inside["graphs"] >= 1 and any("getpid" in b for b in inside["breaks"])
+    assert "PyTorch's DebugMode recorded" in loc["detail"]

@@ -239,3 +239,47 @@ def test_a_module_call_is_paired_by_name_and_order_not_by_position() -> None:
     assert loc.output_difference is not None and loc.output_difference.compiled
     assert loc.output_difference.largest is None  # no values recorded: fingerprints only
     assert compare(1, eager, [mod(1, "Net", "y", c=True)]).first_module_forward is None
+
+
+def test_inside_a_compiled_model_the_first_call_debugmode_saw_differ_is_named() -> None:
+    """What PyTorch's DebugMode recorded inside a compiled model that differs run to run: the
+    first call whose output differs, whether its inputs agreed (then it is the culprit op),
+    where the two sides ran other calls, and nothing to compare when one side ran eager."""
+    def side(calls: list[list[str]], out: str) -> list[dict[str, Any]]:
+        return [{"k": "calls", "i": 1, "m": "Net", "calls": calls, "n": len(calls),
+                 "graphs": 2, "breaks": ["Call to `torch._dynamo.graph_break()`"]},
+                {"k": "module", "i": 2, "ph": "forward", "m": "Net", "in": "x", "out": out,
+                 "c": True}]
+
+    base = [["aten.t.default", "w", "wt"], ["aten.addmm.default", "x;wt", "h"]]
+    itself = compare(1, side([*base, ["aten.add.Tensor", "h", "y"]], "y"),
+                     side([*base, ["aten.add.Tensor", "h", "y2"]], "y2"))
+    call = itself.compiled_call
+    assert call is not None and (call.name, call.index, call.inputs_agree) == (
+        "aten.add.Tensor", 3, True)
+    assert itself.op == "aten.add.Tensor" and itself.module == "Net"
+    assert "it returns other bits for the same inputs" in itself.detail
+    assert "dynamo made 2 graphs in the run" in itself.detail
+    before = compare(1, side([["aten.addmm.default", "x", "h"]], "y"),
+                     side([["aten.addmm.default", "x2", "h2"]], "y2"))
+    assert before.compiled_call is not None and before.compiled_call.inputs_agree is False
+    assert before.op is None and "its inputs already differ" in before.detail
+    parted = compare(1, side(base, "y"), side([base[0], ["aten.mm.default", "x", "h"]], "y2"))
+    assert parted.compiled_call is not None and parted.compiled_call.parted
+    assert parted.compiled_call.index == 2
+    missing = compare(1, [{"k": "calls", "i": 1, "m": "Net", "missing": "no DebugMode"},
+                          *side([], "y")[1:]], side([], "y2"))
+    assert missing.compiled_call is not None and missing.compiled_call.missing == "no DebugMode"
+    eager = [{"k": "module", "i": 1, "ph": "forward", "m": "Net", "in": "x", "out": "y2"}]
+    one = compare(1, eager, side(base, "y"))
+    assert one.compiled_call is not None and one.compiled_call.one_side
+
+
+def test_a_malformed_calls_record_is_no_record() -> None:
+    from repro_check.trace.probes import CompiledCallsRun, ProbeOp
+
+    good = ProbeOp.parse({"k": "calls", "m": "Net", "calls": [["a", "b", "c"]], "n": 1})
+    assert isinstance(good, CompiledCallsRun) and good.calls == (("a", "b", "c"),)
+    for bad in ({"calls": [["a", "b"]]}, {"calls": "x"}, {"calls": [[1, 2, 3]]},
+                {"breaks": [3]}):
+        assert ProbeOp.parse({"k": "calls", "m": "Net", **bad}) is None

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from repro_check.child.observe import origin
+from repro_check.child.observe.tracing import compiling
 from repro_check.child import patches
 
 #: the ``torch.func`` transforms whose functions are wrapped, and what each returns
@@ -60,7 +61,7 @@ def install(hooks: Any, rec: Any) -> None:
     def make_grad(original: Any) -> Any:
         @functools.wraps(original)
         def grad(outputs: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            if rec.optimizers_made and not rec.shadowing():
+            if (rec.optimizers_made and not rec.shadowing()) or compiling():
                 return original(outputs, inputs, *args, **kwargs)
             if rec.computing_now() or in_transform():
                 rec.note_gradient()
@@ -330,7 +331,7 @@ def _gradient_function(rec: Any, kind: str, made: Any, options: dict[str, Any]) 
 
     @functools.wraps(made)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if rec.optimizers_made and not rec.shadowing():
+        if (rec.optimizers_made and not rec.shadowing()) or compiling():
             return made(*args, **kwargs)
         if rec.computing_now() or in_transform():
             rec.note_gradient()
@@ -371,7 +372,7 @@ def _vjp(rec: Any, made: Any, options: dict[str, Any]) -> Any:
 
     @functools.wraps(vjp_fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if rec.optimizers_made and not rec.shadowing():
+        if (rec.optimizers_made and not rec.shadowing()) or compiling():
             return vjp_fn(*args, **kwargs)
         if rec.computing_now() or in_transform():
             rec.note_gradient()

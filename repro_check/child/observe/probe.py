@@ -39,6 +39,8 @@ from types import FrameType
 from typing import Any
 
 from repro_check.child.observe import origin
+from repro_check.child.observe.compiled_calls import CompiledCalls
+from repro_check.child.observe.tracing import compiling
 from repro_check.child import patches
 from repro_check.trace import fingerprint
 from repro_check.trace.probes import VALUES_LIMIT
@@ -77,13 +79,6 @@ def _plain(a: Any, depth: int = 0) -> bool:
     if isinstance(a, (list, tuple)) and depth < 3:
         return all(_plain(x, depth + 1) for x in a)
     return False
-
-
-def compiling() -> bool:
-    """Whether torch.compile is tracing right now: a hook called then sees the tensors of the
-    trace, not the run's values, and must record nothing (nor break the graph)."""
-    compiler = getattr(sys.modules.get("torch"), "compiler", None)
-    return bool(compiler is not None and compiler.is_compiling())
 
 
 def output_values(output: Any) -> dict[str, Any] | None:
@@ -158,9 +153,10 @@ class StepProbe:
         self.compiled: str | None = None
         #: a compiled model ran compiled in the armed step (the recorder stepped aside)
         self.ran_compiled = False
-        #: per compiled model running now: its wrapper, and the recorder's mode taken off the
-        #: stack while it runs (None: the recorder stayed, the model runs eagerly)
-        self._aside: list[tuple[Any, Any]] = []
+        #: per compiled model running now: its wrapper, the recorder's mode taken off the
+        #: stack while it runs (None: the recorder stayed, the model runs eagerly), and
+        #: PyTorch's DebugMode recording inside it meanwhile
+        self._aside: list[tuple[Any, Any, CompiledCalls | None]] = []
         self._roots: list[Any] = []
         self._labels: set[str] = set()
         self._node_module: dict[Any, str] = {}
@@ -220,6 +216,12 @@ class StepProbe:
         self.emit({"probe": mark})
         self.compiled = None
         self.ran_compiled = False
+        for _, _, calls in reversed(self._aside):  # a compiled forward that raised
+            if calls is not None:
+                try:
+                    calls.stop()
+                except Exception:  # noqa: BLE001 - never break the target
+                    pass
         self._aside.clear()
         self.step = None
         self._stack.clear()
@@ -349,10 +351,13 @@ class StepProbe:
                 self.ran_compiled = True
         except Exception:  # noqa: BLE001 - a PyTorch without these: the model runs eagerly
             aside = None
+        calls = None
         if aside is not None:  # else the model's own hooks record it, eagerly
             with self.quiet():
                 self._stack.append(self._entry(module._orig_mod, args))
-        self._aside.append((module, aside))
+            calls = CompiledCalls()
+            calls.start()
+        self._aside.append((module, aside, calls))
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
         if compiling():
@@ -361,13 +366,18 @@ class StepProbe:
         if compiled:
             if not self._aside or self._aside[-1][0] is not module:
                 return
-            _, aside = self._aside.pop()
+            _, aside, calls = self._aside.pop()
             if aside is None:
                 return
+            inside = calls.stop() if calls is not None else None
             aside.__exit__(None, None, None)
         if self._quiet or not self._stack:
             return
         name, boundary, in_fp = self._stack.pop()
+        if compiled:
+            with self.quiet():
+                self._record({"k": "calls", "m": name, **(inside or {
+                    "missing": calls.missing if calls is not None else "not recorded"})})
         with self.quiet():
             outputs = list(_tensors_in(output))
             rec: dict[str, Any] = {"k": "module", "ph": "forward", "m": name, "in": in_fp,

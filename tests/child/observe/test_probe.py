@@ -141,6 +141,24 @@ def test_a_compiled_model_runs_compiled_under_the_probe_and_is_recorded_as_a_who
                      "Sequential.3.bias"]
 
 
+def test_pytorch_debugmode_records_the_calls_inside_a_compiled_model_with_fingerprints() -> None:
+    """While the compiled model runs compiled, DebugMode records what it dispatches (inductor's
+    extern addmm), each call with its inputs' and output's fingerprints, just before the
+    model's output record; an eager model has no such record."""
+    compiled = compiled_step(True)
+    calls = [r for r in compiled if r["k"] == "calls"]
+    assert len(calls) == 1 and calls[0]["m"] == "Sequential"
+    names = [c[0] for c in calls[0]["calls"]]
+    assert calls[0]["n"] == len(names) and any("addmm" in n for n in names)
+    assert all(len(c) == 3 and c[2] for c in calls[0]["calls"])
+    assert calls[0]["graphs"] >= 1
+    model_out = next(r for r in compiled if r["k"] == "module" and r.get("c"))
+    assert model_out["i"] == calls[0]["i"] + 1
+    again = [r for r in compiled_step(True) if r["k"] == "calls"][0]
+    assert again["calls"] == calls[0]["calls"]  # the same values: the same fingerprints
+    assert not [r for r in compiled_step(False) if r["k"] == "calls"]
+
+
 def test_a_compiled_model_that_differs_is_the_culprit_with_its_largest_difference() -> None:
     a, b = compiled_step(True), compiled_step(True, shift=1e-3)
     loc = compare(2, a, b)

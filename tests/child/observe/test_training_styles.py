@@ -155,6 +155,40 @@ def test_with_an_optimizer_autograd_grad_is_no_step() -> None:
     assert len([e for e in events if "step" in e]) == 3
 
 
+def test_torch_compile_tracing_a_model_counts_no_step_and_fingerprints_no_trace() -> None:
+    """torch.compile traces the backward of a compiled model with torch.autograd.grad on
+    tracing tensors (FunctionalTensor): that call is the compiler's, not a step of the script's
+    hand-written loop, and its tensors are never fingerprinted. (Under deterministic
+    algorithms, as every run has them, no torch.func level marks that call as nested.)"""
+    import torch._functorch.config as aot
+    import torch._inductor.config as inductor
+
+    torch._dynamo.reset()
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    # traced afresh: a cached compiled graph (of an earlier test run) is not traced at all
+    with recording() as events, inductor.patch(fx_graph_cache=False), \
+            aot.patch(enable_autograd_cache=False):
+        torch.manual_seed(0)
+        model = torch.compile(torch.nn.Linear(3, 1))
+        x = torch.randn(8, 3)
+        params = list(model.parameters())
+        opt = torch.optim.SGD(params, lr=0.1)  # for its zero_grad only: the loop is the steps
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    p.sub_(0.1 * g)
+    torch.use_deterministic_algorithms(was)
+    torch._dynamo.reset()
+    steps = [e for e in events if "step" in e]
+    assert len(steps) == 3
+    assert all(s["signals"]["loss"] is not None and "grads" in s["signals"] for s in steps)
+    assert [e for e in events if "warning" in e] == []
+
+
 @pytest.fixture(scope="module")
 def cli_planted(tmp_path_factory: pytest.TempPathFactory) -> CliResult:
     """The issue's case: updates by hand from torch.autograd.grad, the third one's learning rate
