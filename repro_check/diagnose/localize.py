@@ -373,7 +373,7 @@ def compiled_call(calls_a: CompiledCallsRun | None,
     out = CompiledCall(one.module or "?", one.total, graphs=one.graphs,
                        breaks=list(one.breaks), missing=one.missing,
                        one_side=calls_a is None or calls_b is None)
-    if out.one_side or calls_a is None or calls_b is None:
+    if calls_a is None or calls_b is None:  # one_side
         return out
     if calls_a.missing or calls_b.missing:
         out.missing = calls_a.missing or calls_b.missing

@@ -237,14 +237,12 @@ class CompiledCall(JsonRecord):
     def said(self) -> str:
         """What DebugMode's record tells of the compiled model, as a clause."""
         split = self.split
-        if self.one_side:
-            return (f"PyTorch's DebugMode recorded {self.calls} op and kernel call"
-                    f"{'s' if self.calls != 1 else ''} inside it on the side that ran it "
-                    f"compiled{split}")
-        if self.missing:
-            return f"PyTorch's DebugMode recorded nothing inside it ({self.missing}){split}"
         seen = (f"PyTorch's DebugMode recorded {self.calls} op and kernel call"
                 f"{'s' if self.calls != 1 else ''} inside it")
+        if self.one_side:
+            return f"{seen} on the side that ran it compiled{split}"
+        if self.missing:
+            return f"PyTorch's DebugMode recorded nothing inside it ({self.missing}){split}"
         if self.name is None:
             return (f"{seen} and all agree, so the difference arose in what it does not see "
                     "(the kernels inductor fused on the CPU, the compiled backward)" + split)

@@ -11,27 +11,21 @@ What inductor fused into its own C++ kernels on the CPU is not dispatched and no
 
 Each call is kept with the fingerprints of its inputs and of its output (exact, as every
 fingerprint is), so the parent can name the first call inside the compiled model whose output
-differs between two runs, and tell whether its inputs already did. Private PyTorch API: looked for, never relied on; without it the record says so.
+differs between two runs, and tell whether its inputs already did. Private PyTorch API:
+looked for, never relied on; without it the record says so.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from repro_check.trace import fingerprint
 from repro_check.trace.probes import CALLS_LIMIT as LIMIT
+
 #: the most graph break reasons one record carries, each cut to its first lines
 BREAKS = 8
-
-
-def _digest(t: Any) -> str:
-    """An exact fingerprint of one tensor a call returned (or a kernel's argument after it)."""
-    try:
-        return fingerprint.nested(t.detach())
-    except Exception as e:  # noqa: BLE001 - a tensor without bytes: say so, the same each run
-        return f"<{type(t).__name__}: {type(e).__name__}>"
 
 
 def _hashes(value: Any) -> str:
@@ -66,14 +60,23 @@ def _call(call: Any) -> tuple[str, str, str] | None:
     return str(op), _hashes(_inputs(log.get("input_hash"))), _hashes(log.get("hash"))
 
 
+def _counters() -> Any:
+    """Dynamo's own counters, where this process loaded dynamo (never imports it)."""
+    return getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+
+
+def unique_graphs() -> int:
+    """The graphs dynamo has captured in this process so far (0: it compiled nothing)."""
+    counters = _counters()
+    return int(counters.get("stats", {}).get("unique_graphs", 0) or 0) if counters else 0
+
+
 def graphs() -> dict[str, Any]:
     """How dynamo split what this process compiled: its graphs so far and why it broke them
-    (the first lines of each reason), from dynamo's own counters (never imports dynamo)."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    counters = getattr(utils, "counters", None)
+    (the first lines of each reason)."""
+    counters = _counters()
     if counters is None:
         return {}
-    stats = counters.get("stats", {})
     reasons = []
     for reason in list(counters.get("graph_break", {}))[:BREAKS]:
         lines = [line.strip() for line in str(reason).splitlines() if line.strip()]
@@ -83,15 +86,16 @@ def graphs() -> dict[str, Any]:
             said += " (" + re.split(r"(?<=[.`])\s+(?=[A-Z])",
                                     explained[len("Explanation:"):].strip())[0] + ")"
         reasons.append(said[:300])
-    return {"graphs": int(stats.get("unique_graphs", 0) or 0), "breaks": reasons}
+    return {"graphs": unique_graphs(), "breaks": reasons}
 
 
 class CompiledCalls:
     """DebugMode entered while one compiled model runs: :meth:`start` as it starts,
-    :meth:`stop` as it returns (the record's body, None when this torch has no DebugMode or it
-    could not be entered)."""
+    :meth:`stop` as it returns (the record's body). ``digest``: the fingerprint of one tensor
+    (the probe's, so a call's tensors read as the op recorder's do)."""
 
-    def __init__(self) -> None:
+    def __init__(self, digest: Callable[[Any], str]) -> None:
+        self.digest = digest
         self._mode: Any = None
         self._hashes: Any = None
         #: why no call was recorded (this torch has no DebugMode, it failed)
@@ -107,7 +111,7 @@ class CompiledCalls:
         try:
             mode = DebugMode(record_output=False, record_profiler_context=False,
                              run_compile_with_interpreter=True)
-            hashes = DebugMode.log_tensor_hashes(hash_fn=_digest, hash_inputs=True)
+            hashes = DebugMode.log_tensor_hashes(hash_fn=self.digest, hash_inputs=True)
             mode.__enter__()
             try:
                 hashes.__enter__()
@@ -119,13 +123,13 @@ class CompiledCalls:
             return
         self._mode, self._hashes = mode, hashes
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> dict[str, Any]:
         """Leave DebugMode; the calls it saw, in order, as ``[name, inputs, output]`` (their
-        fingerprints)."""
+        fingerprints), or why there are none (``missing``)."""
         mode, hashes = self._mode, self._hashes
         self._mode = self._hashes = None
         if mode is None:
-            return None
+            return {"missing": self.missing or "not recorded"}
         try:
             hashes.__exit__(None, None, None)
         finally:

@@ -39,7 +39,7 @@ from types import FrameType
 from typing import Any
 
 from repro_check.child.observe import origin
-from repro_check.child.observe.compiled_calls import CompiledCalls
+from repro_check.child.observe.compiled_calls import CompiledCalls, unique_graphs
 from repro_check.child.observe.tracing import compiling
 from repro_check.child import patches
 from repro_check.trace import fingerprint
@@ -101,9 +101,7 @@ def output_values(output: Any) -> dict[str, Any] | None:
 def compiled_code() -> str | None:
     """``code`` when this process has run code ``torch.compile`` made (a graph dynamo
     captured), else None; never imports dynamo itself."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    stats = getattr(utils, "counters", {}).get("stats", {}) if utils is not None else {}
-    return "code" if stats.get("unique_graphs") else None
+    return "code" if unique_graphs() else None
 
 
 def compiled_wrapper(module: Any) -> bool:
@@ -355,7 +353,7 @@ class StepProbe:
         if aside is not None:  # else the model's own hooks record it, eagerly
             with self.quiet():
                 self._stack.append(self._entry(module._orig_mod, args))
-            calls = CompiledCalls()
+            calls = CompiledCalls(arg_fingerprint)
             calls.start()
         self._aside.append((module, aside, calls))
 
@@ -369,15 +367,14 @@ class StepProbe:
             _, aside, calls = self._aside.pop()
             if aside is None:
                 return
-            inside = calls.stop() if calls is not None else None
+            inside = calls.stop() if calls is not None else {"missing": "not recorded"}
             aside.__exit__(None, None, None)
         if self._quiet or not self._stack:
             return
         name, boundary, in_fp = self._stack.pop()
         if compiled:
             with self.quiet():
-                self._record({"k": "calls", "m": name, **(inside or {
-                    "missing": calls.missing if calls is not None else "not recorded"})})
+                self._record({"k": "calls", "m": name, **inside})
         with self.quiet():
             outputs = list(_tensors_in(output))
             rec: dict[str, Any] = {"k": "module", "ph": "forward", "m": name, "in": in_fp,
