@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,22 @@ def run_plain(*args: str, cwd: Path = FIXTURES, timeout: float = 300) -> CliResu
     """``python -m repro_check ARGS`` exactly as given."""
     proc = repro_check_cli(list(args), cwd=cwd, timeout=timeout)
     return CliResult(proc.returncode, proc.stdout, proc.stderr, None)
+
+
+def _dispatch_modes() -> int:
+    """Torch dispatch modes on this thread's stack (0 before torch is imported)."""
+    if "torch" not in sys.modules:
+        return 0
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return len(_get_current_dispatch_mode_stack())
+
+
+@pytest.fixture(autouse=True)
+def no_dispatch_mode_left() -> Iterator[None]:
+    """A test that leaves a dispatch mode entered fails itself: under one, torch.compile runs
+    every later test's compiled model eagerly, far from the test that caused it."""
+    before = _dispatch_modes()
+    yield
+    left = _dispatch_modes()
+    assert left <= before, f"the test left {left - before} torch dispatch mode(s) entered"

@@ -326,9 +326,10 @@ def test_a_run_patches_through_the_registry_once_and_undo_restores_every_origina
 
     events: list[dict[str, Any]] = []
     patches.PATCHES.undo()
-    install_a_run(events, tmp_path)  # imports what a run imports; says what is patched
+    earlier, _ = install_a_run(events, tmp_path)  # imports what a run imports; says what is patched
     first = patches.PATCHES.listing()
     owners = list({id(owner): owner for owner, _, _, _ in patches.PATCHES.targets()}.values())
+    earlier.uninstall()  # its probe, armed for step 1, leaves its dispatch mode
     patches.PATCHES.undo()
     before = snapshot(owners)  # every object the registry patched, as it is with nothing patched
 
