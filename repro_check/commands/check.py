@@ -19,7 +19,7 @@ from repro_check.report.model import Report, SavedPart
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run import control
 from repro_check.run.replay import check_runs, replay_line
-from repro_check.run.runner import Launcher
+from repro_check.run.runner import Launcher, RunSpec
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
 from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
 
@@ -47,7 +47,13 @@ def run_check(options: RunOptions, listener: Listener | None = None,
     feed = shape.feed(comparison, listener)
     jobs = shape.jobs(options.jobs, session)
     stop = comparison.settled_divergence if options.fail_fast else None
-    outcome = session.run(feed, jobs, stop)
+    specs = session.specs(jobs)
+    beside = control_beside(options, shape, specs, jobs, feed, session)
+    if beside is None:
+        outcome = session.run(feed, jobs, stop, specs=specs)
+    else:
+        outcome = session.run(beside, jobs + 1, stop, specs=[*specs, beside.spec])
+        outcome = dataclasses.replace(outcome, results=beside.others(outcome.results))
     left = feed.saved.result(options.runs)  # the files the runs saved, their end state
     result = saved.merge(comparison.result(), left)
     parts = shape.parts(outcome.results, comparison, result)
@@ -59,16 +65,31 @@ def run_check(options: RunOptions, listener: Listener | None = None,
                          runs=check_runs(options.runs), extra=shape.cli_args()) \
         if failed else None
     if not report.agrees:
+        if beside is not None:
+            beside.discard()
         return dataclasses.replace(report, replay=replay)
-    checked, stopped = negative_control(options, session, shape, jobs, report, policy)
+    checked, stopped = negative_control(options, session, shape, jobs, report, policy, beside)
     return dataclasses.replace(report, replay=replay, control=checked,
                                interrupted=report.interrupted or stopped)
 
 
+def control_beside(options: RunOptions, shape: RunShape, specs: list[RunSpec], jobs: int,
+                   feed: Listener, session: Session) -> control.Beside | None:
+    """The control run started with the runs (:class:`repro_check.run.control.Beside`), where
+    they go in parallel as processes of their own and no GPU is in sight (one more process
+    could run the runs out of its memory); None: it runs after them, if at all."""
+    if not options.control or jobs < 2 or not specs or shape.no_control("check") is not None \
+            or options.distributed is not None or control.gpu_visible():
+        return None
+    return control.Beside.start_with(feed, specs[0], session.folder, options.runs)
+
+
 def negative_control(options: RunOptions, session: Session, shape: RunShape, jobs: int,
-                     report: Report, policy: Policy) -> tuple[ControlResult, bool]:
+                     report: Report, policy: Policy,
+                     beside: control.Beside | None = None) -> tuple[ControlResult, bool]:
     """The control behind agreeing runs (:mod:`repro_check.run.control`): one more run like
-    run 1, with a 1-ulp change planted after step 1, compared with run 1; and whether Ctrl-C or
+    run 1, with a 1-ulp change planted after step 1, compared with run 1 (judged from
+    ``beside``, the control run started with the runs, when it can be); and whether Ctrl-C or
     SIGTERM stopped it."""
     if not options.control:
         return skipped(control.SKIPPED), False
@@ -83,6 +104,11 @@ def negative_control(options: RunOptions, session: Session, shape: RunShape, job
     cmp = report.comparison
     ref = control.reference_of(first.trace_path, total=first.steps,
                                metrics=cmp.metrics_of(1) if cmp is not None else None)
+    if beside is not None:
+        judged = beside.judged(ref, policy)
+        if judged is not None:
+            return judged, False
+        beside.discard()  # it runs again, planting where this reference needs it
     return control.run_control(session.specs(jobs)[0], ref, policy, session.folder,
                                runs=options.runs)
 

@@ -23,6 +23,7 @@ from repro_check.report.text import visible
 from repro_check.run import control
 from repro_check.run.options import PLAIN, InternalSettings, RecordedSettings, RunOptions
 from repro_check.run.replay import replay_line
+from repro_check.run.runner import RunSpec
 from repro_check.trace.results import Listener, RunResult
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import Session, failure
@@ -146,8 +147,14 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     stream = TraceStream(golden_path, require_end=True)
     feed = GoldenFeed(comparison, stream, listener, scanned)
     stop = comparison.settled_divergence if options.fail_fast else None
+    specs = session.specs(1)
+    beside = control_beside(options, specs, feed, session)
     try:
-        outcome = session.run(feed, 1, stop)
+        if beside is None:
+            outcome = session.run(feed, 1, stop, specs=specs)
+        else:
+            outcome = session.run(beside, 2, stop, specs=[*specs, beside.spec])
+            outcome = dataclasses.replace(outcome, results=beside.others(outcome.results))
     finally:
         stream.close()
     run = dataclasses.replace(outcome.results[0], index=2) if outcome.results \
@@ -174,8 +181,10 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
                                   **env.gate_fields()))
     if report.agrees:  # a planted change must fail the gate, or the match claims nothing
         checked, stopped = golden_control(options, session, golden_path, policy, result.judged,
-                                          run)
+                                          run, beside)
         report = dataclasses.replace(report, control=checked, interrupted=stopped)
+    elif beside is not None:
+        beside.discard()
     if report.reproducible:
         return report
     return dataclasses.replace(report, replay=replay_line(
@@ -184,8 +193,19 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
         extra=options.tolerances.to_args()))
 
 
+def control_beside(options: RunOptions, specs: list[RunSpec], feed: Listener,
+                   session: Session) -> control.Beside | None:
+    """The control run started with the run (:class:`repro_check.run.control.Beside`), where
+    this machine has a CPU for each and no GPU is in sight; None: it runs after it, if at all."""
+    if not options.control or not specs or options.distributed is not None \
+            or (os.cpu_count() or 1) < 2 or control.gpu_visible():
+        return None
+    return control.Beside.start_with(feed, specs[0], session.folder, 1)
+
+
 def golden_control(options: RunOptions, session: Session, golden: str, policy: Policy,
-                   judged: dict[str, int], run: RunResult) -> tuple[ControlResult, bool]:
+                   judged: dict[str, int], run: RunResult,
+                   beside: control.Beside | None = None) -> tuple[ControlResult, bool]:
     """The negative control of a run that matches the golden (:mod:`repro_check.run.control`):
     one more run with a 1-ulp change planted after step 1, compared with the golden on exact
     bits; and whether Ctrl-C or SIGTERM stopped it. Where the golden's values were accepted by
@@ -196,6 +216,11 @@ def golden_control(options: RunOptions, session: Session, golden: str, policy: P
     reference, name = golden, "golden"
     if any(judged.get(rule, 0) for rule in (TOLERANCE, BAND)) and run.trace_path is not None:
         reference, name = run.trace_path, "this run (the golden matched within tolerance)"
+    if beside is not None:
+        found = beside.judged(control.reference_of(reference), policy, reference=name)
+        if found is not None:
+            return found, False
+        beside.discard()  # it runs again, planting where this reference needs it
     return control.run_control(session.specs(1)[0], control.reference_of(reference), policy,
                                session.folder, runs=1, reference=name)
 

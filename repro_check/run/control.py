@@ -6,11 +6,19 @@ plant a 1-ulp change (:mod:`repro_check.child.seeding.control`), and compares it
 reference (:class:`~repro_check.compare.control.ControlJudge`). It is stopped as soon as the
 change is seen, or the step after the plant agreed: with a change after step 1 it costs a
 process start and two steps. Its trace is kept beside the others as ``control.jsonl``.
+
+A check whose runs go in parallel on the CPU starts its control with them instead
+(:class:`Beside`): the change after step 1 is planted without waiting for the verdict, and the
+control run's few records are judged once the runs agree. Its process start (most of what the
+control costs) then overlaps the runs instead of following them; when they differ, it is thrown
+away. A reference without steps (the change goes elsewhere then) runs it again after the runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +31,8 @@ from repro_check.errors import Interrupted, ReproCheckError
 from repro_check.run.runner import RunSpec, run_all
 from repro_check.run.session import sigterm_as_interrupt
 from repro_check.trace.format import TraceStream
-from repro_check.trace.protocol import ControlSettings
+from repro_check.trace.protocol import ControlSettings, Record
+from repro_check.trace.results import Listener, RunResult
 
 #: the step a control run's change follows (it goes on to the steps of
 #: :data:`~repro_check.compare.control.WINDOW` after it)
@@ -78,14 +87,7 @@ def run_control(base: RunSpec, ref: Reference, policy: Policy, folder: str | Pat
     """Run the control (run number ``runs + 1``, from run 1's ``base`` spec) against ``ref``;
     returns its result and whether Ctrl-C or SIGTERM stopped it (the check is interrupted)."""
     settings = settings_for(ref, policy)
-    told = base.told
-    max_steps = told.max_steps
-    if settings.where == "step":  # stopped at the end of the window after the plant at the latest
-        last = PLANT_STEP + WINDOW
-        max_steps = last if max_steps is None else min(max_steps, last)
-    spec = dataclasses.replace(
-        base, told=told.replace(run=runs + 1, control=settings, max_steps=max_steps),
-        trace_path=Path(folder) / TRACE_NAME, processes=False)
+    spec = control_spec(base, settings, folder, runs)
     judge = ControlJudge(ref.steps, ref.total, ref.metrics, policy, reference=reference,
                          plant_step=settings.step)
     started = time.monotonic()
@@ -98,3 +100,90 @@ def run_control(base: RunSpec, ref: Reference, policy: Policy, folder: str | Pat
         return skipped(f"the control run could not start: {e}", reference), False
     trace = results[0].trace_path if results else None
     return judge.result(round(time.monotonic() - started, 3), trace), False
+
+
+def control_spec(base: RunSpec, settings: ControlSettings, folder: str | Path,
+                 runs: int) -> RunSpec:
+    """The control run (number ``runs + 1``) made from run 1's ``base`` spec: planting as
+    ``settings`` say, its trace ``control.jsonl`` in ``folder``; a change after a step stops it
+    at the end of the window after the plant at the latest."""
+    told = base.told
+    max_steps = told.max_steps
+    if settings.where == "step":
+        last = PLANT_STEP + WINDOW
+        max_steps = last if max_steps is None else min(max_steps, last)
+    return dataclasses.replace(
+        base, told=told.replace(run=runs + 1, control=settings, max_steps=max_steps),
+        trace_path=Path(folder) / TRACE_NAME, processes=False)
+
+
+def gpu_visible() -> bool:
+    """Whether runs here may use a GPU (a device node, not hidden by ``CUDA_VISIBLE_DEVICES``):
+    one more process on a GPU the runs fill could run them out of its memory."""
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES", None)
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
+
+
+class Beside:
+    """The control run of a check, started with its runs: the records of run ``spec.index``
+    are kept here (a handful: the run stops two steps after the plant) and every other run's go
+    on to ``feed``; :meth:`judged` compares them with the reference once the runs agree."""
+
+    def __init__(self, feed: Listener, spec: RunSpec) -> None:
+        self.feed = feed
+        self.spec = spec
+        self.index = spec.index
+        self.records: list[Record] = []
+        self.result: RunResult | None = None
+        self.started = self.ended = 0.0
+
+    @classmethod
+    def start_with(cls, feed: Listener, base: RunSpec, folder: str | Path,
+                   runs: int) -> Beside:
+        return cls(feed, control_spec(base, ControlSettings(where="step", step=PLANT_STEP),
+                                      folder, runs))
+
+    # ---- the feed of all the runs (run_started, event, run_finished) ---------------------
+    def run_started(self, index: int) -> None:
+        if index == self.index:
+            self.started = time.monotonic()
+        else:
+            self.feed.run_started(index)
+
+    def event(self, index: int, event: Record) -> None:
+        if index == self.index:
+            self.records.append(event)
+        else:
+            self.feed.event(index, event)
+
+    def run_finished(self, result: RunResult) -> None:
+        if result.index == self.index:
+            self.result, self.ended = result, time.monotonic()
+        else:
+            self.feed.run_finished(result)
+
+    # ---- after the runs ----------------------------------------------------------------
+    def others(self, results: list[RunResult]) -> list[RunResult]:
+        """The runs' results without the control's."""
+        return [r for r in results if r.index != self.index]
+
+    def judged(self, ref: Reference, policy: Policy, reference: str = "run 1") -> ControlResult | None:
+        """The control's result against ``ref``; None when it must run again after all: the
+        reference recorded no step (the change goes before the first module call or into a
+        final metric then), or the control run did not end."""
+        if ref.total < 1 or self.result is None or self.result.status == "cancelled":
+            return None
+        judge = ControlJudge(ref.steps, ref.total, ref.metrics, policy, reference=reference,
+                             plant_step=PLANT_STEP)
+        judge.run_started(self.index)
+        for record in self.records:
+            judge.event(self.index, record)
+        judge.run_finished(self.result)
+        return judge.result(round(self.ended - self.started, 3), self.result.trace_path)
+
+    def discard(self) -> None:
+        """The runs did not agree: no control is shown, and its trace is not kept."""
+        if self.spec.trace_path is not None:
+            Path(self.spec.trace_path).unlink(missing_ok=True)

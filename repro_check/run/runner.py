@@ -666,7 +666,10 @@ class _Runs:
                     self.waiting[0], [r.spec for r in self.live.values()]):
                 break  # the next run waits for room (cores, a GPU)
             spec = self.waiting.pop(0)
-            self.live[spec.index] = _LiveRun(spec, self.events, self.pacer) \
+            # a control run is compared with nothing it could get ahead of (its steps go to a
+            # judge of a few steps): it neither waits for the others nor holds them back
+            pacer = self.pacer if spec.told.control is None else None
+            self.live[spec.index] = _LiveRun(spec, self.events, pacer) \
                 if spec.launcher is None else spec.launcher.start(spec, self.events)
             self.listener.run_started(spec.index)
         if self.stopping:

@@ -5,6 +5,7 @@ normal script and reported where, UNVERIFIED where the check is blind to it, ski
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,10 @@ from typing import Any
 import pytest
 
 import repro_check
+from repro_check.run import control
 
 from ..api_targets import TINY, Golden
-from ..conftest import CliResult, run_cli
+from ..conftest import FIXTURES, CliResult, run_cli
 
 # the shared API runs (verify_same, golden): made once a session
 pytest_plugins = ["tests.api_runs"]
@@ -66,6 +68,8 @@ def test_the_control_is_seen_at_the_step_after_the_plant_and_reported_where(
     assert trace.parent == Path(rep["trace_dir"]) and trace.name == "control.jsonl"
     header = json.loads(trace.read_text().splitlines()[0])["header"]
     assert header["run"] == 3 and header["seed"] == 5
+    if beside_runs():
+        assert_started_with_the_runs(Path(rep["trace_dir"]))
     where = f"{planted['tensor']}[{', '.join(map(str, planted['index']))}]"
     assert f"Control: a 1-ulp change planted in {where}" in flat(seen.stdout)
     assert f"after step 1 was seen at step 2 ({ctl['seen_signal']})" in flat(seen.stdout)
@@ -75,6 +79,37 @@ def test_the_control_is_seen_at_the_step_after_the_plant_and_reported_where(
         case.findtext("system-out") or "")
     html = (tmp / "seen.html").read_text()
     assert 'id="control"' in html and "was seen at step 2" in html
+
+
+def assert_started_with_the_runs(folder: Path) -> None:
+    """The control run in ``folder`` started before run 1's target returned (its process start
+    overlaps the runs'), not after the runs ended."""
+    def lines(name: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in (folder / name).read_text().splitlines()]
+
+    run_1 = lines("run-1.jsonl")
+    done = [x["info"]["seconds"] for x in run_1 if "seconds" in x.get("info", {})]
+    ended = run_1[0]["header"]["started"] + done[0]
+    started = lines("control.jsonl")[0]["header"]["started"]
+    assert started < ended, (started, ended)
+
+
+def beside_runs() -> bool:
+    """Whether a check here starts its control run with its runs: they go in parallel (two
+    CPUs or more) and no GPU is in sight."""
+    return (os.cpu_count() or 1) >= 2 and not control.gpu_visible()
+
+
+def test_runs_that_differ_keep_no_control_run(tmp: Path) -> None:
+    """jitter.py's recorded losses differ from run to run: the control run started with them
+    (where it is) is thrown away, no trace of it kept and none reported."""
+    res = run_cli(f"{FIXTURES / 'jitter.py'}:main", "--", "--steps", "3", tmp=tmp / "differ")
+    assert res.code == 1, res.stdout + res.stderr
+    assert res.report is not None and res.report["verdict"] == "not reproducible"
+    assert res.report.get("control") is None
+    folder = Path(res.report["trace_dir"])
+    assert sorted(p.name for p in folder.glob("*.jsonl")) == ["run-1.jsonl", "run-2.jsonl"]
+    assert "Control:" not in res.stdout
 
 
 def test_runs_stopped_at_step_1_are_unverified_in_every_report(one_step: CliResult,
@@ -172,6 +207,8 @@ def test_verify_runs_the_control_against_the_golden(verify_same: Any) -> None:
     assert ctl.status == "seen" and ctl.reference == "golden" and ctl.seen_step == 2
     assert ctl.planted is not None and ctl.planted.step == 1
     assert verify_same.to_dict()["control"]["reference"] == "golden"
+    if beside_runs():
+        assert_started_with_the_runs(Path(verify_same.trace_dir))
 
 
 def test_verify_stopped_at_step_1_cannot_fail_the_gate_and_is_unverified(

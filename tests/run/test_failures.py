@@ -224,8 +224,10 @@ def test_leftover_processes_and_held_pipes_do_not_keep_it_waiting(tmp: Path) -> 
     in a session of its own that holds the run's pipes, and a daemon (double fork, setsid, every
     file descriptor closed): the check ends, and none of them survives."""
     pid_file = tmp / "leaky-pids.txt"
-    res = run_cli("leaky.py:main", "--", "--pid-file", str(pid_file), "--orphan", "--daemon",
-                  "--raise-in-run", "1", "--no-optim", tmp=tmp / "leaky", cwd=FAIL, timeout=120)
+    # without the control run, which would start beside the runs and leave processes too
+    res = run_cli("leaky.py:main", "--no-control", "--", "--pid-file", str(pid_file), "--orphan",
+                  "--daemon", "--raise-in-run", "1", "--no-optim", tmp=tmp / "leaky", cwd=FAIL,
+                  timeout=120)
     assert res.code == 3, res.stdout + res.stderr
     assert res.report["error"] == "run 1 raised RuntimeError: failed with workers still running"
     assert [r["status"] for r in res.report["run_results"]] == ["failed", "completed"]
@@ -285,8 +287,9 @@ def test_interrupt_stops_everything_and_reports_what_was_recorded(tmp: Path, sig
     name = signal.Signals(sig).name
     pid_file = tmp / f"{name}-pids.txt"
     runs = 2 if sig == signal.SIGINT else 1
-    proc, report_path = launch(["hang.py:main", "--jobs", str(runs), "--", "--pid-file",
-                                str(pid_file), "--no-optim"], tmp / name)
+    # without the control run, which would start beside the runs and count as ready too
+    proc, report_path = launch(["hang.py:main", "--jobs", str(runs), "--no-control", "--",
+                                "--pid-file", str(pid_file), "--no-optim"], tmp / name)
     try:
         wait_for(lambda: pid_file.exists() and pid_file.read_text().count("ready") == runs, 120,
                  "the runs to record their steps")
