@@ -122,10 +122,11 @@ def _logs_parts(logs: LogsDiff, labels: list[str]) -> list[Any]:
         t.add_column(col, justify=justify)  # type: ignore[arg-type]
     for s in logs.scalars[:SHOWN_ROWS]:
         peak = "—" if s.max_abs_diff is None else "0" if s.max_abs_diff == 0 else \
-            f"{_num(s.max_abs_diff)} ({s.max_abs_step})"
+            f"{_short(s.max_abs_diff)} ({s.max_abs_step})"
         spark = Sparkline(s.drift).cells(SPARK_CELLS) if s.drift else ""
         t.add_row("≠" if not s.same else "", s.name, str(s.steps_compared),
-                  "—" if s.same else str(s.first_divergent_step), peak, _num(s.final_abs_diff),
+                  "—" if s.same else str(s.first_divergent_step), peak,
+                  _short(s.final_abs_diff) or "—",
                   f"{s.steps_only_in_a}/{s.steps_only_in_b}", spark,
                   style="red" if not s.same else None)
     parts.append(t)
