@@ -516,7 +516,15 @@ def test_grid_terminal_and_html(grid: tuple[CliResult, Path]) -> None:
     assert "1 grads" in row
     assert "--across threads=1,2 --across deterministic=on,off" in res.stdout  # the replay
     page = html.read_text()
-    assert 'id="loss-plot"' in page and 'id="drift-plot"' in page
+    assert 'id="loss-plot"' in page
+    # the threads' gradients differ at step 1; whether the loss bits follow within 4 steps is
+    # the CPU's (on some machines they stay equal): the drift plot shows exactly when they do
+    drifts = [p["drift"] for p in res.report["across"]["pairs"] if p["drift"]]
+    if any(d["differing_steps"] for d in drifts):
+        assert 'id="drift-plot"' in page
+    else:
+        assert 'id="drift-plot"' not in page
+        assert "The loss has the same bits in every environment at every step." in page
     assert "<h2>Price of determinism</h2>" in page
     assert "<th>threads=2, deterministic=off</th>" in page  # runs named by environment
     # the pair parts in its gradients at step 1 and its losses agree until step 3: rows whose
