@@ -19,7 +19,7 @@ from repro_check.report.model import Report, SavedPart
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run import control
 from repro_check.run.replay import check_runs, replay_line
-from repro_check.run.runner import Launcher, RunSpec
+from repro_check.run.runner import Launcher
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
 from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
 
@@ -48,12 +48,9 @@ def run_check(options: RunOptions, listener: Listener | None = None,
     jobs = shape.jobs(options.jobs, session)
     stop = comparison.settled_divergence if options.fail_fast else None
     specs = session.specs(jobs)
-    beside = control_beside(options, shape, specs, jobs, feed, session)
-    if beside is None:
-        outcome = session.run(feed, jobs, stop, specs=specs)
-    else:
-        outcome = session.run(beside, jobs + 1, stop, specs=[*specs, beside.spec])
-        outcome = dataclasses.replace(outcome, results=beside.others(outcome.results))
+    beside = control.beside(options, feed, specs, session.folder, options.runs,
+                            parallel=jobs >= 2 and shape.no_control("check") is None)
+    outcome = control.run_with(session, feed, beside, specs, jobs, stop)
     left = feed.saved.result(options.runs)  # the files the runs saved, their end state
     result = saved.merge(comparison.result(), left)
     parts = shape.parts(outcome.results, comparison, result)
@@ -71,17 +68,6 @@ def run_check(options: RunOptions, listener: Listener | None = None,
     checked, stopped = negative_control(options, session, shape, jobs, report, policy, beside)
     return dataclasses.replace(report, replay=replay, control=checked,
                                interrupted=report.interrupted or stopped)
-
-
-def control_beside(options: RunOptions, shape: RunShape, specs: list[RunSpec], jobs: int,
-                   feed: Listener, session: Session) -> control.Beside | None:
-    """The control run started with the runs (:class:`repro_check.run.control.Beside`), where
-    they go in parallel as processes of their own and no GPU is in sight (one more process
-    could run the runs out of its memory); None: it runs after them, if at all."""
-    if not options.control or jobs < 2 or not specs or shape.no_control("check") is not None \
-            or options.distributed is not None or control.gpu_visible():
-        return None
-    return control.Beside.start_with(feed, specs[0], session.folder, options.runs)
 
 
 def negative_control(options: RunOptions, session: Session, shape: RunShape, jobs: int,

@@ -23,7 +23,6 @@ from repro_check.report.text import visible
 from repro_check.run import control
 from repro_check.run.options import PLAIN, InternalSettings, RecordedSettings, RunOptions
 from repro_check.run.replay import replay_line
-from repro_check.run.runner import RunSpec
 from repro_check.trace.results import Listener, RunResult
 from repro_check.compare.feed import NullListener
 from repro_check.run.session import Session, failure
@@ -148,13 +147,10 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
     feed = GoldenFeed(comparison, stream, listener, scanned)
     stop = comparison.settled_divergence if options.fail_fast else None
     specs = session.specs(1)
-    beside = control_beside(options, specs, feed, session)
+    beside = control.beside(options, feed, specs, session.folder, 1,
+                            parallel=(os.cpu_count() or 1) >= 2)
     try:
-        if beside is None:
-            outcome = session.run(feed, 1, stop, specs=specs)
-        else:
-            outcome = session.run(beside, 2, stop, specs=[*specs, beside.spec])
-            outcome = dataclasses.replace(outcome, results=beside.others(outcome.results))
+        outcome = control.run_with(session, feed, beside, specs, 1, stop)
     finally:
         stream.close()
     run = dataclasses.replace(outcome.results[0], index=2) if outcome.results \
@@ -193,16 +189,6 @@ def verify_golden(options: RunOptions, golden: str | os.PathLike[str],
         extra=options.tolerances.to_args()))
 
 
-def control_beside(options: RunOptions, specs: list[RunSpec], feed: Listener,
-                   session: Session) -> control.Beside | None:
-    """The control run started with the run (:class:`repro_check.run.control.Beside`), where
-    this machine has a CPU for each and no GPU is in sight; None: it runs after it, if at all."""
-    if not options.control or not specs or options.distributed is not None \
-            or (os.cpu_count() or 1) < 2 or control.gpu_visible():
-        return None
-    return control.Beside.start_with(feed, specs[0], session.folder, 1)
-
-
 def golden_control(options: RunOptions, session: Session, golden: str, policy: Policy,
                    judged: dict[str, int], run: RunResult,
                    beside: control.Beside | None = None) -> tuple[ControlResult, bool]:
@@ -216,13 +202,14 @@ def golden_control(options: RunOptions, session: Session, golden: str, policy: P
     reference, name = golden, "golden"
     if any(judged.get(rule, 0) for rule in (TOLERANCE, BAND)) and run.trace_path is not None:
         reference, name = run.trace_path, "this run (the golden matched within tolerance)"
+    ref = control.reference_of(reference)
     if beside is not None:
-        found = beside.judged(control.reference_of(reference), policy, reference=name)
+        found = beside.judged(ref, policy, reference=name)
         if found is not None:
             return found, False
         beside.discard()  # it runs again, planting where this reference needs it
-    return control.run_control(session.specs(1)[0], control.reference_of(reference), policy,
-                               session.folder, runs=1, reference=name)
+    return control.run_control(session.specs(1)[0], ref, policy, session.folder, runs=1,
+                               reference=name)
 
 
 def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> str | None:

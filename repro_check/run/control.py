@@ -20,7 +20,7 @@ import dataclasses
 import glob
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,9 @@ from typing import Any
 from repro_check.compare.control import WINDOW, ControlJudge, ControlResult, skipped
 from repro_check.compare.steps import Policy
 from repro_check.errors import Interrupted, ReproCheckError
+from repro_check.run.options import RunOptions
 from repro_check.run.runner import RunSpec, run_all
-from repro_check.run.session import sigterm_as_interrupt
+from repro_check.run.session import Outcome, Session, sigterm_as_interrupt
 from repro_check.trace.format import TraceStream
 from repro_check.trace.protocol import ControlSettings, Record
 from repro_check.trace.results import Listener, RunResult
@@ -124,6 +125,27 @@ def gpu_visible() -> bool:
     if hidden is not None and hidden.strip() in ("", "-1"):
         return False
     return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
+
+
+def beside(options: RunOptions, feed: Listener, specs: Sequence[RunSpec], folder: str | Path,
+           runs: int, parallel: bool) -> Beside | None:
+    """The control run to start with ``runs`` runs (:class:`Beside`), where they go
+    ``parallel`` (a CPU free beside them, each a process of its own) and no GPU is in sight (one
+    more process could run the runs out of its memory); None: it runs after them, if at all."""
+    if not options.control or not parallel or not specs or options.distributed is not None \
+            or gpu_visible():
+        return None
+    return Beside.start_with(feed, specs[0], folder, runs)
+
+
+def run_with(session: Session, feed: Listener, beside: Beside | None, specs: list[RunSpec],
+             jobs: int, stop: Callable[[], bool] | None) -> Outcome:
+    """Run ``specs`` (``jobs`` at a time) through ``session``, and the control run ``beside``
+    them when there is one; the outcome holds the runs' results only."""
+    if beside is None:
+        return session.run(feed, jobs, stop, specs=specs)
+    outcome = session.run(beside, jobs + 1, stop, specs=[*specs, beside.spec])
+    return dataclasses.replace(outcome, results=beside.others(outcome.results))
 
 
 class Beside:
