@@ -450,8 +450,11 @@ def read_wandb(path: str) -> ScalarLog:
             continue
         history = record.history
         step = history.step.num if history.HasField("step") else n
-        for item in history.item:
-            name = item.key or "/".join(item.nested_key)
+        # by name within a record: W&B does not keep the order the keys were logged in (two
+        # runs of one script wrote them in either order), so the report's order would not hold
+        named = sorted(((item.key or "/".join(item.nested_key), item) for item in history.item),
+                       key=lambda pair: pair[0])
+        for name, item in named:
             if not name or name.startswith("_"):
                 continue
             try:
