@@ -66,8 +66,8 @@ class Workload:
     short_steps: int = 0
 
 
-def popen(argv: Sequence[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(list(argv), env=env(), cwd=tempfile.gettempdir(),
+def popen(argv: Sequence[str], extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(list(argv), env={**env(), **(extra or {})}, cwd=tempfile.gettempdir(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -205,6 +205,21 @@ def workload_rows(w: Workload, reps: int) -> list[Row]:
     rows.append(Row(w.name, "  without the control: --no-control / two bare in parallel", a, b,
                     None, w.steps, fixed_checked, w.short_steps))
     return rows
+
+
+def capture_parts(w: Workload, reps: int) -> list[tuple[str, list[float]]]:
+    """Where a captured step's time goes: ``reps`` captured runs (``record``), each timing the
+    capture's parts inside the run (``REPRO_CHECK_CAPTURE_COSTS``); each part's microseconds
+    per step, one value a run. Apart from the timed rows: the timers cost a little."""
+    per_part: dict[str, list[float]] = {}
+    for _ in range(reps):
+        folder = tempfile.mkdtemp(prefix="repro-check-bench-costs-")
+        path = os.path.join(folder, "costs.json")
+        finish(popen(record_cmd(w), {"REPRO_CHECK_CAPTURE_COSTS": path}))
+        data = json.loads(Path(path).read_text())
+        for name, part in data["parts"].items():
+            per_part.setdefault(name, []).append(part["seconds"] / max(data["steps"], 1) * 1e6)
+    return list(per_part.items())
 
 
 def fail_fast_rows(w: Workload, reps: int) -> list[Row]:
@@ -399,6 +414,14 @@ def main() -> int:
                   f"{(f'{per:.0f}' if per is not None else '-'):>8} {spread(r.a):>12} "
                   f"{spread(r.b):>12} {shown}", flush=True)
         rows += done
+        if w.target == SMALL:
+            print(f"\n{'capture, by part':<24} {'us/step':>8} {'spread':>12}  (timed inside "
+                  "captured runs of the workload; 'step record' holds parameters, rng states "
+                  "and most of emission)")
+            for name, us in capture_parts(w, ns.reps):
+                print(f"{name:<24} {statistics.median(us):>8.1f} "
+                      f"{f'{min(us):.1f}-{max(us):.1f}':>12}", flush=True)
+            print()
     if "long" in parts:
         small, large = parent_peak_kib(1_000), parent_peak_kib(20_000)
         memory_ok = large / small <= 1.10

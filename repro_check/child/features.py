@@ -61,6 +61,8 @@ class RunContext:
     checkpoints: Any = None
     saves: Any = None
     plant: Any = None
+    #: the capture's costs by part, kept when the run's environment asks (``observe.costs``)
+    costs: Any = None
     #: what features installed before the recorder call with it once it exists, in their order
     on_recorder: list[Callable[[Any], None]] = field(default_factory=list)
 

@@ -123,6 +123,7 @@ def _prepare(config: RunConfig, emit: Emitter, started: float) -> features.RunCo
     from repro_check.trace import environment  # noqa: F401
     from repro_check.child.seeding import components  # noqa: F401
     from repro_check.child.observe import watch  # noqa: F401
+    from repro_check.child.observe import costs
 
     def write_header(context: features.RunContext) -> None:
         """The trace header, saying what the seeding (installed before it) did."""
@@ -138,6 +139,10 @@ def _prepare(config: RunConfig, emit: Emitter, started: float) -> features.RunCo
     # clock, the flush before os._exit, the processes the target starts, the logging
     # libraries' metrics, an RL environment's calls and the negative control's plant
     context = features.RunContext(config, emit)
+    # before the parts it times are installed
+    context.costs = costs.from_environment(
+        config.run, config.control is not None,
+        os.environ.get("RANK") if config.distributed else None)
     features.install(context, run_features(), header=write_header)
     # What is loaded by now (torch and this package) lives as long as the process: the collector
     # need not walk it again. Its passes at interpreter exit otherwise take 0.4-0.8 s, longer
@@ -193,6 +198,8 @@ def _report_end(context: features.RunContext, status: str, started: float) -> No
     if status == "stopped" and recorder.metrics:  # recorded before the cut: not final
         info["held_metrics"] = list(recorder.metrics)[:5]
     emit({"info": info})
+    if context.costs is not None:
+        context.costs.write(recorder.step)
 
 
 def _header(config: RunConfig, target: Any, done: dict[str, Any],
