@@ -23,6 +23,10 @@ def how_it_failed(r: RunResult) -> str:
         return "timed out"
     if r.error and r.error.get("kind") == "raised":
         return f"raised {r.error.get('type')}"
+    if r.error and r.error.get("kind") == "exit":  # sys.exit(N): N, not the run's own status
+        message = str(r.error.get("message") or "")
+        if message.startswith("the target called "):
+            return message.removeprefix("the target ")
     if r.status == "unresolved":
         return "could not resolve the target"
     return f"exited with status {r.returncode}"

@@ -139,3 +139,15 @@ def test_a_sys_exit_shows_what_the_script_said_not_the_traceback_of_its_system_e
     assert shown == said.rstrip()
     quiet = failure_output(RunResult(3, status="failed", error=error, output_tail=tb))
     assert quiet == tb.rstrip()
+
+
+def test_a_run_that_called_sys_exit_is_said_to_have_done_so_not_by_the_runs_own_status() -> None:
+    """The run's process ends with a status of repro-check's own when the target calls
+    sys.exit(N); how it failed is the target's N."""
+    from repro_check.report.failedpart import how_it_failed
+    from repro_check.run.runner import RunResult
+
+    error = {"kind": "exit", "message": "the target called sys.exit(2)", "traceback": ""}
+    assert how_it_failed(RunResult(1, status="failed", returncode=98, error=error)) == \
+        "called sys.exit(2)"
+    assert how_it_failed(RunResult(1, status="failed", returncode=3)) == "exited with status 3"
