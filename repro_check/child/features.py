@@ -32,11 +32,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from repro_check.child import patches
 from repro_check.child.seeding import clock, overrides
 from repro_check.trace.protocol import RunConfig
+
+if TYPE_CHECKING:
+    from repro_check.child.observe.costs import Costs
 
 #: how a feature writes a trace line
 Emit = Callable[[dict[str, Any]], None]
@@ -62,7 +65,7 @@ class RunContext:
     saves: Any = None
     plant: Any = None
     #: the capture's costs by part, kept when the run's environment asks (``observe.costs``)
-    costs: Any = None
+    costs: Costs | None = None
     #: what features installed before the recorder call with it once it exists, in their order
     on_recorder: list[Callable[[Any], None]] = field(default_factory=list)
 

@@ -4,8 +4,8 @@ The bench compares whole runs, captured and bare; this says where the difference
 ``REPRO_CHECK_CAPTURE_COSTS=FILE`` in its environment, a run times each part of the capture that
 it calls every step (the function that does it, wrapped once before the capture is installed)
 and writes, as it ends, ``{"parts": {name: {"calls": n, "seconds": s}}, "steps": N}`` to FILE
-as JSON (atomically; the other runs of a check beside it, see :func:`path_of`). The timer's own cost (two clock reads a call, well under a microsecond) is
-counted in its part. Without the variable nothing is wrapped and a run pays nothing.
+as JSON (atomically; the other runs of a check write beside it, see :func:`path_of`). The
+timer's own cost (two clock reads a call, well under a microsecond) is counted in its part. Without the variable nothing is wrapped and a run pays nothing.
 
 Parts may hold others: ``step record`` (what runs after the optimizer's step) holds
 ``parameters``, ``rng states`` and most of ``emission``.
@@ -20,6 +20,9 @@ import os
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from repro_check.errors import ReproCheckError
+from repro_check.trace.atomic import write_text_atomic
 
 #: the variable naming the file the costs go to
 COSTS_VAR = "REPRO_CHECK_CAPTURE_COSTS"
@@ -83,16 +86,10 @@ class Costs:
         """The totals to the file, written whole or not at all."""
         data = {"steps": steps, "parts": {name: {"calls": int(calls), "seconds": seconds}
                                           for name, (calls, seconds) in self.totals.items()}}
-        tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, self.path)
-        except OSError:  # a measurement aid: never fail the run over it
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            write_text_atomic(self.path, json.dumps(data))
+        except (OSError, ReproCheckError):  # a measurement aid: never fail the run over it
+            pass
 
 
 def path_of(path: str, run: int, control: bool, rank: str | None) -> str:
