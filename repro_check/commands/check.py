@@ -90,13 +90,8 @@ def negative_control(options: RunOptions, session: Session, shape: RunShape, job
     cmp = report.comparison
     ref = control.reference_of(first.trace_path, total=first.steps,
                                metrics=cmp.metrics_of(1) if cmp is not None else None)
-    if beside is not None:
-        judged = beside.judged(ref, policy)
-        if judged is not None:
-            return judged, False
-        beside.discard()  # it runs again, planting where this reference needs it
     return control.run_control(session.specs(jobs)[0], ref, policy, session.folder,
-                               runs=options.runs)
+                               runs=options.runs, beside=beside)
 
 
 def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonResult | None,

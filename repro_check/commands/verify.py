@@ -203,13 +203,8 @@ def golden_control(options: RunOptions, session: Session, golden: str, policy: P
     if any(judged.get(rule, 0) for rule in (TOLERANCE, BAND)) and run.trace_path is not None:
         reference, name = run.trace_path, "this run (the golden matched within tolerance)"
     ref = control.reference_of(reference)
-    if beside is not None:
-        found = beside.judged(ref, policy, reference=name)
-        if found is not None:
-            return found, False
-        beside.discard()  # it runs again, planting where this reference needs it
     return control.run_control(session.specs(1)[0], ref, policy, session.folder, runs=1,
-                               reference=name)
+                               reference=name, beside=beside)
 
 
 def _not_compared(options: RunOptions, golden: TraceStream, run: RunResult) -> str | None:

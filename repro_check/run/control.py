@@ -84,9 +84,17 @@ def settings_for(ref: Reference, policy: Policy) -> ControlSettings:
 
 
 def run_control(base: RunSpec, ref: Reference, policy: Policy, folder: str | Path, *,
-                runs: int, reference: str = "run 1") -> tuple[ControlResult, bool]:
+                runs: int, reference: str = "run 1",
+                beside: Beside | None = None) -> tuple[ControlResult, bool]:
     """Run the control (run number ``runs + 1``, from run 1's ``base`` spec) against ``ref``;
-    returns its result and whether Ctrl-C or SIGTERM stopped it (the check is interrupted)."""
+    returns its result and whether Ctrl-C or SIGTERM stopped it (the check is interrupted).
+    The control run started ``beside`` the runs is judged instead when it can be; when it
+    cannot, it is thrown away and the control runs now, planting where ``ref`` needs it."""
+    if beside is not None:
+        found = beside.judged(ref, policy, reference=reference)
+        if found is not None:
+            return found, False
+        beside.discard()
     settings = settings_for(ref, policy)
     spec = control_spec(base, settings, folder, runs)
     judge = ControlJudge(ref.steps, ref.total, ref.metrics, policy, reference=reference,
