@@ -11,7 +11,9 @@ Like with like: a bare run is the same target under the same seeding and thread 
 fresh interpreter, with the same exit path as a captured run (what is loaded before the target
 starts is frozen out of the garbage collector's reach, ``gc.freeze``, and one collection runs at
 exit, as in a run of repro-check). "one captured run" is ``record`` (a check needs two runs); the
-floor of a two-run check is two bare runs started together, on this machine's cores.
+floor of a two-run check is two bare runs started together, on this machine's cores. The floor of
+any capture that finds the first divergent step exactly is a bare run that reads, every step,
+each byte that can differ there and nothing more (``--read-state``, :func:`read_every_step`).
 
 Then the long and wide jobs, simulated (traces written by a generator, no training): ``diff`` of
 two traces of 100,000 and 1,000,000 steps, and the parent's torchrun comparison (per rank and
@@ -101,15 +103,82 @@ def record_cmd(w: Workload, target_args: Sequence[str] = ()) -> list[str]:
             os.path.join(trace_dir, "golden.json"), "--", *w.args, *target_args]
 
 
-def bare_cmd(w: Workload, target_args: Sequence[str] = (), stop_at: int = 0) -> list[str]:
-    return [sys.executable, __file__, "--bare", w.target, "--stop-at", str(stop_at), "--",
-            *w.args, *target_args]
+def bare_cmd(w: Workload, target_args: Sequence[str] = (), stop_at: int = 0,
+             read_state: bool = False) -> list[str]:
+    return [sys.executable, __file__, "--bare", w.target, "--stop-at", str(stop_at),
+            *(["--read-state"] if read_state else []), "--", *w.args, *target_args]
 
 
-def bare(target_text: str, stop_at: int, args: list[str]) -> None:
+def read_every_step() -> Callable[[], int]:
+    """The floor of a capture that finds the first divergent step exactly: every step, read each
+    byte that can differ there, and nothing more. The batch (as the DataLoader yields it), the
+    loss, every gradient and the optimizer's state before its step, every parameter after it,
+    each tensor through one xxh3 call on its memory: no records, no names, no emission, no RNG
+    states. What a bare run costs with this added is what no exact per-step capture on this
+    machine can go below. Returns what takes it all out again, which says how many tensors were
+    read."""
+    import torch
+    import xxhash
+    from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                       register_optimizer_step_pre_hook)
+    from torch.utils.data import dataloader
+
+    digest = xxhash.xxh3_128_intdigest
+    sink = [0, 0]  # the digests xor-ed (so that none is thrown away unread), how many
+
+    def read(t: torch.Tensor) -> None:
+        sink[0] ^= digest(t.detach().numpy())
+        sink[1] += 1
+
+    def before(opt: torch.optim.Optimizer, *_: object) -> None:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    read(p.grad)
+                for value in opt.state.get(p, {}).values():
+                    if isinstance(value, torch.Tensor):
+                        read(value)
+
+    def after(opt: torch.optim.Optimizer, *_: object) -> None:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                read(p)
+
+    hooks = [register_optimizer_step_pre_hook(before), register_optimizer_step_post_hook(after)]
+    iterator = dataloader._BaseDataLoaderIter
+    next_batch = iterator.__next__
+
+    def batch(self: dataloader._BaseDataLoaderIter) -> object:
+        got = next_batch(self)
+        for t in got if isinstance(got, (list, tuple)) else (got,):
+            if isinstance(t, torch.Tensor):
+                read(t)
+        return got
+
+    backward = torch.Tensor.backward
+
+    def loss_then_backward(self: torch.Tensor, *args: object, **kwargs: object) -> None:
+        read(self)
+        backward(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    iterator.__next__ = batch  # type: ignore[method-assign]
+    torch.Tensor.backward = loss_then_backward  # type: ignore[method-assign]
+
+    def undo() -> int:
+        for h in hooks:
+            h.remove()
+        iterator.__next__ = next_batch  # type: ignore[method-assign]
+        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        return sink[1]
+
+    return undo
+
+
+def bare(target_text: str, stop_at: int, args: list[str], read_state: bool = False) -> None:
     """One seeded run of the target without capture, one thread, exiting as a captured run
     does (re-executes itself with the seeded environment). ``stop_at``: leave at once after that
-    optimizer step (the earliest a divergence there can be seen)."""
+    optimizer step (the earliest a divergence there can be seen). ``read_state``: read every
+    step's bytes as an exact capture must (:func:`read_every_step`)."""
     from repro_check import targets
     from repro_check.child.seeding import components as seeding
     from repro_check.trace import seeding as plan
@@ -118,7 +187,8 @@ def bare(target_text: str, stop_at: int, args: list[str]) -> None:
         e = plan.child_environment(env(), SEED, plan.COMPONENTS, 1)
         e["_BENCH_BARE"] = "1"
         os.execve(sys.executable, [sys.executable, __file__, "--bare", target_text, "--stop-at",
-                                   str(stop_at), "--", *args], e)
+                                   str(stop_at), *(["--read-state"] if read_state else []),
+                                   "--", *args], e)
     import atexit
     import contextlib
     import gc
@@ -136,6 +206,8 @@ def bare(target_text: str, stop_at: int, args: list[str]) -> None:
                 os._exit(0)
 
         register_optimizer_step_post_hook(leave)
+    if read_state:
+        read_every_step()
     gc.freeze()  # as a captured run does before its target starts
     atexit.register(gc.collect)
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
@@ -195,6 +267,10 @@ def workload_rows(w: Workload, reps: int) -> list[Row]:
     a, b = side_by_side(reps, lambda: timed(record_cmd(w)), lambda: timed(bare_cmd(w)))
     rows.append(Row(w.name, "one captured run (record) / one bare run", a, b, 1.05, w.steps,
                     fixed, w.short_steps))
+    a, b = side_by_side(reps, lambda: timed(bare_cmd(w, read_state=True)),
+                        lambda: timed(bare_cmd(w)))
+    rows.append(Row(w.name, "  floor: bare reading each step's bytes / bare", a, b, None,
+                    w.steps))
     a, b = side_by_side(reps, lambda: timed(check_cmd(w)),
                         lambda: timed(bare_cmd(w), bare_cmd(w)))
     rows.append(Row(w.name, "two-run check / two bare runs in parallel", a, b, 1.05, w.steps))
@@ -381,12 +457,13 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--bare", default=None, help=argparse.SUPPRESS)
     p.add_argument("--stop-at", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--read-state", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--only", choices=["small", "mnist", "long"], action="append",
                    help="run only these parts (default: all)")
     p.add_argument("--json", default=None, help="also write the results here")
     ns, rest = p.parse_known_args()
     if ns.bare is not None:
-        bare(ns.bare, ns.stop_at, [a for a in rest if a != "--"])
+        bare(ns.bare, ns.stop_at, [a for a in rest if a != "--"], ns.read_state)
         return 0
     parts = set(ns.only or ["small", "mnist", "long"])
     data = data_args()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from repro_check.child.observe import capture, origin
+from repro_check.child.observe import capture, checkpoint, origin
 
 from ...conftest import FIXTURES, CliResult, run_cli
 
@@ -51,27 +51,33 @@ CASES: list[tuple[str, str, str, int, int, str]] = [
     ("by_hand", "optimizer_unstepped", "optimizer_unstepped_planted", 5, 4, "updated"),
     # no gradient and no optimizer: parameters changed in place in @torch.no_grad() functions
     ("no_grad_only", "main", "planted", 5, 3, "updated"),
+    # one gradient a subnormal instead of 0, rounded away by Adam: only the gradients differ
+    ("absorbed", "main", "planted", 5, 3, "grads"),
 ]
 
 
 @contextmanager
-def recording() -> Iterator[list[dict[str, Any]]]:
-    """A Recorder installed in this process, with the model sites a run notes."""
+def recording(optimizer_signals: bool = False) -> Iterator[list[dict[str, Any]]]:
+    """A Recorder installed in this process, with the model sites a run notes; with
+    ``optimizer_signals``, the optimizer's signals of a step too (``lr``, ``opt``)."""
     events: list[dict[str, Any]] = []
     origin.SITES.install()
     rec = capture.Recorder(events.append).install()
+    optimizer = checkpoint.Checkpoints(rec, events.append, None).install() if optimizer_signals else None
     try:
         yield events
     finally:
+        if optimizer is not None:
+            optimizer.uninstall()
         rec.uninstall()
         origin.SITES.uninstall()
 
 
-def record(script: str, function: str) -> list[dict[str, Any]]:
+def record(script: str, function: str, optimizer_signals: bool = False) -> list[dict[str, Any]]:
     """The steps of ``fixtures/styles/SCRIPT.py:FUNCTION`` run in this process, the script
     imported afresh under the recorder (as a run imports it: after the hooks are in), without
     the RNG signals (this process's global streams are the tests', not a fresh run's)."""
-    with recording() as events:
+    with recording(optimizer_signals) as events:
         spec = importlib.util.spec_from_file_location(f"styles_{next(_NAMES)}",
                                                       STYLES / f"{script}.py")
         assert spec is not None and spec.loader is not None
@@ -115,6 +121,18 @@ def test_every_training_style_has_steps_and_its_planted_difference_is_seen_where
     assert ("grads" in a[0]) is (script != "no_grad_only")
     # the parameters going into step 1, except in steps kept aside until the run ends
     assert ("init" in a[0]) is (script != "no_grad_only" and twin != "optimizer_unstepped")
+
+
+def test_a_gradient_rounded_away_by_the_optimizer_is_seen_in_the_gradients_alone() -> None:
+    """Why every step's record keeps the gradients: with one gradient different at step 3 and
+    rounded away by Adam, every other signal of every step (loss, optimizer state and lr,
+    parameters) is the same bits in both runs. A record without the gradients would call these
+    runs reproducible; a record of the parameters alone cannot stand in for them."""
+    a, other = (record("absorbed", name, optimizer_signals=True) for name in ("main", "planted"))
+    assert {"loss", "grads", "opt", "lr", "params"} <= set(a[1])
+    differing = [(step, name) for step, (x, y) in enumerate(zip(a, other), 1)
+                 for name in dict.fromkeys([*x, *y]) if x.get(name) != y.get(name)]
+    assert differing == [(3, "grads")]
 
 
 def test_a_step_without_an_optimizer_records_the_tensors_trained_after_the_update(
