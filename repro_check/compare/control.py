@@ -14,15 +14,16 @@ is the feed the control run's records go to (:mod:`repro_check.run.control` runs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from repro_check.compare.saved import SavedComparison
 from repro_check.compare.steps import Policy, first_difference
 from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.payloads import ControlNote, JsonValue
-from repro_check.trace.protocol import (ControlInfo, InfoRecord, MetricsRecord, Record,
-                                        StepRecord, typed_info)
+from repro_check.trace.protocol import (SAVED_FILE, ControlInfo, InfoRecord, MetricsRecord,
+                                        Record, SavedRecord, StepRecord, typed_info)
 from repro_check.trace.results import Listener, RunResult
 
 #: ``seen``: the planted change showed (the verdict stands); ``not seen``: it did not (the
@@ -90,7 +91,8 @@ class ControlResult(JsonRecord):
             return f"negative control: not run ({self.detail})"
         what = self.planted.text if self.planted is not None else "nothing"
         if self.status == "seen":
-            where = f"step {self.seen_step}" if self.seen_step else "the final metrics"
+            where = f"step {self.seen_step}" if self.seen_step else seen_after_the_end(
+                self.seen_signal or "")
             if self.planted is not None and self.planted.where == "resume":
                 return (f"negative control: {what} was seen to differ from the {self.reference} "
                         f"at {where} ({self.seen_signal})")
@@ -101,8 +103,32 @@ class ControlResult(JsonRecord):
     JSON_PROPERTIES = ("summary",)
 
 
+def seen_after_the_end(signal: str) -> str:
+    """Where a change seen once the control run ended showed: the final metrics, or what the
+    run left (its modules' state at the end, a file it saved)."""
+    if signal.startswith("state:"):
+        return "the end, in the modules' state"
+    if signal.startswith("saved:"):
+        return "the end, in a saved file"
+    return "the final metrics"
+
+
 def skipped(why: str, reference: str = "run 1") -> ControlResult:
     return ControlResult("skipped", reference=reference, detail=why)
+
+
+#: the saved files of a run the control compares (its end state is always compared): a run
+#: that ends within the window is short, and the files it saves are compared one by one
+KEPT_SAVES = 64
+
+
+def keep_save(kept: list[SavedRecord], record: SavedRecord) -> None:
+    """Add ``record`` (a save of the run's main process) to ``kept``, up to :data:`KEPT_SAVES`
+    files; the modules' state at the end always."""
+    if record.proc is not None:
+        return
+    if record.kind != SAVED_FILE or sum(r.kind == SAVED_FILE for r in kept) < KEPT_SAVES:
+        kept.append(record)
 
 
 #: the steps after the plant within which the change must show: the next one, or the one after
@@ -120,10 +146,14 @@ class ControlJudge:
     def __init__(self, reference_steps: Mapping[int, Mapping[str, Any]], reference_total: int,
                  reference_metrics: Mapping[str, Any], policy: Policy, *,
                  reference: str = "run 1", plant_step: int = 1,
-                 listener: Listener | None = None) -> None:
+                 listener: Listener | None = None,
+                 reference_saved: Sequence[SavedRecord] = ()) -> None:
         self.ref_steps = reference_steps
         self.ref_total = reference_total
         self.ref_metrics = dict(reference_metrics)
+        #: what the reference left (:func:`keep_save`), compared when the control run ends
+        #: within the window
+        self.ref_saved = tuple(reference_saved)
         #: exact bits, in the signals the check compares
         self.exact = Policy(signals=policy.signals, always_metrics=policy.always_metrics)
         self.skips_metric = policy.skips_metric
@@ -137,6 +167,7 @@ class ControlJudge:
         self.seen: tuple[int | None, str] | None = None
         self.not_seen: str | None = None
         self.metrics: dict[str, Any] = {}
+        self.saved: list[SavedRecord] = []
         self.steps = 0
 
     # ---- the feed (run_started, event, run_finished) -------------------------------------
@@ -153,6 +184,8 @@ class ControlJudge:
             self._step(event.step, event.signals)
         elif isinstance(event, MetricsRecord) and event.proc is None:
             self.metrics.update(event.metrics)
+        elif isinstance(event, SavedRecord):
+            keep_save(self.saved, event)
 
     def run_finished(self, result: RunResult) -> None:
         if self.settled():
@@ -169,8 +202,11 @@ class ControlJudge:
         if ended_early and result.steps < self.ref_total:
             self.seen = (result.steps + 1, "steps")
             return
-        if ended_early:  # the runs end here: the final metrics are what is left to see it in
-            diff = self._metric_difference()
+        if ended_early:  # the runs end here: the final metrics show it, or what a run that
+            # trained left (a change planted before any step, in an evaluation, is in the
+            # weights it planted: the metrics alone say whether it can be seen)
+            diff = self._metric_difference() or (
+                self._saved_difference() if self.plant_step > 0 else None)
             if diff is not None:
                 self.seen = (None, diff)
             elif self.plant_step == 0:
@@ -215,6 +251,19 @@ class ControlJudge:
                 return f"metric:{name}"
         return None
 
+    def _saved_difference(self) -> str | None:
+        """The signal of the first difference between what the reference left and what the
+        control run left (its saved files in order, then its modules' state at the end)."""
+        if not self.ref_saved:
+            return None
+        pairs = SavedComparison()
+        for index, records in ((1, self.ref_saved), (2, self.saved)):
+            for record in records:
+                pairs.add(index, 0, record)
+            pairs.end(index, complete=True)
+        found = pairs.result(2).divergences
+        return found[0].signal if found else None
+
     def _compared(self) -> str:
         signals = self.exact.signals
         return "every signal" if signals is None else "the signals " + ", ".join(sorted(signals))
@@ -240,6 +289,9 @@ class ControlJudge:
             tail = "no final metric is compared"
         else:
             tail = f"the final metric{'s' if len(names) > 1 else ''} {shown} did not change"
+        if self.ref_saved and self.plant_step > 0:
+            tensors = sum(r.count for r in self.ref_saved)
+            tail += f", nor did what the run left ({tensors} saved tensor{'s' * (tensors != 1)})"
         if ended is not None:
             return (f"a 1-ulp change planted in {self._what()} did not show: the runs end at "
                     f"step {ended}, and {tail}")

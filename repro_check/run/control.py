@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro_check.compare.control import WINDOW, ControlJudge, ControlResult, skipped
+from repro_check.compare.control import WINDOW, ControlJudge, ControlResult, keep_save, skipped
 from repro_check.compare.steps import Policy
 from repro_check.errors import Interrupted, ReproCheckError
 from repro_check.run.options import RunOptions
 from repro_check.run.runner import RunSpec, run_all
 from repro_check.run.session import Outcome, Session, sigterm_as_interrupt
-from repro_check.trace.format import TraceStream
-from repro_check.trace.protocol import ControlSettings, Record
+from repro_check.trace.format import TraceStream, iter_records
+from repro_check.trace.protocol import ControlSettings, Record, SavedRecord
 from repro_check.trace.results import Listener, RunResult
 
 #: the step a control run's change follows (it goes on to the steps of
@@ -52,6 +52,9 @@ class Reference:
     steps: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     total: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: what it left (saved files, its modules' state at the end), kept where the control run
+    #: may end within its window: a reference of at most ``upto`` steps
+    saved: list[SavedRecord] = field(default_factory=list)
 
 
 def reference_of(trace: str | Path, upto: int = PLANT_STEP + WINDOW, *, total: int | None = None,
@@ -71,6 +74,14 @@ def reference_of(trace: str | Path, upto: int = PLANT_STEP + WINDOW, *, total: i
         ref.metrics = dict(stream.metrics if metrics is None else metrics)
     finally:
         stream.close()
+    if ref.total <= upto:  # the control run may end where the reference does: what it left too
+        records = iter_records(trace, require_end=False)
+        try:
+            for record in records:
+                if isinstance(record, SavedRecord):
+                    keep_save(ref.saved, record)
+        finally:
+            records.close()
     return ref
 
 
@@ -98,7 +109,7 @@ def run_control(base: RunSpec, ref: Reference, policy: Policy, folder: str | Pat
     settings = settings_for(ref, policy)
     spec = control_spec(base, settings, folder, runs)
     judge = ControlJudge(ref.steps, ref.total, ref.metrics, policy, reference=reference,
-                         plant_step=settings.step)
+                         plant_step=settings.step, reference_saved=ref.saved)
     started = time.monotonic()
     try:
         with sigterm_as_interrupt():
@@ -206,7 +217,7 @@ class Beside:
         if ref.total < 1 or self.result is None or self.result.status == "cancelled":
             return None
         judge = ControlJudge(ref.steps, ref.total, ref.metrics, policy, reference=reference,
-                             plant_step=PLANT_STEP)
+                             plant_step=PLANT_STEP, reference_saved=ref.saved)
         judge.run_started(self.index)
         for record in self.records:
             judge.event(self.index, record)

@@ -6,7 +6,7 @@ from typing import Any
 
 from repro_check.compare.control import ControlJudge, ControlResult, Planted
 from repro_check.compare.steps import Policy
-from repro_check.trace.protocol import InfoRecord, MetricsRecord, StepRecord
+from repro_check.trace.protocol import InfoRecord, MetricsRecord, SavedRecord, StepRecord
 from repro_check.trace.values import Tolerance
 from repro_check.trace.results import RunResult
 
@@ -90,6 +90,38 @@ def test_runs_that_end_at_the_plant_are_judged_on_their_final_metrics() -> None:
     assert blind.status == "not seen"
     assert "the runs end at step 1, and the final metric mse did not change" in (blind.detail
                                                                                  or "")
+
+
+def saved(kind: str, digest: str, path: str | None = None, order: int = 0) -> SavedRecord:
+    body: dict[str, Any] = {"kind": kind, "order": order, "saver": "torch.save", "path": path,
+                            "step": 1, "tensors": [["fc.weight", "float32", [2, 2], digest]]}
+    return SavedRecord.of({"info": {"saved": body}}, body)
+
+
+def test_runs_that_end_at_the_plant_are_judged_on_what_they_left_too() -> None:
+    """A one-step run whose metric rounds the change away (a printed accuracy): the modules'
+    state at the end, or a saved file, still shows it."""
+    def one_step(reference: list[SavedRecord], left: list[SavedRecord]) -> ControlResult:
+        j = ControlJudge({1: sig(1.0, "a")}, 1, {"acc": 0.5}, Policy(),
+                         reference_saved=reference)
+        return feed(j, step(1, sig(1.0, "a")), *left,
+                    MetricsRecord({"metrics": {"acc": 0.5}}, {"acc": 0.5}),
+                    end=RunResult(3, status="completed", steps=1))
+
+    state = one_step([saved("state", "d1")], [saved("state", "d2")])
+    assert (state.status, state.seen_step, state.seen_signal) == (
+        "seen", None, "state:fc.weight")
+    assert "was seen at the end, in the modules' state (state:fc.weight)" in state.summary
+    file = one_step([saved("file", "d1", "m.pt"), saved("state", "s")],
+                    [saved("file", "d2", "m.pt"), saved("state", "s")])
+    assert (file.status, file.seen_signal) == ("seen", "saved:m.pt:fc.weight")
+    assert "at the end, in a saved file" in file.summary
+    blind = one_step([saved("state", "d1")], [saved("state", "d1")])
+    assert blind.status == "not seen"
+    assert ("the final metric acc did not change, nor did what the run left (1 saved tensor)"
+            in (blind.detail or ""))
+    # without what the reference left, the metrics are all there is to see it in
+    assert one_step([], [saved("state", "d2")]).status == "not seen"
 
 
 def test_with_no_step_the_final_metrics_must_show_it() -> None:

@@ -179,6 +179,25 @@ def test_a_rounded_metric_and_no_step_is_unverified(evaluations: Evaluations) ->
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["main", "saves"])
+def test_a_run_of_one_step_with_a_rounded_metric_sees_the_control_in_what_it_left(
+        name: str, tmp: Path) -> None:
+    """fixtures/control/one_step.py: no step 2, an accuracy the change cannot move; the model at
+    the end (or the file it saved) shows it, as it would any difference from step 1 on."""
+    r = run_cli(f"control/one_step.py:{name}", tmp=tmp / f"one-step-{name}")
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.report is not None and r.report["verdict"] == "reproducible"
+    assert r.report["steps"] == [1, 1]
+    ctl = r.report["control"]
+    assert (ctl["status"], ctl["seen_step"]) == ("seen", None)
+    assert ctl["planted"]["step"] == 1 and ctl["planted"]["where"] == "step"
+    assert ctl["seen_signal"].startswith("state:" if name == "main" else "saved:one_step.pt:")
+    place = "the modules' state" if name == "main" else "a saved file"
+    assert f"after step 1 was seen at the end, in {place} ({ctl['seen_signal']})" in flat(
+        r.stdout)
+
+
+@pytest.mark.slow
 def test_its_exact_twin_sees_the_control_in_the_final_metric(
         evaluations: Evaluations) -> None:
     r = evaluations["exact"]
