@@ -8,7 +8,8 @@ a line each time).
 
 The default rule picks ``NAME: number``, ``NAME = number``, ``NAME number`` and a fraction
 ``NAME: 9876/10000`` (0.9876) for common metric names (:data:`BASES`, each optionally after one
-of :data:`PREFIXES`: ``Average loss``, ``val_acc``, ``test ppl``), case-insensitive, a quote or
+of :data:`PREFIXES`: ``Average loss``, ``val_acc``, ``test ppl``; ``error`` only after one:
+``test error``), case-insensitive, a quote or
 ``tensor(`` allowed around the number. ``--metric NAME=REGEX`` adds a rule of its own: the
 regex's named group ``value`` (else its first group) is the number, searched in every line (in a
 process of its own during a run, :mod:`repro_check.compare.scanproc`, so that a regex that never
@@ -39,7 +40,10 @@ DTYPE = "printed"
 #: metric names the default rule picks (longest first, so ``accuracy`` wins over ``acc``)
 BASES = ("accuracy", "accurecy", "acc@1", "acc@5", "acc", "top-1", "top1", "top-5", "top5",
          "loss", "nll", "perplexity", "ppl", "f1", "bleu", "rouge", "auc", "precision",
-         "recall", "mse", "mae", "rmse", "miou", "iou", "map", "wer", "cer")
+         "recall", "mse", "mae", "rmse", "miou", "iou", "map", "wer", "cer", "error")
+#: base names picked only after a prefix: ``test error: 0.08``, ``top-1 error 23.9``, not a log
+#: line's ``error 404``
+PREFIX_NEEDED = frozenset({"error"})
 #: words a default name may start with: ``test loss``, ``val_acc``, ``Average loss``
 PREFIXES = ("training", "train", "validation", "valid", "val", "test", "eval", "average",
             "avg", "mean", "final", "best", "top-1", "top1", "top-5", "top5")
@@ -77,7 +81,7 @@ _NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
 #: cheap test for a chunk of output the default rule cannot match: none of these substrings
 KEYWORDS = tuple(sorted({w.encode() for w in (
     "acc", "top", "loss", "nll", "perplexity", "ppl", "f1", "bleu", "rouge", "auc",
-    "precision", "recall", "mse", "mae", "iou", "map", "wer", "cer")}))
+    "precision", "recall", "mse", "mae", "iou", "map", "wer", "cer", "error")}))
 #: longest line scanned whole; a longer one is scanned in pieces that overlap by OVERLAP bytes
 MAX_LINE = 64 * 1024
 OVERLAP = 256
@@ -271,6 +275,8 @@ class Scanner:
                 if data[start - 1] in _WORD:
                     continue
             base = m.group("base").decode()
+            if prefix is None and base in PREFIX_NEEDED:
+                continue
             name = f"{prefix}_{base}" if prefix else base
             if name not in self.custom:
                 self._keep(name, data[m.start("value"):m.end("value")].decode())

@@ -84,6 +84,15 @@ def test_the_examples_prints_are_picked() -> None:
     assert found["printed:val_acc"]["value"] == "nan" and found["printed:top1_acc"]["value"] == 3
 
 
+def test_an_error_rate_is_picked_after_a_prefix_only() -> None:
+    """``test error: 0.08`` (pytorch/examples' forward-forward MNIST) is a metric; a log line's
+    ``error 404`` or ``RuntimeError: 3`` is not."""
+    found = scan("train error: 0.0712\n", "Top-1 error 23.9\n", "HTTP error 404\n",
+                 "RuntimeError: 3 workers died\n", "error: 1 file left\n", "test error: 0.08\n")
+    assert texts(found) == {"printed:train_error": "0.0712", "printed:top-1_error": "23.9",
+                            "printed:test_error": "0.08"}
+
+
 def test_a_value_without_a_digit() -> None:
     assert texts(scan("loss: nan\n", "ACC: Inf\n")) == {"printed:loss": "nan", "printed:acc": "Inf"}
 

@@ -218,6 +218,35 @@ class ModelSites:
                               "where": where, "order": order})
         return sorted(found, key=lambda m: m["order"])
 
+    def named_roots(self, also: Iterable[Any] = ()) -> list[tuple[str, Any]]:
+        """The top-level modules holding a tensor (a parameter or a buffer), of those built
+        under this watch and ``also`` (modules kept alive elsewhere), in build order: each named
+        as the line that built it assigns it (``ema = copy.deepcopy(model)``: ``ema``), else by
+        its class; a name taken before gets ``#k`` (``self.layers``, ``self.layers#2``). One
+        naming for every part of a run that names a model's tensors (the modules' state at the
+        end, the negative control's planted tensor), so that they name the same tensor alike."""
+        modules = {id(m): m for m in [*also, *list(self.sites.keys())]}
+        inner: set[int] = set()
+        for m in modules.values():
+            try:
+                inner.update(id(c) for c in m.children())
+            except Exception:  # noqa: BLE001 - a module in an unusual state
+                continue
+        tops = [m for k, m in modules.items() if k not in inner]
+        tops.sort(key=lambda m: self.sites.get(m, (None, 0))[1])
+        named: list[tuple[str, Any]] = []
+        taken: dict[str, int] = {}
+        for m in tops:
+            try:
+                if not any(True for _ in itertools.chain(m.parameters(), m.buffers())):
+                    continue
+            except Exception:  # noqa: BLE001 - a module in an unusual state
+                continue
+            name = assigned_name(self.site(m)) or type(m).__name__
+            taken[name] = taken.get(name, 0) + 1
+            named.append((name if taken[name] == 1 else f"{name}#{taken[name]}", m))
+        return named
+
 
 #: the sites of this process (installed by the run entry)
 SITES = ModelSites()

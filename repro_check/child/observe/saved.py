@@ -514,31 +514,9 @@ class ModuleState:
         self.known = len(sites)
 
     def roots(self) -> list[tuple[str, Any]]:
-        """The top-level modules with tensors, in build order, each named as the line that made
-        it assigns it (``ema = copy.deepcopy(model)``: ``ema``), else by its class."""
-        sites = origin.SITES.sites
-        modules = {id(m): m for m in [*self.held, *list(sites.keys())]}
-        inner: set[int] = set()
-        for m in modules.values():
-            try:
-                inner.update(id(c) for c in m.children())
-            except Exception:  # noqa: BLE001 - a module in an unusual state
-                continue
-        tops = [m for k, m in modules.items() if k not in inner]
-        tops.sort(key=lambda m: sites.get(m, (None, 0))[1])
-        named: list[tuple[str, Any]] = []
-        taken: dict[str, int] = {}
-        for m in tops:
-            try:
-                if not any(True for _ in _module_tensors(m, "")):
-                    continue
-            except Exception:  # noqa: BLE001 - a module in an unusual state
-                continue
-            found = sites.get(m)
-            name = origin.assigned_name(found[0] if found else None) or type(m).__name__
-            taken[name] = taken.get(name, 0) + 1
-            named.append((name if taken[name] == 1 else f"{name}#{taken[name]}", m))
-        return named
+        """The top-level modules with tensors, named (:meth:`~repro_check.child.observe.origin.
+        ModelSites.named_roots`), those this run held alive included."""
+        return origin.SITES.named_roots(self.held)
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
         for name, m in self.roots():

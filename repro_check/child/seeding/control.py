@@ -411,16 +411,13 @@ def _same_shape_grad(tensor: Any) -> bool:
 
 def _label(name: str, tensor: Any) -> str:
     """A trained tensor by a model's parameter name when a model built in the run holds it
-    (``Net.fc1.weight``), else as the step's signals name it (``0.1``: group 0, parameter 1)."""
+    (``Net.fc1.weight``, named as the modules' state at the end names it), else as the step's
+    signals name it (``0.1``: group 0, parameter 1)."""
     try:
-        modules = list(origin.SITES.sites.keys())
-        inner = {id(m) for module in modules for m in module.modules() if m is not module}
-        for module in modules:
-            if id(module) in inner:
-                continue
+        for root, module in origin.SITES.named_roots():
             for pname, p in module.named_parameters():
                 if p is tensor:
-                    return f"{_module_name(module)}.{pname}"
+                    return f"{root}.{pname}"
     except Exception:  # noqa: BLE001 - a name is a nicety
         pass
     return name

@@ -81,3 +81,26 @@ def test_two_models_of_one_class_get_distinct_qualified_names(sites: origin.Mode
     probe.disarm()
     names = [r["m"] for r in records if r.get("k") == "module"]
     assert names == ["Net.fc", "Net.head", "Net", "teacher.fc", "teacher.head", "teacher"]
+
+
+class Layers:
+    """Layers kept in a plain list (pytorch/examples' forward-forward MNIST): no module holds
+    them, and the line that builds each assigns the list."""
+
+    def __init__(self) -> None:
+        self.layers: list[Any] = []
+        for _ in range(2):
+            self.layers = self.layers + [nn.Linear(3, 3)]
+
+
+def test_named_roots_name_each_top_level_model_once_in_build_order(
+        sites: origin.ModelSites) -> None:
+    student = Net()
+    act = nn.ReLU()  # no tensor: not a root
+    held = Layers()
+    teacher = Net()
+    names = [(name, m) for name, m in sites.named_roots()]
+    assert [n for n, _ in names] == ["student", "self.layers", "self.layers#2", "teacher"]
+    assert [m for _, m in names] == [student, *held.layers, teacher]
+    assert all(m is not act for _, m in names)
+    assert sites.named_roots(also=[student]) == names  # a module twice is one root

@@ -225,7 +225,7 @@ def test_the_attacker_round_other_ways_of_saving(
 def test_safetensors_in_memory_save_written_by_the_script(watched: tuple[Any, list[Any]]) -> None:
     """safetensors' in-memory save whose bytes the script writes (``make test-frameworks``
     installs safetensors)."""
-    import safetensors.torch as st
+    st = pytest.importorskip("safetensors.torch")
 
     watch, events = watched
     events.clear()
