@@ -14,13 +14,14 @@ from repro_check.commands.shape import RunShape, shape_of
 from repro_check.commands.skeleton import GivenCommand, Planned
 from repro_check.compare import cause, printed, saved
 from repro_check.compare.control import ControlResult, skipped
-from repro_check.compare.steps import Comparison, ComparisonResult, Policy
+from repro_check.compare.steps import Comparison, ComparisonResult, Divergence, Policy
 from repro_check.report.model import Report, SavedPart
 from repro_check.run.options import PLAIN, InternalSettings, RunOptions, require_two_runs
 from repro_check.run import control
 from repro_check.run.replay import check_runs, replay_line
 from repro_check.run.runner import Launcher
 from repro_check.run.session import Outcome, Session, failure, merge_warnings
+from repro_check.trace.payloads import ModelBuilt
 from repro_check.trace.results import PRINTED_STATUSES, Listener, RunResult
 
 
@@ -123,6 +124,7 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
     )
     div = compared.divergence
     seen = evidence(results, div.rank if div is not None else None)
+    step_1 = diverged(results, div)
     found, why, location = cause.classify(
         reproducible=runs_report.reproducible,
         failed=runs_report.error is not None or outcome.interrupted,
@@ -135,10 +137,36 @@ def finished_report(options: RunOptions, outcome: Outcome, result: ComparisonRes
         divergence=(div.run, div.step) if div is not None and div.step is not None else None,
         loaders=seen[1].loaders if 1 in seen else None,
         env_calls={k: r.env_calls for k, r in seen.items()},
+        process=div.process or None if div is not None else None,
+        diverged_models=step_1.models, shared_params=step_1.shared_params,
     )
     return dataclasses.replace(runs_report, comparison=result,
                                error=runs_report.error if error is None else error,
                                cause=found, cause_detail=why or None, cause_location=location)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diverged:
+    """What the process the first divergence is in recorded of its step 1: its top-level
+    models, and how many of its parameters were in memory shared with other processes."""
+
+    models: Sequence[ModelBuilt] = ()
+    shared_params: int = 0
+
+
+def diverged(results: Sequence[RunResult], div: Divergence | None) -> Diverged:
+    """Step 1 as the process the first divergence is in recorded it, in the run it is in (the
+    run's main process: process 0 or None; nothing under torchrun, whose ranks are processes
+    of their own)."""
+    if div is None or div.rank is not None:
+        return Diverged()
+    run = next((r for r in results if r.index == div.run), None)
+    if run is None:
+        return Diverged()
+    if not div.process:
+        return Diverged(run.models, run.shared_params)
+    return next((Diverged(p.models, p.shared_params) for p in run.processes
+                 if p.index == div.process), Diverged())
 
 
 def evidence(results: list[RunResult], rank: int | None) -> dict[int, Any]:

@@ -37,7 +37,11 @@ Rules, applied in this order:
 ``compute``
     the RNG states, the batch and the parameters going into the step agree (the step before
     agreed on its parameters), and the step's loss, gradients or updated parameters differ: a
-    nondeterministic computation. Also a shorter run without a DataLoader.
+    nondeterministic computation. Also a shorter run without a DataLoader. Also a difference in
+    the parameters going into step 1 (``init``), or in a step's computation, of a process whose
+    model is in memory shared with other processes (``model.share_memory()``, Hogwild
+    training): the processes update it at once, interleaved as the OS schedules them
+    (:func:`shared_model`; ``location``: where the model was built).
 ``saved``
     every step agrees and a file the run saved does not (``saved:FILE:KEY``): what the run
     leaves behind, such as an EMA copy updated from a value that differs, is not reproducible.
@@ -412,6 +416,11 @@ class CheckOutcome:
     divergence: tuple[int, int] | None = None
     loaders: Sequence[LoaderNote] | None = None
     env_calls: Mapping[int, Sequence[EnvCall]] | None = None
+    #: the process the first divergence is in (None: the run's main process), its top-level
+    #: models and how many of the parameters going into its step 1 were in shared memory
+    process: int | None = None
+    diverged_models: Sequence[ModelBuilt] | None = None
+    shared_params: int = 0
 
     @property
     def signal_cause(self) -> Cause:
@@ -507,11 +516,36 @@ def _reseeded_in_step(outcome: CheckOutcome) -> Classified | None:
     return "rng", detail, call.location
 
 
+def shared_model(outcome: CheckOutcome) -> Classified | None:
+    """A difference in the parameters going into step 1 or in a step's computation, in a
+    process whose model is in shared memory: not the model's initialisation, nor a kernel, but
+    other processes updating the same parameters at the same time (Hogwild), in the order the
+    OS schedules them, which no seed fixes."""
+    if outcome.signal_cause not in ("init", "compute") or outcome.divergent_signal == "steps":
+        return None
+    if outcome.shared_params <= 0:
+        return None
+    shared = [m for m in outcome.diverged_models or () if m.shared]
+    where = shared[0].where if shared else None
+    what = f"{outcome.shared_params} parameter tensor{'s' * (outcome.shared_params != 1)}"
+    if shared:
+        model = shared[0]
+        what += f" of {model.name or model.cls} ({model.cls}" + (
+            f", built at {where.site})" if where is not None else ")")
+    process = f"process {outcome.process}" if outcome.process is not None else "the run"
+    why = (f"the parameters {process} trains are in memory shared with other processes "
+           f"({what}, model.share_memory()): processes that update them at the same time "
+           "(Hogwild training) interleave their updates in the order the OS schedules them, "
+           "which no seed fixes; train in one process, or combine the processes' gradients in "
+           "a fixed order (torch.distributed)")
+    return "compute", why, where
+
+
 #: the rules that name a cause before the first divergent signal's own, in order: the first
 #: that finds one wins (the module docstring says why each comes where it does)
 CAUSE_RULES: tuple[Callable[[CheckOutcome], Classified | None], ...] = (
     _failed, _agreed, _environment, _clock_seed, _private_generator, _env_call, _stream_seeded,
-    _reseeded_in_step)
+    _reseeded_in_step, shared_model)
 
 
 def signal_explained(outcome: CheckOutcome) -> Classified:
@@ -547,6 +581,9 @@ def classify(
     divergence: tuple[int, int] | None = None,
     loaders: Sequence[LoaderNote] | None = None,
     env_calls: Mapping[int, Sequence[EnvCall]] | None = None,
+    process: int | None = None,
+    diverged_models: Sequence[ModelBuilt] | None = None,
+    shared_params: int = 0,
 ) -> Classified:
     """``(cause, why, location)`` for a check's outcome; see the module docstring for the rules
     (:data:`CAUSE_RULES`, then :func:`signal_explained`).
@@ -558,12 +595,15 @@ def classify(
     generator the script made (``location``: where it was made); ``loaders``: run 1's
     DataLoader records, for a ``data`` cause (``location``: where the loader was made);
     ``env_calls``: each run's first RL environment calls (``location``: the call whose
-    observation differs first)."""
+    observation differs first); ``process``: the process the first divergence is in (None:
+    the main one), ``diverged_models`` its top-level models and ``shared_params`` how many of
+    the parameters going into its step 1 were in shared memory."""
     outcome = CheckOutcome(
         reproducible=reproducible, failed=failed, divergent_signal=divergent_signal,
         environments=environments, uses_dataloader=uses_dataloader, seedings=seedings,
         models=models, generators=generators, divergence=divergence, loaders=loaders,
-        env_calls=env_calls)
+        env_calls=env_calls, process=process, diverged_models=diverged_models,
+        shared_params=shared_params)
     for rule in CAUSE_RULES:
         found = rule(outcome)
         if found is not None:

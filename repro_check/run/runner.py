@@ -251,6 +251,7 @@ def apply_event(res: RunResult | RankResult, ev: Record) -> bool:
                 sys.stderr.write(f"repro-check: {name} patched {row.line}\n")
     elif isinstance(ev, ModelsInfo):
         res.models = list(ev.models)
+        res.shared_params = ev.shared_params
     elif isinstance(ev, BatchSamplesInfo):
         res.batch_samples = ev.samples
     elif isinstance(ev, EndedInfo):

@@ -279,20 +279,23 @@ def env_call(body: object) -> EnvCall | None:
 @dataclass(frozen=True)
 class ModelBuilt:
     """A top-level model whose parameters went into step 1 (:mod:`repro_check.child.observe.origin`):
-    its class, the name it was assigned to, where it was built and its place among the run's
-    noted events (``order``)."""
+    its class, the name it was assigned to, where it was built, its place among the run's
+    noted events (``order``), and whether its parameters were in memory shared with other
+    processes (``shared``: ``model.share_memory()``, Hogwild training)."""
 
     cls: str
     name: str | None = None
     where: Location | None = None
     order: int | None = None
+    shared: bool = False
 
     @classmethod
     def parse(cls, body: object) -> ModelBuilt | None:
         if not isinstance(body, dict):
             return None
         return cls(str(body.get("class"))[:200], _str(body.get("name"), 200),
-                   Location.of_site(body.get("where")), _int(body.get("order")))
+                   Location.of_site(body.get("where")), _int(body.get("order")),
+                   body.get("shared") is True)
 
 
 # ---- a resume's saves and its checkpoint ---------------------------------------------------

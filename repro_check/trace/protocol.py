@@ -426,9 +426,11 @@ class PatchesInfo(InfoRecord):
 
 @dataclass
 class ModelsInfo(InfoRecord):
-    """The top-level models whose parameters went into step 1 (:mod:`repro_check.child.observe.initial`)."""
+    """The top-level models whose parameters went into step 1 (:mod:`repro_check.child.observe.initial`),
+    and how many of those parameters were in memory shared with other processes."""
 
     models: tuple[ModelBuilt, ...] = ()
+    shared_params: int = 0
 
 
 @dataclass
@@ -620,8 +622,9 @@ def info_record(raw: dict[str, Any], info: dict[str, Any]) -> InfoRecord:
     elif isinstance(info.get("patches"), list):
         return PatchesInfo(raw, info, rows_of(info["patches"]))
     elif isinstance(info.get("models"), list):
+        shared = _int_or(info.get("shared_params"), 0)
         return ModelsInfo(raw, info, tuple(m for m in map(ModelBuilt.parse, info["models"])
-                                           if m is not None))
+                                           if m is not None), max(shared, 0))
     elif "checkpoint" in info or "save" in info or "control" in info:
         typed = _saved_or_planted(raw, info)
         if typed is not None:

@@ -17,7 +17,7 @@ from repro_check.trace.jsonfields import JsonRecord, json_field
 from repro_check.trace.payloads import (EnvCall, GeneratorNote, LoaderNote, Location,
                                         ModelBuilt, RunError, SeedOverride, TraceHeader)
 from repro_check.trace.protocol import (EndedInfo, ErrorRecord, HeaderRecord, MetricsRecord,
-                                        Record, StepRecord, WarningRecord)
+                                        ModelsInfo, Record, StepRecord, WarningRecord)
 
 __all__ = ["Location"]  # where it was first defined: readers import it from here too
 
@@ -61,6 +61,10 @@ class ProcessResult(JsonRecord):
     #: warnings that say a record of the process was left out
     incomplete: list[str] = json_field(default_factory=list, skip=True)
     trace_path: str | None = json_field(default=None, key="trace")
+    #: the top-level models whose parameters went into its step 1, and how many of those
+    #: parameters were in memory shared with other processes
+    models: list[ModelBuilt] = json_field(default_factory=list, skip=True)
+    shared_params: int = json_field(default=0, skip=True)
 
     @property
     def recorded(self) -> bool:
@@ -89,6 +93,9 @@ class ProcessResult(JsonRecord):
             self.status = status_of(ev.status)
             self.backward_calls = ev.backward_calls
             self.exitcode = ev.exitcode
+        elif isinstance(ev, ModelsInfo):
+            self.models = list(ev.models)
+            self.shared_params = ev.shared_params
 
 
 
@@ -112,8 +119,10 @@ class RunResult:
     #: seeding components the target overrode, and seeds it set itself: the seeding watch's
     #: records
     overrides: list[SeedOverride] = field(default_factory=list)
-    #: the top-level models whose parameters went into step 1
+    #: the top-level models whose parameters went into step 1, and how many of those
+    #: parameters were in memory shared with other processes
     models: list[ModelBuilt] = field(default_factory=list)
+    shared_params: int = 0
     #: the private generators the target made: creation, seeding and first-draw records
     generators: list[GeneratorNote] = field(default_factory=list)
     #: the DataLoaders the target made and the epochs they started
@@ -288,6 +297,7 @@ class RankResult(JsonRecord):
     warnings: list[str] = json_field(default_factory=list, skip=True)
     overrides: list[SeedOverride] = json_field(default_factory=list, skip=True)
     models: list[ModelBuilt] = json_field(default_factory=list, skip=True)
+    shared_params: int = json_field(default=0, skip=True)
     generators: list[GeneratorNote] = json_field(default_factory=list, skip=True)
     loaders: list[LoaderNote] = json_field(default_factory=list, skip=True)
     env_calls: list[EnvCall] = json_field(default_factory=list, skip=True)

@@ -66,6 +66,37 @@ def test_init_is_its_own_cause_with_where_the_model_was_built() -> None:
     assert "init" in cause.CAUSES and "init" in cause.EXPLANATION
 
 
+@pytest.mark.parametrize("signal", ["init", "loss", "params"])
+def test_parameters_in_shared_memory_explain_a_step_that_differs(signal: str) -> None:
+    """Hogwild training: the parameters going into a process's step differ because another
+    process updated them meanwhile, not because of its initialisation or a kernel."""
+    net = ModelBuilt.parse({"class": "Net", "name": "model", "where": "main.py:80",
+                            "shared": True})
+    assert net is not None and net.shared
+
+    def run(signal: str, shared: int, models: list[ModelBuilt],
+            process: int | None = 2) -> tuple[Any, str, Any]:
+        return cause.classify(reproducible=False, failed=False, divergent_signal=signal,
+                              environments=[{}, {}], uses_dataloader=True, process=process,
+                              diverged_models=models, shared_params=shared)
+
+    got, why, where = run(signal, 4, [net])
+    assert got == "compute" and where is not None and where.site == "main.py:80"
+    assert why.startswith("the parameters process 2 trains are in memory shared with other "
+                          "processes (4 parameter tensors of model (Net, built at main.py:80), "
+                          "model.share_memory())")
+    assert "which no seed fixes" in why
+    # handed to a spawned process, a model has no site there: the count says it all
+    got, why, where = run(signal, 1, [], process=None)
+    assert got == "compute" and where is None
+    assert "the parameters the run trains are in memory shared with other processes (1 " \
+           "parameter tensor, model.share_memory())" in why
+    # nothing shared: the signal's own cause; a different batch or RNG state comes first
+    assert run(signal, 0, [])[0] == ("init" if signal == "init" else "compute")
+    assert "shared" not in run(signal, 0, [])[1]
+    assert run("batch", 4, [net])[0] == "data" and run("rng.torch", 4, [net])[0] == "rng"
+
+
 def seed_records(source: str | None, values: tuple[Any, ...] = (1, 2),
                  component: str = "torch") -> dict[int, list[dict[str, Any]]]:
     key = {"torch": "torch.manual_seed", "python": "random.seed"}[component]

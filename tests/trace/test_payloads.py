@@ -12,8 +12,8 @@ from repro_check.trace.payloads import (CheckpointFile, CheckpointNote, ControlN
 from repro_check.trace.probes import (VALUES_LIMIT, EnvObserved, GradRun, MadeTensor,
                                       ModuleRun, OpRun, OutputValues, ProbeMark, ProbeOp,
                                       probe_ops)
-from repro_check.trace.protocol import (CheckpointedInfo, ControlInfo, InfoRecord, ProbeRecord,
-                                        SaveInfo, record_of, typed_info)
+from repro_check.trace.protocol import (CheckpointedInfo, ControlInfo, InfoRecord, ModelsInfo,
+                                        ProbeRecord, SaveInfo, record_of, typed_info)
 
 LOC = {"file": "rl.py", "line": 9, "function": "main"}
 
@@ -145,6 +145,18 @@ def test_a_plant_is_read_into_its_note() -> None:
 def test_a_malformed_plant_is_left_a_plain_record() -> None:
     assert ControlNote.parse(["planted"]) is None
     assert type(record_of({"info": {"control": "planted"}})) is InfoRecord
+
+
+@pytest.mark.parametrize("shared, count", [(3, 3), (0, 0), (-1, 0), ("3", 0), (None, 0),
+                                           (True, 0)])
+def test_the_models_of_step_1_and_their_shared_parameters_are_read(shared: Any,
+                                                                    count: int) -> None:
+    body = {"models": [{"class": "Net", "name": "model", "where": "t.py:4", "order": 2,
+                        "shared": True}, {"class": "Head", "shared": "yes"}, 7],
+            "shared_params": shared}
+    rec = record_of({"info": body})
+    assert isinstance(rec, ModelsInfo) and rec.shared_params == count
+    assert [(m.cls, m.shared) for m in rec.models] == [("Net", True), ("Head", False)]
 
 
 def test_a_plain_info_record_built_by_hand_is_typed_on_demand() -> None:

@@ -7,7 +7,8 @@ the loss, and look like a nondeterministic computation. The parameters are finge
 the first optimizer step changes them (at its pre-hook, every optimizer made so far, in the order
 they were made), or, without an optimizer, before the first backward call (the leaves it reaches).
 The top-level models holding them are reported once, with where they were built, as
-``{"info": {"models": [...]}}`` (see :mod:`repro_check.child.observe.origin`).
+``{"info": {"models": [...], "shared_params": N}}`` (see :mod:`repro_check.child.observe.origin`),
+N the number of those parameters in memory shared with other processes (Hogwild training).
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ class InitialParams:
             models = origin.SITES.models_holding(t for _, t in named)
         except Exception:  # noqa: BLE001 - where a model was built is a nicety
             models = []
-        if models:
-            self.emit({"info": {"models": models}})
+        # parameters in shared memory (a model a spawned process was handed: no site of its
+        # own here): other processes may update them while this one trains
+        shared = sum(origin.shared_memory(t) for _, t in named)
+        if models or shared:
+            self.emit({"info": {"models": models, "shared_params": shared}})
 
     def place(self, signals: dict[str, Any]) -> dict[str, Any]:
         """Step 1's signals with ``init`` after the RNG signals (before the batch): the order in

@@ -156,6 +156,15 @@ def assigned_name(site: str | None) -> str | None:
     return match.group(1) if match else None
 
 
+def shared_memory(tensor: Any) -> bool:
+    """Whether a CPU tensor's storage is in shared memory (``Tensor.is_shared`` is always true
+    of a CUDA tensor, which says nothing of other processes)."""
+    try:
+        return tensor.device.type == "cpu" and bool(tensor.is_shared())
+    except Exception:  # noqa: BLE001 - a tensor subclass in an unusual state
+        return False
+
+
 class ModelSites:
     """Where each ``nn.Module`` was built, in build order; asked for the top-level models."""
 
@@ -205,7 +214,9 @@ class ModelSites:
 
     def models_holding(self, tensors: Iterable[Any]) -> list[dict[str, Any]]:
         """The top-level modules (built under this watch, no other's submodule) that hold any of
-        ``tensors`` as a parameter, in build order: ``{"class", "name", "where", "order"}``."""
+        ``tensors`` as a parameter, in build order: ``{"class", "name", "where", "order"}``, and
+        ``"shared": true`` where those parameters are in memory shared with other processes
+        (``model.share_memory()``: other processes may update them while this one trains)."""
         ids = {id(t) for t in tensors}
         modules = list(self.sites.items())
         inner = {id(child) for module, _ in modules for child in module.children()}
@@ -213,9 +224,13 @@ class ModelSites:
         for module, (where, order) in modules:
             if id(module) in inner:
                 continue
-            if any(id(p) in ids for p in module.parameters()):
-                found.append({"class": type(module).__name__, "name": assigned_name(where),
-                              "where": where, "order": order})
+            held = [p for p in module.parameters() if id(p) in ids]
+            if held:
+                model = {"class": type(module).__name__, "name": assigned_name(where),
+                         "where": where, "order": order}
+                if any(shared_memory(p) for p in held):
+                    model["shared"] = True
+                found.append(model)
         return sorted(found, key=lambda m: m["order"])
 
     def named_roots(self, also: Iterable[Any] = ()) -> list[tuple[str, Any]]:

@@ -104,3 +104,13 @@ def test_named_roots_name_each_top_level_model_once_in_build_order(
     assert [m for _, m in names] == [student, *held.layers, teacher]
     assert all(m is not act for _, m in names)
     assert sites.named_roots(also=[student]) == names  # a module twice is one root
+
+
+def test_a_model_in_shared_memory_is_said_to_be(sites: origin.ModelSites) -> None:
+    shared = Net()
+    shared.share_memory()
+    own = Net()
+    found = sites.models_holding([*shared.parameters(), *own.parameters()])
+    assert [(m["name"], m.get("shared")) for m in found] == [("shared", True), ("own", None)]
+    assert origin.shared_memory(shared.fc.weight) and not origin.shared_memory(own.fc.weight)
+    assert not origin.shared_memory(object())

@@ -79,6 +79,10 @@ def test_hogwild_is_not_reproducible_and_names_the_step_and_the_process(hogwild:
            f"process {proc}" in hogwild.stdout
     assert "processes the target started, steps recorded: 1: 200, 200; 2: 200, 200" \
         in " ".join(hogwild.stdout.replace("│", " ").split())
+    # not the model's initialisation, nor a kernel: the processes update shared parameters
+    assert r["cause"] == "compute"
+    assert r["cause_detail"].startswith(f"the parameters process {proc} trains are in memory "
+                                        "shared with other processes (4 parameter tensors")
 
 
 @pytest.mark.slow
