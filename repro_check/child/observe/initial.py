@@ -8,7 +8,8 @@ the first optimizer step changes them (at its pre-hook, every optimizer made so 
 they were made), or, without an optimizer, before the first backward call (the leaves it reaches).
 The top-level models holding them are reported once, with where they were built, as
 ``{"info": {"models": [...], "shared_params": N}}`` (see :mod:`repro_check.child.observe.origin`),
-N the number of those parameters in memory shared with other processes (Hogwild training).
+N the number of those parameters in memory shared with other processes (Hogwild training),
+written only when N > 0 so that the usual record keeps its shape.
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ class InitialParams:
         # own here): other processes may update them while this one trains
         shared = sum(origin.shared_memory(t) for _, t in named)
         if models or shared:
-            self.emit({"info": {"models": models, "shared_params": shared}})
+            info: dict[str, Any] = {"models": models}
+            if shared:  # only then: the record keeps its shape for the usual, unshared case
+                info["shared_params"] = shared
+            self.emit({"info": info})
 
     def place(self, signals: dict[str, Any]) -> dict[str, Any]:
         """Step 1's signals with ``init`` after the RNG signals (before the batch): the order in
